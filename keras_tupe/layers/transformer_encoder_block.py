@@ -1,0 +1,189 @@
+"""One post-LayerNorm Transformer encoder layer with a pluggable attention."""
+
+import keras
+from keras import ops
+
+from keras_tupe.layers.qkr_multiplicative_attention import METHODS, QKRMultiplicativeAttention
+from keras_tupe.layers.untied_positional_attention import UntiedPositionalAttention
+from keras_tupe.layers.utils import Float32BiasCallMixin
+
+
+@keras.saving.register_keras_serializable(package="keras_tupe")
+class TransformerEncoderBlock(Float32BiasCallMixin, keras.layers.Layer):
+    """A BERT encoder layer (post-LayerNorm) with a positional attention.
+
+        x = LayerNorm(x + Dropout(Attention(x)))
+        x = LayerNorm(x + Dropout(W2 act(W1 x)))
+
+    The attention is `QKRMultiplicativeAttention` when `relative_method` is set
+    (Shaw, Huang methods 1-4, per-layer tables), otherwise
+    `UntiedPositionalAttention`, which takes the encoder-wide positional term as
+    `attention_bias` (BERT-R, TUPE) or `position_query`/`position_key`
+    (BERT-A^d). keras-hub's `TransformerEncoder` hard-codes Keras's standard
+    attention, hence this block.
+
+    Args:
+        num_heads: int. Number of attention heads.
+        intermediate_dim: int. Hidden size of the feed-forward network.
+        dropout: float. Dropout rate on attention probabilities and residual
+            branches. Defaults to `0.1`.
+        activation: activation of the feed-forward network. Defaults to
+            `"gelu"` (exact, as BERT).
+        layer_norm_epsilon: float. Defaults to `1e-12`.
+        untied_scaling: bool. Content logits scaled by `1/sqrt(2 d_h)` (TUPE)
+            rather than `1/sqrt(d_h)`. Ignored with `relative_method`.
+            Defaults to `False`.
+        relative_method: `None` or one of `"shaw"`, `"method1"` ... `"method4"`.
+            Defaults to `None`.
+        max_relative_distance: int, the clipping distance of the relative
+            tables. Defaults to `512`.
+        zero_init_tables: bool. Start relative vector tables at zero.
+            Defaults to `False`.
+        kernel_initializer: initializer of all kernels. Defaults to a truncated
+            normal with stddev 0.02.
+
+    Call arguments:
+        inputs: `(B, n, d)`.
+        padding_mask: optional `(B, n)`, 1 for tokens.
+        attention_bias: optional float `(1 or B, h, n, n)`.
+        position_query, position_key: optional float `(1, n, h, d_h)`.
+        training: bool.
+
+    Returns:
+        `(B, n, d)`.
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        intermediate_dim,
+        dropout=0.1,
+        activation="gelu",
+        layer_norm_epsilon=1e-12,
+        untied_scaling=False,
+        relative_method=None,
+        max_relative_distance=512,
+        zero_init_tables=False,
+        kernel_initializer=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if relative_method is not None and relative_method not in METHODS:
+            raise ValueError(
+                f"`relative_method` must be None or one of {METHODS}. "
+                f"Received: relative_method={relative_method!r}"
+            )
+        self.num_heads = num_heads
+        self.intermediate_dim = intermediate_dim
+        self.dropout = dropout
+        self.activation = keras.activations.get(activation)
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.untied_scaling = untied_scaling
+        self.relative_method = relative_method
+        self.max_relative_distance = max_relative_distance
+        self.zero_init_tables = zero_init_tables
+        self.kernel_initializer = keras.initializers.get(
+            kernel_initializer or keras.initializers.TruncatedNormal(stddev=0.02)
+        )
+        self._keep_float32_arguments()
+
+    def _kernel_initializer(self):
+        # A fresh initializer per sublayer, so no two kernels share a seed.
+        return keras.initializers.get(keras.initializers.serialize(self.kernel_initializer))
+
+    def build(self, inputs_shape):
+        hidden_dim = inputs_shape[-1]
+        common = dict(
+            num_heads=self.num_heads,
+            dropout=self.dropout,
+            kernel_initializer=self._kernel_initializer(),
+            dtype=self.dtype_policy,
+            name="self_attention",
+        )
+        if self.relative_method is None:
+            self.attention = UntiedPositionalAttention(untied_scaling=self.untied_scaling, **common)
+        else:
+            self.attention = QKRMultiplicativeAttention(
+                method=self.relative_method,
+                max_relative_distance=self.max_relative_distance,
+                zero_init_tables=self.zero_init_tables,
+                **common,
+            )
+        self.attention.build(inputs_shape)
+
+        def layer_norm(name):
+            layer = keras.layers.LayerNormalization(
+                epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name
+            )
+            layer.build(inputs_shape)
+            return layer
+
+        self.attention_layer_norm = layer_norm("attention_layer_norm")
+        self.intermediate_dense = keras.layers.Dense(
+            self.intermediate_dim,
+            activation=self.activation,
+            kernel_initializer=self._kernel_initializer(),
+            dtype=self.dtype_policy,
+            name="intermediate_dense",
+        )
+        self.intermediate_dense.build(inputs_shape)
+        self.output_dense = keras.layers.Dense(
+            hidden_dim,
+            kernel_initializer=self._kernel_initializer(),
+            dtype=self.dtype_policy,
+            name="output_dense",
+        )
+        self.output_dense.build((None, None, self.intermediate_dim))
+        self.output_layer_norm = layer_norm("output_layer_norm")
+        self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+        self.built = True
+
+    def call(
+        self,
+        inputs,
+        padding_mask=None,
+        attention_bias=None,
+        position_query=None,
+        position_key=None,
+        training=None,
+    ):
+        inputs = ops.cast(inputs, self.compute_dtype)
+        logit_kwargs = {}
+        if position_query is not None or position_key is not None:
+            if self.relative_method is not None:
+                raise ValueError(
+                    "`position_query`/`position_key` need the untied attention; this "
+                    f"block uses relative_method={self.relative_method!r}."
+                )
+            logit_kwargs = dict(position_query=position_query, position_key=position_key)
+        attended = self.attention(
+            inputs,
+            padding_mask=padding_mask,
+            attention_bias=attention_bias,
+            training=training,
+            **logit_kwargs,
+        )
+        x = self.attention_layer_norm(inputs + self.dropout_layer(attended, training=training))
+        ffn = self.output_dense(self.intermediate_dense(x))
+        return self.output_layer_norm(x + self.dropout_layer(ffn, training=training))
+
+    def compute_output_spec(self, inputs, **kwargs):
+        return keras.KerasTensor(inputs.shape, self.compute_dtype)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_heads": self.num_heads,
+                "intermediate_dim": self.intermediate_dim,
+                "dropout": self.dropout,
+                "activation": keras.activations.serialize(self.activation),
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+                "untied_scaling": self.untied_scaling,
+                "relative_method": self.relative_method,
+                "max_relative_distance": self.max_relative_distance,
+                "zero_init_tables": self.zero_init_tables,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+            }
+        )
+        return config

@@ -1,0 +1,78 @@
+"""Named presets: every positional-encoding variant of the papers at four sizes.
+
+A preset is plain data, the constructor arguments of `TupeBackbone`. The
+positional encoding is a set of orthogonal fields, so a variant is a dict here,
+not a class.
+"""
+
+# Positional-encoding variants (TUPE Table 2; Huang et al. Table 1/2).
+VARIANTS = {
+    # BERT: absolute positions added to the words.
+    "bert_a": dict(absolute_position="added"),
+    # BERT + the T5 relative bias shared by all layers.
+    "bert_r": dict(absolute_position="added", relative_position="t5_bias"),
+    # Ablation: untied projections for positions, the four correlations kept.
+    "bert_a_d": dict(absolute_position="none", absolute_correlation="untied_cross"),
+    # TUPE-A: untied absolute correlation + [CLS] reset.
+    "tupe_a": dict(absolute_position="none", absolute_correlation="untied", cls_reset=True),
+    # Ablation: TUPE-A without the [CLS] reset.
+    "tupe_a_tie_cls": dict(absolute_position="none", absolute_correlation="untied"),
+    # TUPE-R: untied absolute + T5 relative bias + [CLS] reset.
+    "tupe_r": dict(
+        absolute_position="none",
+        absolute_correlation="untied",
+        relative_position="t5_bias",
+        cls_reset=True,
+    ),
+    # Relative position embeddings only (Shaw et al.; Huang et al. methods 1-4).
+    "shaw": dict(absolute_position="none", relative_position="shaw"),
+    "huang_m1": dict(absolute_position="none", relative_position="method1"),
+    "huang_m2": dict(absolute_position="none", relative_position="method2"),
+    "huang_m3": dict(absolute_position="none", relative_position="method3"),
+    "huang_m4": dict(absolute_position="none", relative_position="method4"),
+}
+
+SIZES = {
+    # For tests: a few milliseconds a step.
+    "tiny": dict(
+        vocabulary_size=1024,
+        num_layers=2,
+        num_heads=4,
+        hidden_dim=64,
+        intermediate_dim=128,
+        max_sequence_length=128,
+    ),
+    # BERT-Mini (Turc et al. 2019): CPU experiments.
+    "mini": dict(
+        vocabulary_size=30522,
+        num_layers=4,
+        num_heads=4,
+        hidden_dim=256,
+        intermediate_dim=1024,
+        max_sequence_length=512,
+    ),
+    # BERT-Small (Turc et al. 2019).
+    "small": dict(
+        vocabulary_size=30522,
+        num_layers=4,
+        num_heads=8,
+        hidden_dim=512,
+        intermediate_dim=2048,
+        max_sequence_length=512,
+    ),
+    # BERT-Base, the papers' size.
+    "base": dict(
+        vocabulary_size=30522,
+        num_layers=12,
+        num_heads=12,
+        hidden_dim=768,
+        intermediate_dim=3072,
+        max_sequence_length=512,
+    ),
+}
+
+PRESETS = {
+    f"{variant}_{size}": {**size_config, **variant_config}
+    for variant, variant_config in VARIANTS.items()
+    for size, size_config in SIZES.items()
+}

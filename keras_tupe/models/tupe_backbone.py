@@ -1,0 +1,410 @@
+"""The encoder backbone for every positional encoding of TUPE and Huang et al."""
+
+import difflib
+
+import keras
+import keras_hub
+from keras import ops
+
+from keras_tupe.layers.cls_reset import ClsReset
+from keras_tupe.layers.qkr_multiplicative_attention import METHODS
+from keras_tupe.layers.relative_bucket_bias import RelativeBucketBias
+from keras_tupe.layers.transformer_encoder_block import TransformerEncoderBlock
+from keras_tupe.layers.untied_positional_correlation import UntiedPositionalCorrelation
+from keras_tupe.layers.utils import check_sequence_length
+from keras_tupe.models.presets import PRESETS
+
+ABSOLUTE_POSITIONS = ("none", "added")
+ABSOLUTE_CORRELATIONS = ("none", "untied", "untied_cross")
+RELATIVE_POSITIONS = ("none", "t5_bias") + METHODS
+INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
+
+
+def _choice(name, value, choices):
+    if value not in choices:
+        raise ValueError(f"`{name}` must be one of {choices}. Received: {name}={value!r}")
+
+
+@keras.saving.register_keras_serializable(package="keras_tupe")
+class TupeBackbone(keras.Model):
+    """A BERT-style encoder whose positional encoding is a set of choices.
+
+    The positional encoding is four orthogonal fields, so every variant of the
+    TUPE paper (Ke et al., ICLR 2021) and of Huang et al. (Findings of EMNLP
+    2020) is a configuration (see `keras_tupe.models.presets`):
+
+    - `absolute_position`: `"added"` adds a learned position embedding to the
+      words at the input (BERT); `"none"` does not.
+    - `absolute_correlation`: `"untied"` adds TUPE's untied positional
+      correlation `LN(p)U^Q (LN(p)U^K)^T / sqrt(2 d_h)` to every layer's
+      logits and scales the content term by `1/sqrt(2 d_h)` (Eq. 7);
+      `"untied_cross"` (BERT-A^d) uses `(q_i + PQ_i)·(k_j + PK_j) / sqrt(2 d_h)`;
+      `"none"` neither.
+    - `relative_position`: `"t5_bias"` adds the T5 bucketed bias (BERT-R,
+      TUPE-R, Eq. 8); `"shaw"`, `"method1"` ... `"method4"` use per-layer
+      relative embeddings in the logits; `"none"` nothing.
+    - `cls_reset`: replace the [CLS] row and column of the position-only term
+      by learned `θ1, θ2` (Eq. 9). Needs a position-only term (`"untied"` or
+      `"t5_bias"`).
+
+    The position-only term (untied correlation, T5 bias, reset) is computed once
+    per forward pass, `(1, h, n, n)`, and shared by all layers;
+    `positional_bias(n)` returns it for inspection.
+
+    Inputs and outputs follow the TF-Hub BERT encoder API: a dict of int32
+    `input_word_ids`, `input_mask` (1 = token) and `input_type_ids`, each
+    `(batch, seq)`; out comes a dict of `sequence_output` `(batch, seq, d)`,
+    `pooled_output` `(batch, d)` (tanh dense on [CLS]) and `encoder_outputs`,
+    one `(batch, seq, d)` per layer.
+
+    Args:
+        vocabulary_size: int. Size of the token vocabulary.
+        num_layers: int. Number of Transformer layers.
+        num_heads: int. Attention heads; must divide `hidden_dim`.
+        hidden_dim: int. Hidden size.
+        intermediate_dim: int. Feed-forward hidden size.
+        dropout: float. Defaults to `0.1`.
+        max_sequence_length: int. Rows of the absolute position tables; the
+            longest input an absolute encoder accepts. Relative-only encoders
+            accept any length. Defaults to `512`.
+        num_segments: int. Rows of the segment (type) embedding; `0` for none.
+            Defaults to `2`.
+        absolute_position: `"added"` or `"none"`. Defaults to `"added"`.
+        absolute_correlation: `"none"`, `"untied"` or `"untied_cross"`.
+            Defaults to `"none"`.
+        relative_position: `"none"`, `"t5_bias"`, `"shaw"`, `"method1"`,
+            `"method2"`, `"method3"` or `"method4"`. Defaults to `"none"`.
+        cls_reset: bool. Defaults to `False`.
+        num_buckets: int. T5 buckets. Defaults to `32`.
+        max_distance: int. T5 distance from which buckets are shared.
+            Defaults to `128`.
+        max_relative_distance: int `k`, clipping distance of the Shaw / Huang
+            tables. Defaults to `max_sequence_length` (no clipping).
+        zero_init_relative_tables: bool. Start the relative vector tables at
+            zero (Huang's drop-in). Defaults to `False`.
+        layer_norm_epsilon: float. Defaults to `1e-12`.
+        activation: feed-forward activation. Defaults to `"gelu"`.
+        dtype: dtype policy of the model. Defaults to the global policy.
+
+    Example:
+    >>> backbone = TupeBackbone.from_preset("tupe_r_tiny")
+    >>> inputs = {
+    ...     "input_word_ids": np.ones((2, 16), "int32"),
+    ...     "input_mask": np.ones((2, 16), "int32"),
+    ...     "input_type_ids": np.zeros((2, 16), "int32"),
+    ... }
+    >>> backbone(inputs)["sequence_output"].shape
+    TensorShape([2, 16, 64])
+    """
+
+    def __init__(
+        self,
+        vocabulary_size,
+        num_layers,
+        num_heads,
+        hidden_dim,
+        intermediate_dim,
+        dropout=0.1,
+        max_sequence_length=512,
+        num_segments=2,
+        absolute_position="added",
+        absolute_correlation="none",
+        relative_position="none",
+        cls_reset=False,
+        num_buckets=32,
+        max_distance=128,
+        max_relative_distance=None,
+        zero_init_relative_tables=False,
+        layer_norm_epsilon=1e-12,
+        activation="gelu",
+        dtype=None,
+        **kwargs,
+    ):
+        _choice("absolute_position", absolute_position, ABSOLUTE_POSITIONS)
+        _choice("absolute_correlation", absolute_correlation, ABSOLUTE_CORRELATIONS)
+        _choice("relative_position", relative_position, RELATIVE_POSITIONS)
+        if hidden_dim % num_heads:
+            raise ValueError(
+                "`hidden_dim` must be divisible by `num_heads`. Received: "
+                f"hidden_dim={hidden_dim}, num_heads={num_heads}"
+            )
+        has_position_only_term = (
+            absolute_correlation == "untied" or relative_position == "t5_bias"
+        )
+        if cls_reset and not has_position_only_term:
+            raise ValueError(
+                "`cls_reset=True` resets the position-only correlation, which needs "
+                "absolute_correlation='untied' or relative_position='t5_bias'. Received: "
+                f"absolute_correlation={absolute_correlation!r}, "
+                f"relative_position={relative_position!r}"
+            )
+        relative_method = relative_position if relative_position in METHODS else None
+        if absolute_correlation != "none" and relative_method is not None:
+            raise ValueError(
+                "The untied correlation and the Shaw / Huang relative embeddings are "
+                "not combined by either paper; choose one. Received: "
+                f"absolute_correlation={absolute_correlation!r}, "
+                f"relative_position={relative_position!r}"
+            )
+        if max_relative_distance is None:
+            max_relative_distance = max_sequence_length
+        initializer = keras.initializers.TruncatedNormal(stddev=0.02)
+
+        # === Layers ===
+        self.token_embedding = keras_hub.layers.ReversibleEmbedding(
+            vocabulary_size,
+            hidden_dim,
+            embeddings_initializer=initializer,
+            dtype=dtype,
+            name="token_embedding",
+        )
+        self.position_embedding = None
+        if absolute_position == "added":
+            self.position_embedding = keras_hub.layers.PositionEmbedding(
+                max_sequence_length,
+                initializer=initializer,
+                dtype=dtype,
+                name="position_embedding",
+            )
+        self.segment_embedding = None
+        if num_segments:
+            self.segment_embedding = keras.layers.Embedding(
+                num_segments,
+                hidden_dim,
+                embeddings_initializer=initializer,
+                dtype=dtype,
+                name="segment_embedding",
+            )
+        self.embeddings_layer_norm = keras.layers.LayerNormalization(
+            epsilon=layer_norm_epsilon, dtype=dtype, name="embeddings_layer_norm"
+        )
+        self.embeddings_dropout = keras.layers.Dropout(
+            dropout, dtype=dtype, name="embeddings_dropout"
+        )
+        self.untied_correlation = None
+        if absolute_correlation != "none":
+            self.untied_correlation = UntiedPositionalCorrelation(
+                num_heads,
+                max_sequence_length,
+                output_mode="correlation" if absolute_correlation == "untied" else "projections",
+                layer_norm_epsilon=layer_norm_epsilon,
+                dtype=dtype,
+                name="untied_positional_correlation",
+            )
+        self.relative_bias = None
+        if relative_position == "t5_bias":
+            self.relative_bias = RelativeBucketBias(
+                num_heads,
+                num_buckets=num_buckets,
+                max_distance=max_distance,
+                dtype=dtype,
+                name="relative_bucket_bias",
+            )
+        self.cls_reset_layer = ClsReset(num_heads, dtype=dtype, name="cls_reset") if cls_reset else None
+        self.transformer_layers = [
+            TransformerEncoderBlock(
+                num_heads,
+                intermediate_dim,
+                dropout=dropout,
+                activation=activation,
+                layer_norm_epsilon=layer_norm_epsilon,
+                untied_scaling=absolute_correlation != "none",
+                relative_method=relative_method,
+                max_relative_distance=max_relative_distance,
+                zero_init_tables=zero_init_relative_tables,
+                kernel_initializer=initializer,
+                dtype=dtype,
+                name=f"transformer_layer_{i}",
+            )
+            for i in range(num_layers)
+        ]
+        self.pooled_dense = keras.layers.Dense(
+            hidden_dim,
+            activation="tanh",
+            kernel_initializer=initializer,
+            dtype=dtype,
+            name="pooled_dense",
+        )
+
+        # === Functional Model ===
+        word_ids = keras.Input(shape=(None,), dtype="int32", name="input_word_ids")
+        input_mask = keras.Input(shape=(None,), dtype="int32", name="input_mask")
+        type_ids = keras.Input(shape=(None,), dtype="int32", name="input_type_ids")
+        x = self.token_embedding(word_ids)
+        if self.position_embedding is not None:
+            x = x + self.position_embedding(x)
+        if self.segment_embedding is not None:
+            x = x + self.segment_embedding(type_ids)
+        x = self.embeddings_dropout(self.embeddings_layer_norm(x))
+        bias, position_query, position_key = self._positional_terms(x)
+        encoder_outputs = []
+        for layer in self.transformer_layers:
+            x = layer(
+                x,
+                padding_mask=input_mask,
+                attention_bias=bias,
+                position_query=position_query,
+                position_key=position_key,
+            )
+            encoder_outputs.append(x)
+        pooled = self.pooled_dense(x[:, 0, :])
+        super().__init__(
+            inputs={
+                "input_word_ids": word_ids,
+                "input_mask": input_mask,
+                "input_type_ids": type_ids,
+            },
+            outputs={
+                "sequence_output": x,
+                "pooled_output": pooled,
+                "encoder_outputs": encoder_outputs,
+            },
+            dtype=dtype,
+            **kwargs,
+        )
+
+        # === Config ===
+        self.vocabulary_size = vocabulary_size
+        self.num_layers = num_layers
+        self.num_heads = num_heads
+        self.hidden_dim = hidden_dim
+        self.intermediate_dim = intermediate_dim
+        self.dropout = dropout
+        self.max_sequence_length = max_sequence_length
+        self.num_segments = num_segments
+        self.absolute_position = absolute_position
+        self.absolute_correlation = absolute_correlation
+        self.relative_position = relative_position
+        self.cls_reset = cls_reset
+        self.num_buckets = num_buckets
+        self.max_distance = max_distance
+        self.max_relative_distance = max_relative_distance
+        self.zero_init_relative_tables = zero_init_relative_tables
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.activation = activation
+
+    def _positional_terms(self, x):
+        """The position-only term `(1, h, n, n)` and BERT-A^d's projections.
+
+        Computed once from the embedded sequence `x` (only its length is used)
+        and shared by every layer.
+        """
+        bias = position_query = position_key = None
+        if self.untied_correlation is not None:
+            if self.untied_correlation.output_mode == "projections":
+                position_query, position_key = self.untied_correlation(x)
+            else:
+                bias = self.untied_correlation(x)
+        if self.relative_bias is not None:
+            relative = self.relative_bias(x)
+            bias = relative if bias is None else bias + relative
+        if self.cls_reset_layer is not None:
+            bias = self.cls_reset_layer(bias)
+        return bias, position_query, position_key
+
+    @property
+    def absolute_length_limit(self):
+        """The longest input the model takes, or `None` when any length works."""
+        if self.absolute_position == "added" or self.absolute_correlation != "none":
+            return self.max_sequence_length
+        return None
+
+    def positional_bias(self, sequence_length):
+        """The content-free positional term every layer adds, `(h, n, n)` float32.
+
+        This is the untied correlation and/or the T5 bias after the [CLS] reset:
+        what TUPE's Figure 5 draws. Encoders whose positions interact with the
+        content (BERT-A, BERT-A^d, Shaw, methods 1-4) have no such term.
+        """
+        if self.untied_correlation is None and self.relative_bias is None:
+            raise ValueError(
+                "This encoder has no content-free positional term: it needs "
+                "absolute_correlation='untied' or relative_position='t5_bias'. Received: "
+                f"absolute_correlation={self.absolute_correlation!r}, "
+                f"relative_position={self.relative_position!r}"
+            )
+        if self.absolute_correlation == "untied_cross":
+            raise ValueError(
+                "BERT-A^d (absolute_correlation='untied_cross') adds positions to the "
+                "queries and keys; its positional term mixes with the content."
+            )
+        x = ops.zeros((1, sequence_length, self.hidden_dim), self.compute_dtype)
+        bias, _, _ = self._positional_terms(x)
+        return bias[0]
+
+    def call(self, inputs, training=None, mask=None):
+        self._validate_inputs(inputs)
+        return super().call(inputs, training=training, mask=mask)
+
+    def _validate_inputs(self, inputs):
+        if not isinstance(inputs, dict) or set(inputs) != set(INPUT_NAMES):
+            received = sorted(inputs) if isinstance(inputs, dict) else type(inputs).__name__
+            raise ValueError(
+                f"TupeBackbone takes a dict with exactly the keys {list(INPUT_NAMES)}. "
+                f"Received: {received}"
+            )
+        shapes = {}
+        for name in INPUT_NAMES:
+            value = inputs[name]
+            dtype = keras.backend.standardize_dtype(getattr(value, "dtype", type(value)))
+            if "int" not in dtype:
+                raise TypeError(
+                    f"`{name}` must hold integers (token ids, 0/1 mask, segment ids). "
+                    f"Received: dtype {dtype}"
+                )
+            shapes[name] = tuple(value.shape)
+        if len(set(shapes.values())) > 1 or len(shapes["input_word_ids"]) != 2:
+            raise ValueError(
+                "`input_word_ids`, `input_mask` and `input_type_ids` must all have the "
+                f"same shape (batch, seq). Received: {shapes}"
+            )
+        limit = self.absolute_length_limit
+        if limit is not None:
+            length = shapes["input_word_ids"][1]
+            if length is None:
+                length = ops.shape(inputs["input_word_ids"])[1]
+            check_sequence_length(length, limit, "absolute position table")
+
+    @classmethod
+    def presets(cls):
+        """The names of the built-in presets."""
+        return sorted(PRESETS)
+
+    @classmethod
+    def from_preset(cls, preset, **kwargs):
+        """Builds a freshly initialized backbone from a preset name.
+
+        Args:
+            preset: str, e.g. `"tupe_r_base"`; see `TupeBackbone.presets()`.
+            **kwargs: constructor arguments overriding the preset's.
+        """
+        if preset not in PRESETS:
+            close = difflib.get_close_matches(str(preset), PRESETS, n=3)
+            hint = f" Did you mean {close}?" if close else ""
+            raise ValueError(
+                f"Unknown preset {preset!r}.{hint} Valid presets: {sorted(PRESETS)}"
+            )
+        return cls(**{**PRESETS[preset], **kwargs})
+
+    def get_config(self):
+        config = {
+            "name": self.name,
+            "trainable": self.trainable,
+            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
+        }
+        for key in (
+            "vocabulary_size", "num_layers", "num_heads", "hidden_dim", "intermediate_dim",
+            "dropout", "max_sequence_length", "num_segments", "absolute_position",
+            "absolute_correlation", "relative_position", "cls_reset", "num_buckets",
+            "max_distance", "max_relative_distance", "zero_init_relative_tables",
+            "layer_norm_epsilon", "activation",
+        ):
+            config[key] = getattr(self, key)
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if "dtype" in config and isinstance(config["dtype"], dict):
+            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
+        return cls(**config)

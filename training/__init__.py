@@ -1,0 +1,1 @@
+"""Entry points: `python -m training.<name>`."""
