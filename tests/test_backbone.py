@@ -1,0 +1,229 @@
+"""TupeBackbone: invariances, limits, errors, serialization, XLA and mixed precision."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_tupe import PRESETS, TupeBackbone
+from keras_tupe.models.presets import VARIANTS
+from tests.reference_params import assert_close, randomize_weights
+
+ALL_VARIANTS = sorted(VARIANTS)
+RELATIVE_ONLY = ["huang_m1", "huang_m2", "huang_m3", "huang_m4", "shaw"]
+ABSOLUTE = sorted(set(ALL_VARIANTS) - set(RELATIVE_ONLY))
+RNG = np.random.default_rng(11)
+
+
+def make_inputs(batch, length, real=None, vocabulary_size=1024, seed=0):
+    """Random inputs; the first `real` tokens of each row are real, the rest padding."""
+    rng = np.random.default_rng(seed)
+    real = length if real is None else real
+    mask = np.zeros((batch, length), "int32")
+    mask[:, :real] = 1
+    return {
+        "input_word_ids": rng.integers(1, vocabulary_size, (batch, length)).astype("int32"),
+        "input_mask": mask,
+        "input_type_ids": rng.integers(0, 2, (batch, length)).astype("int32"),
+    }
+
+
+def random_backbone(preset, **kwargs):
+    backbone = TupeBackbone.from_preset(preset, **kwargs)
+    randomize_weights(backbone, seed=5)
+    return backbone
+
+
+@pytest.mark.parametrize("variant", ALL_VARIANTS)
+def test_padding_does_not_change_real_tokens(variant):
+    backbone = random_backbone(f"{variant}_tiny", max_relative_distance=6)
+    short = make_inputs(2, 10)
+    long = make_inputs(2, 16, real=10, seed=99)  # other ids in the padding
+    for name in short:
+        long[name][:, :10] = short[name]
+    want, got = backbone(short), backbone(long)
+    assert_close(got["sequence_output"][:, :10], want["sequence_output"])
+    assert_close(got["pooled_output"], want["pooled_output"])
+
+
+def _permute(inputs, order):
+    return {name: value[:, order] for name, value in inputs.items()}
+
+
+def test_no_positional_term_is_permutation_equivariant():
+    config = {**PRESETS["bert_a_tiny"], "absolute_position": "none"}
+    backbone = TupeBackbone(**config)
+    randomize_weights(backbone)
+    inputs = make_inputs(2, 12, real=9)
+    order = np.concatenate([RNG.permutation(9), np.arange(9, 12)])
+    want = backbone(inputs)["sequence_output"].numpy()[:, order]
+    assert_close(backbone(_permute(inputs, order))["sequence_output"], want)
+
+
+@pytest.mark.parametrize("variant", ALL_VARIANTS)
+def test_every_positional_encoding_breaks_permutation_equivariance(variant):
+    """The control for the test above: each variant does see positions."""
+    backbone = random_backbone(f"{variant}_tiny")
+    inputs = make_inputs(1, 12)
+    order = np.concatenate([[0], RNG.permutation(np.arange(1, 12))])
+    want = backbone(inputs)["sequence_output"].numpy()[:, order]
+    got = backbone(_permute(inputs, order))["sequence_output"].numpy()
+    assert np.max(np.abs(got - want)) > 1e-3
+
+
+@pytest.mark.parametrize("variant", ["tupe_a", "tupe_r"])
+def test_cls_reset_gives_cls_one_positional_logit(variant):
+    backbone = random_backbone(f"{variant}_tiny")
+    bias = backbone.positional_bias(20).numpy()  # (h, n, n)
+    theta1 = backbone.cls_reset_layer.cls_to_others.numpy()
+    theta2 = backbone.cls_reset_layer.others_to_cls.numpy()
+    np.testing.assert_array_equal(bias[:, 0, :], np.repeat(theta1[:, None], 20, axis=1))
+    np.testing.assert_array_equal(bias[:, 1:, 0], np.repeat(theta2[:, None], 19, axis=1))
+    assert np.ptp(bias[:, 1:, 1:], axis=-1).min() > 0  # the rest still varies
+
+
+def test_tie_cls_keeps_cls_positional_logits():
+    bias = random_backbone("tupe_a_tie_cls_tiny").positional_bias(20).numpy()
+    assert np.ptp(bias[:, 0, :], axis=-1).min() > 1e-3
+
+
+def test_positional_bias_is_computed_once_for_all_layers():
+    """One correlation layer and one bias layer feed every Transformer layer."""
+    backbone = TupeBackbone.from_preset("tupe_r_tiny")
+    names = [layer.name for layer in backbone.layers]
+    assert names.count("untied_positional_correlation") == 1
+    assert names.count("relative_bucket_bias") == 1
+    correlation = backbone.get_layer("untied_positional_correlation")
+    assert len(correlation._inbound_nodes) == 1
+
+
+def test_positional_bias_refused_without_content_free_term():
+    with pytest.raises(ValueError, match="no content-free positional term"):
+        TupeBackbone.from_preset("bert_a_tiny").positional_bias(8)
+
+
+@pytest.mark.parametrize("variant", RELATIVE_ONLY)
+def test_relative_only_encoders_accept_longer_sequences(variant):
+    backbone = TupeBackbone.from_preset(f"{variant}_tiny")
+    length = backbone.max_sequence_length + 72
+    outputs = backbone(make_inputs(1, length))
+    assert outputs["sequence_output"].shape == (1, length, backbone.hidden_dim)
+    assert np.all(np.isfinite(outputs["sequence_output"].numpy()))
+
+
+@pytest.mark.parametrize("variant", ABSOLUTE)
+def test_absolute_encoders_refuse_longer_sequences(variant):
+    backbone = TupeBackbone.from_preset(f"{variant}_tiny")
+    backbone(make_inputs(1, 128))  # the limit itself is fine
+    with pytest.raises(ValueError, match="max_sequence_length=128.*Received: sequence length 129"):
+        backbone(make_inputs(1, 129))
+
+
+def test_absolute_limit_checked_in_graph_with_dynamic_length():
+    backbone = TupeBackbone.from_preset("tupe_r_tiny")
+    spec = {name: tf.TensorSpec((None, None), tf.int32) for name in make_inputs(1, 4)}
+    run = tf.function(lambda x: backbone(x)["sequence_output"], input_signature=[spec])
+    assert run(make_inputs(1, 20)).shape == (1, 20, 64)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="max_sequence_length=128"):
+        run(make_inputs(1, 130))
+
+
+def test_mask_shape_must_match_word_ids():
+    inputs = make_inputs(2, 8)
+    inputs["input_mask"] = inputs["input_mask"][:, :6]
+    with pytest.raises(ValueError, match="same shape.*input_mask.*\\(2, 6\\)"):
+        TupeBackbone.from_preset("bert_a_tiny")(inputs)
+
+
+def test_token_ids_must_be_integers():
+    inputs = make_inputs(2, 8)
+    inputs["input_word_ids"] = inputs["input_word_ids"].astype("float32")
+    with pytest.raises(TypeError, match="input_word_ids.*integers.*float32"):
+        TupeBackbone.from_preset("bert_a_tiny")(inputs)
+
+
+def test_inputs_must_be_the_tf_hub_dict():
+    inputs = make_inputs(2, 8)
+    del inputs["input_type_ids"]
+    with pytest.raises(ValueError, match="input_type_ids"):
+        TupeBackbone.from_preset("bert_a_tiny")(inputs)
+
+
+def test_unknown_preset_lists_the_valid_ones():
+    with pytest.raises(ValueError, match="Unknown preset 'tupe_r_huge'.*tupe_r_base.*huang_m4_tiny"):
+        TupeBackbone.from_preset("tupe_r_huge")
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(num_heads=5), "divisible by `num_heads`.*hidden_dim=64, num_heads=5"),
+        (dict(relative_position="t5"), "relative_position.*'t5_bias'"),
+        (dict(absolute_correlation="tied"), "absolute_correlation.*'untied_cross'"),
+        (dict(absolute_position="sinusoid"), "absolute_position.*'added'"),
+        (dict(cls_reset=True), "cls_reset=True.*needs"),
+        (dict(absolute_correlation="untied", relative_position="method4"), "choose one"),
+    ],
+)
+def test_bad_config_is_refused_clearly(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        TupeBackbone(**{**PRESETS["bert_a_tiny"], **overrides})
+
+
+def test_tupe_a_base_adds_about_1_2m_parameters():
+    bert = TupeBackbone.from_preset("bert_a_base").count_params()
+    tupe = TupeBackbone.from_preset("tupe_a_base").count_params()
+    assert 1.1e6 < tupe - bert < 1.3e6, tupe - bert
+    assert 0.009 < (tupe - bert) / bert < 0.012  # ~1% (TUPE §3.3)
+
+
+def test_bert_a_base_has_bert_base_size():
+    # BERT-Base without the NSP head: 109.48 M parameters.
+    assert TupeBackbone.from_preset("bert_a_base").count_params() == 109_482_240
+
+
+@pytest.mark.parametrize("variant", ALL_VARIANTS)
+def test_keras_save_load_round_trip(variant, tmp_path):
+    backbone = random_backbone(f"{variant}_tiny")
+    inputs = make_inputs(2, 16, real=12)
+    path = tmp_path / f"{variant}.keras"
+    backbone.save(path)
+    restored = keras.saving.load_model(path)
+    assert type(restored) is TupeBackbone
+    assert restored.get_config() == backbone.get_config()
+    want, got = backbone(inputs), restored(inputs)
+    for name in ("sequence_output", "pooled_output"):
+        np.testing.assert_array_equal(got[name].numpy(), want[name].numpy())
+
+
+@pytest.mark.parametrize("variant", ["tupe_r", "huang_m3", "bert_a_d"])
+def test_trains_under_xla_with_dynamic_batch_and_length(variant):
+    backbone = TupeBackbone.from_preset(f"{variant}_tiny")
+    inputs = {name: keras.Input((None,), dtype="int32", name=name) for name in make_inputs(1, 1)}
+    logits = keras.layers.Dense(2)(backbone(inputs)["pooled_output"])
+    model = keras.Model(inputs, logits)
+    model.compile(
+        optimizer=keras.optimizers.AdamW(1e-3),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        jit_compile=True,
+    )
+    before = [w.numpy().copy() for w in backbone.trainable_weights]
+    for batch, length in ((4, 16), (3, 24)):  # a new shape: XLA recompiles
+        loss = model.train_on_batch(make_inputs(batch, length, real=length - 3),
+                                    np.arange(batch) % 2)
+        assert np.isfinite(loss)
+    after = [w.numpy() for w in backbone.trainable_weights]
+    assert all(not np.array_equal(b, a) for b, a in zip(before, after))
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_mixed_precision_backbone(policy):
+    backbone = TupeBackbone.from_preset("tupe_r_tiny", dtype=policy)
+    outputs = backbone(make_inputs(2, 16, real=10))
+    assert keras.backend.standardize_dtype(outputs["sequence_output"].dtype) == policy[6:]
+    assert np.all(np.isfinite(np.asarray(outputs["sequence_output"], np.float32)))
+    float32 = TupeBackbone.from_preset("tupe_r_tiny")
+    float32.set_weights(backbone.get_weights())
+    want = float32(make_inputs(2, 16, real=10))["sequence_output"].numpy()
+    got = np.asarray(outputs["sequence_output"], np.float32)
+    assert np.max(np.abs(got - want)) < 0.1  # the same model, in lower precision
