@@ -7,10 +7,6 @@ import keras  # noqa: E402
 import pytest  # noqa: E402
 
 
-def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: integration tests, run by `make test-slow`")
-
-
 @pytest.fixture(autouse=True)
 def _reset_keras_state():
     """Each test starts with float32 and a fixed seed, whatever the last one set."""
