@@ -1,6 +1,8 @@
 """Encoder backbones and presets of keras_tupe."""
 
+from keras_tupe.models.masked_lm import MaskedLM
 from keras_tupe.models.presets import PRESETS, SIZES, VARIANTS
+from keras_tupe.models.task import Task
 from keras_tupe.models.tupe_backbone import TupeBackbone
 
-__all__ = ["PRESETS", "SIZES", "TupeBackbone", "VARIANTS"]
+__all__ = ["MaskedLM", "PRESETS", "SIZES", "Task", "TupeBackbone", "VARIANTS"]

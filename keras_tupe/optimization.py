@@ -1,0 +1,166 @@
+"""Optimization as in TUPE Table 1: AdamW, linear warm-up and decay, clipping.
+
+Two Keras 3 traps are handled here (see ../shared/docs/KERAS3-PITFALLS.md):
+
+- `global_clipnorm` clips each replica's gradient before the all-reduce under
+  tf.distribute, so the applied step is not clipped to the norm asked for.
+  `AggregatedClippingMixin` clips the global norm of the *aggregated* gradient,
+  once, right after the all-reduce.
+- `exclude_from_weight_decay(var_names=...)` matches short variable names, so
+  BERT's `"LayerNorm"` patterns match nothing. `decay_exclusions` lists the
+  variables themselves.
+"""
+
+import keras
+import keras_hub
+from keras import ops
+
+from keras_tupe.layers.cls_reset import ClsReset
+from keras_tupe.layers.qkr_multiplicative_attention import QKRMultiplicativeAttention
+from keras_tupe.layers.relative_bucket_bias import RelativeBucketBias
+
+
+@keras.saving.register_keras_serializable(package="keras_tupe")
+class LinearWarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
+    """Linear warm-up to `peak_learning_rate`, then linear decay to 0.
+
+    The update at optimizer step `s` (0-based) uses
+
+        peak * (s + 1) / warmup_steps                     if s < warmup_steps
+        peak * (total_steps - s) / (total_steps - warmup_steps)   otherwise
+
+    so no step is wasted at rate 0 and the rate reaches 0 after the last step.
+
+    Args:
+        peak_learning_rate: float. TUPE pre-training: `1e-4`.
+        warmup_steps: int. TUPE: 1% of the steps; fine-tuning: 6%.
+        total_steps: int. Steps of the whole run.
+    """
+
+    def __init__(self, peak_learning_rate, warmup_steps, total_steps):
+        if total_steps < 1 or not 0 <= warmup_steps < total_steps or peak_learning_rate <= 0:
+            raise ValueError(
+                "Need peak_learning_rate > 0 and 0 <= warmup_steps < total_steps. Received: "
+                f"peak_learning_rate={peak_learning_rate}, warmup_steps={warmup_steps}, "
+                f"total_steps={total_steps}"
+            )
+        self.peak_learning_rate = peak_learning_rate
+        self.warmup_steps = warmup_steps
+        self.total_steps = total_steps
+
+    def __call__(self, step):
+        step = ops.cast(step, "float32")
+        warmup = (step + 1.0) / max(self.warmup_steps, 1)
+        decay = (self.total_steps - step) / (self.total_steps - self.warmup_steps)
+        fraction = ops.where(step < self.warmup_steps, warmup, decay)
+        return self.peak_learning_rate * ops.clip(fraction, 0.0, 1.0)
+
+    def get_config(self):
+        return {
+            "peak_learning_rate": self.peak_learning_rate,
+            "warmup_steps": self.warmup_steps,
+            "total_steps": self.total_steps,
+        }
+
+
+def clip_by_global_norm(gradients, clip_norm):
+    """Scales `gradients` by `clip_norm / norm` when their global norm exceeds it."""
+    present = [g for g in gradients if g is not None]
+    norm = ops.sqrt(ops.sum(ops.stack([ops.sum(ops.square(ops.cast(g, "float32")))
+                                       for g in present])))
+    scale = ops.minimum(1.0, clip_norm / ops.maximum(norm, 1e-12))
+    return [None if g is None else g * ops.cast(scale, g.dtype) for g in gradients]
+
+
+class AggregatedClippingMixin:
+    """Clips the global norm of the gradient *after* the cross-replica sum.
+
+    Mix in before a Keras optimizer class. `global_clipnorm` keeps its meaning
+    (the global norm of the gradient that is applied), but on the TensorFlow
+    backend it is applied in `_all_reduce_sum_gradients`, after the all-reduce,
+    rather than by Keras on each replica's partial gradient. Outside
+    tf.distribute the all-reduce is the identity, so the result is the same.
+    Other backends (single device) use Keras's own clipping.
+    """
+
+    def __init__(self, *args, global_clipnorm=None, **kwargs):
+        aggregated = global_clipnorm if keras.backend.backend() == "tensorflow" else None
+        super().__init__(
+            *args, global_clipnorm=None if aggregated else global_clipnorm, **kwargs
+        )
+        self.aggregated_clipnorm = aggregated
+
+    def _all_reduce_sum_gradients(self, grads_and_vars):
+        grads_and_vars = super()._all_reduce_sum_gradients(grads_and_vars)
+        if not self.aggregated_clipnorm:
+            return grads_and_vars
+        grads, variables = zip(*grads_and_vars)
+        return list(zip(clip_by_global_norm(list(grads), self.aggregated_clipnorm), variables))
+
+    def get_config(self):
+        config = super().get_config()
+        if self.aggregated_clipnorm:
+            config["global_clipnorm"] = self.aggregated_clipnorm
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_tupe")
+class AdamW(AggregatedClippingMixin, keras.optimizers.AdamW):
+    """`keras.optimizers.AdamW` whose `global_clipnorm` clips the aggregated gradient."""
+
+
+def decay_exclusions(model):
+    """The variables that must not be weight-decayed, found by what they are.
+
+    Biases of every dense projection, LayerNorm scales and offsets, the T5
+    relative bias table, the [CLS] reset's θ1/θ2, and the scalar multiplicative
+    tables of Huang's methods 1 and 2 (they start at 1: decay would pull the
+    logits towards 0). Kernels, embeddings, position tables and the vector
+    relative tables are decayed.
+    """
+    excluded = []
+    for layer in model._flatten_layers(include_self=True, recursive=True):
+        if isinstance(layer, keras.layers.LayerNormalization):
+            excluded += [layer.gamma, layer.beta]
+        elif isinstance(layer, (keras.layers.Dense, keras.layers.EinsumDense)):
+            if layer.bias is not None:
+                excluded.append(layer.bias)
+        elif isinstance(layer, RelativeBucketBias):
+            excluded.append(layer.relative_attention_bias)
+        elif isinstance(layer, ClsReset):
+            excluded += [layer.cls_to_others, layer.others_to_cls]
+        elif isinstance(layer, QKRMultiplicativeAttention) and layer.method in (
+            "method1",
+            "method2",
+        ):
+            excluded.append(layer.relative_embeddings)
+        elif isinstance(layer, keras_hub.layers.MaskedLMHead):
+            excluded.append(layer._bias)  # its output bias (`output_bias`)
+    return excluded
+
+
+def create_optimizer(
+    model,
+    learning_rate,
+    total_steps,
+    warmup_steps,
+    weight_decay=0.01,
+    beta_1=0.9,
+    beta_2=0.999,
+    epsilon=1e-6,
+    clip_norm=1.0,
+):
+    """AdamW with the paper's defaults and the right variables excluded from decay.
+
+    Call it inside the distribution strategy's scope, after the model is built.
+    """
+    optimizer = AdamW(
+        learning_rate=LinearWarmupLinearDecay(learning_rate, warmup_steps, total_steps),
+        weight_decay=weight_decay,
+        beta_1=beta_1,
+        beta_2=beta_2,
+        epsilon=epsilon,
+        global_clipnorm=clip_norm,
+    )
+    optimizer.exclude_from_weight_decay(var_list=decay_exclusions(model))
+    return optimizer

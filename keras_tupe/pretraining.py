@@ -1,0 +1,375 @@
+"""Masked-LM pre-training with `model.fit`: the library behind `training.pretrain`.
+
+One function, `pretrain(config)`, does the whole run: it validates everything
+before any training starts, trains or reuses the WordPiece vocabulary, builds
+the model under the chosen tf.distribute strategy and precision, and fits with
+checkpoints, resume after a kill, TensorBoard, a CSV of losses by step and a
+progress bar.
+
+Under `--strategy multiworker` every worker runs the same command and writes
+the same files into its own `--out` (a local path on each machine).
+
+Resume: a step is one optimizer update on a global batch. Training runs in
+"epochs" of `eval_every` steps; after each, the validation loss is logged and
+`keras.callbacks.BackupAndRestore` saves the weights, optimizer and epoch. A
+killed run started again with the same command restores them and skips the
+batches it already consumed in the (deterministic) data stream, so it ends
+with the same step count and the same weights as a run that was never killed.
+"""
+
+import dataclasses
+import json
+import math
+import os
+import platform
+import shutil
+import sys
+import time
+
+import keras
+
+RUN_CONFIG = "run_config.json"
+STRATEGIES = ("default", "mirrored", "multiworker")
+PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
+# Fields that may differ when a killed run is started again.
+RESUME_FREE_FIELDS = ("overwrite",)
+
+
+@dataclasses.dataclass
+class PretrainConfig:
+    """Every setting of a pre-training run; defaults are TUPE's Table 1."""
+
+    preset: str
+    corpus: list
+    out: str
+    valid_corpus: list = None
+    vocab: str = None
+    vocabulary_size: int = 30522
+    lowercase: bool = True
+    vocab_lines: int = 200_000
+    steps: int = 1_000_000
+    batch_size: int = 256
+    seq_len: int = 512
+    learning_rate: float = 1e-4
+    warmup_ratio: float = 0.01
+    weight_decay: float = 0.01
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_epsilon: float = 1e-6
+    clip_norm: float = 1.0
+    dropout: float = 0.1
+    mask_rate: float = 0.15
+    mask_token_rate: float = 0.8
+    random_token_rate: float = 0.1
+    eval_every: int = 1000
+    valid_batches: int = 50
+    save_steps: list = dataclasses.field(default_factory=list)
+    strategy: str = "default"
+    precision: str = "float32"
+    xla: bool = True
+    seed: int = 0
+    shuffle_buffer: int = 10_000
+    max_lines: int = None
+    overwrite: bool = False
+    verbose: int = 1
+
+    def resume_key(self):
+        """The fields that must match for a run directory to be resumed."""
+        return {k: v for k, v in dataclasses.asdict(self).items()
+                if k not in RESUME_FREE_FIELDS}
+
+
+class PretrainError(ValueError):
+    """A problem with the run's settings, found before any training starts."""
+
+
+def _choice(name, value, choices):
+    if value not in choices:
+        raise PretrainError(f"--{name.replace('_', '-')} must be one of {choices}. "
+                            f"Received: {value!r}")
+
+
+def make_strategy(name):
+    """The tf.distribute strategy for `--strategy`."""
+    import tensorflow as tf
+
+    _choice("strategy", name, STRATEGIES)
+    if name == "mirrored":
+        return tf.distribute.MirroredStrategy()
+    if name == "multiworker":
+        if "TF_CONFIG" not in os.environ:
+            raise PretrainError(
+                "--strategy multiworker reads the cluster from the TF_CONFIG environment "
+                "variable, which is not set. Example: TF_CONFIG='{\"cluster\": {\"worker\": "
+                "[\"host1:port\", \"host2:port\"]}, \"task\": {\"type\": \"worker\", \"index\": 0}}'"
+            )
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    return tf.distribute.get_strategy()
+
+
+def validate(config, num_replicas):
+    """Every check that can fail, before any file is written or step taken."""
+    from keras_tupe.models.presets import PRESETS
+
+    if config.preset not in PRESETS:
+        raise PretrainError(f"Unknown preset {config.preset!r}. Valid presets: {sorted(PRESETS)}")
+    _choice("precision", config.precision, PRECISIONS)
+    _choice("strategy", config.strategy, STRATEGIES)
+    preset = PRESETS[config.preset]
+    has_absolute_table = (
+        preset.get("absolute_position", "added") == "added"
+        or preset.get("absolute_correlation", "none") != "none"
+    )
+    if has_absolute_table and config.seq_len > preset["max_sequence_length"]:
+        raise PretrainError(
+            f"--seq-len {config.seq_len} is longer than the absolute position table of "
+            f"{config.preset} (max_sequence_length={preset['max_sequence_length']}). Use "
+            f"--seq-len <= {preset['max_sequence_length']}, or a relative-only preset."
+        )
+    if config.batch_size < 1 or config.batch_size % num_replicas:
+        raise PretrainError(
+            f"--batch-size {config.batch_size} (the global batch) must be a positive multiple "
+            f"of the number of replicas ({num_replicas}) so every replica gets the same share."
+        )
+    if config.steps < 1 or config.eval_every < 1 or config.steps % config.eval_every:
+        raise PretrainError(
+            f"--steps ({config.steps}) must be a positive multiple of --eval-every "
+            f"({config.eval_every}): training runs, validates and backs up in blocks of "
+            "--eval-every steps."
+        )
+    bad_saves = [s for s in config.save_steps if not 0 < s <= config.steps]
+    if bad_saves:
+        raise PretrainError(f"--save-steps must lie in [1, --steps={config.steps}]. "
+                            f"Received: {bad_saves}")
+    if not 0 <= config.warmup_ratio < 1:
+        raise PretrainError(f"--warmup-ratio must be in [0, 1). Received: {config.warmup_ratio}")
+
+
+def _versions():
+    import keras_hub
+    import numpy
+    import tensorflow as tf
+
+    return {
+        "python": platform.python_version(),
+        "tensorflow": tf.__version__,
+        "keras": keras.__version__,
+        "keras_hub": keras_hub.__version__,
+        "numpy": numpy.__version__,
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.platform()}",
+    }
+
+
+def prepare_run_dir(config):
+    """Creates, resumes or refuses `config.out`. Returns `"new"` or `"resume"`.
+
+    Nothing a user already has is overwritten without `--overwrite`.
+    """
+    out = config.out
+    if not os.path.exists(out) or not os.listdir(out):
+        return "new"
+    if config.overwrite:
+        shutil.rmtree(out)
+        return "new"
+    config_path = os.path.join(out, RUN_CONFIG)
+    if not os.path.exists(config_path):
+        raise PretrainError(
+            f"--out {out} exists and is not a keras_tupe run directory; refusing to write "
+            "into it. Choose another --out, or pass --overwrite to delete it first."
+        )
+    if os.path.exists(os.path.join(out, "mlm.keras")):
+        raise PretrainError(
+            f"--out {out} holds a finished run. Choose another --out, or pass --overwrite "
+            "to replace it."
+        )
+    with open(config_path) as f:
+        saved = json.load(f)["config"]
+    current = json.loads(json.dumps(config.resume_key()))
+    saved = {k: v for k, v in saved.items() if k not in RESUME_FREE_FIELDS}
+    differences = {k: (saved.get(k), current.get(k)) for k in current if saved.get(k) != current.get(k)}
+    if differences:
+        described = ", ".join(f"{k}: run has {a!r}, now {b!r}" for k, (a, b) in differences.items())
+        raise PretrainError(
+            f"--out {out} holds an unfinished run with other settings ({described}). Resume it "
+            "with the same settings, choose another --out, or pass --overwrite."
+        )
+    return "resume"
+
+
+def _vocabulary(config, mode):
+    """The run's vocabulary file: given, reused from the run, or trained."""
+    from keras_tupe import data
+
+    run_vocab = os.path.join(config.out, "vocab.txt")
+    if mode == "resume" and os.path.exists(run_vocab):
+        if config.vocab and data.vocabulary_fingerprint(config.vocab) != data.vocabulary_fingerprint(run_vocab):
+            raise PretrainError(
+                f"--vocab {config.vocab} does not match the vocabulary of the checkpoint in "
+                f"{config.out} ({run_vocab}): the token ids would mean other words."
+            )
+        return run_vocab
+    if config.vocab:
+        if not os.path.exists(config.vocab):
+            raise PretrainError(f"--vocab {config.vocab} does not exist.")
+        shutil.copyfile(config.vocab, run_vocab)
+        return run_vocab
+    if config.verbose:
+        print(f"Training a {config.vocabulary_size}-token WordPiece vocabulary on "
+              f"{config.vocab_lines} lines of {config.corpus} ...", flush=True)
+    data.train_vocabulary(config.corpus, config.vocabulary_size, run_vocab,
+                          lowercase=config.lowercase, max_lines=config.vocab_lines)
+    return run_vocab
+
+
+def _backed_up_epoch(backup_dir):
+    """The epoch `BackupAndRestore` will restore (its own metadata file), or 0."""
+    path = os.path.join(backup_dir, "training_metadata.json")
+    if not os.path.exists(path):
+        return 0
+    with open(path) as f:
+        return int(json.load(f)["epoch"])
+
+
+class StepLogger(keras.callbacks.Callback):
+    """Appends one CSV row per epoch: the step, losses, learning rate and speed."""
+
+    COLUMNS = ("step", "loss", "accuracy", "val_loss", "val_accuracy", "learning_rate",
+               "tokens_per_second", "elapsed_seconds")
+
+    def __init__(self, path, tokens_per_step, steps_per_epoch):
+        super().__init__()
+        self.path = path
+        self.tokens_per_step = tokens_per_step
+        self.steps_per_epoch = steps_per_epoch
+
+    def on_train_begin(self, logs=None):
+        self._start = time.perf_counter()
+        if not os.path.exists(self.path):
+            with open(self.path, "w") as f:
+                f.write(",".join(self.COLUMNS) + "\n")
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch_start = time.perf_counter()
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs = logs or {}
+        seconds = time.perf_counter() - self._epoch_start
+        step = int(self.model.optimizer.iterations.numpy())
+        learning_rate = self.model.optimizer.learning_rate
+        row = {
+            **logs,
+            "step": step,
+            "learning_rate": float(keras.ops.convert_to_numpy(learning_rate)),
+            "tokens_per_second": self.tokens_per_step * self.steps_per_epoch / seconds,
+            "elapsed_seconds": time.perf_counter() - self._start,
+        }
+        with open(self.path, "a") as f:
+            f.write(",".join(_csv_value(row.get(c)) for c in self.COLUMNS) + "\n")
+
+
+def _csv_value(value):
+    if value is None:
+        return ""
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+class StepCheckpoint(keras.callbacks.Callback):
+    """Saves the masked-LM model as `.keras` after the chosen optimizer steps."""
+
+    def __init__(self, directory, steps):
+        super().__init__()
+        self.directory = directory
+        self.steps = set(steps)
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = int(self.model.optimizer.iterations.numpy())
+        if step in self.steps:
+            path = os.path.join(self.directory, f"step_{step:07d}.keras")
+            if not os.path.exists(path):  # a resumed run keeps the first one
+                os.makedirs(self.directory, exist_ok=True)
+                self.model.save(path)
+
+
+def pretrain(config):
+    """Runs (or resumes) a pre-training run. Returns the Keras `History`."""
+    import tensorflow as tf
+
+    from keras_tupe import data
+    from keras_tupe.models import MaskedLM, TupeBackbone
+    from keras_tupe.optimization import create_optimizer
+
+    strategy = make_strategy(config.strategy)
+    validate(config, strategy.num_replicas_in_sync)
+    # Read the corpora now: a missing or empty corpus fails before anything is written.
+    data.line_dataset(config.corpus, max_lines=config.max_lines)
+    if config.valid_corpus:
+        data.line_dataset(config.valid_corpus, max_lines=config.max_lines)
+    mode = prepare_run_dir(config)
+    os.makedirs(config.out, exist_ok=True)
+    vocab_path = _vocabulary(config, mode)
+    if mode == "new":
+        with open(os.path.join(config.out, RUN_CONFIG), "w") as f:
+            json.dump({
+                "config": config.resume_key(),
+                "vocabulary_sha256": data.vocabulary_fingerprint(vocab_path),
+                "command": " ".join(sys.argv),
+                "versions": _versions(),
+                "replicas": strategy.num_replicas_in_sync,
+            }, f, indent=2)
+
+    keras.utils.set_random_seed(config.seed)
+    keras.config.set_dtype_policy(config.precision)
+    tokenizer = data.load_tokenizer(vocab_path, lowercase=config.lowercase)
+    vocabulary_size = tokenizer.vocabulary_size()
+    steps_per_epoch = config.eval_every
+    epochs = config.steps // steps_per_epoch
+    backup_dir = os.path.join(config.out, "backup")
+    consumed = _backed_up_epoch(backup_dir) * steps_per_epoch
+    if consumed and config.verbose:
+        print(f"Resuming {config.out} after step {consumed}.", flush=True)
+
+    tf.random.set_seed(config.seed)
+    train = data.mlm_dataset(
+        config.corpus, tokenizer, config.seq_len, config.batch_size, seed=config.seed,
+        mask_rate=config.mask_rate, mask_token_rate=config.mask_token_rate,
+        random_token_rate=config.random_token_rate, shuffle_buffer=config.shuffle_buffer,
+        repeat=True, max_lines=config.max_lines,
+    ).skip(consumed)
+    valid = None
+    if config.valid_corpus:
+        valid = data.mlm_dataset(
+            config.valid_corpus, tokenizer, config.seq_len, config.batch_size,
+            seed=config.seed + 1, mask_rate=config.mask_rate,
+            mask_token_rate=config.mask_token_rate, random_token_rate=config.random_token_rate,
+            shuffle_buffer=0, repeat=False, max_lines=config.max_lines,
+        ).take(config.valid_batches).cache()
+
+    with strategy.scope():
+        backbone = TupeBackbone.from_preset(
+            config.preset, vocabulary_size=vocabulary_size, dropout=config.dropout
+        )
+        model = MaskedLM(backbone)
+        optimizer = create_optimizer(
+            model, config.learning_rate, total_steps=config.steps,
+            warmup_steps=int(config.warmup_ratio * config.steps),
+            weight_decay=config.weight_decay, beta_1=config.adam_beta1,
+            beta_2=config.adam_beta2, epsilon=config.adam_epsilon, clip_norm=config.clip_norm,
+        )
+        if config.precision == "mixed_float16":
+            optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+        model.compile(optimizer=optimizer, jit_compile=config.xla)
+
+    callbacks = [
+        keras.callbacks.BackupAndRestore(backup_dir, double_checkpoint=True),
+        StepCheckpoint(os.path.join(config.out, "checkpoints"), config.save_steps),
+        StepLogger(os.path.join(config.out, "metrics.csv"),
+                   config.batch_size * config.seq_len, steps_per_epoch),
+        keras.callbacks.TensorBoard(os.path.join(config.out, "tensorboard"), update_freq=100),
+    ]
+    history = model.fit(
+        train, validation_data=valid, epochs=epochs, steps_per_epoch=steps_per_epoch,
+        callbacks=callbacks, verbose=config.verbose,
+    )
+    backbone.save(os.path.join(config.out, "backbone.keras"))
+    model.save(os.path.join(config.out, "mlm.keras"))  # last: marks the run finished
+    return history

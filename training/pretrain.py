@@ -1,0 +1,87 @@
+"""Masked-LM pre-training of any keras_tupe preset with `model.fit`.
+
+    python -m training.pretrain --preset tupe_r_mini \\
+        --corpus ../shared/data/enwiki/train.txt --valid-corpus ../shared/data/enwiki/valid.txt \\
+        --steps 2000 --batch-size 32 --seq-len 128 --out runs/tupe_r_mini
+
+Defaults are TUPE's Table 1 (batch 256, sequence 512, peak LR 1e-4, 1% warm-up,
+linear decay, AdamW β=(0.9, 0.999) ε=1e-6, weight decay 0.01, clip 1.0,
+dropout 0.1, 15% masking 80/10/10). A killed run resumes when the same command
+is run again. `--corpus` takes text files (one paragraph a line, blank line
+between documents), WikiText `.tokens` files, directories of `.txt` files, or
+`tfds:NAME[:SPLIT]` for tensorflow-datasets.
+"""
+
+import argparse
+import sys
+
+from keras_tupe.pretraining import PRECISIONS, STRATEGIES, PretrainConfig, PretrainError, pretrain
+
+DEFAULTS = PretrainConfig(preset="", corpus=[], out="")
+
+
+def _int_list(text):
+    try:
+        return [int(float(s)) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated step numbers, got {text!r}")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(
+        prog="python -m training.pretrain", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    d = DEFAULTS
+    p.add_argument("--preset", required=True, help="backbone preset, e.g. tupe_r_mini")
+    p.add_argument("--corpus", required=True, nargs="+", help="training text (see above)")
+    p.add_argument("--valid-corpus", nargs="+", help="validation text, logged every --eval-every")
+    p.add_argument("--out", required=True, help="run directory (created; resumed if unfinished)")
+    p.add_argument("--overwrite", action="store_true", help="delete an existing --out first")
+    p.add_argument("--vocab", help="WordPiece vocabulary file; trained on --corpus if absent")
+    p.add_argument("--vocabulary-size", type=int, default=d.vocabulary_size)
+    p.add_argument("--cased", dest="lowercase", action="store_false", help="keep case")
+    p.add_argument("--vocab-lines", type=int, default=d.vocab_lines,
+                   help="corpus lines used to train the vocabulary")
+    p.add_argument("--steps", type=int, default=d.steps, help="optimizer steps")
+    p.add_argument("--batch-size", type=int, default=d.batch_size, help="global batch size")
+    p.add_argument("--seq-len", type=int, default=d.seq_len)
+    p.add_argument("--learning-rate", type=float, default=d.learning_rate, help="peak LR")
+    p.add_argument("--warmup-ratio", type=float, default=d.warmup_ratio)
+    p.add_argument("--weight-decay", type=float, default=d.weight_decay)
+    p.add_argument("--adam-beta1", type=float, default=d.adam_beta1)
+    p.add_argument("--adam-beta2", type=float, default=d.adam_beta2)
+    p.add_argument("--adam-epsilon", type=float, default=d.adam_epsilon)
+    p.add_argument("--clip-norm", type=float, default=d.clip_norm,
+                   help="global norm of the aggregated gradient")
+    p.add_argument("--dropout", type=float, default=d.dropout)
+    p.add_argument("--mask-rate", type=float, default=d.mask_rate)
+    p.add_argument("--mask-token-rate", type=float, default=d.mask_token_rate)
+    p.add_argument("--random-token-rate", type=float, default=d.random_token_rate)
+    p.add_argument("--eval-every", type=int, default=d.eval_every,
+                   help="steps between validation, CSV rows and backups")
+    p.add_argument("--valid-batches", type=int, default=d.valid_batches)
+    p.add_argument("--save-steps", type=_int_list, default=[],
+                   help="steps at which to keep a .keras checkpoint, e.g. 100000,300000")
+    p.add_argument("--strategy", choices=STRATEGIES, default=d.strategy)
+    p.add_argument("--precision", choices=PRECISIONS, default=d.precision)
+    p.add_argument("--no-xla", dest="xla", action="store_false", help="turn XLA off")
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--shuffle-buffer", type=int, default=d.shuffle_buffer)
+    p.add_argument("--max-lines", type=int, help="read at most this many corpus lines")
+    p.add_argument("--verbose", type=int, default=d.verbose, choices=(0, 1, 2))
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = vars(parse_args(argv))
+    try:
+        pretrain(PretrainConfig(**args))
+    except (PretrainError, FileNotFoundError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
