@@ -1,8 +1,8 @@
 """keras_tupe: TUPE and relative position encodings for Keras 3 encoders."""
 
-from keras_tupe import layers, models
+from keras_tupe import layers, models, optimization
 from keras_tupe.models import PRESETS, TupeBackbone
 
 __version__ = "0.1.0"
 
-__all__ = ["PRESETS", "TupeBackbone", "layers", "models", "__version__"]
+__all__ = ["PRESETS", "TupeBackbone", "layers", "models", "optimization", "__version__"]

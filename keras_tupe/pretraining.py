@@ -24,15 +24,16 @@ import os
 import platform
 import shutil
 import sys
-import time
 
 import keras
+
+from keras_tupe.callbacks import BackupAndRestoreWithSeeds, StepCheckpoint, StepLogger
 
 RUN_CONFIG = "run_config.json"
 STRATEGIES = ("default", "mirrored", "multiworker")
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 # Fields that may differ when a killed run is started again.
-RESUME_FREE_FIELDS = ("overwrite",)
+RESUME_FREE_FIELDS = ("overwrite", "verbose", "vocab")  # the vocab is checked by content
 
 
 @dataclasses.dataclass
@@ -95,7 +96,10 @@ def make_strategy(name):
 
     _choice("strategy", name, STRATEGIES)
     if name == "mirrored":
-        return tf.distribute.MirroredStrategy()
+        # All GPUs; without any, all logical CPU devices (one on a plain host,
+        # several where tf.config made them, as the tests do).
+        devices = tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")
+        return tf.distribute.MirroredStrategy([device.name for device in devices])
     if name == "multiworker":
         if "TF_CONFIG" not in os.environ:
             raise PretrainError(
@@ -230,66 +234,6 @@ def _backed_up_epoch(backup_dir):
         return int(json.load(f)["epoch"])
 
 
-class StepLogger(keras.callbacks.Callback):
-    """Appends one CSV row per epoch: the step, losses, learning rate and speed."""
-
-    COLUMNS = ("step", "loss", "accuracy", "val_loss", "val_accuracy", "learning_rate",
-               "tokens_per_second", "elapsed_seconds")
-
-    def __init__(self, path, tokens_per_step, steps_per_epoch):
-        super().__init__()
-        self.path = path
-        self.tokens_per_step = tokens_per_step
-        self.steps_per_epoch = steps_per_epoch
-
-    def on_train_begin(self, logs=None):
-        self._start = time.perf_counter()
-        if not os.path.exists(self.path):
-            with open(self.path, "w") as f:
-                f.write(",".join(self.COLUMNS) + "\n")
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self._epoch_start = time.perf_counter()
-
-    def on_epoch_end(self, epoch, logs=None):
-        logs = logs or {}
-        seconds = time.perf_counter() - self._epoch_start
-        step = int(self.model.optimizer.iterations.numpy())
-        learning_rate = self.model.optimizer.learning_rate
-        row = {
-            **logs,
-            "step": step,
-            "learning_rate": float(keras.ops.convert_to_numpy(learning_rate)),
-            "tokens_per_second": self.tokens_per_step * self.steps_per_epoch / seconds,
-            "elapsed_seconds": time.perf_counter() - self._start,
-        }
-        with open(self.path, "a") as f:
-            f.write(",".join(_csv_value(row.get(c)) for c in self.COLUMNS) + "\n")
-
-
-def _csv_value(value):
-    if value is None:
-        return ""
-    return f"{value:.6g}" if isinstance(value, float) else str(value)
-
-
-class StepCheckpoint(keras.callbacks.Callback):
-    """Saves the masked-LM model as `.keras` after the chosen optimizer steps."""
-
-    def __init__(self, directory, steps):
-        super().__init__()
-        self.directory = directory
-        self.steps = set(steps)
-
-    def on_train_batch_end(self, batch, logs=None):
-        step = int(self.model.optimizer.iterations.numpy())
-        if step in self.steps:
-            path = os.path.join(self.directory, f"step_{step:07d}.keras")
-            if not os.path.exists(path):  # a resumed run keeps the first one
-                os.makedirs(self.directory, exist_ok=True)
-                self.model.save(path)
-
-
 def pretrain(config):
     """Runs (or resumes) a pre-training run. Returns the Keras `History`."""
     import tensorflow as tf
@@ -301,9 +245,12 @@ def pretrain(config):
     strategy = make_strategy(config.strategy)
     validate(config, strategy.num_replicas_in_sync)
     # Read the corpora now: a missing or empty corpus fails before anything is written.
-    data.line_dataset(config.corpus, max_lines=config.max_lines)
-    if config.valid_corpus:
-        data.line_dataset(config.valid_corpus, max_lines=config.max_lines)
+    for flag, corpus in (("--corpus", config.corpus), ("--valid-corpus", config.valid_corpus)):
+        if corpus:
+            try:
+                data.line_dataset(corpus, max_lines=config.max_lines)
+            except (FileNotFoundError, ValueError) as error:
+                raise PretrainError(f"{flag}: {error}") from error
     mode = prepare_run_dir(config)
     os.makedirs(config.out, exist_ok=True)
     vocab_path = _vocabulary(config, mode)
@@ -360,11 +307,13 @@ def pretrain(config):
         model.compile(optimizer=optimizer, jit_compile=config.xla)
 
     callbacks = [
-        keras.callbacks.BackupAndRestore(backup_dir, double_checkpoint=True),
+        BackupAndRestoreWithSeeds(backup_dir, double_checkpoint=True),
         StepCheckpoint(os.path.join(config.out, "checkpoints"), config.save_steps),
         StepLogger(os.path.join(config.out, "metrics.csv"),
                    config.batch_size * config.seq_len, steps_per_epoch),
-        keras.callbacks.TensorBoard(os.path.join(config.out, "tensorboard"), update_freq=100),
+        # update_freq="epoch": a summary writer held open during training made
+        # the dropout masks depend on the log path (seen with XLA on TF 2.21).
+        keras.callbacks.TensorBoard(os.path.join(config.out, "tensorboard"), update_freq="epoch"),
     ]
     history = model.fit(
         train, validation_data=valid, epochs=epochs, steps_per_epoch=steps_per_epoch,

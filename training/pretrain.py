@@ -77,7 +77,7 @@ def main(argv=None):
     args = vars(parse_args(argv))
     try:
         pretrain(PretrainConfig(**args))
-    except (PretrainError, FileNotFoundError) as error:
+    except PretrainError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     return 0

@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_tupe.layers.utils import Float32BiasCallMixin, attention_mask_to_bias
+from keras_tupe.layers.utils import Float32BiasCallMixin, attention_mask_to_bias, head_dim
 
 
 class PositionalAttentionBase(Float32BiasCallMixin, keras.layers.Layer):
@@ -49,12 +49,7 @@ class PositionalAttentionBase(Float32BiasCallMixin, keras.layers.Layer):
 
     def build(self, inputs_shape):
         hidden_dim = inputs_shape[-1]
-        if hidden_dim % self.num_heads:
-            raise ValueError(
-                "The hidden size must be divisible by `num_heads`. Received: "
-                f"hidden size {hidden_dim}, num_heads={self.num_heads}"
-            )
-        self.head_dim = hidden_dim // self.num_heads
+        self.head_dim = head_dim(hidden_dim, self.num_heads)
 
         def projection(name, equation, output_shape, bias_axes):
             layer = keras.layers.EinsumDense(

@@ -5,7 +5,7 @@ import math
 import keras
 from keras import ops
 
-from keras_tupe.layers.utils import check_sequence_length
+from keras_tupe.layers.utils import check_sequence_length, head_dim
 
 OUTPUT_MODES = ("correlation", "projections")
 
@@ -88,12 +88,7 @@ class UntiedPositionalCorrelation(keras.layers.Layer):
 
     def build(self, inputs_shape):
         hidden_dim = inputs_shape[-1]
-        if hidden_dim % self.num_heads:
-            raise ValueError(
-                "The hidden size must be divisible by `num_heads`. Received: "
-                f"hidden size {hidden_dim}, num_heads={self.num_heads}"
-            )
-        self.head_dim = hidden_dim // self.num_heads
+        self.head_dim = head_dim(hidden_dim, self.num_heads)
         self.position_embeddings = self.add_weight(
             name="position_embeddings",
             shape=(self.max_sequence_length, hidden_dim),

@@ -43,6 +43,16 @@ def check_sequence_length(length, maximum, what):
         raise ValueError(f"{message} Received: sequence length {int(length)}.")
 
 
+def head_dim(hidden_dim, num_heads):
+    """`hidden_dim // num_heads`, or a clear error when the heads do not divide it."""
+    if hidden_dim % num_heads:
+        raise ValueError(
+            "The hidden size must be divisible by `num_heads`. Received: "
+            f"hidden size {hidden_dim}, num_heads={num_heads}"
+        )
+    return hidden_dim // num_heads
+
+
 def relative_positions(query_length, key_length):
     """Relative distance `j - i` (key minus query), shape `(query_length, key_length)`."""
     query = ops.arange(query_length, dtype="int32")

@@ -30,9 +30,17 @@ class Task(keras.Model):
             *args, jit_compile=False if self.xla_per_replica else jit_compile, **kwargs
         )
 
+    def compile_from_config(self, config):
+        # Keras skips this for models with a custom `compile()`; ours takes the
+        # same arguments, so a reloaded `.keras` task comes back compiled, with
+        # its optimizer state.
+        self.compile(**keras.saving.deserialize_keras_object(config))
+        if self.built:
+            self.optimizer.build(self.trainable_variables)
+
     def train_step(self, data):
         if not getattr(self, "xla_per_replica", False):
-            return super().train_step(data)
+            return self._multiworker_safe(super().train_step(data))
         import tensorflow as tf
         from keras.src.losses.loss import unscale_loss_for_distribution
         from keras.src.trainers.data_adapters.data_adapter_utils import (
@@ -52,7 +60,44 @@ class Task(keras.Model):
         # The optimizer all-reduces (sums) the gradients, clips the aggregate
         # and updates the mirrored variables, outside XLA.
         self.optimizer.apply_gradients(zip(gradients, self.trainable_weights))
-        return self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
+        return self._multiworker_safe(
+            self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
+        )
+
+    def test_step(self, data):
+        return self._multiworker_safe(super().test_step(data))
+
+    def _multiworker_safe(self, logs):
+        # Under MultiWorkerMirroredStrategy Keras reduces every logged value
+        # with `strategy.reduce("MEAN", v, axis=0)`, which fails on the scalar
+        # metric results ("Invalid reduction dimension 0 for input with 0
+        # dimensions"). The results are already synchronized across replicas,
+        # so shape (1,) makes that reduction return the same value.
+        import tensorflow as tf
+
+        if not isinstance(self.distribute_strategy, tf.distribute.MultiWorkerMirroredStrategy):
+            return logs
+        return {name: tf.reshape(value, [1]) for name, value in logs.items()}
+
+    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+        # Keras learns the batch shapes by reducing the first (distributed)
+        # batch across replicas; MultiWorkerMirroredStrategy cannot reduce a
+        # dict ("Attempt to convert a value ({'input_word_ids': PerReplica...}
+        # with an unsupported type dict"). One replica's local batch has the
+        # same structure, which is all the symbolic build needs.
+        if iterator is not None and self._distribute_strategy is not None:
+            import tensorflow as tf
+
+            for _, _, batches in iterator:
+                data_batch = tf.nest.map_structure(
+                    lambda x: self.distribute_strategy.experimental_local_results(x)[0]
+                    if isinstance(x, tf.distribute.DistributedValues)
+                    else x,
+                    next(batches),
+                )
+                break
+            iterator = None
+        return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
 
     def _forward_backward(self, x, y, sample_weight):
         import tensorflow as tf

@@ -1,0 +1,168 @@
+"""The pre-training CLI: errors before training, no silent overwrite, resume, multi-worker."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+
+from keras_tupe import data
+from training import pretrain as cli
+
+REPO = Path(__file__).resolve().parents[1]
+DATA_DIR = Path(os.environ.get("KERAS_TUPE_DATA_DIR") or REPO.parent / "shared" / "data")
+ENWIKI_TRAIN = DATA_DIR / "enwiki" / "train.txt"
+ENWIKI_VALID = DATA_DIR / "enwiki" / "valid.txt"
+
+
+@pytest.fixture(scope="module")
+def vocab(tmp_path_factory):
+    path = tmp_path_factory.mktemp("vocab") / "vocab.txt"
+    return data.train_vocabulary(str(ENWIKI_TRAIN), 400, str(path), max_lines=1500)
+
+
+def tiny_args(out, vocab, *extra):
+    return [
+        "--preset", "tupe_r_tiny", "--corpus", str(ENWIKI_TRAIN), "--out", str(out),
+        "--vocab", str(vocab), "--max-lines", "1500", "--seq-len", "32", "--batch-size", "8",
+        "--steps", "6", "--eval-every", "2", "--learning-rate", "1e-3", "--verbose", "0",
+        "--shuffle-buffer", "64", *extra,
+    ]
+
+
+def run_cli(argv, capsys):
+    code = cli.main(argv)
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (["--corpus", "/nonexistent/corpus.txt"], "/nonexistent/corpus.txt"),
+        (["--seq-len", "256"], "--seq-len 256 is longer than the absolute position table.*128"),
+        (["--strategy", "mirrored", "--batch-size", "9"], "--batch-size 9.*multiple.*replicas \\(2\\)"),
+        (["--steps", "7"], "--steps \\(7\\) must be a positive multiple of --eval-every \\(2\\)"),
+        (["--save-steps", "0,100"], "--save-steps must lie in"),
+        (["--preset", "tupe_r_huge"], "Unknown preset 'tupe_r_huge'.*tupe_r_tiny"),
+    ],
+)
+def test_bad_input_fails_before_anything_is_written(tmp_path, vocab, capsys, change, message):
+    import re
+
+    out = tmp_path / "run"
+    code, err = run_cli(tiny_args(out, vocab) + change, capsys)
+    assert code == 2 and re.search(message, err), err
+    assert not out.exists()
+
+
+def test_empty_corpus_is_refused(tmp_path, vocab, capsys):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n")
+    code, err = run_cli(tiny_args(tmp_path / "run", vocab) + ["--corpus", str(empty)], capsys)
+    assert code == 2 and "empty" in err and str(empty) in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_foreign_or_finished_directories_are_not_overwritten(tmp_path, vocab, capsys):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    code, err = run_cli(tiny_args(out, vocab), capsys)
+    assert code == 2 and "not a keras_tupe run directory" in err and "--overwrite" in err
+    assert (out / "notes.txt").read_text() == "mine" and len(os.listdir(out)) == 1
+    (out / "run_config.json").write_text("{}")
+    (out / "mlm.keras").write_text("a finished run")
+    code, err = run_cli(tiny_args(out, vocab), capsys)
+    assert code == 2 and "finished run" in err
+    assert (out / "mlm.keras").read_text() == "a finished run"
+
+
+def test_resume_refuses_other_settings_and_another_vocabulary(tmp_path, vocab, capsys):
+    out = tmp_path / "run"
+    args = cli.parse_args(tiny_args(out, vocab))
+    config = cli.PretrainConfig(**vars(args))
+    out.mkdir()
+    (out / "run_config.json").write_text(json.dumps({"config": config.resume_key()}))
+    (out / "vocab.txt").write_text(Path(vocab).read_text())
+    code, err = run_cli(tiny_args(out, vocab, "--learning-rate", "5e-4"), capsys)
+    assert code == 2 and "learning_rate: run has 0.001, now 0.0005" in err
+    other = tmp_path / "other_vocab.txt"
+    other.write_text(Path(vocab).read_text() + "zzzextra\n")
+    code, err = run_cli(tiny_args(out, other), capsys)
+    assert code == 2 and "does not match the vocabulary of the checkpoint" in err
+
+
+def _subprocess_run(argv, env=None):
+    return subprocess.Popen(
+        [sys.executable, "-m", "training.pretrain", *argv], cwd=REPO,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **(env or {})},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+
+
+def _final_weights(out):
+    model = keras.saving.load_model(Path(out) / "mlm.keras")
+    return model, [w.numpy() for w in model.weights]
+
+
+@pytest.mark.slow
+def test_killed_run_resumes_to_the_same_weights(tmp_path, vocab):
+    args = lambda out: tiny_args(out, vocab, "--valid-corpus", str(ENWIKI_VALID),
+                                 "--valid-batches", "2", "--save-steps", "4")
+    straight = _subprocess_run(args(tmp_path / "straight"))
+    assert straight.wait(600) == 0, straight.stdout.read()
+
+    killed = _subprocess_run(args(tmp_path / "killed"))
+    metadata = tmp_path / "killed" / "backup" / "training_metadata.json"
+    deadline = time.time() + 600
+    while not (metadata.exists() and json.loads(metadata.read_text() or "{}").get("epoch", 0) >= 1):
+        assert killed.poll() is None and time.time() < deadline, killed.stdout.read()
+        time.sleep(0.05)
+    killed.send_signal(signal.SIGKILL)
+    killed.wait()
+    assert not (tmp_path / "killed" / "mlm.keras").exists()
+    resumed = _subprocess_run(args(tmp_path / "killed"))
+    output = resumed.communicate(timeout=600)[0]
+    assert resumed.returncode == 0, output
+
+    model, weights = _final_weights(tmp_path / "killed")
+    assert int(model.optimizer.iterations.numpy()) == 6
+    _, want = _final_weights(tmp_path / "straight")
+    for got, expected in zip(weights, want):
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+    rows = (tmp_path / "killed" / "metrics.csv").read_text().splitlines()
+    steps = [int(row.split(",")[0]) for row in rows[1:]]
+    assert steps[-1] == 6 and sorted(set(steps)) == steps  # continues, no step twice
+    assert (tmp_path / "killed" / "checkpoints" / "step_0000004.keras").exists()
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_multiworker_workers_end_with_identical_weights(tmp_path, vocab):
+    ports = [_free_port(), _free_port()]
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in ports]}
+    workers = []
+    for index in range(2):
+        tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
+        argv = tiny_args(tmp_path / f"worker{index}", vocab, "--strategy", "multiworker")
+        argv[argv.index("--steps") + 1] = "4"
+        workers.append(_subprocess_run(argv, env={"TF_CONFIG": tf_config}))
+    outputs = [worker.communicate(timeout=600)[0] for worker in workers]
+    assert [worker.returncode for worker in workers] == [0, 0], outputs
+    _, first = _final_weights(tmp_path / "worker0")
+    model, second = _final_weights(tmp_path / "worker1")
+    assert int(model.optimizer.iterations.numpy()) == 4
+    for a, b in zip(first, second):
+        np.testing.assert_array_equal(a, b)
