@@ -1,0 +1,269 @@
+"""The masked-LM pre-training pipeline: text -> WordPiece ids -> packing -> masking -> batches.
+
+One function a step: `line_dataset` (corpus.py) reads the corpus, the tokenizer of
+`load_tokenizer` (vocabulary.py) maps lines to ids, `packed_sequences` builds
+FULL-SENTENCES sequences, `mlm_dataset` shuffles, masks and batches them.
+"""
+
+import math
+import numbers
+
+import keras_hub
+import numpy as np
+import tensorflow as tf
+
+from keras_tupe.data.corpus import line_batches, line_dataset
+from keras_tupe.data.vocabulary import (
+    SPECIAL_TOKENS,
+    load_tokenizer,
+    train_vocabulary,
+    vocabulary_fingerprint,
+)
+
+__all__ = [
+    "SPECIAL_TOKENS",
+    "line_dataset",
+    "load_tokenizer",
+    "mask_selection_length",
+    "mlm_dataset",
+    "packed_sequences",
+    "train_vocabulary",
+    "vocabulary_fingerprint",
+]
+
+PAD, CLS, SEP, UNK, MASK = SPECIAL_TOKENS
+# Never selected for masking. [SEP] is excluded like [CLS], as BERT and keras-hub's
+# BertMaskedLMPreprocessor do: it marks structure, and predicting it teaches little.
+UNSELECTABLE_TOKENS = [PAD, CLS, SEP]
+MIN_SEQUENCE_LENGTH = 8
+
+
+def mask_selection_length(sequence_length, mask_rate=0.15):
+    """P: the number of masked-position slots of a sequence (the MLM targets).
+
+    tf-text's `RandomItemSelector` (inside `keras_hub.layers.MaskedLMMaskGenerator`)
+    selects exactly `ceil(mask_rate * n)` of the `n` selectable tokens of each
+    sequence, not a binomial number. Packed sequences have `n <= sequence_length - 1`
+    selectable tokens ([CLS] is not), so
+
+        P = ceil(mask_rate * (sequence_length - 1))
+
+    (at least 1) is never truncated and wastes no slot on a sequence without
+    [SEP]: 20 for 128 (BERT used 20), 77 for 512 (BERT: 80). The product is also
+    taken in float32, as tf-text does, so rounding cannot make tf-text select one
+    more than P.
+    """
+    if isinstance(sequence_length, bool) or not isinstance(sequence_length, int) or (
+            sequence_length < 2):
+        raise ValueError(
+            f"`sequence_length` must be an int >= 2. Received: sequence_length={sequence_length!r}"
+        )
+    _check_rate("mask_rate", mask_rate)
+    selectable = sequence_length - 1
+    in_float32 = float(np.ceil(np.float32(selectable) * np.float32(mask_rate)))
+    return max(1, math.ceil(selectable * mask_rate), int(in_float32))
+
+
+def packed_sequences(source, tokenizer, sequence_length, max_lines=None):
+    """FULL-SENTENCES packing: unmasked `[CLS] + chunk` sequences of `sequence_length` ids.
+
+    The WordPiece ids of every line, in corpus order, form one stream with one
+    [SEP] between documents (lines of a document are simply contiguous). The
+    stream is cut into chunks of `sequence_length - 1` ids and each sequence is
+    [CLS] + chunk, so every sequence is full; the last partial chunk is dropped.
+
+    Args:
+        source: a corpus, as for `line_dataset`.
+        tokenizer: a `WordPieceTokenizer` from `load_tokenizer` (no `sequence_length`).
+        sequence_length: int >= 8.
+        max_lines: int or None. Read at most this many lines of the corpus.
+
+    Returns:
+        A `tf.data.Dataset` of int32 tensors of shape `(sequence_length,)`.
+    """
+    _check_int("sequence_length", sequence_length, MIN_SEQUENCE_LENGTH)
+    special = _special_ids(tokenizer)
+    cls_id, sep_id = special[CLS], special[SEP]
+    line_dataset(source, max_lines=max_lines)  # clear errors for missing or empty corpora
+    chunk = sequence_length - 1
+
+    def tokenize(lines):                                            # (n,) strings
+        ids = tokenizer(lines)                                      # (n, None) ragged
+        # A boundary line ("") has no token: give it the [SEP].
+        is_boundary = tf.equal(lines, "")
+        seps = tf.RaggedTensor.from_row_lengths(
+            tf.fill([tf.reduce_sum(tf.cast(is_boundary, tf.int32))], sep_id),
+            tf.cast(is_boundary, tf.int64),
+        )
+        return tf.concat([tf.cast(ids, tf.int32), seps], axis=1).flat_values
+
+    def cut(remainder, ids):
+        stream = tf.concat([remainder, ids], 0)
+        num_chunks = tf.size(stream) // chunk
+        full = num_chunks * chunk
+        return stream[full:], tf.reshape(stream[:full], [num_chunks, chunk])
+
+    def add_cls(chunks):                                            # (k, L - 1)
+        cls = tf.fill([tf.shape(chunks)[0], 1], cls_id)
+        return tf.concat([cls, chunks], axis=1)                     # (k, L)
+
+    # The tokenizer is deterministic: parallel calls, kept in order.
+    ids = line_batches(source, max_lines=max_lines).map(
+        tokenize, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    # `scan` carries the ids that do not fill a chunk over to the next batch of lines.
+    chunks = ids.scan(tf.zeros([0], tf.int32), cut)
+    return chunks.map(add_cls).unbatch()
+
+
+def mlm_dataset(
+    source,
+    tokenizer,
+    sequence_length,
+    batch_size,
+    seed=0,
+    mask_rate=0.15,
+    mask_token_rate=0.8,
+    random_token_rate=0.1,
+    shuffle_buffer=10_000,
+    repeat=True,
+    max_lines=None,
+    drop_remainder=True,
+):
+    """Masked-LM batches for pre-training, deterministic given `seed`.
+
+    Text -> WordPiece ids -> FULL-SENTENCES packing (`packed_sequences`) ->
+    shuffle (buffer `shuffle_buffer`, seeded; `0` or `None`: corpus order) ->
+    repeat (each epoch reshuffled, deterministically) ->
+    `keras_hub.layers.MaskedLMMaskGenerator` (one sequence at a time) -> batch ->
+    prefetch.
+
+    Masking: of the selectable tokens of each sequence (all but [PAD], [CLS] and
+    [SEP]), tf-text selects exactly `ceil(mask_rate * n)`; each selected token
+    becomes [MASK] with probability `mask_token_rate`, a uniformly random id of
+    the whole vocabulary with `random_token_rate`, and stays unchanged otherwise.
+    Masks are drawn anew each epoch (dynamic masking).
+
+    Determinism: the tf-text ops inside the mask generator are unseeded stateful
+    random ops, which take their seeds from TensorFlow's global seed when the
+    pipeline is traced. This function therefore calls `tf.random.set_seed(seed)`
+    (it leaves TensorFlow's global seed at `seed`) and masks one sequence a call,
+    calls in sequence (see the comment at the map); the shuffle is seeded with
+    `seed`. Two datasets built with the same arguments yield identical batches,
+    in one process or in two, and the masks of a sequence do not depend on the
+    batch size. The cost: masking runs on one core (~4k sequences/s of 128 ids on
+    this project's 2-core test machine); tokenization and packing run in parallel.
+
+    Args:
+        source: a corpus, as for `line_dataset`.
+        tokenizer: a `WordPieceTokenizer` from `load_tokenizer` (no `sequence_length`).
+        sequence_length: int >= 8. `L`, the length of every sequence.
+        batch_size: int >= 1. `B`.
+        seed: int. Seeds the shuffle and the masking. Defaults to `0`.
+        mask_rate: float in [0, 1]. Fraction of tokens selected. Defaults to `0.15`.
+        mask_token_rate: float in [0, 1]. Selected tokens replaced by [MASK].
+            Defaults to `0.8`.
+        random_token_rate: float in [0, 1]. Selected tokens replaced by a random
+            token. Defaults to `0.1`; `mask_token_rate + random_token_rate <= 1`.
+        shuffle_buffer: int or None. Shuffle buffer, in sequences. Defaults to `10_000`.
+        repeat: bool. Repeat the corpus forever. Defaults to `True`.
+        max_lines: int or None. Read at most this many lines of the corpus.
+        drop_remainder: bool. Drop the last partial batch (static batch size).
+            Defaults to `True`.
+
+    Returns:
+        A `tf.data.Dataset` of `(x, y, sample_weight)`, with `P =
+        mask_selection_length(sequence_length, mask_rate)`:
+            x = {"input_word_ids": int32 (B, L), masked;
+                 "input_mask": int32 (B, L), ones;
+                 "input_type_ids": int32 (B, L), zeros;
+                 "masked_lm_positions": int32 (B, P)};
+            y: int32 (B, P), the original ids at `masked_lm_positions`;
+            sample_weight: float32 (B, P), 1 for a masked position, 0 for padding
+                (padded slots have position 0 and id 0).
+    """
+    _check_int("sequence_length", sequence_length, MIN_SEQUENCE_LENGTH)
+    _check_int("batch_size", batch_size, 1)
+    for name, rate in [("mask_rate", mask_rate), ("mask_token_rate", mask_token_rate),
+                       ("random_token_rate", random_token_rate)]:
+        _check_rate(name, rate)
+    if mask_token_rate + random_token_rate > 1:
+        raise ValueError(
+            "`mask_token_rate + random_token_rate` must be <= 1. Received: "
+            f"mask_token_rate={mask_token_rate}, random_token_rate={random_token_rate}"
+        )
+    if shuffle_buffer is not None:
+        _check_int("shuffle_buffer", shuffle_buffer, 0)
+    _check_int("seed", seed, 0)
+    special = _special_ids(tokenizer)
+    num_slots = mask_selection_length(sequence_length, mask_rate)
+
+    # Before anything is traced: every random op below derives its seed from it.
+    tf.random.set_seed(seed)
+    sequences = packed_sequences(source, tokenizer, sequence_length, max_lines=max_lines)
+    if shuffle_buffer:
+        sequences = sequences.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        sequences = sequences.repeat()
+
+    masker = keras_hub.layers.MaskedLMMaskGenerator(
+        vocabulary_size=tokenizer.vocabulary_size(),
+        mask_selection_rate=mask_rate,
+        mask_token_id=special[MASK],
+        mask_selection_length=num_slots,
+        unselectable_token_ids=[special[token] for token in UNSELECTABLE_TOKENS],
+        mask_token_rate=mask_token_rate,
+        random_token_rate=random_token_rate,
+    )
+
+    def mask(ids):                                                  # (L,)
+        masked = masker(ids)
+        token_ids = tf.ensure_shape(tf.cast(masked["token_ids"], tf.int32), [sequence_length])
+
+        def slots(value, dtype):
+            return tf.ensure_shape(tf.cast(value, dtype), [num_slots])  # (P,)
+
+        x = {
+            "input_word_ids": token_ids,
+            "input_mask": tf.ones_like(token_ids),
+            "input_type_ids": tf.zeros_like(token_ids),
+            "masked_lm_positions": slots(masked["mask_positions"], tf.int32),
+        }
+        return x, slots(masked["mask_ids"], tf.int32), slots(masked["mask_weights"], tf.float32)
+
+    # One sequence a call, calls in sequence: the masking ops draw from one random
+    # stream, in call order. Parallel calls would draw in a racy order, and so would
+    # a batch: tf-text selects each row's positions in a `tf.map_fn` whose
+    # iterations run concurrently in graph mode (this made the first batches of
+    # two identical pipelines differ).
+    examples = sequences.map(mask, num_parallel_calls=None)
+    batches = examples.batch(batch_size, drop_remainder=drop_remainder)
+    options = tf.data.Options()
+    options.deterministic = True
+    return batches.prefetch(tf.data.AUTOTUNE).with_options(options)
+
+
+def _special_ids(tokenizer):
+    """{token: id} of the special tokens; checks the tokenizer suits packing."""
+    if getattr(tokenizer, "sequence_length", None) is not None:
+        raise ValueError(
+            "The tokenizer must not pad or truncate (packing needs every id): build it "
+            "with `load_tokenizer(..., sequence_length=None)`. Received: tokenizer with "
+            f"sequence_length={tokenizer.sequence_length}"
+        )
+    vocabulary = tokenizer.get_vocabulary()
+    if vocabulary[: len(SPECIAL_TOKENS)] != SPECIAL_TOKENS:
+        raise ValueError(
+            f"The tokenizer's vocabulary must start with {SPECIAL_TOKENS}. "
+            f"Received: {vocabulary[: len(SPECIAL_TOKENS)]}"
+        )
+    return {token: index for index, token in enumerate(SPECIAL_TOKENS)}
+
+
+def _check_int(name, value, minimum):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"`{name}` must be an int >= {minimum}. Received: {name}={value!r}")
+
+
+def _check_rate(name, value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value <= 1:
+        raise ValueError(f"`{name}` must be a number in [0, 1]. Received: {name}={value!r}")

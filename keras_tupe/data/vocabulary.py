@@ -1,0 +1,99 @@
+"""WordPiece vocabularies: training, loading, fingerprinting."""
+
+import hashlib
+from pathlib import Path
+
+import keras_hub
+
+from keras_tupe.data.corpus import line_batches, line_dataset
+
+# Ids 0..4 in every vocabulary keras_tupe trains; the MLM pipeline relies on them.
+SPECIAL_TOKENS = ["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"]
+
+
+def train_vocabulary(source, vocabulary_size, output_file, lowercase=True, max_lines=None):
+    """Trains a WordPiece vocabulary on a corpus and writes it, one token a line.
+
+    Uses `keras_hub.tokenizers.compute_word_piece_vocabulary` (tf-text's
+    WordPiece learner: words seen fewer than 10 times only contribute their
+    pieces) with `reserved_tokens=SPECIAL_TOKENS`, so [PAD]=0, [CLS]=1, [SEP]=2,
+    [UNK]=3, [MASK]=4. A small corpus may give fewer than `vocabulary_size` tokens.
+
+    Args:
+        source: a corpus, as for `line_dataset`.
+        vocabulary_size: int. The largest number of tokens, special ones included.
+        output_file: path of the vocabulary file to create (parents are created).
+        lowercase: bool. Lowercase the text first; `load_tokenizer` must be given
+            the same value. Defaults to `True`.
+        max_lines: int or None. Read at most this many lines of the corpus.
+
+    Returns:
+        `output_file`, as a string.
+
+    Raises:
+        FileExistsError: `output_file` exists (it is never overwritten).
+    """
+    if isinstance(vocabulary_size, bool) or not isinstance(vocabulary_size, int) or (
+            vocabulary_size <= len(SPECIAL_TOKENS)):
+        raise ValueError(
+            f"`vocabulary_size` must be an int > {len(SPECIAL_TOKENS)} (the special tokens). "
+            f"Received: vocabulary_size={vocabulary_size!r}"
+        )
+    output_file = Path(output_file)
+    if output_file.exists():
+        raise FileExistsError(
+            f"Vocabulary file {output_file} already exists; refusing to overwrite it "
+            "(checkpoints are matched to their vocabulary). Choose another path or delete it."
+        )
+    line_dataset(source, max_lines=max_lines)  # clear errors for missing or empty corpora
+    # Batches of lines, document boundaries ("") included: they hold no word.
+    vocabulary = keras_hub.tokenizers.compute_word_piece_vocabulary(
+        line_batches(source, max_lines=max_lines),
+        vocabulary_size,
+        lowercase=lowercase,
+        reserved_tokens=SPECIAL_TOKENS,
+    )
+    output_file.parent.mkdir(parents=True, exist_ok=True)
+    # "x": fails if the file appeared while training.
+    with open(output_file, "x", encoding="utf-8") as f:
+        f.write("".join(token + "\n" for token in vocabulary))
+    return str(output_file)
+
+
+def load_tokenizer(vocabulary_file, lowercase=True, sequence_length=None):
+    """A `keras_hub.tokenizers.WordPieceTokenizer` for a vocabulary of `train_vocabulary`.
+
+    Args:
+        vocabulary_file: path of the vocabulary, one token a line.
+        lowercase: bool. Must match the value the vocabulary was trained with.
+            Defaults to `True`.
+        sequence_length: int or None. Pad/truncate every output to this length;
+            `None` (the default) gives ragged outputs, which `mlm_dataset` needs.
+
+    Raises:
+        FileNotFoundError: the file does not exist.
+        ValueError: the file does not start with `SPECIAL_TOKENS`, in that order.
+    """
+    vocabulary_file = Path(vocabulary_file)
+    if not vocabulary_file.is_file():
+        raise FileNotFoundError(f"Vocabulary file {vocabulary_file} does not exist.")
+    with open(vocabulary_file, encoding="utf-8") as f:
+        head = [f.readline().rstrip("\n") for _ in SPECIAL_TOKENS]
+    if head != SPECIAL_TOKENS:
+        raise ValueError(
+            f"Vocabulary file {vocabulary_file} must start with the special tokens "
+            f"{SPECIAL_TOKENS} (ids 0-4), in that order. Received first lines: {head}"
+        )
+    return keras_hub.tokenizers.WordPieceTokenizer(
+        vocabulary=str(vocabulary_file),
+        sequence_length=sequence_length,
+        lowercase=lowercase,
+        oov_token="[UNK]",
+        dtype="int32",
+    )
+
+
+def vocabulary_fingerprint(vocabulary_file):
+    """The sha256 hex digest of the vocabulary file's bytes (to match checkpoints)."""
+    with open(vocabulary_file, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
