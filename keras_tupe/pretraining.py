@@ -317,7 +317,8 @@ def pretrain(config):
     ]
     history = model.fit(
         train, validation_data=valid, epochs=epochs, steps_per_epoch=steps_per_epoch,
-        callbacks=callbacks, verbose=config.verbose,
+        validation_steps=config.valid_batches if valid is not None else None,
+        callbacks=callbacks, verbose=config.verbose, shuffle=False,  # the dataset shuffles
     )
     backbone.save(os.path.join(config.out, "backbone.keras"))
     model.save(os.path.join(config.out, "mlm.keras"))  # last: marks the run finished

@@ -99,6 +99,24 @@ def test_resume_refuses_other_settings_and_another_vocabulary(tmp_path, vocab, c
     assert code == 2 and "does not match the vocabulary of the checkpoint" in err
 
 
+@pytest.mark.parametrize("precision", ["mixed_float16", "mixed_bfloat16"])
+def test_pretrain_in_mixed_precision(tmp_path, vocab, capsys, precision):
+    out = tmp_path / "run"
+    args = tiny_args(out, vocab, "--precision", precision, "--valid-corpus", str(ENWIKI_VALID),
+                     "--valid-batches", "2")
+    args[args.index("--steps") + 1] = "4"
+    code, err = run_cli(args, capsys)
+    assert code == 0, err
+    rows = (out / "metrics.csv").read_text().splitlines()[1:]
+    losses = [float(row.split(",")[1]) for row in rows]
+    assert len(rows) == 2 and all(np.isfinite(losses))
+    model = keras.saving.load_model(out / "mlm.keras")
+    assert model.backbone.dtype_policy.name == precision
+    assert int(model.optimizer.iterations.numpy()) == 4
+    if precision == "mixed_float16":
+        assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
+
+
 def _subprocess_run(argv, env=None):
     return subprocess.Popen(
         [sys.executable, "-m", "training.pretrain", *argv], cwd=REPO,
