@@ -8,6 +8,10 @@ from keras_tupe.layers.untied_positional_attention import UntiedPositionalAttent
 from keras_tupe.layers.utils import Float32BiasCallMixin
 
 
+def _gelu_approximate(x):
+    return keras.activations.gelu(x, approximate=True)
+
+
 @keras.saving.register_keras_serializable(package="keras_tupe")
 class TransformerEncoderBlock(Float32BiasCallMixin, keras.layers.Layer):
     """A BERT encoder layer (post-LayerNorm) with a positional attention.
@@ -27,8 +31,9 @@ class TransformerEncoderBlock(Float32BiasCallMixin, keras.layers.Layer):
         intermediate_dim: int. Hidden size of the feed-forward network.
         dropout: float. Dropout rate on attention probabilities and residual
             branches. Defaults to `0.1`.
-        activation: activation of the feed-forward network. Defaults to
-            `"gelu"` (exact, as BERT).
+        activation: activation of the feed-forward network: a Keras
+            activation name, or `"gelu_approximate"` (the tanh GELU of
+            keras-hub's BERT). Defaults to `"gelu"` (exact, as BERT).
         layer_norm_epsilon: float. Defaults to `1e-12`.
         untied_scaling: bool. Content logits scaled by `1/sqrt(2 d_h)` (TUPE)
             rather than `1/sqrt(d_h)`. Ignored with `relative_method`.
@@ -76,7 +81,13 @@ class TransformerEncoderBlock(Float32BiasCallMixin, keras.layers.Layer):
         self.num_heads = num_heads
         self.intermediate_dim = intermediate_dim
         self.dropout = dropout
-        self.activation = keras.activations.get(activation)
+        # Kept as given (a name) for the config; "gelu_approximate" is the tanh
+        # GELU of keras-hub's BERT, so converted checkpoints compute the same.
+        self.activation = activation
+        self._activation_fn = (
+            _gelu_approximate if activation == "gelu_approximate"
+            else keras.activations.get(activation)
+        )
         self.layer_norm_epsilon = layer_norm_epsilon
         self.untied_scaling = untied_scaling
         self.relative_method = relative_method
@@ -121,7 +132,7 @@ class TransformerEncoderBlock(Float32BiasCallMixin, keras.layers.Layer):
         self.attention_layer_norm = layer_norm("attention_layer_norm")
         self.intermediate_dense = keras.layers.Dense(
             self.intermediate_dim,
-            activation=self.activation,
+            activation=self._activation_fn,
             kernel_initializer=self._kernel_initializer(),
             dtype=self.dtype_policy,
             name="intermediate_dense",
@@ -177,7 +188,10 @@ class TransformerEncoderBlock(Float32BiasCallMixin, keras.layers.Layer):
                 "num_heads": self.num_heads,
                 "intermediate_dim": self.intermediate_dim,
                 "dropout": self.dropout,
-                "activation": keras.activations.serialize(self.activation),
+                "activation": (
+                    self.activation if isinstance(self.activation, str)
+                    else keras.activations.serialize(self.activation)
+                ),
                 "layer_norm_epsilon": self.layer_norm_epsilon,
                 "untied_scaling": self.untied_scaling,
                 "relative_method": self.relative_method,

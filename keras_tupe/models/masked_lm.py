@@ -35,7 +35,11 @@ class MaskedLM(Task):
         self.backbone = backbone
         self.mlm_head = keras_hub.layers.MaskedLMHead(
             token_embedding=backbone.token_embedding,
-            intermediate_activation=backbone.activation,
+            # keras-hub's head takes Keras activation names; a converted
+            # keras-hub BERT ("gelu_approximate") gets a new head anyway.
+            intermediate_activation=(
+                "gelu" if backbone.activation == "gelu_approximate" else backbone.activation
+            ),
             kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),
             layer_norm_epsilon=backbone.layer_norm_epsilon,
             dtype=backbone.dtype_policy,

@@ -1,0 +1,266 @@
+"""GLUE fine-tuning with the papers' protocol: the library behind `training.finetune_glue`.
+
+`finetune_glue` fine-tunes one encoder on one task with one learning rate and
+seed and returns its dev metrics after the last epoch (no model selection on
+the dev set). `run_protocol` runs the grid of TUPE / Huang et al. (learning
+rates {2e-5, 3e-5, 4e-5, 5e-5} x 5 seeds, 10 epochs, 5 for MNLI/QQP/QNLI, batch
+32, 6% warm-up, linear decay, AdamW as in pre-training), takes the median over
+seeds per learning rate, reports the best learning rate per task, and writes a
+Markdown table and a CSV with the average. Each finished run is appended to
+`results.jsonl`, so an interrupted protocol continues where it stopped.
+"""
+
+import dataclasses
+import json
+import os
+import statistics
+import time
+
+import keras
+import numpy as np
+
+PAPER_LEARNING_RATES = (2e-5, 3e-5, 4e-5, 5e-5)
+PAPER_SEEDS = (0, 1, 2, 3, 4)
+SHORT_TASKS = ("mnli", "qqp", "qnli")  # 5 epochs instead of 10
+
+
+def paper_epochs(task):
+    return 5 if task in SHORT_TASKS else 10
+
+
+def load_backbone(init):
+    """A `TupeBackbone` from a pre-training run directory or a `.keras` file.
+
+    Accepts a run directory (its `backbone.keras`), a backbone `.keras`, or a
+    task `.keras` (masked LM, classifier: its `.backbone`).
+    """
+    import keras_tupe  # noqa: F401  (registers the classes for loading)
+    from keras_tupe.models import TupeBackbone
+
+    path = os.path.join(init, "backbone.keras") if os.path.isdir(init) else init
+    if not os.path.exists(path):
+        raise FileNotFoundError(
+            f"No encoder at {path}: give a pre-training run directory (with backbone.keras) or "
+            "a .keras file."
+        )
+    model = keras.saving.load_model(path, compile=False)
+    backbone = model if isinstance(model, TupeBackbone) else getattr(model, "backbone", None)
+    if not isinstance(backbone, TupeBackbone):
+        raise ValueError(f"{path} holds a {type(model).__name__}, not a keras_tupe encoder.")
+    return backbone
+
+
+def default_vocabulary(init):
+    """The vocabulary of a run directory (or of the directory of a `.keras` file)."""
+    directory = init if os.path.isdir(init) else os.path.dirname(os.path.abspath(init))
+    path = os.path.join(directory, "vocab.txt")
+    if not os.path.exists(path):
+        raise FileNotFoundError(
+            f"No vocab.txt next to {init}; pass the vocabulary the encoder was pre-trained with."
+        )
+    return path
+
+
+@dataclasses.dataclass
+class FinetuneConfig:
+    task: str
+    init: str
+    learning_rate: float = 2e-5
+    seed: int = 0
+    epochs: int = None  # None: the paper's (10; 5 for MNLI, QQP, QNLI)
+    batch_size: int = 32
+    seq_len: int = 128
+    warmup_ratio: float = 0.06
+    weight_decay: float = 0.01
+    dropout: float = 0.1
+    data_dir: str = None
+    vocab: str = None
+    lowercase: bool = True
+    max_train_examples: int = None
+    xla: bool = True
+    verbose: int = 0
+
+
+def check_sequence_length(backbone, seq_len):
+    """Absolute encoders refuse a `--seq-len` above their table, before any work."""
+    limit = backbone.absolute_length_limit
+    if limit is not None and seq_len > limit:
+        raise ValueError(
+            f"--seq-len {seq_len} is longer than this encoder's absolute position table "
+            f"(max_sequence_length={limit}). Absolute encoders cannot take longer inputs; "
+            "relative-only encoders (shaw, huang_m*) can."
+        )
+
+
+def finetune_glue(config):
+    """Fine-tunes `config.init` on one GLUE task; returns the dev metrics and timings."""
+    from keras_tupe import data
+    from keras_tupe.data import glue
+    from keras_tupe.metrics import glue_metrics, glue_score
+    from keras_tupe.models import TupeClassifier
+    from keras_tupe.optimization import create_optimizer
+
+    if config.task not in glue.GLUE_TASKS:
+        raise ValueError(f"Unknown GLUE task {config.task!r}. Valid tasks: {sorted(glue.GLUE_TASKS)}")
+    spec = glue.GLUE_TASKS[config.task]
+    keras.utils.set_random_seed(config.seed)
+    backbone = load_backbone(config.init)
+    check_sequence_length(backbone, config.seq_len)
+    tokenizer = data.load_tokenizer(config.vocab or default_vocabulary(config.init),
+                                    lowercase=config.lowercase)
+    if tokenizer.vocabulary_size() != backbone.vocabulary_size:
+        raise ValueError(
+            f"The vocabulary has {tokenizer.vocabulary_size()} tokens but the encoder was built "
+            f"for {backbone.vocabulary_size}: not the vocabulary it was pre-trained with."
+        )
+    train_examples = glue.load_glue(config.task, "train", config.data_dir)
+    if config.max_train_examples:
+        train_examples = _head(train_examples, config.max_train_examples)
+    epochs = config.epochs or paper_epochs(config.task)
+    train = glue.glue_dataset(config.task, "train", tokenizer, config.seq_len, config.batch_size,
+                              shuffle=True, seed=config.seed, examples=train_examples)
+    steps = epochs * int(np.ceil(len(train_examples.labels) / config.batch_size))
+    # Dropout of the pre-trained encoder: the fine-tuning value.
+    backbone = _with_dropout(backbone, config.dropout)
+    model = TupeClassifier(backbone, num_classes=spec.num_classes, dropout=config.dropout)
+    model.compile(
+        optimizer=create_optimizer(model, config.learning_rate, total_steps=steps,
+                                   warmup_steps=int(config.warmup_ratio * steps),
+                                   weight_decay=config.weight_decay),
+        jit_compile=config.xla,
+    )
+    start = time.perf_counter()
+    model.fit(train, epochs=epochs, verbose=config.verbose, shuffle=False)
+    seconds = time.perf_counter() - start
+    results = {}
+    for split in spec.eval_splits:
+        examples = glue.load_glue(config.task, split, config.data_dir)
+        dataset = glue.glue_dataset(config.task, split, tokenizer, config.seq_len,
+                                    config.batch_size, examples=examples)
+        outputs = model.predict(dataset, verbose=0)
+        predictions = outputs if spec.num_classes == 1 else np.argmax(outputs, axis=-1)
+        metrics = glue_metrics(config.task, predictions, examples.labels)
+        results[split] = {**metrics, "score": glue_score(config.task, metrics)}
+    return {"task": config.task, "learning_rate": config.learning_rate, "seed": config.seed,
+            "epochs": epochs, "train_examples": len(train_examples.labels),
+            "train_seconds": seconds, "dev": results}
+
+
+def _head(examples, n):
+    return dataclasses.replace(
+        examples,
+        sentence1=examples.sentence1[:n],
+        sentence2=None if examples.sentence2 is None else examples.sentence2[:n],
+        labels=examples.labels[:n],
+    )
+
+
+def _with_dropout(backbone, dropout):
+    from keras_tupe.models import TupeBackbone
+
+    if backbone.dropout == dropout:
+        return backbone
+    config = {**backbone.get_config(), "dropout": dropout}
+    rebuilt = TupeBackbone.from_config(config)
+    rebuilt.set_weights(backbone.get_weights())
+    return rebuilt
+
+
+def summarize(rows, tasks):
+    """Median over seeds per (task, learning rate); the best learning rate per task."""
+    table = []
+    for task in tasks:
+        by_rate = {}
+        for row in rows:
+            if row["task"] == task:
+                by_rate.setdefault(row["learning_rate"], []).append(_main_score(row))
+        if not by_rate:
+            continue
+        medians = {rate: statistics.median(scores) for rate, scores in by_rate.items()}
+        best = max(medians, key=medians.get)
+        table.append({
+            "task": task,
+            "score": 100 * medians[best],
+            "best_learning_rate": best,
+            "seeds": len(by_rate[best]),
+            "seed_min": 100 * min(by_rate[best]),
+            "seed_max": 100 * max(by_rate[best]),
+            "medians_by_learning_rate": {str(r): 100 * m for r, m in sorted(medians.items())},
+        })
+    return table
+
+
+def _main_score(row):
+    scores = [split["score"] for split in row["dev"].values()]
+    return float(np.mean(scores))  # MNLI: the mean of matched and mismatched
+
+
+def write_tables(table, out_dir, title):
+    """`summary.md` and `summary.csv`, one row per task and the average."""
+    average = float(np.mean([row["score"] for row in table])) if table else float("nan")
+    lines = [f"# {title}", "", "| task | score | best LR | seeds | seed range |",
+             "| --- | ---: | ---: | ---: | --- |"]
+    for row in table:
+        lines.append(f"| {row['task']} | {row['score']:.2f} | {row['best_learning_rate']:g} | "
+                     f"{row['seeds']} | {row['seed_min']:.2f} – {row['seed_max']:.2f} |")
+    lines.append(f"| **average** | **{average:.2f}** | | | |")
+    with open(os.path.join(out_dir, "summary.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    with open(os.path.join(out_dir, "summary.csv"), "w") as f:
+        f.write("task,score,best_learning_rate,seeds,seed_min,seed_max\n")
+        for row in table:
+            f.write(f"{row['task']},{row['score']:.4f},{row['best_learning_rate']},{row['seeds']},"
+                    f"{row['seed_min']:.4f},{row['seed_max']:.4f}\n")
+        f.write(f"average,{average:.4f},,,,\n")
+    return average
+
+
+def _preflight(tasks, init, config_kwargs):
+    """Loads the encoder, vocabulary and every split once: errors before any training."""
+    from keras_tupe import data
+    from keras_tupe.data import glue
+
+    backbone = load_backbone(init)
+    check_sequence_length(backbone, config_kwargs.get("seq_len", FinetuneConfig.seq_len))
+    vocab = config_kwargs.get("vocab") or default_vocabulary(init)
+    size = data.load_tokenizer(vocab).vocabulary_size()
+    if size != backbone.vocabulary_size:
+        raise ValueError(f"{vocab} has {size} tokens but the encoder was built for "
+                         f"{backbone.vocabulary_size}: not its pre-training vocabulary.")
+    for task in tasks:
+        for split in ("train",) + tuple(glue.GLUE_TASKS[task].eval_splits):
+            glue.load_glue(task, split, config_kwargs.get("data_dir"))
+
+
+def run_protocol(tasks, init, out_dir, learning_rates=PAPER_LEARNING_RATES, seeds=PAPER_SEEDS,
+                 **config_kwargs):
+    """The papers' grid over tasks x learning rates x seeds, resumable; returns the table."""
+    from keras_tupe.data import glue
+
+    unknown = [t for t in tasks if t not in glue.GLUE_TASKS]
+    if unknown:
+        raise ValueError(f"Unknown GLUE task(s) {unknown}. Valid tasks: {sorted(glue.GLUE_TASKS)}")
+    _preflight(tasks, init, config_kwargs)  # every input checked before anything is written
+    os.makedirs(out_dir, exist_ok=True)
+    results_path = os.path.join(out_dir, "results.jsonl")
+    rows = []
+    if os.path.exists(results_path):
+        with open(results_path) as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+    done = {(r["task"], r["learning_rate"], r["seed"]) for r in rows}
+    for task in tasks:
+        for rate in learning_rates:
+            for seed in seeds:
+                if (task, rate, seed) in done:
+                    continue
+                row = finetune_glue(FinetuneConfig(task=task, init=init, learning_rate=rate,
+                                                   seed=seed, **config_kwargs))
+                rows.append(row)
+                with open(results_path, "a") as f:
+                    f.write(json.dumps(row) + "\n")
+                print(f"{task} lr={rate:g} seed={seed}: "
+                      f"{ {s: round(100 * m['score'], 2) for s, m in row['dev'].items()} }", flush=True)
+    table = summarize([r for r in rows if r["learning_rate"] in learning_rates
+                       and r["seed"] in seeds], tasks)
+    write_tables(table, out_dir, f"GLUE dev, {os.path.basename(os.path.normpath(init))}")
+    return table

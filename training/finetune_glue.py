@@ -1,0 +1,61 @@
+"""Fine-tune a pre-trained keras_tupe encoder on GLUE with the papers' protocol.
+
+    python -m training.finetune_glue --init runs/tupe_r_mini_enwiki \\
+        --tasks cola mrpc rte stsb sst2 --data-dir ../shared/data --out runs/glue_tupe_r_mini
+
+Defaults are the papers' (TUPE; Huang et al.): learning rates 2e-5 3e-5 4e-5 5e-5,
+seeds 0-4, 10 epochs (5 for MNLI, QQP, QNLI), batch 32, warm-up ratio 0.06, linear
+decay, AdamW (weight decay 0.01). For each task the median over seeds is taken per
+learning rate and the best learning rate reported; `OUT/summary.md` and
+`OUT/summary.csv` hold the table with the average, `OUT/results.jsonl` every run
+(an interrupted protocol resumes from it). Without `--data-dir` (or for tasks it
+lacks) the data come from tensorflow-datasets (online).
+"""
+
+import argparse
+import sys
+
+from keras_tupe.finetuning import PAPER_LEARNING_RATES, PAPER_SEEDS, run_protocol
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="python -m training.finetune_glue", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--init", required=True,
+                   help="pre-training run directory, or a backbone / task .keras file")
+    p.add_argument("--tasks", nargs="+", required=True, help="GLUE tasks, e.g. cola sst2 mrpc")
+    p.add_argument("--out", required=True, help="results directory (resumed if it exists)")
+    p.add_argument("--data-dir", help="folder with the glue_data TSV layout (or its parent)")
+    p.add_argument("--vocab", help="vocabulary (default: the run directory's vocab.txt)")
+    p.add_argument("--learning-rates", nargs="+", type=float, default=list(PAPER_LEARNING_RATES))
+    p.add_argument("--seeds", nargs="+", type=int, default=list(PAPER_SEEDS))
+    p.add_argument("--epochs", type=int, help="default: 10, or 5 for MNLI, QQP, QNLI")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--warmup-ratio", type=float, default=0.06)
+    p.add_argument("--weight-decay", type=float, default=0.01)
+    p.add_argument("--dropout", type=float, default=0.1)
+    p.add_argument("--max-train-examples", type=int, help="use only the first N training examples")
+    p.add_argument("--no-xla", dest="xla", action="store_false")
+    p.add_argument("--verbose", type=int, default=0, choices=(0, 1, 2))
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = vars(parse_args(argv))
+    tasks, init, out = args.pop("tasks"), args.pop("init"), args.pop("out")
+    learning_rates, seeds = args.pop("learning_rates"), args.pop("seeds")
+    try:
+        table = run_protocol(tasks, init, out, learning_rates=learning_rates, seeds=seeds, **args)
+    except (ValueError, FileNotFoundError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    for row in table:
+        print(f"{row['task']}: {row['score']:.2f} (lr {row['best_learning_rate']:g}, "
+              f"{row['seeds']} seeds)")
+    print(f"table: {out}/summary.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
