@@ -1,0 +1,697 @@
+"""SQuAD v1.1 for span question answering: loading, BERT-style windowing, answer decoding.
+
+The steps, in the order data flows:
+
+1. `load_squad`: the nested SQuAD v1.1 structure (articles → paragraphs → questions),
+   from a json file or from tensorflow-datasets.
+2. `featurize`: `[CLS] question [SEP] context window [SEP]` features with a sliding window
+   over long contexts (Devlin et al., 2019, and Google's `run_squad.py`). Every context
+   token keeps the character span it came from, so that
+3. `postprocess` can return answers as exact substrings of the original context
+   (case, accents and punctuation preserved).
+4. `squad_dataset`: the features as a `tf.data.Dataset` with the TF-Hub input names.
+
+`split_articles` makes a small, unofficial article-level split of one file, for offline
+experiments on the dev set (the only SQuAD file of `../shared/data`).
+"""
+
+import dataclasses
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_text as tf_text
+# The exact word-splitting patterns of keras-hub's `WordPieceTokenizer` (keras-hub is
+# pinned), so that the ids below equal the tokenizer's ids by construction.
+from keras_hub.src.tokenizers.word_piece_tokenizer import PUNCTUATION_AND_CJK_REGEX
+from keras_hub.src.tokenizers.word_piece_tokenizer import WHITESPACE_PUNCTUATION_AND_CJK_REGEX
+
+from keras_tupe.data.vocabulary import load_tokenizer
+
+SPLITS = {"train": "train-v1.1.json", "validation": "dev-v1.1.json"}
+TFDS_NAME = "squad/v1.1"
+SPLIT_LABEL = (
+    "UNOFFICIAL article-level split of one SQuAD v1.1 file (for small offline experiments); "
+    "NOT the official SQuAD train/dev split, so its scores are not comparable to published ones"
+)
+INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
+
+logger = logging.getLogger(__name__)
+
+
+# Loading ---------------------------------------------------------------------------------
+
+
+def load_squad(path_or_split, data_dir=None, tfds_data_dir=None):
+    """The articles of SQuAD v1.1: the `"data"` list of the official json files.
+
+    Each article is `{"title", "paragraphs": [{"context", "qas": [{"id", "question",
+    "answers": [{"text", "answer_start"}]}]}]}`, `answer_start` a character offset into
+    `context`.
+
+    Args:
+        path_or_split: a SQuAD v1.1 json file (`train-v1.1.json`, `dev-v1.1.json` or one
+            in the same format), or the split name `"train"` or `"validation"`. A split
+            is read from `data_dir` when its file is there (`train-v1.1.json` /
+            `dev-v1.1.json`, directly or in a `squad/` subfolder, so `../shared/data`
+            works), else from tensorflow-datasets `"squad/v1.1"` (prepared, or
+            downloaded when online). tfds stores the questions shuffled: the articles,
+            paragraphs and questions are regrouped, but their order is tfds's.
+        data_dir: a folder with the SQuAD files, or `None`.
+        tfds_data_dir: the tensorflow-datasets data directory, or `None` (its default).
+
+    Returns:
+        The list of articles.
+
+    Raises:
+        FileNotFoundError: `path_or_split` is neither a split name nor a file.
+        ValueError: the file is not SQuAD v1.1 (SQuAD v2.0 included).
+        RuntimeError: a split is in neither `data_dir` nor tfds, and cannot be
+            downloaded (offline).
+    """
+    if path_or_split in SPLITS:
+        if data_dir is not None:
+            for folder in (Path(data_dir), Path(data_dir) / "squad"):
+                if (folder / SPLITS[path_or_split]).is_file():
+                    return _read_json(folder / SPLITS[path_or_split])
+        return _load_tfds(path_or_split, data_dir, tfds_data_dir)
+    path = Path(path_or_split)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"SQuAD file {path} does not exist. Pass a SQuAD v1.1 json file or a split name "
+            f"{sorted(SPLITS)} (read from `data_dir` or tensorflow-datasets)."
+        )
+    return _read_json(path)
+
+
+def _read_json(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            content = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path} is not a SQuAD v1.1 json file: {error}") from error
+    return _check_format(content, path)
+
+
+def _check_format(content, path):
+    """`content["data"]`, after checking every field a SQuAD v1.1 file must have."""
+    def fail(what):
+        raise ValueError(f"{path} is not in the SQuAD v1.1 format: {what}.")
+
+    if not isinstance(content, dict) or not isinstance(content.get("data"), list):
+        fail('expected a json object with a "data" list of articles')
+    version = str(content.get("version", "1.1"))
+    if version.lstrip("v") != "1.1":
+        fail(f'"version" is {content["version"]!r}, not "1.1" (SQuAD 2.0 is not supported)')
+    for a, article in enumerate(content["data"]):
+        if not isinstance(article, dict) or not isinstance(article.get("paragraphs"), list):
+            fail(f'article {a} has no "paragraphs" list')
+        for p, paragraph in enumerate(article["paragraphs"]):
+            where = f"article {a} paragraph {p}"
+            if not isinstance(paragraph, dict) or not isinstance(paragraph.get("context"), str):
+                fail(f'{where} has no "context" string')
+            if not isinstance(paragraph.get("qas"), list):
+                fail(f'{where} has no "qas" list')
+            for qa in paragraph["qas"]:
+                if not isinstance(qa, dict) or not all(
+                        isinstance(qa.get(key), str) for key in ("id", "question")):
+                    fail(f'{where} has a question without "id" and "question" strings')
+                if qa.get("is_impossible"):
+                    fail(f"question {qa['id']} is unanswerable (SQuAD 2.0 is not supported)")
+                if not isinstance(qa.get("answers"), list) or not all(
+                        isinstance(x, dict) and isinstance(x.get("text"), str)
+                        and isinstance(x.get("answer_start"), int) for x in qa["answers"]):
+                    fail(f'question {qa["id"]} has no "answers" list of '
+                         '{"text": str, "answer_start": int}')
+    return content["data"]
+
+
+def _load_tfds(split, data_dir, tfds_data_dir):
+    import tensorflow_datasets as tfds
+
+    try:  # Already prepared (or mocked by `tfds.testing.mock_data`): no network.
+        examples = tfds.load(TFDS_NAME, split=split, data_dir=tfds_data_dir, download=False)
+    except Exception:  # noqa: BLE001 - tfds raises many kinds when data is missing
+        logger.warning("tfds %r is not prepared; downloading it (this fails offline).", TFDS_NAME)
+        try:
+            examples = tfds.load(TFDS_NAME, split=split, data_dir=tfds_data_dir, download=True)
+        except Exception as error:  # noqa: BLE001
+            looked = f"{SPLITS[split]} is not in data_dir={data_dir} (nor its squad/), and " \
+                if data_dir is not None else ""
+            raise RuntimeError(
+                f"Could not load SQuAD v1.1 {split!r}: {looked}tensorflow-datasets "
+                f"{TFDS_NAME!r} is neither prepared nor downloadable (offline?). Pass the "
+                f"json file's path (e.g. ../shared/data/squad/dev-v1.1.json), or the folder "
+                f"holding it as `data_dir`. Cause: {type(error).__name__}: {error}"
+            ) from error
+    return _articles_from_examples(examples.as_numpy_iterator())
+
+
+def _articles_from_examples(examples):
+    """tfds's flat examples (one a question) back into the nested v1.1 structure."""
+    articles = {}  # title -> {context -> paragraph}, in order of first appearance
+    for example in examples:
+        title = example["title"].decode("utf-8")
+        context = example["context"].decode("utf-8")
+        paragraphs = articles.setdefault(title, {})
+        paragraph = paragraphs.setdefault(context, {"context": context, "qas": []})
+        answers = example["answers"]
+        paragraph["qas"].append({
+            "id": example["id"].decode("utf-8"),
+            "question": example["question"].decode("utf-8"),
+            "answers": [
+                {"text": text.decode("utf-8"), "answer_start": int(start)}
+                for text, start in zip(answers["text"], answers["answer_start"])
+            ],
+        })
+    return [{"title": title, "paragraphs": list(paragraphs.values())}
+            for title, paragraphs in articles.items()]
+
+
+class ArticleSplit(tuple):
+    """`(train_articles, eval_articles)` with a `label` saying it is an unofficial split."""
+
+    def __new__(cls, train, eval, label=SPLIT_LABEL):  # noqa: A002 - the natural name
+        split = super().__new__(cls, (train, eval))
+        split.label = label
+        return split
+
+    @property
+    def train(self):
+        return self[0]
+
+    @property
+    def eval(self):
+        return self[1]
+
+
+def split_articles(articles, eval_fraction=0.2, seed=0):
+    """An UNOFFICIAL, deterministic article-level split of one SQuAD file.
+
+    This is NOT the official SQuAD train/dev split: it is for small offline experiments
+    on the only SQuAD file at hand (`../shared/data/squad/dev-v1.1.json`), whose scores
+    are not comparable to published SQuAD results. The split is by article, so no
+    article (and no paragraph) is in both parts. Which articles go to evaluation depends
+    only on `seed` and the set of articles (they are ranked by title first), not on
+    their order, so a file and its tfds copy split alike.
+
+    Args:
+        articles: the output of `load_squad`.
+        eval_fraction: float in (0, 1). The fraction of articles held out,
+            `round(eval_fraction * len(articles))`, at least 1 and at most all but one.
+            Defaults to `0.2`.
+        seed: int. Defaults to `0`.
+
+    Returns:
+        An `ArticleSplit`: the tuple `(train_articles, eval_articles)`, each in the input
+        order, with `.train`, `.eval` and `.label` (`SPLIT_LABEL`, which says it is
+        unofficial). The same warning is logged.
+    """
+    if isinstance(eval_fraction, bool) or not 0 < eval_fraction < 1:
+        raise ValueError(
+            f"`eval_fraction` must be in (0, 1). Received: eval_fraction={eval_fraction!r}")
+    articles = list(articles)
+    if len(articles) < 2:
+        raise ValueError(f"Need at least 2 articles to split. Received: {len(articles)} article(s)")
+    num_eval = min(max(round(eval_fraction * len(articles)), 1), len(articles) - 1)
+    by_title = sorted(range(len(articles)), key=lambda i: _article_key(articles[i]))
+    permutation = np.random.default_rng(seed).permutation(len(articles))
+    held_out = {by_title[i] for i in permutation[:num_eval]}
+    logger.warning("split_articles: %s (%d train / %d eval articles).",
+                   SPLIT_LABEL, len(articles) - num_eval, num_eval)
+    return ArticleSplit(
+        [article for i, article in enumerate(articles) if i not in held_out],
+        [article for i, article in enumerate(articles) if i in held_out],
+    )
+
+
+def _article_key(article):
+    paragraphs = article.get("paragraphs") or [{}]
+    return str(article.get("title", "")), paragraphs[0].get("context", "")
+
+
+# Tokenization with character offsets -----------------------------------------------------
+
+
+class WordPieceWithOffsets:
+    """keras-hub's `WordPieceTokenizer` ids, with each token's character span in the text.
+
+    Reproduces `keras_tupe.data.load_tokenizer(vocabulary_file, lowercase)` (a
+    `keras_hub.tokenizers.WordPieceTokenizer`: split on whitespace, punctuation and CJK
+    characters, punctuation and CJK kept as words; unicode case folding when
+    `lowercase`; no accent stripping; greedy WordPiece) with tensorflow-text ops that
+    keep offsets: `regex_split_with_offsets` with keras-hub's own patterns,
+    `case_fold_utf8` per word, and a `FastWordpieceTokenizer` built like keras-hub's
+    (same vocabulary list, `no_pretokenization=True`) whose `tokenize_with_offsets`
+    gives each piece's bytes in its folded word.
+
+    Offsets are Python `str` (code point) indices into the original text, end
+    exclusive. Case folding can change a word's length (`"ß"` → `"ss"`, `"…"` → `"..."`);
+    the pieces of such a (rare) word are mapped back through the folding of each of its
+    characters (both pieces of `"ss"` span `"ß"`), or, where folding composes
+    characters (`"e"` + a combining accent → `"é"`), proportionally, with the first
+    piece starting at the word's start and the last ending at its end. An unknown word
+    is one `[UNK]` spanning the word.
+
+    Args:
+        vocabulary_file: a WordPiece vocabulary of `train_vocabulary`.
+        lowercase: bool. As the vocabulary was trained. Defaults to `True`.
+    """
+
+    def __init__(self, vocabulary_file, lowercase=True):
+        self.vocabulary_file = str(vocabulary_file)
+        self.lowercase = lowercase
+        self.keras_tokenizer = load_tokenizer(vocabulary_file, lowercase=lowercase)
+        vocabulary = self.keras_tokenizer.get_vocabulary()
+        self._wordpiece = tf_text.FastWordpieceTokenizer(
+            vocab=vocabulary,
+            suffix_indicator=self.keras_tokenizer.suffix_indicator,
+            unknown_token=self.keras_tokenizer.oov_token,
+            no_pretokenization=True,
+            token_out_type=tf.int32,
+        )
+        self.cls_id = self.keras_tokenizer.token_to_id("[CLS]")
+        self.sep_id = self.keras_tokenizer.token_to_id("[SEP]")
+        self.pad_id = self.keras_tokenizer.token_to_id("[PAD]")
+
+    def tokenize(self, texts):
+        """`[(ids, start_chars, end_chars)]`, three int32 arrays for each text of `texts`."""
+        texts = list(texts)
+        if not texts:
+            return []
+        words, word_starts, word_ends = tf_text.regex_split_with_offsets(
+            tf.constant(texts, tf.string),
+            delim_regex_pattern=WHITESPACE_PUNCTUATION_AND_CJK_REGEX,
+            keep_delim_regex_pattern=PUNCTUATION_AND_CJK_REGEX,
+        )  # (texts, words), byte offsets into the text
+        folded = tf_text.case_fold_utf8(words) if self.lowercase else words
+        ids, piece_starts, piece_ends = self._wordpiece.tokenize_with_offsets(folded)
+        # (texts, words, pieces), byte offsets into the folded word
+        word_splits = words.row_splits.numpy()
+        piece_splits = ids.values.row_splits.numpy()  # pieces of each word, all texts
+        ids = ids.flat_values.numpy().astype(np.int32)
+        piece_starts = piece_starts.flat_values.numpy()
+        piece_ends = piece_ends.flat_values.numpy()
+        word_starts = word_starts.flat_values.numpy()
+        word_ends = word_ends.flat_values.numpy()
+        words = words.flat_values.numpy()
+        folded = folded.flat_values.numpy()
+        # Which word each piece belongs to.
+        piece_word = np.repeat(np.arange(len(word_starts)), np.diff(piece_splits))
+        # Folding kept the bytes of most words (all of them without `lowercase`, every
+        # ASCII word): their pieces' bytes map straight back into the text. The others
+        # are aligned through the folding of each of their characters.
+        changed = np.array([
+            i for i, (word, fold) in enumerate(zip(words, folded))
+            if word != fold and not (word.isascii() and len(word) == len(fold))
+        ], np.int64)
+        alignments = _fold_alignments([words[i].decode("utf-8") for i in changed])
+        outputs = []
+        for t, text in enumerate(texts):
+            w0, w1 = word_splits[t], word_splits[t + 1]
+            p0, p1 = piece_splits[w0], piece_splits[w1]
+            char_of_byte = _char_of_byte(text)
+            w = piece_word[p0:p1]
+            starts = char_of_byte[word_starts[w] + piece_starts[p0:p1]]
+            ends = char_of_byte[word_starts[w] + piece_ends[p0:p1]]
+            for c in range(*np.searchsorted(changed, [w0, w1])):
+                i = changed[c]
+                lo, hi = piece_splits[i] - p0, piece_splits[i + 1] - p0
+                if lo == hi:  # folded to nothing
+                    continue
+                length = char_of_byte[word_ends[i]] - char_of_byte[word_starts[i]]
+                first, last = _map_folded_pieces(
+                    folded[i].decode("utf-8"), length, alignments[c],
+                    piece_starts[lo + p0:hi + p0], piece_ends[lo + p0:hi + p0])
+                starts[lo:hi] = char_of_byte[word_starts[i]] + first
+                ends[lo:hi] = char_of_byte[word_starts[i]] + last
+            outputs.append((ids[p0:p1], starts.astype(np.int32), ends.astype(np.int32)))
+        return outputs
+
+
+def _fold_alignments(words):
+    """For each word, `(k + 1,)` offsets: where the case folding of its character `k` starts.
+
+    `None` where folding the characters one by one does not give the folded word (NFKC
+    composes some sequences, e.g. `"e"` + a combining accent into `"é"`).
+    """
+    if not words:
+        return []
+    characters = tf.ragged.constant([list(word) for word in words], tf.string)
+    folded = tf_text.case_fold_utf8(characters)
+    lengths = tf.strings.length(folded, unit="UTF8_CHAR").to_list()
+    whole = tf_text.case_fold_utf8(tf.constant(words)).numpy()
+    return [
+        np.concatenate([[0], np.cumsum(length)]) if b"".join(parts) == fold else None
+        for length, parts, fold in zip(lengths, folded.to_list(), whole)
+    ]
+
+
+def _map_folded_pieces(folded, length, alignment, piece_starts, piece_ends):
+    """Character offsets in the original word of the pieces of its folding `folded`.
+
+    Args:
+        folded: str, the folded word.
+        length: int, the original word's length in characters.
+        alignment: the word's `_fold_alignments` entry.
+        piece_starts, piece_ends: byte offsets of the pieces in `folded`.
+    """
+    char_of_byte = _char_of_byte(folded)
+    starts, ends = char_of_byte[piece_starts], char_of_byte[piece_ends]
+    if alignment is not None:
+        # The original character whose folding holds each piece's first and last character.
+        return (np.searchsorted(alignment, starts, side="right") - 1,
+                np.searchsorted(alignment, ends, side="left"))
+    # Proportionally, exact at both ends of the word; no piece is left empty.
+    return starts * length // len(folded), -(-ends * length // len(folded))
+
+
+def _char_of_byte(text):
+    """`a[b]`: the code point index of UTF-8 byte offset `b` of `text` (`len(a)` = bytes + 1)."""
+    encoded = np.frombuffer(text.encode("utf-8"), np.uint8)
+    if len(encoded) == len(text):
+        return np.arange(len(text) + 1)
+    is_start = (encoded & 0xC0) != 0x80  # not a continuation byte
+    return np.concatenate([[0], np.cumsum(is_start)])
+
+
+# Features --------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class SquadFeatures:
+    """Windowed SQuAD features, as numpy arrays (`N` features of length `L`).
+
+    Attributes:
+        input_word_ids, input_mask, input_type_ids: `(N, L)` int32, the TF-Hub inputs.
+            `input_type_ids` is 0 for `[CLS]`, the question and its `[SEP]`, 1 for the
+            context window and the final `[SEP]`, 0 for padding.
+        start_positions, end_positions: `(N,)` int32 token positions of the answer in
+            the window, `0` (`[CLS]`) when it is not wholly inside; `None` unless
+            featurized with `training=True`.
+        example_index: `(N,)` int32, the question of each feature in `example_ids`.
+        example_ids: list of the question ids (`qid`s), one per featurized question.
+        token_start_char, token_end_char: `(N, L)` int32, each context token's character
+            span in its context (`context[start:end]`), `-1` for every other token.
+        token_is_max_context: `(N, L)` bool, whether this window gives the token its
+            most context among the windows holding it (BERT's `token_is_max_context`).
+        window_start: `(N,)` int32, the index of the window's first token in the whole
+            context's token sequence.
+    """
+
+    input_word_ids: np.ndarray
+    input_mask: np.ndarray
+    input_type_ids: np.ndarray
+    start_positions: np.ndarray | None
+    end_positions: np.ndarray | None
+    example_index: np.ndarray
+    example_ids: list
+    token_start_char: np.ndarray
+    token_end_char: np.ndarray
+    token_is_max_context: np.ndarray
+    window_start: np.ndarray
+
+    def __len__(self):
+        return len(self.input_word_ids)
+
+    def head(self, num_examples):
+        """The features of the first `num_examples` questions (all their windows)."""
+        if isinstance(num_examples, bool) or not isinstance(num_examples, int) or num_examples < 0:
+            raise ValueError(f"`num_examples` must be an int >= 0. Received: {num_examples!r}")
+        rows = self.example_index < num_examples
+        fields = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+        fields = {name: value[rows] if isinstance(value, np.ndarray) else value
+                  for name, value in fields.items()}
+        fields["example_ids"] = self.example_ids[:num_examples]
+        return SquadFeatures(**fields)
+
+    @property
+    def qids(self):
+        """`(N,)` the question id of each feature."""
+        return np.asarray(self.example_ids, dtype=object)[self.example_index]
+
+    @property
+    def inputs(self):
+        """The model inputs, a dict with the TF-Hub names."""
+        return {name: getattr(self, name) for name in INPUT_NAMES}
+
+
+def featurize(articles, tokenizer_vocab_file, sequence_length=384, doc_stride=128,
+              max_query_length=64, lowercase=True, training=True):
+    """BERT-style SQuAD features: `[CLS] question [SEP] context window [SEP]`.
+
+    As in Google's BERT `run_squad.py`: the question is cut to `max_query_length`
+    tokens; the context gets `sequence_length - len(question) - 3` tokens a window, and
+    windows start every `doc_stride` tokens until one reaches the context's end (a
+    short context is one window). For training, each window's label is the token span
+    of the question's first answer: its first token is the one holding the answer's
+    first character, its last the one holding its last character (WordPiece pieces can
+    reach past the answer's boundaries inside a word), or `0, 0` (`[CLS]`) when the
+    span is not wholly inside the window.
+
+    Args:
+        articles: the output of `load_squad` (or `split_articles`).
+        tokenizer_vocab_file: a WordPiece vocabulary (`train_vocabulary`).
+        sequence_length: int. `L`. Defaults to `384`.
+        doc_stride: int. Tokens between the starts of two windows. Defaults to `128`.
+        max_query_length: int. Defaults to `64`.
+        lowercase: bool. As the vocabulary was trained. Defaults to `True`.
+        training: bool. Computes `start_positions`/`end_positions`, and leaves out (with
+            a warning) the questions without an answer found in their context.
+            Defaults to `True`.
+
+    Returns:
+        A `SquadFeatures`. The token ids are those of `load_tokenizer(vocabulary_file,
+        lowercase)` (`WordPieceWithOffsets`).
+    """
+    for name, value in (("sequence_length", sequence_length), ("doc_stride", doc_stride),
+                        ("max_query_length", max_query_length)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"`{name}` must be an int >= 1. Received: {name}={value!r}")
+    if sequence_length < max_query_length + 4:
+        raise ValueError(
+            "`sequence_length` must leave room for [CLS], the question, two [SEP] and a "
+            f"context token: at least max_query_length + 4 = {max_query_length + 4}. "
+            f"Received: sequence_length={sequence_length}, max_query_length={max_query_length}"
+        )
+    tokenizer = WordPieceWithOffsets(tokenizer_vocab_file, lowercase=lowercase)
+    paragraphs = [paragraph for article in articles for paragraph in article["paragraphs"]]
+    contexts = tokenizer.tokenize(paragraph["context"] for paragraph in paragraphs)
+    questions = tokenizer.tokenize(
+        qa["question"] for paragraph in paragraphs for qa in paragraph["qas"])
+
+    # One per window: (ids, first context position, window length, start chars, end
+    # chars, is max context, window start, (start, end) label, example index).
+    rows = []
+    example_ids, skipped, q = [], [], 0
+    for paragraph, (context_ids, context_starts, context_ends) in zip(paragraphs, contexts):
+        for qa in paragraph["qas"]:
+            question_ids = questions[q][0][:max_query_length]
+            q += 1
+            answer = None
+            if training:
+                answer = _answer_tokens(paragraph["context"], qa, context_starts, context_ends)
+                if answer is None:
+                    skipped.append(qa["id"])
+                    continue
+            example = len(example_ids)
+            example_ids.append(qa["id"])
+            window_length = sequence_length - len(question_ids) - 3
+            windows = _windows(len(context_ids), window_length, doc_stride)
+            offset = len(question_ids) + 2  # position of the first context token
+            best_window = _max_context_windows(windows, len(context_ids))
+            for w, (start, length) in enumerate(windows):
+                label = (0, 0)
+                if answer is not None and start <= answer[0] and answer[1] < start + length:
+                    label = (answer[0] - start + offset, answer[1] - start + offset)
+                rows.append((
+                    np.concatenate([[tokenizer.cls_id], question_ids, [tokenizer.sep_id],
+                                    context_ids[start:start + length], [tokenizer.sep_id]]),
+                    offset, length,
+                    context_starts[start:start + length], context_ends[start:start + length],
+                    best_window[start:start + length] == w,
+                    start, label, example,
+                ))
+    if skipped:
+        logger.warning(
+            "featurize: left out %d question(s) whose first answer is not found in its "
+            "context (e.g. %s).", len(skipped), skipped[:3])
+    return _stack(rows, sequence_length, tokenizer.pad_id, example_ids, training)
+
+
+def _answer_tokens(context, qa, context_starts, context_ends):
+    """(first, last) context token of the first answer, or None if it cannot be located."""
+    if not qa["answers"]:
+        return None
+    text, char_start = qa["answers"][0]["text"], qa["answers"][0]["answer_start"]
+    if context[char_start:char_start + len(text)] != text:
+        # A misplaced offset: take the occurrence nearest to it, if any.
+        found = [i for i in range(len(context)) if context.startswith(text, i)] if text else []
+        if not found:
+            return None
+        char_start = min(found, key=lambda i: abs(i - char_start))
+    char_end = char_start + len(text.rstrip())
+    char_start += len(text) - len(text.lstrip())
+    # Tokens overlapping [char_start, char_end).
+    overlapping = np.flatnonzero((context_ends > char_start) & (context_starts < char_end))
+    if len(overlapping) == 0:
+        return None
+    return int(overlapping[0]), int(overlapping[-1])
+
+
+def _windows(num_tokens, window_length, doc_stride):
+    """`[(start, length)]` of the windows over `num_tokens` context tokens (at least one)."""
+    windows, start = [], 0
+    while True:
+        length = min(num_tokens - start, window_length)
+        windows.append((start, length))
+        if start + length >= num_tokens:
+            return windows
+        start += min(length, doc_stride)
+
+
+def _max_context_windows(windows, num_tokens):
+    """For each context token, the window that gives it the most context (BERT's rule).
+
+    A token's score in a window is `min(left context, right context) + 0.01 * window
+    length`; ties go to the first window.
+    """
+    best = np.zeros(num_tokens, np.int64)
+    best_score = np.full(num_tokens, -np.inf)
+    for w, (start, length) in enumerate(windows):
+        position = np.arange(start, start + length)
+        score = np.minimum(position - start, start + length - 1 - position) + 0.01 * length
+        better = score > best_score[start:start + length]
+        best[start:start + length][better] = w
+        best_score[start:start + length][better] = score[better]
+    return best
+
+
+def _stack(rows, sequence_length, pad_id, example_ids, training):
+    n = len(rows)
+    word_ids = np.full((n, sequence_length), pad_id, np.int32)
+    mask = np.zeros((n, sequence_length), np.int32)
+    type_ids = np.zeros((n, sequence_length), np.int32)
+    start_chars = np.full((n, sequence_length), -1, np.int32)
+    end_chars = np.full((n, sequence_length), -1, np.int32)
+    max_context = np.zeros((n, sequence_length), bool)
+    labels = np.zeros((n, 2), np.int32)
+    for i, (ids, offset, length, starts, ends, is_max, _, label, _) in enumerate(rows):
+        word_ids[i, :len(ids)] = ids
+        mask[i, :len(ids)] = 1
+        type_ids[i, offset:len(ids)] = 1
+        start_chars[i, offset:offset + length] = starts
+        end_chars[i, offset:offset + length] = ends
+        max_context[i, offset:offset + length] = is_max
+        labels[i] = label
+    return SquadFeatures(
+        input_word_ids=word_ids,
+        input_mask=mask,
+        input_type_ids=type_ids,
+        start_positions=labels[:, 0].copy() if training else None,
+        end_positions=labels[:, 1].copy() if training else None,
+        example_index=np.array([row[-1] for row in rows], np.int32),
+        example_ids=example_ids,
+        token_start_char=start_chars,
+        token_end_char=end_chars,
+        token_is_max_context=max_context,
+        window_start=np.array([row[6] for row in rows], np.int32),
+    )
+
+
+# Answers ---------------------------------------------------------------------------------
+
+
+def postprocess(features, start_logits, end_logits, articles, n_best=20, max_answer_length=30):
+    """The predicted answer of each question: `{qid: text}`.
+
+    BERT's `write_predictions` rule: in each window, the `n_best` highest start and end
+    logits give the candidate spans; a span is kept when both tokens are context tokens,
+    `start <= end`, it has at most `max_answer_length` tokens, and the window gives the
+    start token its most context (`token_is_max_context`, so a span is judged in one
+    window only). The answer is the kept span of highest `start_logit + end_logit` over
+    all the question's windows, returned as `context[start_char:end_char]`, the exact
+    original substring (case, accents, punctuation and inner whitespace preserved).
+    A question with no valid span gets `""`.
+
+    Args:
+        features: the `SquadFeatures` the logits were computed on.
+        start_logits, end_logits: `(N, L)` arrays.
+        articles: the articles featurized (for the contexts).
+        n_best: int. Candidate starts and ends per window. Defaults to `20`.
+        max_answer_length: int. In tokens. Defaults to `30`.
+    """
+    start_logits = np.asarray(start_logits, np.float32)
+    end_logits = np.asarray(end_logits, np.float32)
+    shape = features.input_word_ids.shape
+    if start_logits.shape != shape or end_logits.shape != shape:
+        raise ValueError(
+            f"Logits must have the features' shape {shape}. Received: start_logits "
+            f"{start_logits.shape}, end_logits {end_logits.shape}")
+    contexts = {qa["id"]: paragraph["context"] for article in articles
+                for paragraph in article["paragraphs"] for qa in paragraph["qas"]}
+    missing = [qid for qid in features.example_ids if qid not in contexts]
+    if missing:
+        raise ValueError(f"{len(missing)} featurized question(s) are not in `articles`, "
+                         f"e.g. {missing[:3]}: pass the articles that were featurized.")
+    n_best = min(n_best, shape[1])
+    rows = np.arange(shape[0])[:, None, None]
+    starts = np.argsort(-start_logits, axis=1, kind="stable")[:, :n_best, None]  # (N, n, 1)
+    ends = np.argsort(-end_logits, axis=1, kind="stable")[:, None, :n_best]  # (N, 1, n)
+    valid = (
+        (features.token_start_char[rows, starts] >= 0)
+        & (features.token_end_char[rows, ends] >= 0)
+        & features.token_is_max_context[rows, starts]
+        & (ends >= starts)
+        & (ends - starts + 1 <= max_answer_length)
+    )  # (N, n, n)
+    scores = np.where(
+        valid, start_logits[rows, starts] + end_logits[rows, ends], -np.inf)  # (N, n, n)
+    best = scores.reshape(shape[0], -1).argmax(axis=1)  # (N,)
+    best_score = scores.reshape(shape[0], -1)[np.arange(shape[0]), best]
+    best_start = starts[:, :, 0][np.arange(shape[0]), best // n_best]
+    best_end = ends[:, 0, :][np.arange(shape[0]), best % n_best]
+
+    answers = {qid: ("", -np.inf) for qid in features.example_ids}
+    for f in range(shape[0]):
+        qid = features.example_ids[features.example_index[f]]
+        if best_score[f] > answers[qid][1]:
+            text = contexts[qid][features.token_start_char[f, best_start[f]]:
+                                 features.token_end_char[f, best_end[f]]]
+            answers[qid] = (text, best_score[f])
+    return {qid: text for qid, (text, _) in answers.items()}
+
+
+# Datasets --------------------------------------------------------------------------------
+
+
+def squad_dataset(features, batch_size, training, shuffle=False, seed=0):
+    """The features as a batched `tf.data.Dataset`.
+
+    Args:
+        features: a `SquadFeatures`.
+        batch_size: int.
+        training: bool. `True`: elements `(x, {"start_positions", "end_positions"})`;
+            `False`: `x` only. `x` is the dict of `input_word_ids`, `input_mask`,
+            `input_type_ids`.
+        shuffle: bool. Shuffle all the features (reshuffled every epoch, deterministic
+            given `seed`). Defaults to `False`.
+        seed: int. Defaults to `0`.
+    """
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"`batch_size` must be an int >= 1. Received: batch_size={batch_size!r}")
+    x = features.inputs
+    if training:
+        if features.start_positions is None:
+            raise ValueError("These features have no answer positions: featurize them "
+                             "with `training=True` for a training dataset.")
+        y = {"start_positions": features.start_positions,
+             "end_positions": features.end_positions}
+        dataset = tf.data.Dataset.from_tensor_slices((x, y))
+    else:
+        dataset = tf.data.Dataset.from_tensor_slices(x)
+    if shuffle:
+        dataset = dataset.shuffle(len(features), seed=seed, reshuffle_each_iteration=True)
+    return dataset.batch(batch_size).prefetch(tf.data.AUTOTUNE)

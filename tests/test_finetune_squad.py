@@ -1,0 +1,41 @@
+"""SQuAD fine-tuning end to end on the offline article split of the real dev file."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from keras_tupe import data
+from keras_tupe.data import squad
+from keras_tupe.models import TupeBackbone
+from training import finetune_squad as cli
+
+REPO = Path(__file__).resolve().parents[1]
+DATA_DIR = Path(os.environ.get("KERAS_TUPE_DATA_DIR") or REPO.parent / "shared" / "data")
+DEV = DATA_DIR / "squad" / "dev-v1.1.json"
+
+
+@pytest.mark.slow
+def test_offline_split_fine_tune_reports_labelled_official_metrics(tmp_path, capsys):
+    articles = squad.load_squad(str(DEV))
+    corpus = tmp_path / "contexts.txt"
+    corpus.write_text("\n".join(p["context"] for a in articles for p in a["paragraphs"]) + "\n")
+    vocab = data.train_vocabulary(str(corpus), 2000, str(tmp_path / "vocab.txt"))
+    size = data.load_tokenizer(vocab).vocabulary_size()
+    TupeBackbone.from_preset("huang_m4_tiny", vocabulary_size=size).save(tmp_path / "m4.keras")
+    out = tmp_path / "squad"
+    code = cli.main(["--init", str(tmp_path / "m4.keras"), "--vocab", vocab,
+                     "--offline-split", str(DEV), "--seq-len", "192", "--doc-stride", "64",
+                     "--max-train-examples", "300", "--epochs", "1", "--batch-size", "16",
+                     "--learning-rate", "1e-3", "--out", str(out)])
+    assert code == 0, capsys.readouterr().err
+    saved = json.loads((out / "squad_results.json").read_text())["result"]
+    assert "NOT the official" in saved["data"]
+    assert 0.0 <= saved["exact_match"] <= saved["f1"] <= 100.0
+    # Every evaluation question of the split got an answer string.
+    _, eval_articles = squad.split_articles(articles, eval_fraction=0.2, seed=0)
+    questions = sum(len(p["qas"]) for a in eval_articles for p in a["paragraphs"])
+    assert saved["eval_questions"] == questions
+    predictions = json.loads((out / "squad_predictions.json").read_text())
+    assert len(predictions) == questions and all(isinstance(v, str) for v in predictions.values())
