@@ -58,16 +58,4 @@ class TupeClassifier(Task):
         super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
 
     def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "backbone": keras.saving.serialize_keras_object(self.backbone),
-            "num_classes": self.num_classes,
-            "dropout": self.dropout,
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
-        return cls(**config)
+        return {**super().get_config(), "num_classes": self.num_classes, "dropout": self.dropout}

@@ -60,16 +60,3 @@ class TupeSpanQA(Task):
                 "end_positions": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
             }
         super().compile(optimizer=optimizer, loss=loss, **kwargs)
-
-    def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "backbone": keras.saving.serialize_keras_object(self.backbone),
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
-        return cls(**config)

@@ -20,6 +20,20 @@ class Task(keras.Model):
     reports the same loss under every strategy.
     """
 
+    def get_config(self):
+        # A task is rebuilt from its backbone (and the subclass's own arguments).
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "backbone": keras.saving.serialize_keras_object(self.backbone),
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
+        return cls(**config)
+
     def compile(self, *args, jit_compile="auto", **kwargs):
         replicas = self.distribute_strategy.num_replicas_in_sync
         self.xla_per_replica = (
