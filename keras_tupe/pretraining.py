@@ -19,7 +19,6 @@ with the same step count and the same weights as a run that was never killed.
 
 import dataclasses
 import json
-import math
 import os
 import platform
 import shutil

@@ -4,7 +4,6 @@ import csv
 import os
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from keras_tupe import data

@@ -7,7 +7,6 @@ other. Sources: a keras_tupe backbone with absolute positions (`bert_a`), or
 keras-hub's `BertBackbone`.
 """
 
-import keras
 import keras_hub
 
 from keras_tupe.models.tupe_backbone import TupeBackbone

@@ -4,7 +4,6 @@ import keras
 import keras_hub
 
 from keras_tupe.models.task import Task
-from keras_tupe.models.tupe_backbone import TupeBackbone
 
 
 @keras.saving.register_keras_serializable(package="keras_tupe")
