@@ -2,6 +2,8 @@
 
 import keras
 
+_TENSORFLOW = keras.backend.backend() == "tensorflow"
+
 
 class Task(keras.Model):
     """A functional task model whose training step is XLA-compiled per replica.
@@ -35,10 +37,10 @@ class Task(keras.Model):
         return cls(**config)
 
     def compile(self, *args, jit_compile="auto", **kwargs):
-        replicas = self.distribute_strategy.num_replicas_in_sync
-        self.xla_per_replica = (
-            jit_compile is True and keras.backend.backend() == "tensorflow" and replicas > 1
-        )
+        # tf.distribute exists on the TensorFlow backend only.
+        strategy = getattr(self, "distribute_strategy", None)
+        replicas = strategy.num_replicas_in_sync if strategy is not None else 1
+        self.xla_per_replica = jit_compile is True and _TENSORFLOW and replicas > 1
         self._replica_step = None
         super().compile(
             *args, jit_compile=False if self.xla_per_replica else jit_compile, **kwargs
@@ -52,74 +54,78 @@ class Task(keras.Model):
         if self.built:
             self.optimizer.build(self.trainable_variables)
 
-    def train_step(self, data):
-        if not getattr(self, "xla_per_replica", False):
-            return self._multiworker_safe(super().train_step(data))
-        import tensorflow as tf
-        from keras.src.losses.loss import unscale_loss_for_distribution
-        from keras.src.trainers.data_adapters.data_adapter_utils import (
-            unpack_x_y_sample_weight,
-        )
+    # The TensorFlow trainer's steps. Other backends keep Keras's own (the JAX
+    # trainer's `train_step(state, data)` is stateless; tf.distribute is TF-only).
+    if _TENSORFLOW:
 
-        x, y, sample_weight = unpack_x_y_sample_weight(data)
-        if self._replica_step is None:
-            self._replica_step = tf.function(
-                self._forward_backward, jit_compile=True, reduce_retracing=True
+        def train_step(self, data):
+            if not getattr(self, "xla_per_replica", False):
+                return self._multiworker_safe(super().train_step(data))
+            import tensorflow as tf
+            from keras.src.losses.loss import unscale_loss_for_distribution
+            from keras.src.trainers.data_adapters.data_adapter_utils import (
+                unpack_x_y_sample_weight,
             )
-        loss, y_pred, gradients = self._replica_step(x, y, sample_weight)
-        batch_size = tf.shape(tf.nest.flatten(x)[0])[0]
-        self._loss_tracker.update_state(
-            unscale_loss_for_distribution(loss), sample_weight=batch_size
-        )
-        # The optimizer all-reduces (sums) the gradients, clips the aggregate
-        # and updates the mirrored variables, outside XLA.
-        self.optimizer.apply_gradients(zip(gradients, self.trainable_weights))
-        return self._multiworker_safe(
-            self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
-        )
 
-    def test_step(self, data):
-        return self._multiworker_safe(super().test_step(data))
+            x, y, sample_weight = unpack_x_y_sample_weight(data)
+            if self._replica_step is None:
+                self._replica_step = tf.function(
+                    self._forward_backward, jit_compile=True, reduce_retracing=True
+                )
+            loss, y_pred, gradients = self._replica_step(x, y, sample_weight)
+            batch_size = tf.shape(tf.nest.flatten(x)[0])[0]
+            self._loss_tracker.update_state(
+                unscale_loss_for_distribution(loss), sample_weight=batch_size
+            )
+            # The optimizer all-reduces (sums) the gradients, clips the aggregate
+            # and updates the mirrored variables, outside XLA.
+            self.optimizer.apply_gradients(zip(gradients, self.trainable_weights))
+            return self._multiworker_safe(
+                self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
+            )
 
-    def _multiworker_safe(self, logs):
-        # Under MultiWorkerMirroredStrategy Keras reduces every logged value
-        # with `strategy.reduce("MEAN", v, axis=0)`, which fails on the scalar
-        # metric results ("Invalid reduction dimension 0 for input with 0
-        # dimensions"). The results are already synchronized across replicas,
-        # so shape (1,) makes that reduction return the same value.
-        import tensorflow as tf
+        def test_step(self, data):
+            return self._multiworker_safe(super().test_step(data))
 
-        if not isinstance(self.distribute_strategy, tf.distribute.MultiWorkerMirroredStrategy):
-            return logs
-        return {name: tf.reshape(value, [1]) for name, value in logs.items()}
-
-    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
-        # Keras learns the batch shapes by reducing the first (distributed)
-        # batch across replicas; MultiWorkerMirroredStrategy cannot reduce a
-        # dict ("Attempt to convert a value ({'input_word_ids': PerReplica...}
-        # with an unsupported type dict"). One replica's local batch has the
-        # same structure, which is all the symbolic build needs.
-        if iterator is not None and self._distribute_strategy is not None:
+        def _multiworker_safe(self, logs):
+            # Under MultiWorkerMirroredStrategy Keras reduces every logged value
+            # with `strategy.reduce("MEAN", v, axis=0)`, which fails on the scalar
+            # metric results ("Invalid reduction dimension 0 for input with 0
+            # dimensions"). The results are already synchronized across replicas,
+            # so shape (1,) makes that reduction return the same value.
             import tensorflow as tf
 
-            for _, _, batches in iterator:
-                data_batch = tf.nest.map_structure(
-                    lambda x: self.distribute_strategy.experimental_local_results(x)[0]
-                    if isinstance(x, tf.distribute.DistributedValues)
-                    else x,
-                    next(batches),
+            if not isinstance(self.distribute_strategy, tf.distribute.MultiWorkerMirroredStrategy):
+                return logs
+            return {name: tf.reshape(value, [1]) for name, value in logs.items()}
+
+        def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+            # Keras learns the batch shapes by reducing the first (distributed)
+            # batch across replicas; MultiWorkerMirroredStrategy cannot reduce a
+            # dict ("Attempt to convert a value ({'input_word_ids': PerReplica...}
+            # with an unsupported type dict"). One replica's local batch has the
+            # same structure, which is all the symbolic build needs.
+            if iterator is not None and self._distribute_strategy is not None:
+                import tensorflow as tf
+
+                for _, _, batches in iterator:
+                    data_batch = tf.nest.map_structure(
+                        lambda x: self.distribute_strategy.experimental_local_results(x)[0]
+                        if isinstance(x, tf.distribute.DistributedValues)
+                        else x,
+                        next(batches),
+                    )
+                    break
+                iterator = None
+            return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
+
+        def _forward_backward(self, x, y, sample_weight):
+            import tensorflow as tf
+
+            with tf.GradientTape() as tape:
+                y_pred = self(x, training=True)
+                loss = self._compute_loss(
+                    x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=True
                 )
-                break
-            iterator = None
-        return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
-
-    def _forward_backward(self, x, y, sample_weight):
-        import tensorflow as tf
-
-        with tf.GradientTape() as tape:
-            y_pred = self(x, training=True)
-            loss = self._compute_loss(
-                x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=True
-            )
-            scaled = self.optimizer.scale_loss(loss)
-        return loss, y_pred, tape.gradient(scaled, self.trainable_weights)
+                scaled = self.optimizer.scale_loss(loss)
+            return loss, y_pred, tape.gradient(scaled, self.trainable_weights)
