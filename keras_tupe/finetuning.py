@@ -81,20 +81,21 @@ class FinetuneConfig:
     verbose: int = 0
 
 
-def check_sequence_length(backbone, seq_len):
-    """Absolute encoders refuse a `--seq-len` above their table, before any work."""
-    limit = backbone.absolute_length_limit
-    if limit is not None and seq_len > limit:
+def load_matching_tokenizer(backbone, vocab, lowercase=True):
+    """The tokenizer of `vocab`, refused unless its size is the encoder's vocabulary size."""
+    from keras_tupe import data
+
+    tokenizer = data.load_tokenizer(vocab, lowercase=lowercase)
+    if tokenizer.vocabulary_size() != backbone.vocabulary_size:
         raise ValueError(
-            f"--seq-len {seq_len} is longer than this encoder's absolute position table "
-            f"(max_sequence_length={limit}). Absolute encoders cannot take longer inputs; "
-            "relative-only encoders (shaw, huang_m*) can."
+            f"{vocab} has {tokenizer.vocabulary_size()} tokens but the encoder was built for "
+            f"{backbone.vocabulary_size}: not the vocabulary it was pre-trained with."
         )
+    return tokenizer
 
 
 def finetune_glue(config):
     """Fine-tunes `config.init` on one GLUE task; returns the dev metrics and timings."""
-    from keras_tupe import data
     from keras_tupe.data import glue
     from keras_tupe.metrics import glue_metrics, glue_score
     from keras_tupe.models import TupeClassifier
@@ -105,14 +106,9 @@ def finetune_glue(config):
     spec = glue.GLUE_TASKS[config.task]
     keras.utils.set_random_seed(config.seed)
     backbone = load_backbone(config.init)
-    check_sequence_length(backbone, config.seq_len)
-    tokenizer = data.load_tokenizer(config.vocab or default_vocabulary(config.init),
-                                    lowercase=config.lowercase)
-    if tokenizer.vocabulary_size() != backbone.vocabulary_size:
-        raise ValueError(
-            f"The vocabulary has {tokenizer.vocabulary_size()} tokens but the encoder was built "
-            f"for {backbone.vocabulary_size}: not the vocabulary it was pre-trained with."
-        )
+    backbone.check_sequence_length(config.seq_len)
+    tokenizer = load_matching_tokenizer(backbone, config.vocab or default_vocabulary(config.init),
+                                        config.lowercase)
     train_examples = glue.load_glue(config.task, "train", config.data_dir)
     if config.max_train_examples:
         train_examples = _head(train_examples, config.max_train_examples)
@@ -217,16 +213,12 @@ def write_tables(table, out_dir, title):
 
 def _preflight(tasks, init, config_kwargs):
     """Loads the encoder, vocabulary and every split once: errors before any training."""
-    from keras_tupe import data
     from keras_tupe.data import glue
 
     backbone = load_backbone(init)
-    check_sequence_length(backbone, config_kwargs.get("seq_len", FinetuneConfig.seq_len))
-    vocab = config_kwargs.get("vocab") or default_vocabulary(init)
-    size = data.load_tokenizer(vocab).vocabulary_size()
-    if size != backbone.vocabulary_size:
-        raise ValueError(f"{vocab} has {size} tokens but the encoder was built for "
-                         f"{backbone.vocabulary_size}: not its pre-training vocabulary.")
+    backbone.check_sequence_length(config_kwargs.get("seq_len", FinetuneConfig.seq_len))
+    load_matching_tokenizer(backbone, config_kwargs.get("vocab") or default_vocabulary(init),
+                            config_kwargs.get("lowercase", True))
     for task in tasks:
         for split in ("train",) + tuple(glue.GLUE_TASKS[task].eval_splits):
             glue.load_glue(task, split, config_kwargs.get("data_dir"))
@@ -301,8 +293,9 @@ def finetune_squad(config):
 
     keras.utils.set_random_seed(config.seed)
     backbone = load_backbone(config.init)
-    check_sequence_length(backbone, config.seq_len)
+    backbone.check_sequence_length(config.seq_len)
     vocab = config.vocab or default_vocabulary(config.init)
+    load_matching_tokenizer(backbone, vocab, config.lowercase)
     if config.offline_split:
         articles = squad.load_squad(config.offline_split)
         train_articles, eval_articles = squad.split_articles(

@@ -113,21 +113,18 @@ def make_strategy(name):
 def validate(config, num_replicas):
     """Every check that can fail, before any file is written or step taken."""
     from keras_tupe.models.presets import PRESETS
+    from keras_tupe.models.tupe_backbone import absolute_length_limit
 
     if config.preset not in PRESETS:
         raise PretrainError(f"Unknown preset {config.preset!r}. Valid presets: {sorted(PRESETS)}")
     _choice("precision", config.precision, PRECISIONS)
     _choice("strategy", config.strategy, STRATEGIES)
-    preset = PRESETS[config.preset]
-    has_absolute_table = (
-        preset.get("absolute_position", "added") == "added"
-        or preset.get("absolute_correlation", "none") != "none"
-    )
-    if has_absolute_table and config.seq_len > preset["max_sequence_length"]:
+    limit = absolute_length_limit(**PRESETS[config.preset])
+    if limit is not None and config.seq_len > limit:
         raise PretrainError(
             f"--seq-len {config.seq_len} is longer than the absolute position table of "
-            f"{config.preset} (max_sequence_length={preset['max_sequence_length']}). Use "
-            f"--seq-len <= {preset['max_sequence_length']}, or a relative-only preset."
+            f"{config.preset} (max_sequence_length={limit}). Use --seq-len <= {limit}, or a "
+            "relative-only preset."
         )
     if config.batch_size < 1 or config.batch_size % num_replicas:
         raise PretrainError(
@@ -235,7 +232,6 @@ def _backed_up_epoch(backup_dir):
 
 def pretrain(config):
     """Runs (or resumes) a pre-training run. Returns the Keras `History`."""
-    import tensorflow as tf
 
     from keras_tupe import data
     from keras_tupe.models import MaskedLM, TupeBackbone
@@ -274,7 +270,6 @@ def pretrain(config):
     if consumed and config.verbose:
         print(f"Resuming {config.out} after step {consumed}.", flush=True)
 
-    tf.random.set_seed(config.seed)
     train = data.mlm_dataset(
         config.corpus, tokenizer, config.seq_len, config.batch_size, seed=config.seed,
         mask_rate=config.mask_rate, mask_token_rate=config.mask_token_rate,

@@ -119,6 +119,18 @@ def test_absolute_encoders_refuse_longer_sequences(variant):
         backbone(make_inputs(1, 129))
 
 
+def test_preset_length_limit_matches_the_built_encoder():
+    """The CLI checks --seq-len from the preset; the encoder checks its inputs: one rule."""
+    from keras_tupe.models.tupe_backbone import absolute_length_limit
+
+    for name, config in PRESETS.items():
+        if name.endswith("_tiny"):
+            built = TupeBackbone.from_preset(name).absolute_length_limit
+            assert absolute_length_limit(**config) == built, name
+        expected = None if name.split("_")[0] in ("shaw", "huang") else config["max_sequence_length"]
+        assert absolute_length_limit(**config) == expected, name
+
+
 def test_absolute_limit_checked_in_graph_with_dynamic_length():
     backbone = TupeBackbone.from_preset("tupe_r_tiny")
     spec = {name: tf.TensorSpec((None, None), tf.int32) for name in make_inputs(1, 4)}

@@ -1,23 +1,7 @@
-"""Pre-training data: corpora, WordPiece vocabularies and the masked-LM pipeline."""
+"""Data: corpora, WordPiece vocabularies, the masked-LM pipeline; GLUE and SQuAD
+in `keras_tupe.data.glue` and `keras_tupe.data.squad`."""
 
-from keras_tupe.data.pretraining import (
-    SPECIAL_TOKENS,
-    line_dataset,
-    load_tokenizer,
-    mask_selection_length,
-    mlm_dataset,
-    packed_sequences,
-    train_vocabulary,
-    vocabulary_fingerprint,
-)
+from keras_tupe.data import pretraining as _pipeline
+from keras_tupe.data.pretraining import *  # noqa: F401,F403  (the names of __all__)
 
-__all__ = [
-    "SPECIAL_TOKENS",
-    "line_dataset",
-    "load_tokenizer",
-    "mask_selection_length",
-    "mlm_dataset",
-    "packed_sequences",
-    "train_vocabulary",
-    "vocabulary_fingerprint",
-]
+__all__ = list(_pipeline.__all__)

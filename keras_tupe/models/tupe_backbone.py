@@ -20,6 +20,19 @@ RELATIVE_POSITIONS = ("none", "t5_bias") + METHODS
 INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
 
 
+def absolute_length_limit(
+    absolute_position="added", absolute_correlation="none", max_sequence_length=512, **_
+):
+    """The longest input of an encoder config (or preset), or `None` for any length.
+
+    An absolute table (positions added at the input, or the untied correlation)
+    bounds the length; relative terms do not. Defaults are the constructor's.
+    """
+    if absolute_position == "added" or absolute_correlation != "none":
+        return max_sequence_length
+    return None
+
+
 def _choice(name, value, choices):
     if value not in choices:
         raise ValueError(f"`{name}` must be one of {choices}. Received: {name}={value!r}")
@@ -305,9 +318,15 @@ class TupeBackbone(keras.Model):
     @property
     def absolute_length_limit(self):
         """The longest input the model takes, or `None` when any length works."""
-        if self.absolute_position == "added" or self.absolute_correlation != "none":
-            return self.max_sequence_length
-        return None
+        return absolute_length_limit(
+            self.absolute_position, self.absolute_correlation, self.max_sequence_length
+        )
+
+    def check_sequence_length(self, length):
+        """Raises a clear error when `length` exceeds the absolute table (if any)."""
+        limit = self.absolute_length_limit
+        if limit is not None:
+            check_sequence_length(length, limit, "absolute position table")
 
     def positional_bias(self, sequence_length):
         """The content-free positional term every layer adds, `(h, n, n)` float32.
@@ -358,12 +377,10 @@ class TupeBackbone(keras.Model):
                 "`input_word_ids`, `input_mask` and `input_type_ids` must all have the "
                 f"same shape (batch, seq). Received: {shapes}"
             )
-        limit = self.absolute_length_limit
-        if limit is not None:
-            length = shapes["input_word_ids"][1]
-            if length is None:
-                length = ops.shape(inputs["input_word_ids"])[1]
-            check_sequence_length(length, limit, "absolute position table")
+        length = shapes["input_word_ids"][1]
+        self.check_sequence_length(
+            ops.shape(inputs["input_word_ids"])[1] if length is None else length
+        )
 
     @classmethod
     def presets(cls):
