@@ -32,9 +32,10 @@ import logging
 import math
 from pathlib import Path
 
-import keras_hub
 import numpy as np
 import tensorflow as tf
+
+from keras_tupe.data.packing import pack_segments
 
 logger = logging.getLogger(__name__)
 
@@ -409,10 +410,11 @@ def pack_inputs(tokenizer, sequence_length, first, second=None):
     """Tokenizes and packs raw sentences (or pairs) into a classifier's inputs.
 
     `[CLS] first [SEP]`, or `[CLS] first [SEP] second [SEP]` for pairs, with
-    `keras_hub.layers.MultiSegmentPacker` (round-robin truncation: when the pair is too
-    long, the two segments lose tokens alternately from their ends, the longer first),
-    padded with [PAD] to `sequence_length`. `glue_dataset` and serving both use this
-    function, so they pack identically.
+    `keras_tupe.data.packing.pack_segments` (keras-hub's `MultiSegmentPacker` packing,
+    round-robin truncation: when the pair is too long, the two segments lose tokens
+    alternately from their ends, the longer first), padded with [PAD] to
+    `sequence_length`. `glue_dataset`, evaluation and the exported preprocessor all pack
+    with `pack_segments`, so they pack identically.
 
     Args:
         tokenizer: a keras-hub WordPiece tokenizer with ragged outputs (no
@@ -442,26 +444,8 @@ def pack_inputs(tokenizer, sequence_length, first, second=None):
     unbatched = texts[0].shape.rank == 0
     if unbatched:
         texts = [text[tf.newaxis] for text in texts]
-    segments = tuple(_ragged(tokenizer(text)) for text in texts)  # (B, None) each
-    packer = keras_hub.layers.MultiSegmentPacker(
-        sequence_length=sequence_length,
-        start_value=cls_id,
-        end_value=sep_id,
-        pad_value=pad_id,
-        truncate="round_robin",
-        dtype="int32",
-    )
-    token_ids, type_ids = packer(segments)  # (B, L) each
-    # The mask from the lengths, not from `token_ids != pad_id`: exact whatever the ids.
-    num_special = 1 + len(segments)
-    num_tokens = tf.add_n([tf.cast(s.row_lengths(), tf.int32) for s in segments])  # (B,)
-    packed_length = tf.minimum(num_tokens, sequence_length - num_special) + num_special
-    mask = tf.sequence_mask(packed_length, sequence_length, dtype=tf.int32)  # (B, L)
-    outputs = {
-        "input_word_ids": tf.cast(token_ids, tf.int32),
-        "input_mask": mask,
-        "input_type_ids": tf.cast(type_ids, tf.int32),
-    }
+    segments = [_ragged(tokenizer(text)) for text in texts]  # (B, None) each
+    outputs = pack_segments(segments, sequence_length, cls_id, sep_id, pad_id)  # (B, L) each
     if unbatched:
         return {key: value[0] for key, value in outputs.items()}
     return outputs

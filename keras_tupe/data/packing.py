@@ -1,0 +1,41 @@
+"""BERT input packing shared by training, evaluation and the exported preprocessor.
+
+`pack_segments` is the one place where token ids become the encoder's three inputs:
+`keras_tupe.data.glue.pack_inputs` (fine-tuning and evaluation) and the preprocessor
+SavedModel (`keras_tupe.export`) both call it, so serving packs exactly as training did.
+It is keras-hub's `MultiSegmentPacker` (round-robin truncation) written with the
+tensorflow-text ops it uses, so that the length may also be a scalar tensor (the
+packer takes a Python int only, which a SavedModel's `seq_length` argument is not).
+"""
+
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+
+def pack_segments(segments, sequence_length, cls_id, sep_id, pad_id):
+    """`[CLS] a [SEP]` or `[CLS] a [SEP] b [SEP]`, truncated round-robin, padded.
+
+    Args:
+        segments: a list of one or more int ragged tensors `(B, None)`: the token
+            ids of each segment.
+        sequence_length: int or scalar int32 tensor L, at least `len(segments) + 1`.
+        cls_id, sep_id, pad_id: int. The special token ids.
+
+    Returns:
+        A dict of int32 tensors `(B, L)`: `input_word_ids`; `input_mask`, 1 on real
+        tokens (specials included), 0 on padding; `input_type_ids`, segment `s` (and
+        its [SEP]) gets `s`, [CLS] and padding 0.
+    """
+    segments = [tf.cast(segment, tf.int32) for segment in segments]
+    num_special = len(segments) + 1
+    # Round robin: the segments lose tokens alternately from their ends, the longer first.
+    trimmed = tf_text.RoundRobinTrimmer(sequence_length - num_special).trim(segments)
+    word_ids, type_ids = tf_text.combine_segments(
+        trimmed, start_of_sequence_id=cls_id, end_of_segment_id=sep_id)
+    word_ids, mask = tf_text.pad_model_inputs(word_ids, sequence_length, pad_value=pad_id)
+    type_ids, _ = tf_text.pad_model_inputs(type_ids, sequence_length, pad_value=0)
+    return {
+        "input_word_ids": tf.cast(word_ids, tf.int32),
+        "input_mask": tf.cast(mask, tf.int32),
+        "input_type_ids": tf.cast(type_ids, tf.int32),
+    }
