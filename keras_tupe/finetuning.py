@@ -79,6 +79,48 @@ class FinetuneConfig:
     max_train_examples: int = None
     xla: bool = True
     verbose: int = 0
+    save_dir: str = None  # keep the fine-tuned classifier (see `save_classifier`)
+
+
+CLASSIFIER_FILE = "classifier.keras"
+CLASSIFIER_INFO = "finetune.json"
+
+
+def save_classifier(model, save_dir, vocabulary_file, info):
+    """Writes `save_dir/` with `classifier.keras`, its `vocab.txt` and `finetune.json`.
+
+    Everything `keras_tupe.export.export_classifier` needs to serve raw strings
+    (`python -m training.export classifier --init SAVE_DIR`). An existing `save_dir`
+    is refused: nothing a user has is replaced.
+    """
+    import shutil
+
+    if os.path.exists(save_dir):
+        raise FileExistsError(f"{save_dir} already exists; choose another directory for the "
+                              "fine-tuned classifier or remove it.")
+    staging = save_dir.rstrip("/") + ".partial"
+    shutil.rmtree(staging, ignore_errors=True)  # a previous interrupted save
+    os.makedirs(staging)
+    model.save(os.path.join(staging, CLASSIFIER_FILE))
+    shutil.copyfile(vocabulary_file, os.path.join(staging, "vocab.txt"))
+    with open(os.path.join(staging, CLASSIFIER_INFO), "w") as f:
+        json.dump(info, f, indent=2)
+    os.replace(staging, save_dir)
+    return save_dir
+
+
+def load_classifier(save_dir):
+    """`(classifier, vocabulary_file, info)` from a directory of `save_classifier`."""
+    import keras_tupe  # noqa: F401  (registers the classes for loading)
+
+    path = os.path.join(save_dir, CLASSIFIER_FILE)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"No {CLASSIFIER_FILE} in {save_dir}: give a directory written by "
+                                "fine-tuning with --save-models (or save_classifier).")
+    with open(os.path.join(save_dir, CLASSIFIER_INFO)) as f:
+        info = json.load(f)
+    model = keras.saving.load_model(path, compile=False)
+    return model, os.path.join(save_dir, "vocab.txt"), info
 
 
 def load_matching_tokenizer(backbone, vocab, lowercase=True):
@@ -107,11 +149,14 @@ def finetune_glue(config):
     keras.utils.set_random_seed(config.seed)
     backbone = load_backbone(config.init)
     backbone.check_sequence_length(config.seq_len)
-    tokenizer = load_matching_tokenizer(backbone, config.vocab or default_vocabulary(config.init),
-                                        config.lowercase)
+    vocabulary_file = config.vocab or default_vocabulary(config.init)
+    tokenizer = load_matching_tokenizer(backbone, vocabulary_file, config.lowercase)
     train_examples = glue.load_glue(config.task, "train", config.data_dir)
     if config.max_train_examples:
         train_examples = _head(train_examples, config.max_train_examples)
+    if config.save_dir and os.path.exists(config.save_dir):
+        raise FileExistsError(f"{config.save_dir} already exists; the fine-tuned classifier "
+                              "would replace it. Choose another directory or remove it.")
     epochs = config.epochs or paper_epochs(config.task)
     train = glue.glue_dataset(config.task, "train", tokenizer, config.seq_len, config.batch_size,
                               shuffle=True, seed=config.seed, examples=train_examples)
@@ -137,6 +182,12 @@ def finetune_glue(config):
         predictions = outputs if spec.num_classes == 1 else np.argmax(outputs, axis=-1)
         metrics = glue_metrics(config.task, predictions, examples.labels)
         results[split] = {**metrics, "score": glue_score(config.task, metrics)}
+    if config.save_dir:
+        save_classifier(model, config.save_dir, vocabulary_file, {
+            "task": config.task, "seq_len": config.seq_len, "lowercase": config.lowercase,
+            "num_segments": 2 if spec.is_pair else 1, "label_names": list(spec.label_names),
+            "init": config.init, "learning_rate": config.learning_rate, "seed": config.seed,
+            "epochs": epochs, "dev": results})
     return {"task": config.task, "learning_rate": config.learning_rate, "seed": config.seed,
             "epochs": epochs, "train_examples": len(train_examples.labels),
             "train_seconds": seconds, "dev": results}
@@ -225,8 +276,12 @@ def _preflight(tasks, init, config_kwargs):
 
 
 def run_protocol(tasks, init, out_dir, learning_rates=PAPER_LEARNING_RATES, seeds=PAPER_SEEDS,
-                 **config_kwargs):
-    """The papers' grid over tasks x learning rates x seeds, resumable; returns the table."""
+                 save_models=False, **config_kwargs):
+    """The papers' grid over tasks x learning rates x seeds, resumable; returns the table.
+
+    With `save_models`, each run's classifier is kept in
+    `out_dir/models/<task>_lr<rate>_seed<seed>/` (`save_classifier`), ready for export.
+    """
     from keras_tupe.data import glue
 
     unknown = [t for t in tasks if t not in glue.GLUE_TASKS]
@@ -245,8 +300,10 @@ def run_protocol(tasks, init, out_dir, learning_rates=PAPER_LEARNING_RATES, seed
             for seed in seeds:
                 if (task, rate, seed) in done:
                     continue
+                save_dir = (os.path.join(out_dir, "models", f"{task}_lr{rate:g}_seed{seed}")
+                            if save_models else None)
                 row = finetune_glue(FinetuneConfig(task=task, init=init, learning_rate=rate,
-                                                   seed=seed, **config_kwargs))
+                                                   seed=seed, save_dir=save_dir, **config_kwargs))
                 rows.append(row)
                 with open(results_path, "a") as f:
                     f.write(json.dumps(row) + "\n")

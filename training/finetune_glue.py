@@ -37,6 +37,9 @@ def parse_args(argv=None):
     p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--max-train-examples", type=int, help="use only the first N training examples")
     p.add_argument("--no-xla", dest="xla", action="store_false")
+    p.add_argument("--save-models", action="store_true",
+                   help="keep every fine-tuned classifier in OUT/models/<task>_lr<lr>_seed<seed>/ "
+                        "(for python -m training.export classifier)")
     p.add_argument("--verbose", type=int, default=0, choices=(0, 1, 2))
     return p.parse_args(argv)
 
@@ -47,7 +50,7 @@ def main(argv=None):
     learning_rates, seeds = args.pop("learning_rates"), args.pop("seeds")
     try:
         table = run_protocol(tasks, init, out, learning_rates=learning_rates, seeds=seeds, **args)
-    except (ValueError, FileNotFoundError) as error:
+    except (ValueError, FileNotFoundError, FileExistsError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     for row in table:

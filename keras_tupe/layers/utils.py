@@ -7,6 +7,17 @@ from keras import ops
 MASK_NEGATIVE = -1e9
 
 
+def length_error_message(maximum, what):
+    """The message of every "sequence too long for the absolute table" error."""
+    return (
+        f"The input sequence is longer than the {what} allows: this encoder has "
+        f"an absolute position table of max_sequence_length={maximum} rows, so "
+        f"sequences can have at most {maximum} tokens. Truncate the input, or "
+        f"use an encoder with relative positions only (e.g. the `shaw` or "
+        f"`huang_m4` presets), which accept any length."
+    )
+
+
 def check_sequence_length(length, maximum, what):
     """Raises a clear error when `length` exceeds an absolute position table.
 
@@ -20,13 +31,7 @@ def check_sequence_length(length, maximum, what):
         maximum: int, the number of rows of the absolute table.
         what: str, the name of the table for the message.
     """
-    message = (
-        f"The input sequence is longer than the {what} allows: this encoder has "
-        f"an absolute position table of max_sequence_length={maximum} rows, so "
-        f"sequences can have at most {maximum} tokens. Truncate the input, or "
-        f"use an encoder with relative positions only (e.g. the `shaw` or "
-        f"`huang_m4` presets), which accept any length."
-    )
+    message = length_error_message(maximum, what)
     if isinstance(length, int):
         if length > maximum:
             raise ValueError(f"{message} Received: sequence length {length}.")

@@ -1,0 +1,28 @@
+"""Export for serving and reuse: SavedModels with the TF-Hub BERT APIs.
+
+- `export_encoder`: the encoder (optionally with `.mlm`), callable with the dict of
+  `input_word_ids`, `input_mask`, `input_type_ids` and `training`.
+- `export_preprocessor`: strings to those inputs, with the vocabulary as an asset.
+- `export_classifier`: a fine-tuned classifier answering raw strings (TensorFlow Serving).
+
+Each writes `export_dir/<version>/` (TensorFlow Serving's layout), never replacing an
+existing version unless asked. `keras_tupe.hub.load_encoder` reloads an encoder as a
+Keras 3 layer for fine-tuning.
+"""
+
+from keras_tupe.export.classifier import classifier_module, export_classifier
+from keras_tupe.export.encoder import encoder_module, export_encoder
+from keras_tupe.export.preprocessor import export_preprocessor, preprocessor_module
+from keras_tupe.export.versions import existing_versions, next_version, write_version
+
+__all__ = [
+    "classifier_module",
+    "encoder_module",
+    "existing_versions",
+    "export_classifier",
+    "export_encoder",
+    "export_preprocessor",
+    "next_version",
+    "preprocessor_module",
+    "write_version",
+]

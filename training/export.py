@@ -1,0 +1,104 @@
+"""Export keras_tupe models as SavedModels: for TensorFlow Serving and TF-Hub-style reuse.
+
+    # The encoder (TF-Hub BERT encoder API; --with-mlm adds the .mlm sub-object):
+    python -m training.export encoder --init runs/tupe_r_mini_enwiki \\
+        --out saved_models/tupe_r_mini_encoder --with-mlm
+    # Its preprocessor (strings -> encoder inputs; the vocabulary as an asset):
+    python -m training.export preprocessor --init runs/tupe_r_mini_enwiki \\
+        --out saved_models/tupe_r_mini_preprocessor --seq-len 128
+    # A fine-tuned classifier that answers raw strings (fine-tuned with --save-models):
+    python -m training.export classifier --init runs/glue/models/sst2_lr5e-05_seed0 \\
+        --out saved_models/sst2
+
+Each command writes OUT/<version>/ (TensorFlow Serving's layout): the next free version
+unless --version is given; an existing version is never replaced without --overwrite.
+Load them with keras_tupe.hub.load_encoder (Keras 3), tensorflow_hub.KerasLayer (tf-keras)
+or tf.saved_model.load (after `import tensorflow_text` for the preprocessor and classifier).
+"""
+
+import argparse
+import os
+import sys
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="python -m training.export", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = p.add_subparsers(dest="command", required=True)
+
+    def command(name, help, init_help):
+        sub = commands.add_parser(name, help=help)
+        sub.add_argument("--init", required=name != "preprocessor", help=init_help)
+        sub.add_argument("--out", required=True, help="model directory; the export goes in "
+                                                      "OUT/<version>/")
+        sub.add_argument("--version", type=int, help="version number (default: the next free)")
+        sub.add_argument("--overwrite", action="store_true",
+                         help="replace --version if it exists")
+        return sub
+
+    encoder = command("encoder", "the encoder (TF-Hub BERT encoder API)",
+                      "pre-training run directory, or a backbone / masked-LM .keras file")
+    encoder.add_argument("--with-mlm", action="store_true",
+                         help="add the masked-LM head as .mlm (needs mlm.keras in the run)")
+    pre = command("preprocessor", "strings -> encoder inputs",
+                  "pre-training run directory (for its vocab.txt)")
+    pre.add_argument("--vocab", help="vocabulary file (default: the run's vocab.txt)")
+    pre.add_argument("--seq-len", type=int, default=128, help="packed length of the default call")
+    pre.add_argument("--cased", dest="lowercase", action="store_false",
+                     help="the vocabulary is cased (default: lowercased)")
+    command("classifier", "a fine-tuned classifier answering raw strings",
+            "a fine-tuned classifier directory (finetune_glue --save-models)")
+    return p.parse_args(argv)
+
+
+def _encoder_model(init, with_mlm):
+    import keras
+
+    import keras_tupe  # noqa: F401  (registers the classes for loading)
+    from keras_tupe.finetuning import load_backbone
+
+    if not with_mlm:
+        return load_backbone(init)
+    path = os.path.join(init, "mlm.keras") if os.path.isdir(init) else init
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"--with-mlm needs a masked-LM model: no {path}.")
+    model = keras.saving.load_model(path, compile=False)
+    if not isinstance(model, keras_tupe.models.MaskedLM):
+        raise ValueError(f"{path} holds a {type(model).__name__}, not a MaskedLM (--with-mlm).")
+    return model
+
+
+def export(args):
+    from keras_tupe import export as exporting
+    from keras_tupe.finetuning import default_vocabulary, load_classifier
+
+    versioning = dict(version=args.version, overwrite=args.overwrite)
+    if args.command == "encoder":
+        return exporting.export_encoder(_encoder_model(args.init, args.with_mlm), args.out,
+                                        **versioning)
+    if args.command == "preprocessor":
+        if not (args.vocab or args.init):
+            raise ValueError("preprocessor needs --vocab or --init (a run with vocab.txt).")
+        vocab = args.vocab or default_vocabulary(args.init)
+        return exporting.export_preprocessor(vocab, args.out, seq_length=args.seq_len,
+                                             lowercase=args.lowercase, **versioning)
+    classifier, vocab, info = load_classifier(args.init)
+    return exporting.export_classifier(
+        classifier, vocab, args.out, seq_length=info["seq_len"],
+        num_segments=info["num_segments"], lowercase=info["lowercase"],
+        label_names=info["label_names"] or None, **versioning)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    try:
+        path = export(args)
+    except (ValueError, FileNotFoundError, FileExistsError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"exported {args.command}: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
