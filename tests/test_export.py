@@ -521,3 +521,39 @@ def test_export_cli_writes_all_three_and_refuses_overwrites(sst2_vocab, tmp_path
                             "--out", str(out / "x")]) == 2
     assert "No encoder" in capsys.readouterr().err
     assert not (out / "x").exists()
+
+
+def test_save_classifier_never_replaces_a_directory(sst2_vocab, sst2_classifier, tmp_path):
+    from keras_tupe.finetuning import load_classifier, save_classifier
+
+    info = {"task": "sst2", "seq_len": 32, "lowercase": True, "num_segments": 1,
+            "label_names": ["negative", "positive"]}
+    path = save_classifier(sst2_classifier, str(tmp_path / "clf"), sst2_vocab, info)
+    model, vocab, loaded_info = load_classifier(path)
+    assert loaded_info == info and Path(vocab).read_bytes() == Path(sst2_vocab).read_bytes()
+    inputs = glue.pack_inputs(data.load_tokenizer(vocab), 32, ["a fine film"])
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(model(inputs)),
+                               keras.ops.convert_to_numpy(sst2_classifier(inputs)), atol=1e-6)
+    with pytest.raises(FileExistsError, match="already exists"):
+        save_classifier(sst2_classifier, path, sst2_vocab, info)
+    with pytest.raises(FileNotFoundError, match="classifier.keras"):
+        load_classifier(str(tmp_path))
+
+
+@pytest.mark.slow
+def test_demo_runs_end_to_end(tmp_path):
+    """`make demo`, shortened: pre-train, fine-tune, export, predict in a fresh process."""
+    result = subprocess.run(
+        [sys.executable, "-m", "training.demo", "--data-dir", str(DATA_DIR),
+         "--out", str(tmp_path / "runs"), "--export-dir", str(tmp_path / "saved_models"),
+         "--steps", "30", "--vocab-lines", "1000", "--finetune-examples", "600",
+         "--epochs", "1"],
+        capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-3000:]
+    for kind in ("encoder", "preprocessor", "sst2"):
+        assert (tmp_path / "saved_models" / f"demo_tupe_r_tiny_{kind}" / "1" /
+                "saved_model.pb").exists()
+    predictions = [line for line in result.stdout.splitlines()
+                   if line.startswith(("positive", "negative"))]
+    assert len(predictions) == 5
+    assert "keras_tupe modules loaded: none" in result.stdout

@@ -1,0 +1,60 @@
+"""Build every preset, print its parameter count and (tiny) output shapes.
+
+Each positional-encoding variant at each size, its parameter count, and the
+outputs of one forward pass of the tiny models.
+
+    python -m training.presets [--sizes tiny mini small base]
+"""
+
+import argparse
+import time
+
+import numpy as np
+
+from keras_tupe import TupeBackbone
+from keras_tupe.models.presets import SIZES, VARIANTS
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--sizes", nargs="+", default=list(SIZES), choices=list(SIZES),
+        help="preset sizes to build (default: all)",
+    )
+    parser.add_argument("--seq-len", type=int, default=32, help="length of the tiny forward pass")
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    rng = np.random.default_rng(0)
+    print(f"{'preset':<22}{'parameters':>14}   outputs of one forward pass (batch 2)")
+    for variant in VARIANTS:
+        for size in args.sizes:
+            start = time.perf_counter()
+            backbone = TupeBackbone.from_preset(f"{variant}_{size}")
+            line = f"{variant + '_' + size:<22}{backbone.count_params():>14,}"
+            if size == "tiny":
+                n = args.seq_len
+                inputs = {
+                    "input_word_ids": rng.integers(1, backbone.vocabulary_size, (2, n)).astype("int32"),
+                    "input_mask": np.ones((2, n), "int32"),
+                    "input_type_ids": np.zeros((2, n), "int32"),
+                }
+                outputs = backbone(inputs)
+                line += (
+                    f"   sequence_output {tuple(outputs['sequence_output'].shape)}"
+                    f", pooled_output {tuple(outputs['pooled_output'].shape)}"
+                    f", encoder_outputs {len(outputs['encoder_outputs'])} x "
+                    f"{tuple(outputs['encoder_outputs'][0].shape)}"
+                )
+            print(f"{line}   [{time.perf_counter() - start:.1f}s]", flush=True)
+            del backbone
+    bert = TupeBackbone.from_preset("bert_a_base").count_params()
+    tupe = TupeBackbone.from_preset("tupe_a_base").count_params()
+    print(f"\nTUPE-A base adds {tupe - bert:,} parameters to BERT-A base "
+          f"({100 * (tupe - bert) / bert:.2f}%; the paper: about 1%).")
+
+
+if __name__ == "__main__":
+    main()
