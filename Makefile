@@ -3,11 +3,12 @@ PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+JAX_STAMP := $(VENV)/.installed-jax
 # Real data for the demo and experiments: ../shared/data when it is there.
 DATA_DIR ?= $(if $(wildcard ../shared/data),../shared/data,)
 PYTEST_WORKERS ?= 2
 
-.PHONY: install test test-slow test-all demo clean
+.PHONY: install test test-slow test-all test-jax demo clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,6 +17,11 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# jax[cpu] beside TensorFlow, once (the `jax` extra of pyproject.toml).
+$(JAX_STAMP): $(STAMP) pyproject.toml
+	$(PY) -m pip install --quiet -e ".[test,jax]"
+	touch $(JAX_STAMP)
 
 # The default suite: unit and numerical tests (fast).
 test: $(STAMP)
@@ -27,6 +33,12 @@ test-slow: $(STAMP)
 
 test-all: $(STAMP)
 	TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m pytest -q -n $(PYTEST_WORKERS) tests
+
+# The layer and encoder tests again under the JAX backend (CPU).
+JAX_TESTS := tests/test_layers.py tests/test_numerics.py tests/test_backbone.py \
+	tests/test_method3.py tests/test_numpy_reference.py
+test-jax: $(JAX_STAMP)
+	TF_CPP_MIN_LOG_LEVEL=2 KERAS_BACKEND=jax $(PY) -m pytest -q -n $(PYTEST_WORKERS) $(JAX_TESTS)
 
 demo: $(STAMP)
 	TF_CPP_MIN_LOG_LEVEL=2 KERAS_TUPE_DATA_DIR=$(DATA_DIR) $(PY) -m training.demo

@@ -3,7 +3,7 @@
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
+from keras import ops
 
 from keras_tupe import PRESETS, TupeBackbone
 from keras_tupe.models.presets import VARIANTS
@@ -13,6 +13,14 @@ ALL_VARIANTS = sorted(VARIANTS)
 RELATIVE_ONLY = ["huang_m1", "huang_m2", "huang_m3", "huang_m4", "shaw"]
 ABSOLUTE = sorted(set(ALL_VARIANTS) - set(RELATIVE_ONLY))
 RNG = np.random.default_rng(11)
+requires_tensorflow = pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow",
+    reason="needs a TensorFlow graph (tf.function with a dynamic input signature)",
+)
+
+
+def to_numpy(x):
+    return ops.convert_to_numpy(x)
 
 
 def make_inputs(batch, length, real=None, vocabulary_size=1024, seed=0):
@@ -56,7 +64,7 @@ def test_no_positional_term_is_permutation_equivariant():
     randomize_weights(backbone)
     inputs = make_inputs(2, 12, real=9)
     order = np.concatenate([RNG.permutation(9), np.arange(9, 12)])
-    want = backbone(inputs)["sequence_output"].numpy()[:, order]
+    want = to_numpy(backbone(inputs)["sequence_output"])[:, order]
     assert_close(backbone(_permute(inputs, order))["sequence_output"], want)
 
 
@@ -66,24 +74,24 @@ def test_every_positional_encoding_breaks_permutation_equivariance(variant):
     backbone = random_backbone(f"{variant}_tiny")
     inputs = make_inputs(1, 12)
     order = np.concatenate([[0], RNG.permutation(np.arange(1, 12))])
-    want = backbone(inputs)["sequence_output"].numpy()[:, order]
-    got = backbone(_permute(inputs, order))["sequence_output"].numpy()
+    want = to_numpy(backbone(inputs)["sequence_output"])[:, order]
+    got = to_numpy(backbone(_permute(inputs, order))["sequence_output"])
     assert np.max(np.abs(got - want)) > 1e-3
 
 
 @pytest.mark.parametrize("variant", ["tupe_a", "tupe_r"])
 def test_cls_reset_gives_cls_one_positional_logit(variant):
     backbone = random_backbone(f"{variant}_tiny")
-    bias = backbone.positional_bias(20).numpy()  # (h, n, n)
-    theta1 = backbone.cls_reset_layer.cls_to_others.numpy()
-    theta2 = backbone.cls_reset_layer.others_to_cls.numpy()
+    bias = to_numpy(backbone.positional_bias(20))  # (h, n, n)
+    theta1 = to_numpy(backbone.cls_reset_layer.cls_to_others)
+    theta2 = to_numpy(backbone.cls_reset_layer.others_to_cls)
     np.testing.assert_array_equal(bias[:, 0, :], np.repeat(theta1[:, None], 20, axis=1))
     np.testing.assert_array_equal(bias[:, 1:, 0], np.repeat(theta2[:, None], 19, axis=1))
     assert np.ptp(bias[:, 1:, 1:], axis=-1).min() > 0  # the rest still varies
 
 
 def test_tie_cls_keeps_cls_positional_logits():
-    bias = random_backbone("tupe_a_tie_cls_tiny").positional_bias(20).numpy()
+    bias = to_numpy(random_backbone("tupe_a_tie_cls_tiny").positional_bias(20))
     assert np.ptp(bias[:, 0, :], axis=-1).min() > 1e-3
 
 
@@ -108,7 +116,7 @@ def test_relative_only_encoders_accept_longer_sequences(variant):
     length = backbone.max_sequence_length + 72
     outputs = backbone(make_inputs(1, length))
     assert outputs["sequence_output"].shape == (1, length, backbone.hidden_dim)
-    assert np.all(np.isfinite(outputs["sequence_output"].numpy()))
+    assert np.all(np.isfinite(to_numpy(outputs["sequence_output"])))
 
 
 @pytest.mark.parametrize("variant", ABSOLUTE)
@@ -131,7 +139,10 @@ def test_preset_length_limit_matches_the_built_encoder():
         assert absolute_length_limit(**config) == expected, name
 
 
+@requires_tensorflow
 def test_absolute_limit_checked_in_graph_with_dynamic_length():
+    import tensorflow as tf
+
     backbone = TupeBackbone.from_preset("tupe_r_tiny")
     spec = {name: tf.TensorSpec((None, None), tf.int32) for name in make_inputs(1, 4)}
     run = tf.function(lambda x: backbone(x)["sequence_output"], input_signature=[spec])
@@ -205,7 +216,7 @@ def test_keras_save_load_round_trip(variant, tmp_path):
     assert restored.get_config() == backbone.get_config()
     want, got = backbone(inputs), restored(inputs)
     for name in ("sequence_output", "pooled_output"):
-        np.testing.assert_array_equal(got[name].numpy(), want[name].numpy())
+        np.testing.assert_array_equal(to_numpy(got[name]), to_numpy(want[name]))
 
 
 @pytest.mark.parametrize("variant", ["tupe_r", "huang_m3", "bert_a_d"])
@@ -219,12 +230,12 @@ def test_trains_under_xla_with_dynamic_batch_and_length(variant):
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         jit_compile=True,
     )
-    before = [w.numpy().copy() for w in backbone.trainable_weights]
+    before = [to_numpy(w).copy() for w in backbone.trainable_weights]
     for batch, length in ((4, 16), (3, 24)):  # a new shape: XLA recompiles
         loss = model.train_on_batch(make_inputs(batch, length, real=length - 3),
                                     np.arange(batch) % 2)
         assert np.isfinite(loss)
-    after = [w.numpy() for w in backbone.trainable_weights]
+    after = [to_numpy(w) for w in backbone.trainable_weights]
     assert all(not np.array_equal(b, a) for b, a in zip(before, after))
 
 
@@ -233,9 +244,9 @@ def test_mixed_precision_backbone(policy):
     backbone = TupeBackbone.from_preset("tupe_r_tiny", dtype=policy)
     outputs = backbone(make_inputs(2, 16, real=10))
     assert keras.backend.standardize_dtype(outputs["sequence_output"].dtype) == policy[6:]
-    assert np.all(np.isfinite(np.asarray(outputs["sequence_output"], np.float32)))
+    assert np.all(np.isfinite(to_numpy(ops.cast(outputs["sequence_output"], "float32"))))
     float32 = TupeBackbone.from_preset("tupe_r_tiny")
     float32.set_weights(backbone.get_weights())
-    want = float32(make_inputs(2, 16, real=10))["sequence_output"].numpy()
-    got = np.asarray(outputs["sequence_output"], np.float32)
+    want = to_numpy(float32(make_inputs(2, 16, real=10))["sequence_output"])
+    got = to_numpy(ops.cast(outputs["sequence_output"], "float32"))
     assert np.max(np.abs(got - want)) < 0.1  # the same model, in lower precision

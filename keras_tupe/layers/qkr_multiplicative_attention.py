@@ -16,6 +16,127 @@ def clipped_relative_positions(query_length, key_length, max_distance):
     return ops.clip(relative_positions(query_length, key_length), -max_distance, max_distance)
 
 
+# Method 3 runs over chunks of queries; a chunk of `C` queries materializes
+# (B, C, n, h, d_h) products. `C = METHOD3_CHUNK_ELEMENTS // d_h` gives each as
+# many elements as 512 query rows of the (B, h, n, n) logits: from n = 512 on,
+# no product is larger than the logits themselves.
+METHOD3_CHUNK_ELEMENTS = 512
+
+
+def method3_chunk_size(head_dim):
+    """Queries per chunk of `method3_logits` for heads of size `head_dim`."""
+    return max(1, METHOD3_CHUNK_ELEMENTS // head_dim)
+
+
+def _chunk_table_rows(start, chunk_size, key_length, max_distance):
+    """Table rows `clip(j - i, -k, k) + k` of queries `start..start + C - 1`, `(C, m)`."""
+    query = start + ops.arange(chunk_size, dtype="int32")
+    key = ops.arange(key_length, dtype="int32")
+    relative = key[None, :] - query[:, None]  # (C, m)
+    return ops.clip(relative, -max_distance, max_distance) + max_distance
+
+
+def method3_logits(query, key, table, max_distance, chunk_size):
+    """Huang's method 3, `Σ_c q_ic k_jc w[clip(j - i, k) + k]_c`, in bounded memory.
+
+    The one-einsum form `einsum("bqhd,bkhd,qkd->bhqk")` materializes a
+    (B, n, h, n, d_h) product, which is why Huang et al. needed ten times the
+    memory of the other methods. Here the forward pass loops over chunks of
+    `chunk_size` queries (the queries are zero-padded to a multiple of it), so
+    no step holds more than a few (B, C, n, h, d_h) products. The backward pass
+    is written out (a custom gradient) with the same loop: autodiff through the
+    loop would keep every chunk's product for the backward pass, which is the
+    full tensor again. Only `query`, `key` and `table` are kept for it; the
+    table's gradient is summed chunk by chunk into its `2k + 1` rows.
+
+    Each chunk is a multiply-and-sum rather than a matmul: the sum over `c`
+    runs over three factors, so there is no matrix product to hand to BLAS.
+
+    Works with a dynamic batch and length, on any backend, under XLA.
+
+    Args:
+        query: `(B, n, h, d_h)` queries, already scaled by `1 / sqrt(d_h)`.
+        key: `(B, m, h, d_h)` keys.
+        table: `(2k + 1, d_h)` relative embeddings; row `r + k` holds distance `r`.
+        max_distance: int `k`.
+        chunk_size: int `C`, queries per chunk.
+
+    Returns:
+        `(B, h, n, m)` logits in the dtype of the inputs.
+    """
+    num_rows = 2 * max_distance + 1
+
+    @ops.custom_gradient
+    def logits_fn(query, key, table):
+        # A TensorFlow tape records the ops of the forward pass even under a
+        # custom gradient, and would keep every chunk's product alive.
+        query, key, table = (ops.stop_gradient(x) for x in (query, key, table))
+        batch, query_length, num_heads, depth = ops.shape(query)
+        key_length = ops.shape(key)[1]
+        num_chunks = (query_length + chunk_size - 1) // chunk_size
+        padding = num_chunks * chunk_size - query_length
+        padded = ops.pad(query, [[0, 0], [0, padding], [0, 0], [0, 0]])  # (B, N_c·C, h, d_h)
+        starts = ops.arange(num_chunks, dtype="int32") * chunk_size  # (N_c,)
+
+        def chunk(start):
+            """Queries `(B, C, h, d_h)`, table rows `(C, m)` and their vectors `(C, m, d_h)`."""
+            query_rows = ops.slice(padded, [0, start, 0, 0], [batch, chunk_size, num_heads, depth])
+            table_rows = _chunk_table_rows(start, chunk_size, key_length, max_distance)
+            return query_rows, table_rows, ops.take(table, table_rows, axis=0)
+
+        def chunk_logits(start):
+            query_rows, _, embeddings = chunk(start)
+            key_embeddings = key[:, None] * embeddings[None, :, :, None, :]  # (B, C, m, h, d_h)
+            return ops.sum(query_rows[:, :, None] * key_embeddings, axis=-1)  # (B, C, m, h)
+
+        logits = ops.map(chunk_logits, starts)  # (N_c, B, C, m, h)
+        logits = ops.transpose(logits, (1, 4, 0, 2, 3))  # (B, h, N_c, C, m)
+        logits = ops.reshape(logits, (batch, num_heads, num_chunks * chunk_size, key_length))
+        logits = logits[:, :, :query_length]  # (B, h, n, m)
+
+        def grad(*args, upstream=None):
+            if upstream is None:
+                (upstream,) = args
+            upstream = ops.transpose(ops.cast(upstream, query.dtype), (0, 2, 3, 1))  # (B, n, m, h)
+            # The padded queries get a zero gradient and contribute nothing.
+            upstream = ops.pad(upstream, [[0, 0], [0, padding], [0, 0], [0, 0]])
+
+            def chunk_gradients(index, gradients):
+                d_query, d_key, d_table = gradients
+                start = index * chunk_size
+                query_rows, table_rows, embeddings = chunk(start)
+                upstream_rows = ops.slice(
+                    upstream, [0, start, 0, 0], [batch, chunk_size, key_length, num_heads]
+                )[..., None]  # (B, C, m, h, 1)
+                embeddings = embeddings[None, :, :, None, :]  # (1, C, m, 1, d_h)
+                key_embeddings = key[:, None] * embeddings  # (B, C, m, h, d_h)
+                d_query = ops.slice_update(
+                    d_query, [0, start, 0, 0], ops.sum(upstream_rows * key_embeddings, axis=2)
+                )  # (B, N_c·C, h, d_h)
+                upstream_queries = upstream_rows * query_rows[:, :, None]  # (B, C, m, h, d_h)
+                d_key = d_key + ops.sum(upstream_queries * embeddings, axis=1)  # (B, m, h, d_h)
+                d_embeddings = ops.sum(upstream_queries * key[:, None], axis=(0, 3))  # (C, m, d_h)
+                # The gather's gradient: each (query, key) pair adds into its table row.
+                d_table = d_table + ops.segment_sum(
+                    ops.reshape(d_embeddings, (-1, depth)),  # (C·m, d_h)
+                    ops.reshape(table_rows, (-1,)),  # (C·m,)
+                    num_segments=num_rows,
+                )  # (2k + 1, d_h)
+                return d_query, d_key, d_table
+
+            d_query, d_key, d_table = ops.fori_loop(
+                0,
+                num_chunks,
+                chunk_gradients,
+                (ops.zeros_like(padded), ops.zeros_like(key), ops.zeros_like(table)),
+            )
+            return d_query[:, :query_length], d_key, d_table
+
+        return logits, grad
+
+    return logits_fn(query, key, table)
+
+
 @keras.saving.register_keras_serializable(package="keras_tupe")
 class QKRMultiplicativeAttention(PositionalAttentionBase):
     """Self-attention with per-layer relative position embeddings.
@@ -36,6 +157,11 @@ class QKRMultiplicativeAttention(PositionalAttentionBase):
 
     Relative methods accept any sequence length; distances beyond `k` share the
     table's last rows.
+
+    Method 3 is computed in chunks of queries with a hand-written gradient
+    (`method3_logits`), in float32: its memory stays that of the other methods
+    instead of the (B, n, h, n, d_h) product of a single einsum (Huang et al.
+    report ten times the memory).
 
     Args:
         num_heads: int. Number of attention heads; must divide the hidden size.
@@ -101,13 +227,19 @@ class QKRMultiplicativeAttention(PositionalAttentionBase):
 
     def attention_logits(self, query, key):
         k = self.max_relative_distance
-        relative = clipped_relative_positions(ops.shape(query)[1], ops.shape(key)[1], k)
-        query = query * (1.0 / math.sqrt(self.head_dim))
         table = self.relative_embeddings
         if self.method == "method3":
-            embeddings = ops.take(table, relative + k, axis=0)  # (q, k, d_h)
-            logits = ops.einsum("bqhd,bkhd,qkd->bhqk", query, key, embeddings)
-            return ops.cast(logits, "float32")
+            # In float32, as the logits are: a float16 three-way product summed
+            # over d_h overflows sooner than a dot product.
+            return method3_logits(
+                ops.cast(query, "float32") * (1.0 / math.sqrt(self.head_dim)),
+                ops.cast(key, "float32"),
+                ops.cast(ops.convert_to_tensor(table), "float32"),
+                k,
+                chunk_size=method3_chunk_size(self.head_dim),
+            )  # (B, h, q, k)
+        relative = clipped_relative_positions(ops.shape(query)[1], ops.shape(key)[1], k)
+        query = query * (1.0 / math.sqrt(self.head_dim))
         logits = ops.einsum("bqhd,bkhd->bhqk", query, key)  # (B, h, q, k)
         if self.method in ("method1", "method2"):
             index = ops.abs(relative) if self.method == "method1" else relative + k
