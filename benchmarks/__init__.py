@@ -1,0 +1,1 @@
+"""Benchmarks of keras_tupe: `python -m benchmarks.encoders` (speed and memory)."""

@@ -1,0 +1,227 @@
+"""benchmarks.encoders: ratios, headline and report from known numbers; a real quick run;
+and TUPE's positional term computed once per forward pass (issue 6, item 2)."""
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from benchmarks import encoders
+from keras_tupe import TupeBackbone
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _result(variant, seq_len, mode, xla, times, peak=100.0, round_index=0, cpu=None):
+    return dict(
+        variant=variant, size="tiny", seq_len=seq_len, mode=mode, xla=xla,
+        precision="float32", batch_size=2, warmup=0, round=round_index,
+        vocabulary_size=None, activation=None, status="ok", params=1000, times_ms=list(times),
+        cpu_ms=list(cpu or times), cpu_utilization=0.9, compile_s=1.0, xla_effective=xla,
+        peak_mb=peak, peak_abs_mb=900.0, peak_build_delta_mb=150.0,
+        memory_kind="tensorflow_allocator_cpu", order=0, **encoders.timing_stats(times),
+    )
+
+
+# Medians: bert_a 10, keras_hub_bert 8, tupe_r 10.4 (XLA) and 20 (no XLA).
+TIMES = {
+    "bert_a": [9.0, 10.0, 11.0],
+    "keras_hub_bert": [8.0, 7.0, 9.0],
+    "tupe_r": [10.4, 10.0, 12.0],
+}
+
+
+def _synthetic_results():
+    results = []
+    for seq_len in (128, 512):
+        for mode in ("train", "infer"):
+            for xla in (True, False):
+                for variant, times in TIMES.items():
+                    factor = 1.0 if xla else 2.0
+                    results.append(_result(variant, seq_len, mode, xla,
+                                           [t * factor for t in times]))
+                results.append(_result("huang_m4", seq_len, mode, xla, [5.0], peak=100.0))
+                results.append(_result("huang_m3", seq_len, mode, xla, [6.0],
+                                       peak=250.0 if seq_len == 512 else 150.0))
+    return results
+
+
+SETTINGS = dict(seq_lens=[128, 512], precisions=["float32"], modes=["train", "infer"],
+                xla=[True, False], variants=["bert_a", "tupe_r", "huang_m3", "huang_m4",
+                                             "keras_hub_bert"])
+
+
+def test_ratios_are_medians_over_the_reference_medians():
+    rows = encoders.add_ratios(encoders.merge_rounds(_synthetic_results()))
+    assert len(rows) == 2 * 2 * 2 * 5
+    by = {(r["variant"], r["seq_len"], r["mode"], r["xla"]): r for r in rows}
+    for (_, seq_len, mode, xla), row in by.items():
+        assert row["median_ms"] == statistics.median(row["times_ms"])
+        bert = by[("bert_a", seq_len, mode, xla)]["median_ms"]
+        hub = by[("keras_hub_bert", seq_len, mode, xla)]["median_ms"]
+        assert row["ratio_bert_a"] == pytest.approx(row["median_ms"] / bert)
+        assert row["ratio_keras_hub_bert"] == pytest.approx(row["median_ms"] / hub)
+    assert by[("tupe_r", 128, "train", True)]["ratio_bert_a"] == pytest.approx(1.04)
+    assert by[("tupe_r", 128, "train", True)]["ratio_keras_hub_bert"] == pytest.approx(1.3)
+
+
+def test_headline_verdicts_against_the_thresholds():
+    rows = encoders.add_ratios(encoders.merge_rounds(_synthetic_results()))
+    checks = encoders.headline(rows, SETTINGS)
+    speed = {(c["name"], c["seq_len"]): c for c in checks if c["kind"] == "speed"}
+    assert set(speed) == {(f"tupe_r / {ref}", n) for ref in ("bert_a", "keras_hub_bert")
+                          for n in (128, 512)}
+    assert speed[("tupe_r / bert_a", 512)]["value"] == pytest.approx(1.04)
+    assert speed[("tupe_r / bert_a", 512)]["verdict"] == "PASS"  # 1.04 <= 1.05
+    assert speed[("tupe_r / keras_hub_bert", 512)]["verdict"] == "FAIL"  # 1.3 > 1.05
+    assert speed[("tupe_r / bert_a", 128)]["ratio_of_min"] == pytest.approx(10.0 / 9.0)
+    xla = [c for c in checks if c["kind"] == "xla_speedup"]
+    assert len(xla) == 4 and all(c["value"] == pytest.approx(2.0) for c in xla)
+    (memory,) = [c for c in checks if c["kind"] == "memory"]
+    assert (memory["seq_len"], memory["xla"]) == (512, True)
+    assert memory["value"] == pytest.approx(2.5) and memory["verdict"] == "FAIL"
+    assert memory["detail"] == "250 / 100 MiB"
+    assert not any("note" in c for c in checks)  # 128 and 512 are the issue's lengths
+
+
+def test_failed_measurements_are_kept_and_method3_failure_fails_the_memory_check():
+    results = [r for r in _synthetic_results()
+               if not (r["variant"] == "huang_m3" and r["seq_len"] == 512)]
+    for xla in (True, False):
+        for mode in ("train", "infer"):
+            results.append(dict(_result("huang_m3", 512, mode, xla, [1.0]),
+                                status="out_of_memory", error="killed by signal 9"))
+    rows = encoders.add_ratios(encoders.merge_rounds(results))
+    failed = [r for r in rows if r["status"] != "ok"]
+    assert len(failed) == 4 and all(r["ratio_bert_a"] is None for r in failed)
+    (memory,) = [c for c in encoders.headline(rows, SETTINGS) if c["kind"] == "memory"]
+    assert memory["verdict"] == "FAIL" and memory["value"] is None
+
+
+def test_rounds_pool_timings_and_plan_interleaves_variants():
+    settings = dict(SETTINGS, size="tiny", batch_size=2, repeats=5, warmup=1, rounds=2,
+                    vocabulary_size=None, activation=None, modes=["train"], xla=[True],
+                    variants=["bert_a", "tupe_r", "keras_hub_bert"])
+    jobs = encoders.plan_jobs(settings)
+    assert len(jobs) == 2 * 2 * 3
+    assert [j["repeats"] for j in jobs] == [3] * 6 + [2] * 6
+    # Variants inner, configurations outer; the second round is rotated by one.
+    assert [j["variant"] for j in jobs[:3]] == ["bert_a", "tupe_r", "keras_hub_bert"]
+    assert [j["seq_len"] for j in jobs[:6]] == [128] * 3 + [512] * 3
+    assert [j["variant"] for j in jobs[6:9]] == ["tupe_r", "keras_hub_bert", "bert_a"]
+    results = [_result("bert_a", 128, "train", True, [1.0, 2.0, 3.0], round_index=0),
+               _result("bert_a", 128, "train", True, [10.0, 20.0], round_index=1, peak=300.0)]
+    (row,) = encoders.merge_rounds(results)
+    assert row["times_ms"] == [1.0, 2.0, 3.0, 10.0, 20.0] and row["median_ms"] == 3.0
+    assert (row["rounds"], row["peak_mb"]) == (2, 300.0)
+
+
+def test_markdown_has_every_variant_in_every_table():
+    rows = encoders.add_ratios(encoders.merge_rounds(_synthetic_results()))
+    report = dict(
+        command="python -m benchmarks.encoders", started="now", duration_s=60.0,
+        machine=dict(platform="Linux", cpu_model="CPU", cpu_count=2, memory_total_gb=8,
+                     gpus=[]),
+        versions=dict(python="3.11", keras="3", keras_tupe=dict(commit="abc", dirty=False)),
+        settings=dict(SETTINGS, size="tiny", backend="tensorflow", device="cpu", batch_size=2,
+                      repeats=3, warmup=0, rounds=1),
+        notes=["Mixed precision skipped."], rows=rows, headline=encoders.headline(rows, SETTINGS),
+    )
+    text = encoders.render_markdown(report)
+    tables = text.split("\n### ")[1:]
+    assert len(tables) == 8
+    for table in tables:
+        body = [line for line in table.splitlines() if line.startswith("| ")][2:]
+        assert [line.split(" | ")[0][2:] for line in body] == SETTINGS["variants"]
+    assert "Mixed precision skipped." in text
+    assert text.count("PASS") + text.count("FAIL") == 5
+
+
+def test_quick_run_writes_complete_json_and_markdown(tmp_path):
+    out = tmp_path / "bench"
+    command = [sys.executable, "-m", "benchmarks.encoders", "--quick", "--variants", "bert_a",
+               "tupe_r", "--seq-lens", "32", "--modes", "train", "--xla", "off", "--out", str(out)]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", KERAS_BACKEND="tensorflow")
+    done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(out.with_suffix(".json").read_text())
+    assert report["command"].endswith(" ".join(command[3:]))
+    for key in ("platform", "cpu_model", "cpu_count", "memory_total_gb", "gpus"):
+        assert key in report["machine"]
+    for key in ("python", "keras", "backend", "tensorflow_version", "numpy", "keras_hub"):
+        assert report["versions"][key]
+    assert set(report["versions"]["keras_tupe"]) == {"commit", "dirty"}
+    rows = {r["variant"]: r for r in report["rows"]}
+    assert set(rows) == {"bert_a", "tupe_r"}
+    for row in rows.values():
+        assert row["status"] == "ok", row.get("error")
+        assert (row["seq_len"], row["mode"], row["xla"], row["xla_effective"]) == (
+            32, "train", False, False)
+        assert len(row["times_ms"]) == 2 and row["median_ms"] == np.median(row["times_ms"])
+        assert row["params"] > 0 and row["compile_s"] > 0 and row["peak_mb"] is not None
+        assert row["ratio_bert_a"] == pytest.approx(row["median_ms"] / rows["bert_a"]["median_ms"])
+        assert row["ratio_keras_hub_bert"] is None
+    # The headline's checks are with XLA, which this run left out: reported as n/a.
+    speed = [c for c in report["headline"] if c["kind"] == "speed"]
+    assert len(speed) == 2 and all(c["verdict"] == "n/a" for c in speed)
+    text = out.with_suffix(".md").read_text()
+    assert "## Headline" in text and "| bert_a |" in text and "| tupe_r |" in text
+    assert "AMD" in text or report["machine"]["cpu_model"] in text
+
+
+def _count_calls(layer, log):
+    original = layer.call
+
+    def call(*args, **kwargs):
+        output = original(*args, **kwargs)
+        log.append((layer.name, tuple(output.shape)))
+        return output
+
+    layer.call = call
+
+
+def test_tupe_positional_term_is_computed_once_and_broadcast_over_the_batch():
+    """Issue 6, item 2: one `(1, h, n, n)` term per forward pass, shared by all layers."""
+    import tensorflow as tf
+
+    backbone = TupeBackbone.from_preset("tupe_r_tiny", num_layers=4)
+    # In the graph: each positional layer has exactly one call site.
+    for layer in (backbone.untied_correlation, backbone.relative_bias, backbone.cls_reset_layer):
+        assert len(layer._inbound_nodes) == 1, layer.name
+    positional, biases = [], []
+    for layer in (backbone.untied_correlation, backbone.relative_bias, backbone.cls_reset_layer):
+        _count_calls(layer, positional)
+    for block in backbone.transformer_layers:
+        original = block.attention.call
+
+        def attention_call(inputs, *args, _original=original, **kwargs):
+            biases.append(kwargs["attention_bias"])
+            return _original(inputs, *args, **kwargs)
+
+        block.attention.call = attention_call
+    batch, length = 3, 16
+    inputs = {
+        "input_word_ids": np.ones((batch, length), "int32"),
+        "input_mask": np.ones((batch, length), "int32"),
+        "input_type_ids": np.zeros((batch, length), "int32"),
+    }
+    forward = tf.function(lambda x: backbone(x)["sequence_output"], jit_compile=True)
+    for run in (lambda: backbone(inputs), lambda: forward(inputs)):  # eager, then XLA trace
+        positional.clear()
+        biases.clear()
+        run()
+        heads = backbone.num_heads
+        assert positional == [
+            ("untied_positional_correlation", (1, heads, length, length)),
+            ("relative_bucket_bias", (1, heads, length, length)),
+            ("cls_reset", (1, heads, length, length)),
+        ]
+        assert len(biases) == 4
+        assert all(bias is biases[0] for bias in biases)  # the same tensor in every layer
+        assert tuple(biases[0].shape) == (1, heads, length, length)  # not per example
