@@ -1,0 +1,363 @@
+"""Study configs: loading, checking, and the exact settings of every run.
+
+A study is one JSON file (see `experiments/configs/`). Three kinds:
+
+- `"pretrain"`: variants pre-trained with identical settings. Keys: `study` (its
+  name: runs go to `<runs_dir>/<study>/<variant>`, results to
+  `<results_dir>/<study>_*`), `kind`, `description`, `runs_dir`, `results_dir`,
+  `size` (a preset size, e.g. `"mini"`), `vocabulary` (the one shared WordPiece
+  vocabulary: `file`, `corpus`, `vocabulary_size`, `lines`, `lowercase`),
+  `settings` (every other `PretrainConfig` field, the same for every variant) and
+  `variants` (name -> `{}` or `{"variant": "huang_m4", "max_relative_distance": 8}`:
+  a preset variant and structural overrides, nothing else). A config with
+  `"base": "pretrain.json"` (relative to its own folder) takes `size`,
+  `vocabulary`, `settings`, `runs_dir` and `results_dir` from that file and may
+  not set them itself: studies that share a base are trained identically.
+- `"finetune"`: the reduced GLUE protocol on checkpoints of pre-training studies.
+  Keys: `pretrain_configs` (the studies whose runs are fine-tuned), optional
+  `variants` (a list; default all), `checkpoints` (fractions of the pre-training
+  budget: 1.0 is the final model, others must be in its `save_steps`), `tasks`,
+  `data_dir`, `learning_rates`, `seeds` and `settings` (`FinetuneConfig` fields
+  shared by every run: epochs, batch_size, seq_len, max_train_examples, ...).
+- `"length"`: masked-LM loss at several sequence lengths on checkpoints of
+  pre-training studies. Keys: `pretrain_configs`, optional `variants`,
+  `checkpoints` (default `[1.0]`), `lengths`, `valid_corpus`, `tokens_per_batch`
+  (the batch size is `tokens_per_batch / length`, so every length reads the same
+  text), `batches`, `seed` (the masking seed) and `max_lines`.
+
+Paths in a config are relative to the directory the command runs in (the
+repository root); `base`, `pretrain_config(s)` are relative to the config file.
+"""
+
+import contextlib
+import copy
+import dataclasses
+import json
+import os
+import re
+import shutil
+import time
+
+KINDS = ("pretrain", "finetune", "length")
+# The only fields a variant may change: they define the architecture, not the training.
+STRUCTURAL_FIELDS = ("max_relative_distance", "num_buckets", "max_distance")
+# PretrainConfig fields that are not study settings: set per run or from `vocabulary`.
+PER_RUN_FIELDS = ("preset", "out", "vocab", "overwrite", "verbose")
+VOCABULARY_FIELDS = {"vocabulary_size": "vocabulary_size", "lines": "vocab_lines",
+                     "lowercase": "lowercase"}
+INHERITED_KEYS = ("size", "vocabulary", "settings", "runs_dir", "results_dir")
+_NAME = re.compile(r"^[a-z0-9][a-z0-9_]*$")
+
+
+class StudyError(ValueError):
+    """A study config, or the runs on disk, do not allow the requested step."""
+
+
+def _fail(path, message):
+    raise StudyError(f"{path}: {message}")
+
+
+def load_config(path, kind=None):
+    """The config at `path`, `base` merged in, checked; `kind` if given must match.
+
+    The returned dict also holds `_path` and `_sources` (the exact JSON of this
+    file and of its base, for the record).
+    """
+    if not os.path.exists(path):
+        raise StudyError(f"Study config {path} does not exist.")
+    with open(path) as f:
+        try:
+            raw = json.load(f)
+        except json.JSONDecodeError as error:
+            raise StudyError(f"{path} is not valid JSON: {error}") from error
+    config = copy.deepcopy(raw)
+    sources = {path: raw}
+    if "base" in config:
+        base_path = os.path.join(os.path.dirname(path), config["base"])
+        base = load_config(base_path, kind="pretrain")
+        clashing = [key for key in INHERITED_KEYS if key in config]
+        if clashing:
+            _fail(path, f"sets {clashing}, which it takes from its base {base_path}. A study "
+                        "with a base is trained with exactly the base's settings; remove them.")
+        for key in INHERITED_KEYS:
+            config[key] = copy.deepcopy(base[key])
+        config.setdefault("kind", "pretrain")
+        sources.update(base["_sources"])
+    config["_path"] = path
+    config["_sources"] = sources
+    _check(config, path)
+    if kind is not None and config["kind"] != kind:
+        raise StudyError(f"{path} is a {config['kind']!r} study, not a {kind!r} one: use "
+                         f"`python -m experiments.run {config['kind']} --config {path}`.")
+    return config
+
+
+def _require(config, path, keys):
+    missing = [key for key in keys if key not in config]
+    if missing:
+        _fail(path, f"missing {missing}.")
+
+
+def _check(config, path):
+    _require(config, path, ("study", "kind", "runs_dir", "results_dir"))
+    if config["kind"] not in KINDS:
+        _fail(path, f"`kind` must be one of {KINDS}. Received: {config['kind']!r}")
+    if not _NAME.match(str(config["study"])):
+        _fail(path, f"`study` must be lowercase letters, digits and _. Received: {config['study']!r}")
+    if config["kind"] == "pretrain":
+        _check_pretrain(config, path)
+    elif config["kind"] == "finetune":
+        _require(config, path, ("pretrain_configs", "checkpoints", "tasks", "learning_rates",
+                                "seeds", "settings"))
+        from keras_tupe.finetuning import FinetuneConfig
+
+        allowed = {f.name for f in dataclasses.fields(FinetuneConfig)} - {
+            "task", "init", "learning_rate", "seed", "data_dir", "vocab", "lowercase",
+            "verbose", "save_dir"}
+        unknown = sorted(set(config["settings"]) - allowed)
+        if unknown:
+            _fail(path, f"unknown fine-tuning settings {unknown}. Allowed: {sorted(allowed)}")
+        _check_fractions(config, path)
+    else:
+        _require(config, path, ("pretrain_configs", "lengths", "valid_corpus",
+                                "tokens_per_batch", "batches", "seed"))
+        for length in config["lengths"]:
+            if config["tokens_per_batch"] % length:
+                _fail(path, f"`tokens_per_batch` ({config['tokens_per_batch']}) must be a "
+                            f"multiple of every length, so each length sees the same text. "
+                            f"Received length {length}.")
+        config.setdefault("checkpoints", [1.0])
+        _check_fractions(config, path)
+
+
+def _check_fractions(config, path):
+    for fraction in config["checkpoints"]:
+        if not 0 < fraction <= 1:
+            _fail(path, f"`checkpoints` are fractions of the pre-training budget in (0, 1]. "
+                        f"Received: {fraction}")
+
+
+def _check_pretrain(config, path):
+    from keras_tupe.models.presets import SIZES, VARIANTS
+    from keras_tupe.pretraining import PretrainConfig
+
+    _require(config, path, ("size", "vocabulary", "settings", "variants"))
+    if config["size"] not in SIZES:
+        _fail(path, f"`size` must be one of {sorted(SIZES)}. Received: {config['size']!r}")
+    vocabulary = config["vocabulary"]
+    _require(vocabulary, f"{path} (vocabulary)",
+             ("file", "corpus", "vocabulary_size", "lines", "lowercase"))
+    fields = {f.name for f in dataclasses.fields(PretrainConfig)}
+    allowed = fields - set(PER_RUN_FIELDS) - set(VOCABULARY_FIELDS.values())
+    unknown = sorted(set(config["settings"]) - allowed)
+    if unknown:
+        _fail(path, f"unknown or per-run settings {unknown}. `settings` holds the PretrainConfig "
+                    f"fields shared by every variant: {sorted(allowed)}; the vocabulary's size, "
+                    "lines and case come from `vocabulary`.")
+    _require(config["settings"], f"{path} (settings)", ("corpus", "steps", "batch_size", "seq_len",
+                                                         "learning_rate", "seed"))
+    if not config["variants"]:
+        _fail(path, "`variants` is empty.")
+    for name, spec in config["variants"].items():
+        if not _NAME.match(name):
+            _fail(path, f"variant name {name!r} must be lowercase letters, digits and _.")
+        bad = sorted(set(spec) - {"variant", *STRUCTURAL_FIELDS})
+        if bad:
+            _fail(path, f"variant {name!r} overrides {bad}. A variant may only choose its preset "
+                        f"variant and the structural fields {list(STRUCTURAL_FIELDS)}: training "
+                        "settings are the same for every variant (no per-variant tuning).")
+        base = spec.get("variant", name)
+        if base not in VARIANTS:
+            _fail(path, f"variant {name!r}: {base!r} is not a preset variant. "
+                        f"Valid: {sorted(VARIANTS)}")
+        if base == name and any(key in spec for key in STRUCTURAL_FIELDS):
+            _fail(path, f"variant {name!r} changes {base!r}'s structure, so it needs a name of its "
+                        f"own, e.g. \"{name}_k8\": {{\"variant\": \"{base}\", ...}}.")
+
+
+@dataclasses.dataclass
+class Variant:
+    """One run of a pre-training study."""
+
+    name: str           # the key in `variants`, the run directory's name
+    variant: str        # the preset variant, e.g. "huang_m4"
+    overrides: dict     # structural fields changed from the preset
+    preset: str         # the preset the run is built from, e.g. "huang_m4_k8_mini"
+    base_preset: str    # the library preset it derives from, e.g. "huang_m4_mini"
+    run_dir: str
+
+    @property
+    def is_finished(self):
+        return os.path.exists(os.path.join(self.run_dir, "mlm.keras"))
+
+
+def study_dir(config):
+    return os.path.join(config["runs_dir"], config["study"])
+
+
+def variants(config):
+    """The `Variant`s of a pre-training study, in config order."""
+    result = []
+    for name, spec in config["variants"].items():
+        base = spec.get("variant", name)
+        overrides = {k: spec[k] for k in STRUCTURAL_FIELDS if k in spec}
+        base_preset = f"{base}_{config['size']}"
+        preset = f"{name}_{config['size']}" if overrides else base_preset
+        result.append(Variant(name, base, overrides, preset, base_preset,
+                              os.path.join(study_dir(config), name)))
+    return result
+
+
+def expected_backbone(variant):
+    """The preset fields a variant's encoder must have (the vocabulary size aside)."""
+    from keras_tupe.models.presets import PRESETS
+
+    return {**PRESETS[variant.base_preset], **variant.overrides}
+
+
+@contextlib.contextmanager
+def registered_presets(config):
+    """Adds the presets of variants with structural overrides to the registry, meanwhile.
+
+    `PretrainConfig` names its encoder by preset, so a variant such as
+    `huang_m4` with `max_relative_distance=8` becomes the preset
+    `huang_m4_k8_mini` (the library preset plus the override) while the study
+    trains; the registry is restored afterwards. The saved models carry their
+    full config, so loading them needs nothing.
+    """
+    from keras_tupe.models.presets import PRESETS
+
+    added = {}
+    for variant in variants(config):
+        if not variant.overrides:
+            continue
+        wanted = expected_backbone(variant)
+        existing = PRESETS.get(variant.preset)
+        if existing is not None and existing != wanted:
+            raise StudyError(f"Variant {variant.name!r} would define preset {variant.preset!r}, "
+                             "which exists with another config; rename the variant.")
+        if existing is None:
+            added[variant.preset] = wanted
+    PRESETS.update(added)
+    try:
+        yield
+    finally:
+        for name in added:
+            PRESETS.pop(name, None)
+
+
+def pretrain_config(config, variant, verbose=2):
+    """The exact `PretrainConfig` of one variant: the study's settings, nothing else."""
+    from keras_tupe.pretraining import PretrainConfig
+
+    vocabulary = config["vocabulary"]
+    settings = copy.deepcopy(config["settings"])
+    for key in ("corpus", "valid_corpus"):
+        if isinstance(settings.get(key), str):
+            settings[key] = [settings[key]]
+    return PretrainConfig(
+        preset=variant.preset,
+        out=variant.run_dir,
+        vocab=vocabulary["file"],
+        **{field: vocabulary[key] for key, field in VOCABULARY_FIELDS.items()},
+        verbose=verbose,
+        **settings,
+    )
+
+
+def checkpoint_step(config, fraction):
+    """The optimizer step of a checkpoint fraction of a pre-training study's budget."""
+    return round(fraction * config["settings"]["steps"])
+
+
+def checkpoint_path(config, variant, fraction):
+    """`(step, path)` of a variant's masked-LM model at `fraction` of the budget.
+
+    The final model is `mlm.keras`; earlier ones are `checkpoints/step_NNNNNNN.keras`
+    (the study's `save_steps`).
+    """
+    step = checkpoint_step(config, fraction)
+    if step == config["settings"]["steps"]:
+        return step, os.path.join(variant.run_dir, "mlm.keras")
+    if step not in config["settings"].get("save_steps", []):
+        raise StudyError(
+            f"{config['_path']}: no checkpoint at {fraction:g} of the budget (step {step}); "
+            f"`save_steps` is {config['settings'].get('save_steps', [])}. Add {step} to "
+            "`save_steps` before pre-training, or choose another fraction."
+        )
+    return step, os.path.join(variant.run_dir, "checkpoints", f"step_{step:07d}.keras")
+
+
+def related_configs(config, key):
+    """The pre-training study configs a finetune/length study names (relative paths)."""
+    folder = os.path.dirname(config["_path"])
+    paths = config[key] if isinstance(config[key], list) else [config[key]]
+    return [load_config(os.path.join(folder, p), kind="pretrain") for p in paths]
+
+
+# === The shared vocabulary ===
+
+def vocabulary_record_path(vocabulary):
+    return os.path.splitext(vocabulary["file"])[0] + ".json"
+
+
+def _vocabulary_settings(vocabulary):
+    corpus = vocabulary["corpus"]
+    return {"corpus": [corpus] if isinstance(corpus, str) else list(corpus),
+            "vocabulary_size": vocabulary["vocabulary_size"], "lines": vocabulary["lines"],
+            "lowercase": vocabulary["lowercase"]}
+
+
+def ensure_vocabulary(config, command=None, verbose=True):
+    """Trains the study's shared vocabulary once; returns its sha256.
+
+    Next to the file, `<name>.json` records the settings it was trained with,
+    its sha256 and the time it took. An existing vocabulary with other settings
+    (or of unknown origin, or changed since) is refused: every run of every
+    study with this vocabulary file must tokenize identically.
+    """
+    from experiments import records
+    from keras_tupe import data
+
+    vocabulary = config["vocabulary"]
+    path, record_path = vocabulary["file"], vocabulary_record_path(vocabulary)
+    settings = _vocabulary_settings(vocabulary)
+    if os.path.exists(path):
+        if not os.path.exists(record_path):
+            raise StudyError(f"{path} exists but {record_path} (its settings) does not: refusing "
+                             "a vocabulary of unknown origin. Delete it or restore the record.")
+        with open(record_path) as f:
+            record = json.load(f)
+        if record["settings"] != settings:
+            raise StudyError(f"{path} was trained with {record['settings']}, but "
+                             f"{config['_path']} asks for {settings}. Every study sharing this "
+                             "file must use the same vocabulary settings.")
+        sha = data.vocabulary_fingerprint(path)
+        if sha != record["sha256"]:
+            raise StudyError(f"{path} changed since it was trained (sha256 {sha}, recorded "
+                             f"{record['sha256']}).")
+        return sha
+    if verbose:
+        print(f"Training the shared {settings['vocabulary_size']}-token vocabulary on "
+              f"{settings['lines']} lines of {settings['corpus']} -> {path}", flush=True)
+    partial = path + ".partial"
+    if os.path.exists(partial):
+        os.remove(partial)
+    start = time.perf_counter()
+    data.train_vocabulary(settings["corpus"], settings["vocabulary_size"], partial,
+                          lowercase=settings["lowercase"], max_lines=settings["lines"])
+    seconds = time.perf_counter() - start
+    sha = data.vocabulary_fingerprint(partial)
+    records.write_json(record_path, {
+        "settings": settings, "sha256": sha, "seconds": seconds, "command": command,
+        "created": records.now(), "versions": records.machine()})
+    shutil.move(partial, path)  # last: the vocabulary exists only with its record
+    return sha
+
+
+def read_vocabulary_record(config):
+    path = vocabulary_record_path(config["vocabulary"])
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)

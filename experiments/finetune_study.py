@@ -1,0 +1,188 @@
+"""The fine-tuning study (TUPE Table 2 at small scale): GLUE on pre-trained checkpoints.
+
+For every variant of the named pre-training studies and every checkpoint
+fraction of the config (e.g. 0.5 and 1.0 of the budget), `run_study` runs
+`keras_tupe.finetuning.run_protocol` with the config's reduced grid (the same
+learning rates, seeds, epochs and data for every encoder), in
+`<runs_dir>/<study>/<pretrain study>/<variant>/step_NNNNNNN/`. The protocol
+appends each finished (task, learning rate, seed) to `results.jsonl` there, so a
+stopped study continues where it was; `finetune_settings.json` pins the
+settings, so a changed config cannot mix its results with older ones.
+
+`report` (also run at the end of `run_study`) writes `<study>_glue.csv`,
+`<study>_table.md` (median over seeds at the best learning rate per task, and the
+average, as the papers report) and `<study>_config.json`.
+"""
+
+import hashlib
+import json
+import os
+import time
+
+from experiments import config as study_config
+from experiments import records
+from experiments.config import StudyError
+
+TASK_NAMES = {"cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "stsb": "STS-B", "rte": "RTE",
+              "qnli": "QNLI", "mnli": "MNLI", "qqp": "QQP", "wnli": "WNLI"}
+SETTINGS_FILE = "finetune_settings.json"
+
+
+def plan(config, only_variants=None, only_checkpoints=None):
+    """Every (pre-trained checkpoint, output directory) the study fine-tunes."""
+    jobs = []
+    wanted = config.get("variants")
+    for pretrain in study_config.related_configs(config, "pretrain_configs"):
+        for variant in study_config.variants(pretrain):
+            if wanted and variant.name not in wanted:
+                continue
+            if only_variants and variant.name not in only_variants:
+                continue
+            for fraction in config["checkpoints"]:
+                if only_checkpoints and fraction not in only_checkpoints:
+                    continue
+                step, init = study_config.checkpoint_path(pretrain, variant, fraction)
+                jobs.append({
+                    "pretrain_study": pretrain["study"], "variant": variant.name,
+                    "preset": variant.preset, "fraction": fraction, "step": step, "init": init,
+                    "vocab": os.path.join(variant.run_dir, "vocab.txt"),
+                    "lowercase": pretrain["vocabulary"]["lowercase"],
+                    "out": os.path.join(study_config.study_dir(config), pretrain["study"],
+                                        variant.name, f"step_{step:07d}"),
+                })
+    if not jobs:
+        raise StudyError(f"{config['_path']}: nothing to fine-tune with these filters.")
+    return jobs
+
+
+def _settings(config, job):
+    return {"init": job["init"], "vocab": job["vocab"], "lowercase": job["lowercase"],
+            "data_dir": config.get("data_dir"), "settings": config["settings"]}
+
+
+def _sha256(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def run_study(config, command, only_variants=None, only_checkpoints=None):
+    """Fine-tunes every planned checkpoint (resumable); then writes the report."""
+    import keras
+
+    from keras_tupe.finetuning import run_protocol
+
+    jobs = plan(config, only_variants, only_checkpoints)
+    missing = [job["init"] for job in jobs if not os.path.exists(job["init"])]
+    if missing:
+        raise StudyError("Not pre-trained yet (run the pre-training studies first):\n  "
+                         + "\n  ".join(missing))
+    for job in jobs:
+        settings = _settings(config, job)
+        settings_path = os.path.join(job["out"], SETTINGS_FILE)
+        if os.path.exists(settings_path):
+            with open(settings_path) as f:
+                recorded = json.load(f)
+            if {k: recorded.get(k) for k in settings} != settings:
+                raise StudyError(
+                    f"{job['out']} holds results fine-tuned with other settings ({settings_path}: "
+                    f"{ {k: recorded.get(k) for k in settings} }, now {settings}). Move it away "
+                    "or restore the config.")
+        else:
+            records.write_json(settings_path, {**settings, "init_sha256": _sha256(job["init"]),
+                                               "command": command, "created": records.now()})
+        print(f"[{config['study']}] {job['pretrain_study']}/{job['variant']} step {job['step']}: "
+              f"{config['tasks']} x lr {config['learning_rates']} x seeds {config['seeds']}",
+              flush=True)
+        keras.backend.clear_session()
+        start = time.perf_counter()
+        done_before = len(records.read_jsonl(os.path.join(job["out"], "results.jsonl")))
+        run_protocol(config["tasks"], job["init"], job["out"],
+                     learning_rates=config["learning_rates"], seeds=config["seeds"],
+                     vocab=job["vocab"], lowercase=job["lowercase"],
+                     data_dir=config.get("data_dir"), **config["settings"])
+        done_after = len(records.read_jsonl(os.path.join(job["out"], "results.jsonl")))
+        records.append_jsonl(os.path.join(job["out"], "timing.jsonl"), {
+            "seconds": time.perf_counter() - start, "new_runs": done_after - done_before,
+            "command": command, "finished": records.now()})
+    return report(config, command)
+
+
+def report(config, command):
+    """Collects every job's `results.jsonl` into the study's table, CSV and record."""
+    from keras_tupe.finetuning import summarize
+
+    jobs = plan(config)
+    tasks = config["tasks"]
+    rates, seeds = config["learning_rates"], config["seeds"]
+    csv_rows, table_rows, job_records = [], [], []
+    expected_runs = len(tasks) * len(rates) * len(seeds)
+    for job in jobs:
+        rows = [r for r in records.read_jsonl(os.path.join(job["out"], "results.jsonl"))
+                if r["learning_rate"] in rates and r["seed"] in seeds and r["task"] in tasks]
+        summary = {row["task"]: row for row in summarize(rows, tasks)}
+        timing = records.read_jsonl(os.path.join(job["out"], "timing.jsonl"))
+        wall = sum(t["seconds"] for t in timing) if timing else None
+        complete = {t for t in tasks if summary.get(t, {}).get("seeds") == len(seeds)
+                    and len(summary[t]["medians_by_learning_rate"]) == len(rates)}
+        for task in tasks:
+            if task in summary:
+                csv_rows.append({**{k: job[k] for k in ("pretrain_study", "variant", "step")},
+                                 **summary[task], "complete": task in complete,
+                                 "medians_by_learning_rate": json.dumps(
+                                     summary[task]["medians_by_learning_rate"])})
+        scores = [summary[t]["score"] if t in summary else None for t in tasks]
+        average = (sum(scores) / len(scores)) if len(complete) == len(tasks) else None
+        table_rows.append((job, scores, average, len(rows), wall, complete))
+        job_records.append({**job, "runs_done": len(rows), "runs_expected": expected_runs,
+                            "wall_seconds": wall,
+                            "train_seconds": sum(r.get("train_seconds", 0) for r in rows)})
+    if not any(n for _, _, _, n, _, _ in table_rows):
+        raise StudyError(f"No fine-tuning result yet for study {config['study']!r}: run "
+                         f"python -m experiments.run finetune --config {config['_path']}")
+    out_dir, study = config["results_dir"], config["study"]
+    header = [f"command: {command}", f"generated: {records.now()}",
+              f"study config: {config['_path']}",
+              ("score: median over seeds at the best learning rate of the task (x100); "
+              "Matthews (CoLA), Pearson (STS-B), accuracy (others)")]
+    paths = {"csv": records.write_csv(
+        os.path.join(out_dir, f"{study}_glue.csv"),
+        ("pretrain_study", "variant", "step", "task", "score", "best_learning_rate", "seeds",
+         "seed_min", "seed_max", "complete", "medians_by_learning_rate"), csv_rows, header)}
+    paths["table"] = records.write_text(os.path.join(out_dir, f"{study}_table.md"),
+                                        _table(config, table_rows, command, expected_runs))
+    paths["config"] = records.write_json(os.path.join(out_dir, f"{study}_config.json"), {
+        "command": command, "generated": records.now(), "study_config": config["_sources"],
+        "machine": records.machine(), "jobs": job_records})
+    return paths
+
+
+def _table(config, table_rows, command, expected_runs):
+    tasks, settings = config["tasks"], config["settings"]
+    lines = [
+        f"# Study `{config['study']}`: GLUE dev (TUPE Table 2 at small scale)",
+        "",
+        f"Regenerate: `{command}`",
+        "",
+        *([config["description"], ""] if config.get("description") else []),
+        (f"Grid, identical for every encoder: learning rates {config['learning_rates']} x seeds "
+        f"{config['seeds']}; settings {json.dumps(settings)}. Score: median over the seeds at the "
+        "task's best learning rate (x100); Matthews corr. (CoLA), Pearson (STS-B), accuracy "
+        "(others). `*`: not all runs of the task are done yet."),
+        "",
+        "| encoder | step | " + " | ".join(TASK_NAMES.get(t, t) for t in tasks)
+        + " | average | runs | time |",
+        "| --- | ---: | " + " | ".join("---:" for _ in tasks) + " | ---: | ---: | ---: |",
+    ]
+    for job, scores, average, done, wall, complete in table_rows:
+        cells = ["–" if s is None else f"{s:.2f}" + ("" if t in complete else "*")
+                 for t, s in zip(tasks, scores)]
+        lines.append(
+            f"| {job['pretrain_study']}/{job['variant']} | {job['step']} | " + " | ".join(cells)
+            + f" | {'–' if average is None else f'**{average:.2f}**'} | {done}/{expected_runs} | "
+            f"{records.format_seconds(wall)} |")
+    lines += ["", ("Time: wall time of the fine-tuning commands for that checkpoint (all its "
+                  "runs, evaluation included)."), ""]
+    return "\n".join(lines)

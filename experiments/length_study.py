@@ -1,0 +1,254 @@
+"""Length generalization (Huang et al. Table 4): masked-LM loss at longer sequences.
+
+Every checkpoint of the named pre-training studies (trained at one sequence
+length, e.g. 128) is evaluated on the same text of the validation corpus at
+each length of the config (e.g. 128, 256, 512). The batches are fixed and
+deterministic: `mlm_dataset` in corpus order (no shuffle) with the config's
+masking seed and the pre-training masking rates, `tokens_per_batch / length`
+sequences a batch, the first `batches` batches. So every length covers the same
+`batches * tokens_per_batch` tokens of text (less one [CLS] a sequence), and
+every model sees exactly the same masked batches at a given length.
+
+The loss is the weighted mean cross-entropy over the masked positions, computed
+here from the logits in float64 (no dropout), and the accuracy likewise.
+
+An encoder with an absolute table shorter than the length gets `n/a` with the
+reason. One whose table is long enough (the `mini` presets have 512 rows) is
+evaluated, noting that its positions beyond the pre-training length were never
+trained. Results are appended to `<runs_dir>/<study>/results.jsonl` one
+(checkpoint, length) at a time, so a stopped study continues where it was.
+"""
+
+import os
+import time
+
+import numpy as np
+
+from experiments import config as study_config
+from experiments import records
+from experiments.config import StudyError
+
+
+def plan(config, only_variants=None):
+    jobs = []
+    wanted = config.get("variants")
+    for pretrain in study_config.related_configs(config, "pretrain_configs"):
+        settings = pretrain["settings"]
+        for variant in study_config.variants(pretrain):
+            if (wanted and variant.name not in wanted) or (
+                    only_variants and variant.name not in only_variants):
+                continue
+            for fraction in config["checkpoints"]:
+                step, path = study_config.checkpoint_path(pretrain, variant, fraction)
+                jobs.append({
+                    "pretrain_study": pretrain["study"], "variant": variant.name,
+                    "preset": variant.preset, "overrides": variant.overrides, "step": step,
+                    "final": step == settings["steps"],
+                    "model": path, "vocab": os.path.join(variant.run_dir, "vocab.txt"),
+                    "lowercase": pretrain["vocabulary"]["lowercase"],
+                    "trained_seq_len": settings["seq_len"],
+                    "masking": {k: settings.get(k, default) for k, default in (
+                        ("mask_rate", 0.15), ("mask_token_rate", 0.8),
+                        ("random_token_rate", 0.1))},
+                })
+    if not jobs:
+        raise StudyError(f"{config['_path']}: nothing to evaluate with these filters.")
+    return jobs
+
+
+def results_path(config):
+    return os.path.join(study_config.study_dir(config), "results.jsonl")
+
+
+def _key(row):
+    return (row["pretrain_study"], row["variant"], row["step"], row["length"])
+
+
+class _Batches:
+    """The fixed masked batches of each (vocabulary, length, masking), built once."""
+
+    def __init__(self, config):
+        self.config = config
+        self._cache = {}
+
+    def get(self, job, length):
+        from keras_tupe import data
+
+        config = self.config
+        sha = data.vocabulary_fingerprint(job["vocab"])
+        key = (sha, job["lowercase"], length, tuple(sorted(job["masking"].items())))
+        if key not in self._cache:
+            tokenizer = data.load_tokenizer(job["vocab"], lowercase=job["lowercase"])
+            corpus = config["valid_corpus"]
+            dataset = data.mlm_dataset(
+                [corpus] if isinstance(corpus, str) else corpus, tokenizer, length,
+                config["tokens_per_batch"] // length, seed=config["seed"], shuffle_buffer=0,
+                repeat=False, max_lines=config.get("max_lines"), **job["masking"],
+            ).take(config["batches"])
+            batches = list(dataset.as_numpy_iterator())
+            if len(batches) < config["batches"]:
+                raise StudyError(
+                    f"{corpus} gives only {len(batches)} batches of {config['tokens_per_batch']} "
+                    f"tokens at length {length}; the config asks for {config['batches']}.")
+            self._cache[key] = batches
+        return self._cache[key]
+
+
+def masked_lm_loss(model, batches):
+    """`(loss, accuracy, masked_tokens)`: weighted over the masked positions, float64."""
+    total = correct = weight = 0.0
+    for x, y, w in batches:
+        logits = np.asarray(model.predict_on_batch(x), dtype=np.float64)  # (B, P, V)
+        top = logits.max(axis=-1, keepdims=True)
+        log_norm = np.log(np.exp(logits - top).sum(axis=-1)) + top[..., 0]  # (B, P)
+        target = np.take_along_axis(logits, y[..., None].astype(np.int64), axis=-1)[..., 0]
+        total += float(((log_norm - target) * w).sum())
+        correct += float(((logits.argmax(axis=-1) == y) * w).sum())
+        weight += float(w.sum())
+    return total / weight, correct / weight, int(weight)
+
+
+def _note(backbone, length, trained):
+    limit = backbone.absolute_length_limit
+    notes = []
+    if limit is not None and length > limit:
+        return None, (f"n/a: the absolute position table has {limit} rows "
+                      f"(max_sequence_length={limit}), shorter than {length}")
+    if limit is not None and length > trained:
+        notes.append(f"absolute positions {trained}-{length - 1} never trained")
+    if backbone.relative_position in ("shaw", "method1", "method2", "method3", "method4"):
+        k = backbone.max_relative_distance
+        if length > trained and length - 1 > k:
+            notes.append(f"distances beyond k={k} clipped")
+        if length > trained and k > trained - 1:
+            notes.append(f"relative distances {trained}-{min(k, length - 1)} never trained")
+    return True, "; ".join(notes)
+
+
+def run_study(config, command, only_variants=None):
+    import keras
+
+    import keras_tupe  # noqa: F401  (registers the classes for loading)
+
+    jobs = plan(config, only_variants)
+    missing = [job["model"] for job in jobs if not os.path.exists(job["model"])]
+    if missing:
+        raise StudyError("Not pre-trained yet (run the pre-training studies first):\n  "
+                         + "\n  ".join(missing))
+    path = results_path(config)
+    done = {_key(row) for row in records.read_jsonl(path)}
+    batches = _Batches(config)
+    for job in jobs:
+        todo = [n for n in config["lengths"]
+                if (job["pretrain_study"], job["variant"], job["step"], n) not in done]
+        if not todo:
+            print(f"[{config['study']}] {job['pretrain_study']}/{job['variant']} step "
+                  f"{job['step']}: done, skipped", flush=True)
+            continue
+        keras.backend.clear_session()
+        model = keras.saving.load_model(job["model"], compile=False)
+        for length in todo:
+            start = time.perf_counter()
+            ok, note = _note(model.backbone, length, job["trained_seq_len"])
+            row = {k: job[k] for k in ("pretrain_study", "variant", "preset", "step",
+                                       "trained_seq_len")}
+            row.update(length=length, batch_size=config["tokens_per_batch"] // length,
+                       batches=config["batches"], loss=None, accuracy=None, masked_tokens=None,
+                       note=note)
+            if ok:
+                loss, accuracy, tokens = masked_lm_loss(model, batches.get(job, length))
+                row.update(loss=loss, accuracy=accuracy, masked_tokens=tokens)
+            row.update(seconds=time.perf_counter() - start, command=command)
+            records.append_jsonl(path, row)
+            shown = "n/a" if row["loss"] is None else f"{row['loss']:.4f}"
+            print(f"[{config['study']}] {job['pretrain_study']}/{job['variant']} step "
+                  f"{job['step']} length {length}: loss {shown} {note}", flush=True)
+    return report(config, command)
+
+
+def report(config, command):
+    jobs = plan(config)
+    by_key = {_key(row): row for row in records.read_jsonl(results_path(config))}
+    rows = [by_key[key] for job in jobs for n in config["lengths"]
+            if (key := (job["pretrain_study"], job["variant"], job["step"], n)) in by_key]
+    if not rows:
+        raise StudyError(f"No result yet for study {config['study']!r}: run "
+                         f"python -m experiments.run length --config {config['_path']}")
+    out_dir, study = config["results_dir"], config["study"]
+    header = [f"command: {command}", f"generated: {records.now()}",
+              f"study config: {config['_path']}",
+              (f"text: the first {config['batches']} x {config['tokens_per_batch']} tokens of "
+              f"{config['valid_corpus']}, masking seed {config['seed']}")]
+    columns = ("pretrain_study", "variant", "preset", "step", "trained_seq_len", "length",
+               "batch_size", "batches", "masked_tokens", "loss", "accuracy", "seconds", "note")
+    paths = {"csv": records.write_csv(os.path.join(out_dir, f"{study}_loss.csv"), columns, rows,
+                                      header)}
+    paths["png"] = _plot(config, jobs, by_key, os.path.join(out_dir, f"{study}_loss.png"))
+    paths["table"] = records.write_text(os.path.join(out_dir, f"{study}_table.md"),
+                                        _table(config, jobs, by_key, command))
+    paths["config"] = records.write_json(os.path.join(out_dir, f"{study}_config.json"), {
+        "command": command, "generated": records.now(), "study_config": config["_sources"],
+        "machine": records.machine(), "evaluated": jobs,
+        "seconds": sum(r["seconds"] for r in rows)})
+    return paths
+
+
+def _label(job):
+    return f"{job['pretrain_study']}/{job['variant']}" + ("" if job["final"] else f"@{job['step']}")
+
+
+def _plot(config, jobs, by_key, path):
+    plt = records.pyplot()
+    figure, axis = plt.subplots(figsize=(7, 4.5))
+    for job in jobs:
+        points = [(n, by_key[k]["loss"]) for n in config["lengths"]
+                  if (k := (job["pretrain_study"], job["variant"], job["step"], n)) in by_key
+                  and by_key[k]["loss"] is not None]
+        if points:
+            axis.plot(*zip(*points), "-o", ms=3, lw=1.2, label=_label(job))
+    axis.set_xscale("log", base=2)
+    axis.set_xticks(config["lengths"], [str(n) for n in config["lengths"]])
+    axis.set_xlabel("evaluation sequence length (pre-trained at "
+                    f"{sorted({j['trained_seq_len'] for j in jobs})})")
+    axis.set_ylabel("validation masked-LM loss")
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=7, ncol=2)
+    figure.tight_layout()
+    figure.savefig(path, dpi=130)
+    plt.close(figure)
+    return path
+
+
+def _table(config, jobs, by_key, command):
+    lengths = config["lengths"]
+    lines = [
+        f"# Study `{config['study']}`: masked-LM loss by evaluation length",
+        "",
+        f"Regenerate: `{command}`",
+        "",
+        *([config["description"], ""] if config.get("description") else []),
+        (f"Text: the first {config['batches']} batches of {config['tokens_per_batch']:,} tokens "
+        f"of `{config['valid_corpus']}` at every length (`{config['tokens_per_batch']} / length` "
+        f"sequences a batch), masking seed {config['seed']}; the same masked batches for every "
+        "model at a given length."),
+        "",
+        "| encoder | preset | step | " + " | ".join(f"{n}" for n in lengths) + " | notes |",
+        "| --- | --- | ---: | " + " | ".join("---:" for _ in lengths) + " | --- |",
+    ]
+    for job in jobs:
+        cells, notes = [], []
+        for n in lengths:
+            row = by_key.get((job["pretrain_study"], job["variant"], job["step"], n))
+            if row is None:
+                cells.append("–")
+            elif row["loss"] is None:
+                cells.append("n/a")
+                notes.append(f"{n}: {row['note']}")
+            else:
+                cells.append(f"{row['loss']:.3f}")
+                if row["note"]:
+                    notes.append(f"{n}: {row['note']}")
+        lines.append(f"| {job['pretrain_study']}/{job['variant']} | {job['preset']} | "
+                     f"{job['step']} | " + " | ".join(cells) + f" | {'; '.join(notes)} |")
+    lines.append("")
+    return "\n".join(lines)

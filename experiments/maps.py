@@ -1,0 +1,132 @@
+"""Positional maps: the content-free term per head (TUPE Figure 5) and the T5 bias per bucket.
+
+`draw_maps(init, out)` loads an encoder (a pre-training run directory, a
+backbone `.keras`, or a task `.keras` such as `mlm.keras` or a step checkpoint)
+and draws `backbone.positional_bias(n)`, the term every layer adds to its
+attention logits that depends on positions only (the untied correlation and/or
+the T5 bias, after the [CLS] reset), one heatmap per head, as TUPE's Figure 5.
+Row `i` is the query position, column `j` the key; position 0 is [CLS].
+
+For encoders with the T5 bias (`bert_r`, `tupe_r`) it also draws the learned bias
+of every bucket and head (the `RelativeBucketBias` table) into
+`<out stem>_t5_buckets.png`, the buckets labelled with their relative distances.
+The arrays go to `<out stem>.npz` and the command, model and time to
+`<out stem>.json`.
+"""
+
+import math
+import os
+import time
+
+import numpy as np
+
+from experiments import records
+from experiments.config import StudyError
+
+
+def _bucket_labels(layer, span):
+    """`(labels, order)`: `{bucket: "lo…hi"}`, the relative distances `j - i` each bucket
+    holds, and the used buckets sorted by distance (far left … 0 … far right)."""
+    from keras import ops
+
+    from keras_tupe.layers.relative_bucket_bias import t5_relative_position_bucket
+
+    distances = np.arange(-span, span + 1)
+    buckets = ops.convert_to_numpy(t5_relative_position_bucket(
+        distances, bidirectional=layer.bidirectional, num_buckets=layer.num_buckets,
+        max_distance=layer.max_distance))
+    labels, centers = {}, {}
+    for bucket in range(layer.num_buckets):
+        members = distances[buckets == bucket]
+        if not len(members):
+            labels[bucket] = "unused"  # e.g. "distance 0, key after the query"
+            continue
+        lo, hi = int(members.min()), int(members.max())
+        centers[bucket] = (lo + hi) / 2
+        if lo == -span:
+            labels[bucket] = f"≤{hi}"
+        elif hi == span:
+            labels[bucket] = f"≥{lo}"
+        else:
+            labels[bucket] = str(lo) if lo == hi else f"{lo}…{hi}"
+    return labels, sorted(centers, key=centers.get)
+
+
+def draw_maps(init, out, length=64, command=None):
+    """Writes the heatmaps (and the T5 bucket plot); returns the paths written."""
+    from keras_tupe.finetuning import load_backbone
+
+    start = time.perf_counter()
+    if not out.lower().endswith(".png"):
+        raise StudyError(f"--out must be a .png file. Received: {out}")
+    backbone = load_backbone(init)
+    try:
+        backbone.check_sequence_length(length)
+        bias = np.asarray(backbone.positional_bias(length), dtype=np.float32)  # (h, n, n)
+    except ValueError as error:
+        raise StudyError(
+            f"{init}: no positional map to draw. {error} Positional maps exist for tupe_a, "
+            "tupe_a_tie_cls, tupe_r and bert_r.") from error
+    stem = os.path.splitext(out)[0]
+    plt = records.pyplot()
+    heads = bias.shape[0]
+    columns = min(heads, 4)
+    rows = math.ceil(heads / columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(3.2 * columns, 3.0 * rows), squeeze=False)
+    for head, axis in enumerate(axes.flat):
+        if head >= heads:
+            axis.axis("off")
+            continue
+        image = axis.imshow(bias[head], cmap="viridis", interpolation="nearest")
+        axis.set_title(f"head {head}", fontsize=9)
+        axis.set_xlabel("key position j", fontsize=8)
+        axis.set_ylabel("query position i", fontsize=8)
+        axis.tick_params(labelsize=7)
+        figure.colorbar(image, ax=axis, fraction=0.046, pad=0.04).ax.tick_params(labelsize=7)
+    terms = [name for name, present in (
+        ("untied correlation", backbone.absolute_correlation == "untied"),
+        ("T5 bias", backbone.relative_bias is not None),
+        ("[CLS] reset", backbone.cls_reset)) if present]
+    figure.suptitle(f"{os.path.normpath(init)}: content-free positional term "
+                    f"({' + '.join(terms)}), first {length} positions", fontsize=9)
+    figure.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    figure.savefig(out, dpi=130, bbox_inches="tight")
+    plt.close(figure)
+    paths = {"png": out}
+    arrays = {"positional_bias": bias}
+
+    if backbone.relative_bias is not None:
+        layer = backbone.relative_bias
+        table = np.asarray(layer.relative_attention_bias.numpy(), dtype=np.float32)  # (buckets, h)
+        arrays["t5_bias"] = table
+        labels, order = _bucket_labels(layer, span=2 * layer.max_distance)
+        figure, axis = plt.subplots(figsize=(9, 4))
+        positions = np.arange(len(order))
+        for head in range(table.shape[1]):
+            axis.plot(positions, table[order, head], "-o", ms=3, label=f"head {head}")
+        axis.axhline(0, color="grey", lw=0.6)
+        axis.set_xticks(positions, [f"{labels[b]} (#{b})" for b in order], rotation=90,
+                        fontsize=7)
+        axis.set_xlabel("relative distance j − i (bucket #), in distance order")
+        axis.set_ylabel("learned bias b[bucket]")
+        axis.set_title(f"{os.path.normpath(init)}: T5 relative bias per bucket "
+                       f"({layer.num_buckets} buckets, max_distance {layer.max_distance})",
+                       fontsize=9)
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=8)
+        figure.tight_layout()
+        paths["t5_buckets"] = stem + "_t5_buckets.png"
+        figure.savefig(paths["t5_buckets"], dpi=130, bbox_inches="tight")
+        plt.close(figure)
+        arrays["t5_bucket_labels"] = np.array([labels[b] for b in range(layer.num_buckets)])
+
+    paths["npz"] = stem + ".npz"
+    np.savez(paths["npz"], **arrays)
+    paths["json"] = records.write_json(stem + ".json", {
+        "command": command, "init": init, "length": length, "created": records.now(),
+        "encoder": {k: getattr(backbone, k) for k in (
+            "num_layers", "num_heads", "hidden_dim", "absolute_position", "absolute_correlation",
+            "relative_position", "cls_reset", "num_buckets", "max_distance")},
+        "files": paths, "seconds": time.perf_counter() - start, "machine": records.machine()})
+    return paths

@@ -1,0 +1,258 @@
+"""Pre-training studies: every variant trained identically, then one report.
+
+`run_study` trains the variants of a config one after the other, each in its own
+resumable run directory `<runs_dir>/<study>/<variant>` (`keras_tupe.pretraining`:
+a killed run started again continues from its last backup and ends with the
+same weights). Finished runs are skipped. All runs get the same shared
+vocabulary file and the same `PretrainConfig` fields but the preset.
+
+`report` checks that claim on disk, then writes `<study>_loss.csv`,
+`<study>_val_loss.png` (TUPE Figure 4a: validation loss against steps),
+`<study>_table.md` (validation loss at 25/50/100% of the budget) and
+`<study>_config.json` (the study config, the vocabulary hash and every run's
+recorded settings) into the results folder.
+"""
+
+import json
+import os
+import zipfile
+
+from experiments import config as study_config
+from experiments import records
+from experiments.config import StudyError
+
+FRACTIONS = (0.25, 0.5, 1.0)
+# Fields of `run_config.json` that may differ between the runs of a study.
+FREE_FIELDS = ("preset", "out")
+
+
+def run_study(config, command, only=None, verbose=2):
+    """Trains (or resumes, or skips) every variant; returns `{name: "trained" | "skipped"}`."""
+    import keras
+
+    from keras_tupe.pretraining import pretrain
+
+    selected = _select(config, only)
+    study_config.ensure_vocabulary(config, command=command)
+    status = {}
+    with study_config.registered_presets(config):
+        for variant in selected:
+            if variant.is_finished:
+                print(f"[{config['study']}] {variant.name}: finished, skipped "
+                      f"({variant.run_dir})", flush=True)
+                status[variant.name] = "skipped"
+                continue
+            print(f"[{config['study']}] {variant.name}: pre-training {variant.preset} -> "
+                  f"{variant.run_dir}", flush=True)
+            keras.backend.clear_session()
+            pretrain(study_config.pretrain_config(config, variant, verbose=verbose))
+            status[variant.name] = "trained"
+    return status
+
+
+def _select(config, only):
+    all_variants = study_config.variants(config)
+    if not only:
+        return all_variants
+    names = [v.name for v in all_variants]
+    unknown = sorted(set(only) - set(names))
+    if unknown:
+        raise StudyError(f"{config['_path']} has no variant(s) {unknown}. Variants: {names}")
+    return [v for v in all_variants if v.name in only]
+
+
+# === Report ===
+
+def _backbone_config(run_dir):
+    """The encoder config saved in `backbone.keras` (read from the archive, no model built)."""
+    path = os.path.join(run_dir, "backbone.keras")
+    if not os.path.exists(path):
+        return None
+    with zipfile.ZipFile(path) as archive:
+        return json.loads(archive.read("config.json"))["config"]
+
+
+def collect(config):
+    """Every run of a study as found on disk, checked against the config.
+
+    Raises `StudyError`, naming the runs and fields, when a run was trained with
+    other settings than the config's (or than another run's), another
+    vocabulary, or an encoder other than its preset plus the allowed overrides.
+    """
+    vocabulary_record = study_config.read_vocabulary_record(config)
+    vocabulary_sha = vocabulary_record["sha256"] if vocabulary_record else None
+    runs, problems = [], []
+    reference = None
+    for variant in study_config.variants(config):
+        run = {"variant": variant, "status": "not started", "rows": [], "wall_seconds": None}
+        runs.append(run)
+        config_path = os.path.join(variant.run_dir, "run_config.json")
+        if not os.path.exists(config_path):
+            continue
+        with open(config_path) as f:
+            recorded = json.load(f)
+        run["run_config"] = recorded
+        run["rows"], run["wall_seconds"] = records.read_metrics(variant.run_dir)
+        last = run["rows"][-1]["step"] if run["rows"] else 0
+        run["status"] = "finished" if variant.is_finished else f"unfinished (step {last})"
+        saved = recorded["config"]
+        expected = json.loads(json.dumps(
+            study_config.pretrain_config(config, variant).resume_key()))
+        for key in sorted(set(saved) | set(expected)):
+            if key == "out":
+                continue
+            if saved.get(key) != expected.get(key):
+                problems.append(f"{variant.name}: {key} is {saved.get(key)!r} in "
+                                f"{config_path}, the config says {expected.get(key)!r}")
+        shared = {k: v for k, v in saved.items() if k not in FREE_FIELDS}
+        shared["replicas"] = recorded.get("replicas")
+        if reference is None:
+            reference = (variant.name, shared)
+        else:
+            for key in sorted(set(shared) | set(reference[1])):
+                if shared.get(key) != reference[1].get(key):
+                    problems.append(f"{variant.name} and {reference[0]} differ in {key}: "
+                                    f"{shared.get(key)!r} vs {reference[1].get(key)!r}")
+        if recorded.get("vocabulary_sha256") != vocabulary_sha:
+            problems.append(f"{variant.name}: vocabulary sha256 {recorded.get('vocabulary_sha256')} "
+                            f"is not the shared vocabulary's ({vocabulary_sha})")
+        backbone = _backbone_config(variant.run_dir)
+        run["backbone_config"] = backbone
+        if backbone is not None:
+            for key, value in study_config.expected_backbone(variant).items():
+                if key == "vocabulary_size":
+                    continue
+                if backbone.get(key) != value:
+                    problems.append(f"{variant.name}: its encoder has {key}={backbone.get(key)!r}, "
+                                    f"the preset {variant.base_preset} with {variant.overrides} "
+                                    f"says {value!r}")
+            if backbone.get("dropout") != config["settings"].get("dropout", 0.1):
+                problems.append(f"{variant.name}: encoder dropout {backbone.get('dropout')}")
+    if problems:
+        raise StudyError(
+            f"The runs of study {config['study']!r} were not trained identically; refusing to "
+            "report them as one study:\n  " + "\n  ".join(problems))
+    return runs, vocabulary_record
+
+
+def fraction_steps(config):
+    """The evaluation step nearest to each fraction of the budget."""
+    steps, every = config["settings"]["steps"], config["settings"].get("eval_every", 1000)
+    return {f: max(every, round(f * steps / every) * every) for f in FRACTIONS}
+
+
+def report(config, command):
+    """Writes the study's CSV, plot, table and config record; returns their paths."""
+    runs, vocabulary_record = collect(config)
+    started = [run for run in runs if run["rows"]]
+    if not started:
+        raise StudyError(f"No run of study {config['study']!r} has logged a step yet "
+                         f"(looked in {study_config.study_dir(config)}). Pre-train first: "
+                         f"python -m experiments.run pretrain --config {config['_path']}")
+    out_dir, study = config["results_dir"], config["study"]
+    settings = config["settings"]
+    tokens_per_step = settings["batch_size"] * settings["seq_len"]
+    header = [f"command: {command}", f"generated: {records.now()}",
+              f"study config: {config['_path']}"]
+    paths = {}
+
+    rows = []
+    for run in started:
+        variant = run["variant"]
+        for row in run["rows"]:
+            rows.append({"variant": variant.name, "preset": variant.preset,
+                         "tokens": row["step"] * tokens_per_step, **row})
+    paths["csv"] = records.write_csv(
+        os.path.join(out_dir, f"{study}_loss.csv"),
+        ("variant", "preset", "step", "tokens") + records.METRIC_COLUMNS[1:], rows, header)
+
+    paths["png"] = _plot(config, started, os.path.join(out_dir, f"{study}_val_loss.png"))
+    paths["table"] = records.write_text(os.path.join(out_dir, f"{study}_table.md"),
+                                        _table(config, runs, command, vocabulary_record))
+    paths["config"] = records.write_json(os.path.join(out_dir, f"{study}_config.json"), {
+        "command": command,
+        "generated": records.now(),
+        "study_config": config["_sources"],
+        "vocabulary": vocabulary_record,
+        "runs": {
+            run["variant"].name: {
+                "preset": run["variant"].preset,
+                "variant": run["variant"].variant,
+                "structural_overrides": run["variant"].overrides,
+                "status": run["status"],
+                "wall_seconds": run["wall_seconds"],
+                "run_config": run.get("run_config"),
+                "backbone_config": run.get("backbone_config"),
+            }
+            for run in runs
+        },
+    })
+    return paths
+
+
+def _plot(config, runs, path):
+    plt = records.pyplot()
+    settings = config["settings"]
+    figure, axis = plt.subplots(figsize=(7, 4.5))
+    for run in runs:
+        points = [(r["step"], r["val_loss"]) for r in run["rows"] if r["val_loss"] is not None]
+        if points:
+            axis.plot(*zip(*points), "-o", ms=2.5, lw=1.3, label=run["variant"].name)
+    axis.set_xlabel(f"pre-training step (× {settings['batch_size'] * settings['seq_len']:,} tokens)")
+    axis.set_ylabel("validation masked-LM loss")
+    axis.set_title(f"{config['study']}: {config['size']} encoders, identical data and settings",
+                   fontsize=10)
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    figure.savefig(path, dpi=130)
+    plt.close(figure)
+    return path
+
+
+def _table(config, runs, command, vocabulary_record):
+    settings = config["settings"]
+    steps = settings["steps"]
+    tokens = steps * settings["batch_size"] * settings["seq_len"]
+    columns = fraction_steps(config)
+    lines = [
+        f"# Study `{config['study']}`: validation masked-LM loss",
+        "",
+        (f"Runs: `python -m experiments.run pretrain --config {config['_path']}`; this table, "
+        f"the CSV and the plot: `{command}`"),
+        "",
+        *([config["description"], ""] if config.get("description") else []),
+        (f"Every run: `{config['size']}` encoders, {steps:,} steps × {settings['batch_size']} × "
+        f"{settings['seq_len']} tokens = {tokens:,} tokens, peak LR "
+        f"{settings['learning_rate']:g}, seed {settings['seed']}, the shared vocabulary "
+        f"(sha256 `{(vocabulary_record or {}).get('sha256', '?')[:16]}…`); validation on "
+        f"{settings.get('valid_batches', 50)} fixed batches every "
+        f"{settings.get('eval_every', 1000)} steps. The settings of every run are in "
+        f"`{config['study']}_config.json` and were checked identical."),
+        "",
+        "| variant | preset | " + " | ".join(f"{int(f * 100)}% (step {s})" for f, s in
+                                            columns.items())
+        + " | val. accuracy (100%) | wall time | tokens/s | status |",
+        "| --- | --- | " + " | ".join("---:" for _ in columns) + " | ---: | ---: | ---: | --- |",
+    ]
+    for run in runs:
+        variant = run["variant"]
+        by_step = {r["step"]: r for r in run["rows"]}
+        losses = [by_step.get(step, {}).get("val_loss") for step in columns.values()]
+        final = by_step.get(columns[1.0], {}).get("val_accuracy")
+        speed = records.median_tokens_per_second(run["rows"])
+        preset = variant.preset + (f" ({', '.join(f'{k}={v}' for k, v in variant.overrides.items())})"
+                                   if variant.overrides else "")
+        lines.append(
+            f"| {variant.name} | {preset} | "
+            + " | ".join("–" if v is None else f"{v:.3f}" for v in losses)
+            + f" | {'–' if final is None else f'{final:.3f}'} | "
+            f"{records.format_seconds(run['wall_seconds']) if run['rows'] else '–'} | "
+            f"{'–' if speed is None else f'{speed:,.0f}'} | {run['status']} |")
+    machines = sorted({run["run_config"]["versions"]["machine"] for run in runs
+                       if run.get("run_config")})
+    lines += ["", "Wall time: training and validation, summed over the processes that ran the "
+                  "run (start-up and the shared vocabulary not included). Machine: "
+              + "; ".join(machines) + ".", ""]
+    return "\n".join(lines)

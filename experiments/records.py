@@ -1,0 +1,156 @@
+"""What every study output carries: the command, the machine, wall times; small file helpers."""
+
+import csv
+import json
+import math
+import os
+import platform
+import shlex
+import statistics
+import time
+
+PROGRAM = "python -m experiments.run"
+
+
+def command_line(argv):
+    """The exact command a study output was produced with, as one shell line."""
+    return f"{PROGRAM} {shlex.join(argv)}".strip()
+
+
+def machine():
+    """The versions and the machine, as `run_config.json` of pre-training records them."""
+    import keras
+    import keras_hub
+    import numpy
+    import tensorflow as tf
+
+    return {
+        "python": platform.python_version(),
+        "tensorflow": tf.__version__,
+        "keras": keras.__version__,
+        "keras_hub": keras_hub.__version__,
+        "numpy": numpy.__version__,
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.platform()}",
+    }
+
+
+def now():
+    return time.strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+METRIC_COLUMNS = ("step", "loss", "accuracy", "val_loss", "val_accuracy", "learning_rate",
+                  "tokens_per_second", "elapsed_seconds")
+
+
+def read_metrics(run_dir):
+    """`(rows, wall_seconds)` of a run's `metrics.csv`; `([], 0.0)` when there is none.
+
+    Rows are dicts of floats (`step` an int), one per step: a run killed after
+    writing a row but before its backup repeats that block when resumed and logs
+    the step again; the later row wins. `elapsed_seconds` restarts at 0 in every
+    process that trained the run, so the wall time is the sum, over those
+    processes, of the last `elapsed_seconds` each wrote (validation included,
+    start-up and vocabulary training not).
+    """
+    path = os.path.join(run_dir, "metrics.csv")
+    if not os.path.exists(path):
+        return [], 0.0
+    with open(path) as f:
+        raw = list(csv.DictReader(f))
+    by_step = {}
+    wall, segment, previous = 0.0, 0.0, -1.0
+    for row in raw:
+        parsed = {key: _number(row.get(key)) for key in METRIC_COLUMNS}
+        if parsed["step"] is None:
+            continue
+        parsed["step"] = int(parsed["step"])
+        elapsed = parsed["elapsed_seconds"] or 0.0
+        if elapsed < previous:  # a new process resumed the run
+            wall += segment
+        segment = previous = elapsed
+        by_step[parsed["step"]] = parsed
+    wall += max(segment, 0.0)
+    return [by_step[step] for step in sorted(by_step)], wall
+
+
+def _number(text):
+    if text is None or text == "":
+        return None
+    value = float(text)
+    return None if math.isnan(value) else value
+
+
+def median_tokens_per_second(rows):
+    values = [r["tokens_per_second"] for r in rows if r.get("tokens_per_second")]
+    return statistics.median(values) if values else None
+
+
+def format_seconds(seconds):
+    if seconds is None:
+        return "–"
+    minutes = seconds / 60
+    if minutes < 1:
+        return f"{seconds:.0f} s"
+    if minutes < 60:
+        return f"{minutes:.1f} min"
+    return f"{int(minutes // 60)} h {minutes % 60:02.0f} min"
+
+
+def write_csv(path, columns, rows, comments=()):
+    """A CSV whose first lines are `# comment` lines (read it with `comment="#"`)."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w", newline="") as f:
+        f.writelines(f"# {line}\n" for line in comments)
+        writer = csv.DictWriter(f, fieldnames=list(columns), extrasaction="ignore")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: _csv_value(row.get(k)) for k in columns})
+    return path
+
+
+def _csv_value(value):
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return value
+
+
+def write_json(path, payload):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    temporary = path + ".tmp"
+    with open(temporary, "w") as f:
+        json.dump(payload, f, indent=2, sort_keys=False)
+        f.write("\n")
+    os.replace(temporary, path)
+    return path
+
+
+def write_text(path, text):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def read_jsonl(path):
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def append_jsonl(path, row):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+def pyplot():
+    """matplotlib's pyplot on the Agg backend (no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt

@@ -1,0 +1,116 @@
+"""Run the reproduction studies of issue 7, one command a study (see experiments/README.md).
+
+    python -m experiments.run pretrain --config experiments/configs/pretrain.json
+    python -m experiments.run report   --study pretrain
+    python -m experiments.run finetune --config experiments/configs/finetune.json
+    python -m experiments.run length   --config experiments/configs/length.json
+    python -m experiments.run maps     --init runs/study/pretrain/tupe_a --out docs/results/maps/tupe_a.png
+
+Every command can be stopped and started again: finished runs are skipped and
+an interrupted one continues where it was. Outputs go to the config's
+`results_dir` (docs/results) and record the command that made them.
+"""
+
+import argparse
+import os
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
+
+
+def _study_path(name):
+    path = os.path.join(CONFIG_DIR, f"{name}.json")
+    relative = os.path.relpath(path)
+    return relative if not relative.startswith("..") else path
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="python -m experiments.run", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    def with_config(name, help_text):
+        sub = commands.add_parser(name, help=help_text)
+        where = sub.add_mutually_exclusive_group(required=True)
+        where.add_argument("--config", help="the study's JSON config")
+        where.add_argument("--study", help="shorthand for --config experiments/configs/STUDY.json")
+        return sub
+
+    sub = with_config("pretrain", "pre-train every variant of a study (resumable)")
+    sub.add_argument("--variants", nargs="+", help="only these variants (default: all)")
+    sub.add_argument("--verbose", type=int, default=2, choices=(0, 1, 2),
+                     help="Keras progress output (2: one line per block of eval_every steps)")
+    sub = with_config("finetune", "the reduced GLUE protocol on the pre-trained checkpoints")
+    sub.add_argument("--variants", nargs="+", help="only these variants (default: all)")
+    sub.add_argument("--checkpoints", nargs="+", type=float,
+                     help="only these fractions of the budget (default: the config's)")
+    sub = with_config("length", "masked-LM loss at longer sequences (Huang Table 4)")
+    sub.add_argument("--variants", nargs="+", help="only these variants (default: all)")
+    with_config("report", "collect a study's results into docs/results (no training)")
+    sub = commands.add_parser("maps", help="per-head positional maps of one encoder")
+    sub.add_argument("--init", required=True,
+                     help="a pre-training run directory or a .keras file (backbone or task)")
+    sub.add_argument("--out", required=True, help="PNG file to write")
+    sub.add_argument("--length", type=int, default=64, help="positions drawn (default 64)")
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    from experiments import config as study_config
+    from experiments import records
+    from keras_tupe.pretraining import PretrainError
+
+    command = records.command_line(argv)
+    start = time.perf_counter()
+    try:
+        if args.command == "maps":
+            from experiments.maps import draw_maps
+
+            paths = draw_maps(args.init, args.out, length=args.length, command=command)
+        else:
+            path = args.config or _study_path(args.study)
+            paths = _run_study(args, study_config.load_config(path), command)
+    except (study_config.StudyError, PretrainError, FileNotFoundError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    for name, path in (paths or {}).items():
+        print(f"wrote {path}" if name != "status" else f"status: {path}")
+    print(f"done in {records.format_seconds(time.perf_counter() - start)}: {command}")
+    return 0
+
+
+def _run_study(args, config, command):
+    from experiments import finetune_study, length_study, pretrain_study, records
+    from experiments.config import StudyError, study_dir
+
+    kind = config["kind"]
+    if args.command == "report":
+        module = {"pretrain": pretrain_study, "finetune": finetune_study,
+                  "length": length_study}[kind]
+        return module.report(config, command)
+    if args.command != kind:
+        raise StudyError(f"{config['_path']} is a {kind!r} study: run it with "
+                         f"`python -m experiments.run {kind} --config {config['_path']}`.")
+    if kind == "pretrain":
+        start = time.perf_counter()
+        status = pretrain_study.run_study(config, command, only=args.variants,
+                                          verbose=args.verbose)
+        records.append_jsonl(os.path.join(study_dir(config), "commands.jsonl"), {
+            "command": command, "finished": records.now(), "status": status,
+            "seconds": time.perf_counter() - start})
+        print(f"next: python -m experiments.run report --config {config['_path']}")
+        return {"status": status}
+    if kind == "finetune":
+        return finetune_study.run_study(config, command, only_variants=args.variants,
+                                        only_checkpoints=args.checkpoints)
+    return length_study.run_study(config, command, only_variants=args.variants)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

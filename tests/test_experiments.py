@@ -1,0 +1,249 @@
+"""The study runner of `experiments/`: tiny studies end to end on real text.
+
+One module-scoped fixture pre-trains two tiny studies (2 + 1 variants, 4 steps)
+on a few hundred lines of enwiki; the tests then re-run, report, evaluate at
+longer lengths, fine-tune and draw maps from those runs.
+"""
+
+import csv
+import json
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from experiments import config as study_config
+from experiments import records
+from experiments.run import main
+
+REPO = Path(__file__).resolve().parents[1]
+DATA_DIR = Path(os.environ.get("KERAS_TUPE_DATA_DIR") or REPO.parent / "shared" / "data")
+ENWIKI = DATA_DIR / "enwiki"
+GLUE = DATA_DIR / "glue"
+
+
+def _head(source, target, lines):
+    with open(source, encoding="utf-8") as f:
+        text = [next(f) for _ in range(lines)]
+    target.write_text("".join(text), encoding="utf-8")
+    return str(target)
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    root = tmp_path_factory.mktemp("study")
+    train = _head(ENWIKI / "train.txt", root / "train.txt", 400)
+    valid = _head(ENWIKI / "valid.txt", root / "valid.txt", 300)
+    runs, results = str(root / "runs"), str(root / "results")
+    configs = root / "configs"
+    configs.mkdir()
+    pretrain = {
+        "study": "pretrain", "kind": "pretrain", "runs_dir": runs, "results_dir": results,
+        "size": "tiny",
+        "vocabulary": {"file": f"{runs}/vocab.txt", "corpus": [train], "vocabulary_size": 300,
+                       "lines": 400, "lowercase": True},
+        "settings": {"corpus": [train], "valid_corpus": [valid], "steps": 4, "batch_size": 8,
+                     "seq_len": 32, "learning_rate": 1e-3, "warmup_ratio": 0.25,
+                     "eval_every": 2, "valid_batches": 2, "save_steps": [2], "seed": 0,
+                     "shuffle_buffer": 64, "xla": False},
+        "variants": {"bert_a": {}, "tupe_r": {}},
+    }
+    relative = {"study": "relative", "base": "pretrain.json",
+                "variants": {"huang_m4_k8": {"variant": "huang_m4", "max_relative_distance": 8}}}
+    length = {"study": "length", "kind": "length", "runs_dir": runs, "results_dir": results,
+              "pretrain_configs": ["pretrain.json", "relative.json"], "lengths": [32, 256],
+              "valid_corpus": [valid], "tokens_per_batch": 256, "batches": 2, "seed": 1}
+    finetune = {"study": "finetune", "kind": "finetune", "runs_dir": runs,
+                "results_dir": results, "pretrain_configs": ["pretrain.json"],
+                "variants": ["bert_a"], "checkpoints": [0.5, 1.0], "tasks": ["rte"],
+                "data_dir": str(GLUE), "learning_rates": [1e-4], "seeds": [0],
+                "settings": {"epochs": 1, "batch_size": 8, "seq_len": 32,
+                             "max_train_examples": 16, "xla": False}}
+    paths = {}
+    for name, content in [("pretrain", pretrain), ("relative", relative), ("length", length),
+                          ("finetune", finetune)]:
+        paths[name] = str(configs / f"{name}.json")
+        Path(paths[name]).write_text(json.dumps(content, indent=2))
+    for name in ("pretrain", "relative"):
+        assert main(["pretrain", "--config", paths[name], "--verbose", "0"]) == 0
+    return {"root": root, "runs": Path(runs), "results": Path(results), "configs": paths}
+
+
+def test_every_variant_trained_with_the_same_settings_and_one_vocabulary(study):
+    runs = study["runs"]
+    vocabulary = runs / "vocab.txt"
+    record = json.loads((runs / "vocab.json").read_text())
+    assert record["settings"]["vocabulary_size"] == 300 and record["sha256"]
+    configs = {}
+    for run in ("pretrain/bert_a", "pretrain/tupe_r", "relative/huang_m4_k8"):
+        directory = runs / run
+        assert (directory / "mlm.keras").exists() and (directory / "backbone.keras").exists()
+        assert (directory / "checkpoints" / "step_0000002.keras").exists()
+        assert (directory / "vocab.txt").read_bytes() == vocabulary.read_bytes()
+        saved = json.loads((directory / "run_config.json").read_text())
+        assert saved["vocabulary_sha256"] == record["sha256"]
+        configs[run] = saved["config"]
+    presets = {run: c.pop("preset") for run, c in configs.items()}
+    assert presets == {"pretrain/bert_a": "bert_a_tiny", "pretrain/tupe_r": "tupe_r_tiny",
+                       "relative/huang_m4_k8": "huang_m4_k8_tiny"}
+    for c in configs.values():
+        c.pop("out")
+    assert len({json.dumps(c, sort_keys=True) for c in configs.values()}) == 1
+    import keras
+
+    from keras_tupe.models.presets import PRESETS
+
+    backbone = keras.saving.load_model(runs / "relative/huang_m4_k8/backbone.keras")
+    assert backbone.max_relative_distance == 8 and backbone.relative_position == "method4"
+    assert "huang_m4_k8_tiny" not in PRESETS  # registered only while the study trained
+
+
+def test_running_a_study_again_skips_its_finished_runs(study, capsys):
+    mlm = study["runs"] / "pretrain" / "bert_a" / "mlm.keras"
+    before = mlm.stat().st_mtime_ns
+    assert main(["pretrain", "--config", study["configs"]["pretrain"], "--verbose", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "bert_a: finished, skipped" in out and "tupe_r: finished, skipped" in out
+    assert mlm.stat().st_mtime_ns == before
+    log = records.read_jsonl(str(study["runs"] / "pretrain" / "commands.jsonl"))
+    assert log[-1]["status"] == {"bert_a": "skipped", "tupe_r": "skipped"}
+
+
+def test_report_writes_the_loss_csv_plot_table_and_settings_record(study):
+    assert main(["report", "--config", study["configs"]["pretrain"]]) == 0
+    results = study["results"]
+    lines = (results / "pretrain_loss.csv").read_text().splitlines()
+    assert lines[0].startswith("# command: python -m experiments.run report --config ")
+    rows = list(csv.DictReader(line for line in lines if not line.startswith("#")))
+    assert {(r["variant"], r["step"]) for r in rows} == {
+        (v, s) for v in ("bert_a", "tupe_r") for s in ("2", "4")}
+    assert all(float(r["val_loss"]) > 0 for r in rows)
+    assert (results / "pretrain_val_loss.png").read_bytes()[:4] == b"\x89PNG"
+    table = (results / "pretrain_table.md").read_text()
+    assert "25% (step 2) | 50% (step 2) | 100% (step 4)" in table
+    assert re.search(r"\| tupe_r \| tupe_r_tiny \| \d+\.\d{3} \| \d+\.\d{3} \| \d+\.\d{3} \|", table)
+    assert "python -m experiments.run report" in table
+    record = json.loads((results / "pretrain_config.json").read_text())
+    assert record["command"].startswith("python -m experiments.run report")
+    assert record["runs"]["bert_a"]["run_config"]["config"]["learning_rate"] == 1e-3
+    assert record["runs"]["tupe_r"]["wall_seconds"] > 0
+    assert record["vocabulary"]["sha256"] == record["runs"]["tupe_r"]["run_config"][
+        "vocabulary_sha256"]
+
+    assert main(["report", "--config", study["configs"]["relative"]]) == 0
+    relative = json.loads((results / "relative_config.json").read_text())
+    assert relative["runs"]["huang_m4_k8"]["structural_overrides"] == {"max_relative_distance": 8}
+    assert relative["runs"]["huang_m4_k8"]["backbone_config"]["max_relative_distance"] == 8
+
+
+def test_report_refuses_runs_whose_settings_differ(study, capsys):
+    path = study["runs"] / "pretrain" / "tupe_r" / "run_config.json"
+    original = path.read_text()
+    tampered = json.loads(original)
+    tampered["config"]["learning_rate"] = 2e-3
+    path.write_text(json.dumps(tampered))
+    table = study["results"] / "pretrain_table.md"
+    table.unlink(missing_ok=True)
+    try:
+        assert main(["report", "--config", study["configs"]["pretrain"]]) == 2
+    finally:
+        path.write_text(original)
+    err = capsys.readouterr().err
+    assert "not trained identically" in err
+    assert "tupe_r: learning_rate is 0.002" in err and "the config says 0.001" in err
+    assert "tupe_r and bert_a differ in learning_rate" in err
+    assert not table.exists()
+
+
+def test_a_variant_may_not_change_training_settings(tmp_path, study, capsys):
+    config = json.loads(Path(study["configs"]["pretrain"]).read_text())
+    config["variants"]["tupe_r"] = {"learning_rate": 1e-4}
+    path = tmp_path / "tuned.json"
+    path.write_text(json.dumps(config))
+    assert main(["pretrain", "--config", str(path)]) == 2
+    assert "no per-variant tuning" in capsys.readouterr().err
+    child = tmp_path / "child.json"
+    child.write_text(json.dumps({"study": "child", "base": "tuned.json",
+                                 "settings": {"steps": 2}, "variants": {"shaw": {}}}))
+    config["variants"]["tupe_r"] = {}
+    path.write_text(json.dumps(config))
+    with pytest.raises(study_config.StudyError, match=r"sets \['settings'\].*from its base"):
+        study_config.load_config(str(child))
+
+
+def test_length_study_numbers_for_relative_models_and_na_for_short_absolute_tables(study):
+    assert main(["length", "--config", study["configs"]["length"]]) == 0
+    rows = {(r["variant"], r["length"]): r
+            for r in records.read_jsonl(str(study["runs"] / "length" / "results.jsonl"))}
+    assert len(rows) == 6
+    # tiny presets: 128 absolute positions; the relative model has no table to outgrow.
+    relative = rows[("huang_m4_k8", 256)]
+    assert np.isfinite(relative["loss"]) and relative["masked_tokens"] > 0
+    assert "distances beyond k=8 clipped" in relative["note"]
+    for variant in ("bert_a", "tupe_r"):
+        assert rows[(variant, 256)]["loss"] is None
+        assert "absolute position table has 128 rows" in rows[(variant, 256)]["note"]
+        assert np.isfinite(rows[(variant, 32)]["loss"])
+    # Same text, same masks at a length: two models, same masked-token count.
+    assert rows[("bert_a", 32)]["masked_tokens"] == rows[("huang_m4_k8", 32)]["masked_tokens"]
+    # At the pre-training length, tokens_per_batch / 32 = the pre-training batch and seed 1 =
+    # its validation seed: the very batches of the logged validation loss. With every mask
+    # slot used (16 sequences x 5 here), Keras's loss (sum / slots) equals the weighted mean.
+    assert rows[("bert_a", 32)]["masked_tokens"] == 2 * 8 * 5
+    logged, _ = records.read_metrics(str(study["runs"] / "pretrain" / "bert_a"))
+    assert rows[("bert_a", 32)]["loss"] == pytest.approx(logged[-1]["val_loss"], rel=1e-5)
+    table = (study["results"] / "length_table.md").read_text()
+    assert re.search(r"\| pretrain/bert_a \| bert_a_tiny \| 4 \| \d+\.\d{3} \| n/a \|", table)
+    assert re.search(r"\| relative/huang_m4_k8 \| huang_m4_k8_tiny \| 4 \| \d+\.\d{3} \| "
+                     r"\d+\.\d{3} \|", table)
+    assert (study["results"] / "length_loss.png").exists()
+    # Resumable: a second run evaluates nothing new.
+    assert main(["length", "--config", study["configs"]["length"]]) == 0
+    assert len(records.read_jsonl(str(study["runs"] / "length" / "results.jsonl"))) == 6
+
+
+def test_finetune_study_on_the_intermediate_and_final_checkpoints(study):
+    assert main(["finetune", "--config", study["configs"]["finetune"]]) == 0
+    base = study["runs"] / "finetune" / "pretrain" / "bert_a"
+    for step in ("step_0000002", "step_0000004"):
+        assert len(records.read_jsonl(str(base / step / "results.jsonl"))) == 1
+    table = (study["results"] / "finetune_table.md").read_text()
+    assert re.search(r"\| pretrain/bert_a \| 2 \| \d+\.\d\d \| \*\*\d+\.\d\d\*\* \| 1/1 \|", table)
+    assert re.search(r"\| pretrain/bert_a \| 4 \|", table)
+    lines = (study["results"] / "finetune_glue.csv").read_text().splitlines()
+    assert lines[0].startswith("# command: python -m experiments.run finetune")
+
+
+def test_maps_draw_tupe_r_and_refuse_bert_a_clearly(study, tmp_path, capsys):
+    out = tmp_path / "maps" / "tupe_r.png"
+    run = study["runs"] / "pretrain" / "tupe_r"
+    assert main(["maps", "--init", str(run), "--out", str(out), "--length", "16"]) == 0
+    assert out.read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "maps" / "tupe_r_t5_buckets.png").read_bytes()[:4] == b"\x89PNG"
+    arrays = np.load(tmp_path / "maps" / "tupe_r.npz")
+    assert arrays["positional_bias"].shape == (4, 16, 16) and arrays["t5_bias"].shape == (32, 4)
+    info = json.loads((tmp_path / "maps" / "tupe_r.json").read_text())
+    assert info["command"].startswith("python -m experiments.run maps --init")
+    # A step checkpoint (a masked-LM .keras) works too.
+    checkpoint = run / "checkpoints" / "step_0000002.keras"
+    assert main(["maps", "--init", str(checkpoint), "--out", str(tmp_path / "c.png")]) == 0
+    capsys.readouterr()
+    bad = tmp_path / "bert_a.png"
+    code = main(["maps", "--init", str(study["runs"] / "pretrain" / "bert_a"), "--out", str(bad)])
+    err = capsys.readouterr().err
+    assert code == 2 and "no content-free positional term" in err and "tupe_a" in err
+    assert not bad.exists()
+
+
+def test_wall_time_sums_the_processes_of_a_resumed_run(tmp_path):
+    (tmp_path / "metrics.csv").write_text(
+        "step,loss,accuracy,val_loss,val_accuracy,learning_rate,tokens_per_second,elapsed_seconds\n"
+        "100,7,0.1,6.9,0.1,1e-4,4000,100\n"
+        "200,6.5,0.1,6.6,0.1,1e-4,4000,210\n"
+        "200,6.5,0.1,6.5,0.1,1e-4,4000,50\n"   # killed before the backup: step 200 again
+        "300,6.4,0.1,6.4,0.1,1e-4,4000,160\n")
+    rows, wall = records.read_metrics(str(tmp_path))
+    assert [r["step"] for r in rows] == [100, 200, 300] and rows[1]["val_loss"] == 6.5
+    assert wall == 210 + 160
