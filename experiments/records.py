@@ -4,7 +4,6 @@ import csv
 import json
 import math
 import os
-import platform
 import shlex
 import statistics
 import time
@@ -19,19 +18,9 @@ def command_line(argv):
 
 def machine():
     """The versions and the machine, as `run_config.json` of pre-training records them."""
-    import keras
-    import keras_hub
-    import numpy
-    import tensorflow as tf
+    from keras_tupe.pretraining import versions
 
-    return {
-        "python": platform.python_version(),
-        "tensorflow": tf.__version__,
-        "keras": keras.__version__,
-        "keras_hub": keras_hub.__version__,
-        "numpy": numpy.__version__,
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.platform()}",
-    }
+    return versions()
 
 
 def now():

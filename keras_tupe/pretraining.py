@@ -145,7 +145,8 @@ def validate(config, num_replicas):
         raise PretrainError(f"--warmup-ratio must be in [0, 1). Received: {config.warmup_ratio}")
 
 
-def _versions():
+def versions():
+    """The versions and the machine, as `run_config.json` records them."""
     import keras_hub
     import numpy
     import tensorflow as tf
@@ -255,7 +256,7 @@ def pretrain(config):
                 "config": config.resume_key(),
                 "vocabulary_sha256": data.vocabulary_fingerprint(vocab_path),
                 "command": " ".join(sys.argv),
-                "versions": _versions(),
+                "versions": versions(),
                 "replicas": strategy.num_replicas_in_sync,
             }, f, indent=2)
 
