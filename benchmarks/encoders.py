@@ -131,6 +131,8 @@ def parse_args(argv=None):
     parser.add_argument("--out", default=None,
                         help="output path without extension "
                              "(default: docs/results/benchmarks_<backend>_<size>)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace an existing report at --out (refused otherwise)")
     parser.add_argument("--job-timeout", type=float, default=DEFAULT_JOB_TIMEOUT_S,
                         help="seconds before one measurement is killed and recorded as failed "
                              f"(default: {DEFAULT_JOB_TIMEOUT_S})")
@@ -1045,6 +1047,14 @@ def main(argv=None):
             f"{probe_result['preset_variants']}"
         )
     settings, notes, out = resolve_settings(args, probe_result)
+    existing = [p for p in (Path(f"{out}.json"), Path(f"{out}.md")) if p.exists()]
+    if existing and not args.overwrite:
+        raise SystemExit(f"{existing[0]} exists: pass --overwrite to replace it, or another "
+                         "--out.")
+    # Each finished measurement is appended here at once, so a stopped sweep keeps its rows.
+    partial = Path(f"{out}.partial.jsonl")
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    partial.write_text("")
     machine["gpus"] = probe_result["gpus"]
     machine["cpu_flags_low_precision"] = probe_result["cpu_low_precision_flags"]
     versions = dict(probe_result["versions"], keras_tupe=git_state())
@@ -1069,6 +1079,8 @@ def main(argv=None):
         for result in run_group(group, settings["job_timeout_s"]):
             result["order"] = len(results)
             results.append(result)
+            with partial.open("a") as f:
+                f.write(json.dumps(result) + "\n")
             elapsed = time.perf_counter() - start
             eta = elapsed / len(results) * (len(jobs) - len(results))
             status = (
@@ -1100,6 +1112,7 @@ def main(argv=None):
     )
     report["headline"] = headline(rows, settings)
     json_path, md_path = write_report(report, out)
+    partial.unlink()
     print(f"Wrote {json_path} and {md_path}", file=sys.stderr)
     for check in report["headline"]:
         value = "–" if check["value"] is None else f"{check['value']:.3f}"

@@ -225,3 +225,9 @@ def test_tupe_positional_term_is_computed_once_and_broadcast_over_the_batch():
         assert len(biases) == 4
         assert all(bias is biases[0] for bias in biases)  # the same tensor in every layer
         assert tuple(biases[0].shape) == (1, heads, length, length)  # not per example
+    assert not (tmp_path / "bench.partial.jsonl").exists()  # removed once the report is written
+    # A second run never replaces the report silently.
+    again = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                           timeout=300, check=False)
+    assert again.returncode != 0 and "--overwrite" in again.stderr
+    assert json.loads(out.with_suffix(".json").read_text()) == report
