@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from keras_tupe.data.packing import pack_segments
+from keras_tupe.data.packing import pack_segments, ragged_ids, special_ids
 
 logger = logging.getLogger(__name__)
 
@@ -396,16 +396,6 @@ def _read_tfds(task, split, searched=()):
     )
 
 
-def _special_id(tokenizer, token):
-    try:
-        return int(tokenizer.token_to_id(token))
-    except (ValueError, KeyError) as error:
-        raise ValueError(
-            f"The tokenizer's vocabulary has no {token} token, which GLUE packing needs "
-            "([CLS], [SEP], [PAD])."
-        ) from error
-
-
 def pack_inputs(tokenizer, sequence_length, first, second=None):
     """Tokenizes and packs raw sentences (or pairs) into a classifier's inputs.
 
@@ -437,32 +427,18 @@ def pack_inputs(tokenizer, sequence_length, first, second=None):
             "packer pads. Received a tokenizer with "
             f"sequence_length={tokenizer.sequence_length}."
         )
-    cls_id, sep_id, pad_id = (_special_id(tokenizer, t) for t in ("[CLS]", "[SEP]", "[PAD]"))
+    cls_id, sep_id, pad_id = special_ids(tokenizer)
     texts = [tf.convert_to_tensor(first, tf.string)]
     if second is not None:
         texts.append(tf.convert_to_tensor(second, tf.string))
     unbatched = texts[0].shape.rank == 0
     if unbatched:
         texts = [text[tf.newaxis] for text in texts]
-    segments = [_ragged(tokenizer(text)) for text in texts]  # (B, None) each
+    segments = [ragged_ids(tokenizer(text)) for text in texts]  # (B, None) each
     outputs = pack_segments(segments, sequence_length, cls_id, sep_id, pad_id)  # (B, L) each
     if unbatched:
         return {key: value[0] for key, value in outputs.items()}
     return outputs
-
-
-def _ragged(token_ids):
-    """The tokenizer's output as int32 ragged ids (B, None).
-
-    Inside tf.data (graph mode) keras-hub returns a `tf.RaggedTensor`; eagerly it converts
-    its outputs: Python lists when the rows differ in length, a dense tensor when they do
-    not (no padding there to strip).
-    """
-    if isinstance(token_ids, list):
-        return tf.ragged.constant(token_ids, dtype=tf.int32, ragged_rank=1)
-    if not isinstance(token_ids, tf.RaggedTensor):
-        token_ids = tf.RaggedTensor.from_tensor(tf.convert_to_tensor(token_ids))
-    return tf.cast(token_ids, tf.int32)
 
 
 def _check_positive_int(name, value, minimum):

@@ -39,3 +39,31 @@ def pack_segments(segments, sequence_length, cls_id, sep_id, pad_id):
         "input_mask": tf.cast(mask, tf.int32),
         "input_type_ids": tf.cast(type_ids, tf.int32),
     }
+
+
+def special_ids(tokenizer):
+    """`(cls_id, sep_id, pad_id)` of a keras-hub tokenizer's vocabulary."""
+    ids = []
+    for token in ("[CLS]", "[SEP]", "[PAD]"):
+        try:
+            ids.append(int(tokenizer.token_to_id(token)))
+        except (ValueError, KeyError) as error:
+            raise ValueError(
+                f"The tokenizer's vocabulary has no {token} token, which packing needs "
+                "([CLS], [SEP], [PAD])."
+            ) from error
+    return tuple(ids)
+
+
+def ragged_ids(token_ids):
+    """The tokenizer's output as int32 ragged ids (B, None).
+
+    Inside tf.data (graph mode) keras-hub returns a `tf.RaggedTensor`; eagerly it converts
+    its outputs: Python lists when the rows differ in length, a dense tensor when they do
+    not (no padding there to strip).
+    """
+    if isinstance(token_ids, list):
+        return tf.ragged.constant(token_ids, dtype=tf.int32, ragged_rank=1)
+    if not isinstance(token_ids, tf.RaggedTensor):
+        token_ids = tf.RaggedTensor.from_tensor(tf.convert_to_tensor(token_ids))
+    return tf.cast(token_ids, tf.int32)

@@ -4,7 +4,7 @@ import os
 
 import tensorflow as tf
 
-from keras_tupe.data.packing import pack_segments
+from keras_tupe.data.packing import pack_segments, ragged_ids, special_ids
 from keras_tupe.export.encoder import _version
 from keras_tupe.export.versions import write_version
 
@@ -16,15 +16,13 @@ MAX_SEGMENTS = 2
 
 def _tokenizer_and_specials(vocabulary_file, lowercase):
     from keras_tupe.data import load_tokenizer
-    from keras_tupe.data.glue import _ragged, _special_id
 
     tokenizer = load_tokenizer(vocabulary_file, lowercase=lowercase)
-    specials = tuple(_special_id(tokenizer, t) for t in ("[CLS]", "[SEP]", "[PAD]"))
 
     def tokenize(text):
-        return _ragged(tokenizer(text))
+        return ragged_ids(tokenizer(text))
 
-    return tokenize, specials
+    return tokenize, special_ids(tokenizer)
 
 
 def preprocessor_module(vocabulary_file, seq_length=128, lowercase=True):
