@@ -173,6 +173,12 @@ def test_quick_run_writes_complete_json_and_markdown(tmp_path):
     text = out.with_suffix(".md").read_text()
     assert "## Headline" in text and "| bert_a |" in text and "| tupe_r |" in text
     assert "AMD" in text or report["machine"]["cpu_model"] in text
+    assert not (tmp_path / "bench.partial.jsonl").exists()  # removed once the report is written
+    # A second run never replaces the report silently.
+    again = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                           timeout=300, check=False)
+    assert again.returncode != 0 and "--overwrite" in again.stderr
+    assert json.loads(out.with_suffix(".json").read_text()) == report
 
 
 def _count_calls(layer, log):
@@ -225,9 +231,3 @@ def test_tupe_positional_term_is_computed_once_and_broadcast_over_the_batch():
         assert len(biases) == 4
         assert all(bias is biases[0] for bias in biases)  # the same tensor in every layer
         assert tuple(biases[0].shape) == (1, heads, length, length)  # not per example
-    assert not (tmp_path / "bench.partial.jsonl").exists()  # removed once the report is written
-    # A second run never replaces the report silently.
-    again = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True,
-                           timeout=300, check=False)
-    assert again.returncode != 0 and "--overwrite" in again.stderr
-    assert json.loads(out.with_suffix(".json").read_text()) == report

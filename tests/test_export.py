@@ -475,6 +475,7 @@ TF_HUB_SCRIPT = """
 import json, os, sys
 os.environ["TF_USE_LEGACY_KERAS"] = "1"
 import numpy as np, tensorflow as tf, tensorflow_hub as hub, tf_keras
+tf_keras.utils.set_random_seed(1234)
 handle, data = sys.argv[1], np.load(sys.argv[2])
 features = {k: data[k] for k in ("input_word_ids", "input_mask", "input_type_ids")}
 layer = hub.KerasLayer(handle, trainable=True)
@@ -485,7 +486,7 @@ model.compile(tf_keras.optimizers.Adam(3e-3),
               tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 before = [w.numpy().copy() for w in layer.trainable_weights]
 loss_before = model.evaluate(features, data["labels"], verbose=0)
-model.fit(features, data["labels"], batch_size=32, epochs=4, verbose=0)
+model.fit(features, data["labels"], batch_size=32, epochs=8, verbose=0)
 print(json.dumps({
     "pooled_error": float(np.abs(pooled - data["pooled"]).max()),
     "loss_before": loss_before, "loss_after": model.evaluate(features, data["labels"], verbose=0),
