@@ -13,6 +13,10 @@ A study is one JSON file (see `experiments/configs/`). Three kinds:
   `"base": "pretrain.json"` (relative to its own folder) takes `size`,
   `vocabulary`, `settings`, `runs_dir` and `results_dir` from that file and may
   not set them itself: studies that share a base are trained identically.
+  Such a study may set one thing more, `seed` (an integer): a replicate of
+  its base with another seed for every variant (initialization, data order
+  and masking), the way to measure how much of a difference between variants
+  is seed noise.
 - `"finetune"`: the reduced GLUE protocol on checkpoints of pre-training studies.
   Keys: `pretrain_configs` (the studies whose runs are fine-tuned), optional
   `variants` (a list; default all), `checkpoints` (fractions of the pre-training
@@ -81,6 +85,15 @@ def load_config(path, kind=None):
                         "with a base is trained with exactly the base's settings; remove them.")
         for key in INHERITED_KEYS:
             config[key] = copy.deepcopy(base[key])
+        if "seed" in config:
+            seed = config["seed"]
+            if not isinstance(seed, int) or isinstance(seed, bool):
+                _fail(path, f"`seed` must be an integer (the replicate's seed for every "
+                            f"variant). Received: {seed!r}")
+            if seed == base["settings"]["seed"]:
+                _fail(path, f"`seed` {seed} is its base's own seed: a replicate needs another "
+                            f"one (the runs would be copies of {base_path}'s).")
+            config["settings"]["seed"] = seed
         config.setdefault("kind", "pretrain")
         sources.update(base["_sources"])
     config["_path"] = path
@@ -100,6 +113,9 @@ def _require(config, path, keys):
 
 def _check(config, path):
     _require(config, path, ("study", "kind", "runs_dir", "results_dir"))
+    if "seed" in config and "base" not in config:
+        _fail(path, "`seed` (a replicate's seed) is only for a study with a `base`; a study of "
+                    "its own sets `settings.seed`.")
     if config["kind"] not in KINDS:
         _fail(path, f"`kind` must be one of {KINDS}. Received: {config['kind']!r}")
     if not _NAME.match(str(config["study"])):

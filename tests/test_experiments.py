@@ -247,3 +247,35 @@ def test_wall_time_sums_the_processes_of_a_resumed_run(tmp_path):
     rows, wall = records.read_metrics(str(tmp_path))
     assert [r["step"] for r in rows] == [100, 200, 300] and rows[1]["val_loss"] == 6.5
     assert wall == 210 + 160
+
+
+def test_a_replicate_study_changes_the_seed_and_nothing_else(study, tmp_path):
+    folder = Path(study["configs"]["pretrain"]).parent
+    replicate = folder / "replicate.json"
+    replicate.write_text(json.dumps({"study": "replicate", "base": "pretrain.json", "seed": 7,
+                                     "variants": {"tupe_r": {}}}))
+    base = study_config.load_config(study["configs"]["pretrain"])
+    config = study_config.load_config(str(replicate))
+    assert config["settings"] == {**base["settings"], "seed": 7}
+    assert config["vocabulary"] == base["vocabulary"]
+    [variant] = study_config.variants(config)
+    run = study_config.pretrain_config(config, variant)
+    original = study_config.pretrain_config(base, study_config.variants(base)[1])
+    assert (run.seed, original.seed) == (7, 0)
+    assert {**run.resume_key(), "seed": 0, "out": original.out} == original.resume_key()
+    assert run.out != original.out and "replicate" in run.out
+
+    for content, message in [
+        ({"seed": 0}, r"base's own seed"),
+        ({"seed": "1"}, r"`seed` must be an integer"),
+        ({"seed": 1, "settings": {"seed": 1}}, r"sets \['settings'\]"),
+    ]:
+        replicate.write_text(json.dumps({"study": "replicate", "base": "pretrain.json",
+                                         "variants": {"tupe_r": {}}, **content}))
+        with pytest.raises(study_config.StudyError, match=message):
+            study_config.load_config(str(replicate))
+    own = tmp_path / "own.json"
+    own.write_text(json.dumps({**json.loads(Path(study["configs"]["pretrain"]).read_text()),
+                               "seed": 3}))
+    with pytest.raises(study_config.StudyError, match=r"only for a study with a `base`"):
+        study_config.load_config(str(own))

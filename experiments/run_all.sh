@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Every study of issue 7 in order, each step resumable: run it again after a stop and it
+# continues where it was (finished runs are skipped). For a long session in the background:
+#
+#   nohup bash experiments/run_all.sh > runs/study_all.log 2>&1 &
+#
+# Steps run one after another; a failing step stops the script (`set -e`), so a later study
+# never reads an unfinished earlier one. Each report is rewritten at the end of its step.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PY:-.venv/bin/python}
+run() { echo "=== $(date -u +%FT%TZ) $*"; "$PY" -m experiments.run "$@"; }
+
+# 1. Pre-training (TUPE Table 2 / Figure 4a), then its report and positional maps.
+run pretrain --study pretrain
+run report --study pretrain
+for v in tupe_a tupe_a_tie_cls tupe_r bert_r; do
+  run maps --init "runs/study/pretrain/$v" --out "docs/results/maps/pretrain_$v.png" --length 128
+done
+# Seed replicate of bert_a and tupe_r (the seed spread of the pre-training comparison).
+run pretrain --study pretrain_seed1
+run report --study pretrain_seed1
+# 2. Relative methods (Huang Tables 1-2) and 3. the clipping distance of method 4.
+run pretrain --study relative
+run report --study relative
+run pretrain --study clip_sweep
+run report --study clip_sweep
+# 4. Length generalization (Huang Table 4): every final model at 128, 256, 512.
+run length --study length
+# 5. Fine-tuning (TUPE Table 2): the final checkpoints first, then the intermediate ones.
+run finetune --study finetune --checkpoints 1.0
+run finetune --study finetune
+echo "=== $(date -u +%FT%TZ) all studies done"
