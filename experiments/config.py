@@ -113,11 +113,11 @@ def _require(config, path, keys):
 
 def _check(config, path):
     _require(config, path, ("study", "kind", "runs_dir", "results_dir"))
-    if "seed" in config and "base" not in config:
-        _fail(path, "`seed` (a replicate's seed) is only for a study with a `base`; a study of "
-                    "its own sets `settings.seed`.")
     if config["kind"] not in KINDS:
         _fail(path, f"`kind` must be one of {KINDS}. Received: {config['kind']!r}")
+    if config["kind"] == "pretrain" and "seed" in config and "base" not in config:
+        _fail(path, "`seed` (a replicate's seed) is only for a study with a `base`; a study of "
+                    "its own sets `settings.seed`.")
     if not _NAME.match(str(config["study"])):
         _fail(path, f"`study` must be lowercase letters, digits and _. Received: {config['study']!r}")
     if config["kind"] == "pretrain":

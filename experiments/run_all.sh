@@ -27,7 +27,7 @@ run pretrain --study clip_sweep
 run report --study clip_sweep
 # 4. Length generalization (Huang Table 4): every final model at 128, 256, 512.
 run length --study length
-# 5. Fine-tuning (TUPE Table 2): the final checkpoints first, then the intermediate ones.
-run finetune --study finetune --checkpoints 1.0
+# 5. Fine-tuning (TUPE Table 2): the six final checkpoints, then TUPE-A/R at 50%.
 run finetune --study finetune
+run finetune --study finetune_intermediate
 echo "=== $(date -u +%FT%TZ) all studies done"

@@ -279,3 +279,22 @@ def test_a_replicate_study_changes_the_seed_and_nothing_else(study, tmp_path):
                                "seed": 3}))
     with pytest.raises(study_config.StudyError, match=r"only for a study with a `base`"):
         study_config.load_config(str(own))
+
+
+def test_the_shipped_study_configs_load_and_share_their_settings():
+    folder = REPO / "experiments" / "configs"
+    pretrain = study_config.load_config(str(folder / "pretrain.json"))
+    for name in ("relative", "clip_sweep", "pretrain_seed1"):
+        config = study_config.load_config(str(folder / f"{name}.json"))
+        assert config["vocabulary"] == pretrain["vocabulary"], name
+        expected = {**pretrain["settings"], **({"seed": 1} if name == "pretrain_seed1" else {})}
+        assert config["settings"] == expected, name
+    final = study_config.load_config(str(folder / "finetune.json"))
+    intermediate = study_config.load_config(str(folder / "finetune_intermediate.json"))
+    for key in ("tasks", "data_dir", "learning_rates", "seeds", "settings", "pretrain_configs"):
+        assert final[key] == intermediate[key], key
+    assert set(intermediate["variants"]) <= set(pretrain["variants"])
+    for fraction in intermediate["checkpoints"]:  # a checkpoint the pre-training writes
+        study_config.checkpoint_path(pretrain, study_config.variants(pretrain)[0], fraction)
+    for name in ("length",):
+        study_config.load_config(str(folder / f"{name}.json"), kind=name)
