@@ -12,6 +12,12 @@ every model sees exactly the same masked batches at a given length.
 The loss is the weighted mean cross-entropy over the masked positions, computed
 here from the logits in float64 (no dropout), and the accuracy likewise.
 
+A context-free reference is evaluated on the same batches: `baseline/unigram`,
+the unigram distribution of the WordPiece ids of the text the shared
+vocabulary was trained on (its `lines` first lines of its corpus; add-one
+smoothing; [CLS], [SEP] and [PAD], never predicted, get no mass beyond the
+smoothing). A model near it has learned word frequencies and little else.
+
 An encoder with an absolute table shorter than the length gets `n/a` with the
 reason. One whose table is long enough (the `mini` presets have 512 rows) is
 evaluated, noting that its positions beyond the pre-training length were never
@@ -46,6 +52,7 @@ def plan(config, only_variants=None):
                     "final": step == settings["steps"],
                     "model": path, "vocab": os.path.join(variant.run_dir, "vocab.txt"),
                     "lowercase": pretrain["vocabulary"]["lowercase"],
+                    "vocabulary": pretrain["vocabulary"],
                     "trained_seq_len": settings["seq_len"],
                     "masking": {k: settings.get(k, default) for k, default in (
                         ("mask_rate", 0.15), ("mask_token_rate", 0.8),
@@ -92,6 +99,41 @@ class _Batches:
                     f"tokens at length {length}; the config asks for {config['batches']}.")
             self._cache[key] = batches
         return self._cache[key]
+
+
+UNIGRAM = {"pretrain_study": "baseline", "variant": "unigram", "preset": "(no model)",
+           "step": 0, "final": True}
+
+
+def unigram_log_probs(job):
+    """float64 log-probabilities of the unigram model of the vocabulary's training text."""
+    from keras_tupe import data
+    from keras_tupe.data.packing import ragged_ids, special_ids
+
+    vocabulary = job["vocabulary"]
+    tokenizer = data.load_tokenizer(job["vocab"], lowercase=job["lowercase"])
+    corpus = vocabulary["corpus"]
+    lines = data.line_dataset([corpus] if isinstance(corpus, str) else corpus,
+                              max_lines=vocabulary["lines"])
+    size = tokenizer.vocabulary_size()
+    counts = np.zeros(size, dtype=np.float64)
+    for batch in lines.batch(1024):
+        ids = ragged_ids(tokenizer(batch)).flat_values.numpy()
+        counts += np.bincount(ids, minlength=size)
+    counts[list(special_ids(tokenizer))] = 0.0  # [CLS], [SEP], [PAD]: never a target
+    counts += 1.0
+    return np.log(counts / counts.sum())
+
+
+def unigram_loss(log_probs, batches):
+    """`(loss, accuracy, masked_tokens)` of the context-free unigram predictor."""
+    total = correct = weight = 0.0
+    best = int(np.argmax(log_probs))
+    for _, y, w in batches:
+        total += float((-log_probs[y.astype(np.int64)] * w).sum())
+        correct += float(((y == best) * w).sum())
+        weight += float(w.sum())
+    return total / weight, correct / weight, int(weight)
 
 
 def masked_lm_loss(model, batches):
@@ -163,12 +205,41 @@ def run_study(config, command, only_variants=None):
             shown = "n/a" if row["loss"] is None else f"{row['loss']:.4f}"
             print(f"[{config['study']}] {job['pretrain_study']}/{job['variant']} step "
                   f"{job['step']} length {length}: loss {shown} {note}", flush=True)
+    if config.get("unigram_baseline", True):
+        _unigram_rows(config, jobs[0], batches, done, path, command)
     return report(config, command)
+
+
+def _unigram_rows(config, job, batches, done, path, command):
+    todo = [n for n in config["lengths"] if _key({**UNIGRAM, "length": n}) not in done]
+    if not todo:
+        return
+    log_probs = unigram_log_probs(job)
+    for length in todo:
+        start = time.perf_counter()
+        loss, accuracy, tokens = unigram_loss(log_probs, batches.get(job, length))
+        row = {**{k: UNIGRAM[k] for k in ("pretrain_study", "variant", "preset", "step")},
+               "trained_seq_len": None, "length": length,
+               "batch_size": config["tokens_per_batch"] // length, "batches": config["batches"],
+               "loss": loss, "accuracy": accuracy, "masked_tokens": tokens,
+               "note": "context-free: unigram of the vocabulary's training text",
+               "seconds": time.perf_counter() - start, "command": command}
+        records.append_jsonl(path, row)
+        print(f"[{config['study']}] baseline/unigram length {length}: loss {loss:.4f}",
+              flush=True)
+
+
+def _with_baseline(config, jobs, by_key):
+    """The model jobs, then the unigram reference when it was evaluated."""
+    if any(_key({**UNIGRAM, "length": n}) in by_key for n in config["lengths"]):
+        return jobs + [{**UNIGRAM, "trained_seq_len": None}]
+    return jobs
 
 
 def report(config, command):
     jobs = plan(config)
     by_key = {_key(row): row for row in records.read_jsonl(results_path(config))}
+    jobs = _with_baseline(config, jobs, by_key)
     rows = [by_key[key] for job in jobs for n in config["lengths"]
             if (key := (job["pretrain_study"], job["variant"], job["step"], n)) in by_key]
     if not rows:
@@ -204,12 +275,14 @@ def _plot(config, jobs, by_key, path):
         points = [(n, by_key[k]["loss"]) for n in config["lengths"]
                   if (k := (job["pretrain_study"], job["variant"], job["step"], n)) in by_key
                   and by_key[k]["loss"] is not None]
-        if points:
+        if points and job["pretrain_study"] == UNIGRAM["pretrain_study"]:
+            axis.plot(*zip(*points), "--", color="grey", lw=1.2, label=_label(job))
+        elif points:
             axis.plot(*zip(*points), "-o", ms=3, lw=1.2, label=_label(job))
     axis.set_xscale("log", base=2)
     axis.set_xticks(config["lengths"], [str(n) for n in config["lengths"]])
     axis.set_xlabel("evaluation sequence length (pre-trained at "
-                    f"{sorted({j['trained_seq_len'] for j in jobs})})")
+                    f"{sorted({j['trained_seq_len'] for j in jobs} - {None})})")
     axis.set_ylabel("validation masked-LM loss")
     axis.grid(alpha=0.3)
     axis.legend(fontsize=7, ncol=2)

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from experiments import config as study_config
-from experiments import records
+from experiments import length_study, records
+from keras_tupe import data
 from experiments.run import main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -177,7 +178,26 @@ def test_length_study_numbers_for_relative_models_and_na_for_short_absolute_tabl
     assert main(["length", "--config", study["configs"]["length"]]) == 0
     rows = {(r["variant"], r["length"]): r
             for r in records.read_jsonl(str(study["runs"] / "length" / "results.jsonl"))}
-    assert len(rows) == 6
+    assert len(rows) == 8
+    # The context-free reference: an add-one unigram of the vocabulary's 400 training lines,
+    # counted here line by line, scored on the same masked batches.
+    config = study_config.load_config(study["configs"]["length"])
+    job = length_study.plan(config)[0]
+    tokenizer = data.load_tokenizer(job["vocab"], lowercase=True)
+    counts = np.ones(tokenizer.vocabulary_size())
+    for line in (study["root"] / "train.txt").read_text(encoding="utf-8").splitlines():
+        for token_id in np.asarray(tokenizer(line)).ravel():
+            counts[token_id] += 1
+    for token in ("[CLS]", "[SEP]", "[PAD]"):
+        counts[tokenizer.token_to_id(token)] = 1
+    log_p = np.log(counts / counts.sum())
+    for length in (32, 256):
+        batches = length_study._Batches(config).get(job, length)
+        expected = (sum(-(log_p[y] * w).sum() for _, y, w in batches)
+                    / sum(w.sum() for _, _, w in batches))
+        assert rows[("unigram", length)]["loss"] == pytest.approx(expected, rel=1e-9)
+        assert rows[("unigram", length)]["masked_tokens"] == rows[("huang_m4_k8", length)][
+            "masked_tokens"]
     # tiny presets: 128 absolute positions; the relative model has no table to outgrow.
     relative = rows[("huang_m4_k8", 256)]
     assert np.isfinite(relative["loss"]) and relative["masked_tokens"] > 0
@@ -201,7 +221,9 @@ def test_length_study_numbers_for_relative_models_and_na_for_short_absolute_tabl
     assert (study["results"] / "length_loss.png").exists()
     # Resumable: a second run evaluates nothing new.
     assert main(["length", "--config", study["configs"]["length"]]) == 0
-    assert len(records.read_jsonl(str(study["runs"] / "length" / "results.jsonl"))) == 6
+    assert len(records.read_jsonl(str(study["runs"] / "length" / "results.jsonl"))) == 8
+    assert re.search(r"\| baseline/unigram \| \(no model\) \| 0 \| \d+\.\d{3} \| \d+\.\d{3} \|",
+                     table)
 
 
 def test_finetune_study_on_the_intermediate_and_final_checkpoints(study):
