@@ -321,6 +321,9 @@ def _table(config, jobs, by_key, command):
                 cells.append(f"{row['loss']:.3f}")
                 if row["note"]:
                     notes.append(f"{n}: {row['note']}")
+        texts = {note.split(": ", 1)[1] for note in notes}
+        if len(notes) == len(lengths) and len(texts) == 1:  # one note for every length
+            notes = sorted(texts)
         lines.append(f"| {job['pretrain_study']}/{job['variant']} | {job['preset']} | "
                      f"{job['step']} | " + " | ".join(cells) + f" | {'; '.join(notes)} |")
     lines.append("")
