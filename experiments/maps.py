@@ -10,8 +10,9 @@ Row `i` is the query position, column `j` the key; position 0 is [CLS].
 For encoders with the T5 bias (`bert_r`, `tupe_r`) it also draws the learned bias
 of every bucket and head (the `RelativeBucketBias` table) into
 `<out stem>_t5_buckets.png`, the buckets labelled with their relative distances.
-The arrays go to `<out stem>.npz` and the command, model and time to
-`<out stem>.json`.
+The arrays go to `<out stem>.npz`; the command, model, time and a per-head
+summary (`offset_profile`: the mean term at each offset j - i, the peak offset,
+the [CLS] row and column) to `<out stem>.json`.
 """
 
 import math
@@ -121,6 +122,7 @@ def draw_maps(init, out, length=64, command=None):
         plt.close(figure)
         arrays["t5_bucket_labels"] = np.array([labels[b] for b in range(layer.num_buckets)])
 
+    summary = offset_profile(bias)
     paths["npz"] = stem + ".npz"
     np.savez(paths["npz"], **arrays)
     paths["json"] = records.write_json(stem + ".json", {
@@ -128,5 +130,31 @@ def draw_maps(init, out, length=64, command=None):
         "encoder": {k: getattr(backbone, k) for k in (
             "num_layers", "num_heads", "hidden_dim", "absolute_position", "absolute_correlation",
             "relative_position", "cls_reset", "num_buckets", "max_distance")},
+        "summary": summary,
         "files": paths, "seconds": time.perf_counter() - start, "machine": records.machine()})
     return paths
+
+
+def offset_profile(bias, max_offset=4):
+    """Per head: the mean term at each offset `j - i` (rows 1.., [CLS] aside), the offset
+    it peaks at, and the [CLS] row and column (the reset's θ1 and θ2 where there is one).
+
+    A peak at -1 is TUPE's "previous" pattern, at +1 "next", at 0 "local".
+    """
+    heads, n, _ = bias.shape
+    offsets = [d for d in range(-max_offset, max_offset + 1) if n - 1 > abs(d)]
+    result = []
+    for head in range(heads):
+        means = {d: float(np.mean([bias[head, i, i + d] for i in range(1, n) if 1 <= i + d < n]))
+                 for d in offsets}
+        result.append({
+            "head": head,
+            "mean_by_offset": {str(d): m for d, m in means.items()},
+            "peak_offset": max(means, key=means.get),
+            "std_off_band": float(np.std([bias[head, i, j] for i in range(1, n)
+                                          for j in range(1, n) if abs(j - i) > max_offset]
+                                         or [0.0])),
+            "cls_row_mean": float(bias[head, 0, 1:].mean()) if n > 1 else None,
+            "cls_column_mean": float(bias[head, 1:, 0].mean()) if n > 1 else None,
+        })
+    return result

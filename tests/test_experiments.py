@@ -247,6 +247,15 @@ def test_maps_draw_tupe_r_and_refuse_bert_a_clearly(study, tmp_path, capsys):
     arrays = np.load(tmp_path / "maps" / "tupe_r.npz")
     assert arrays["positional_bias"].shape == (4, 16, 16) and arrays["t5_bias"].shape == (32, 4)
     info = json.loads((tmp_path / "maps" / "tupe_r.json").read_text())
+    bias = arrays["positional_bias"].astype(np.float64)
+    for head, summary in enumerate(info["summary"]):
+        for offset in (-2, 0, 1):
+            rows = range(max(1, 1 - offset), 16 - max(0, offset))  # [CLS] row and column aside
+            expected = np.mean([bias[head, i, i + offset] for i in rows])
+            assert summary["mean_by_offset"][str(offset)] == pytest.approx(expected, abs=1e-6)
+        by_offset = {int(d): m for d, m in summary["mean_by_offset"].items()}
+        assert summary["peak_offset"] == max(by_offset, key=by_offset.get)
+        assert summary["cls_column_mean"] == pytest.approx(bias[head, 1:, 0].mean(), abs=1e-6)
     assert info["command"].startswith("python -m experiments.run maps --init")
     # A step checkpoint (a masked-LM .keras) works too.
     checkpoint = run / "checkpoints" / "step_0000002.keras"
