@@ -205,8 +205,7 @@ def run_study(config, command, only_variants=None):
             shown = "n/a" if row["loss"] is None else f"{row['loss']:.4f}"
             print(f"[{config['study']}] {job['pretrain_study']}/{job['variant']} step "
                   f"{job['step']} length {length}: loss {shown} {note}", flush=True)
-    if config.get("unigram_baseline", True):
-        _unigram_rows(config, jobs[0], batches, done, path, command)
+    _unigram_rows(config, jobs[0], batches, done, path, command)
     return report(config, command)
 
 
