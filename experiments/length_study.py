@@ -52,7 +52,6 @@ def plan(config, only_variants=None):
                     "final": step == settings["steps"],
                     "model": path, "vocab": os.path.join(variant.run_dir, "vocab.txt"),
                     "lowercase": pretrain["vocabulary"]["lowercase"],
-                    "vocabulary": pretrain["vocabulary"],
                     "trained_seq_len": settings["seq_len"],
                     "masking": {k: settings.get(k, default) for k, default in (
                         ("mask_rate", 0.15), ("mask_token_rate", 0.8),
@@ -105,13 +104,13 @@ UNIGRAM = {"pretrain_study": "baseline", "variant": "unigram", "preset": "(no mo
            "step": 0, "final": True}
 
 
-def unigram_log_probs(job):
-    """float64 log-probabilities of the unigram model of the vocabulary's training text."""
+def unigram_log_probs(vocabulary):
+    """float64 log-probabilities of the unigram model of a study vocabulary's training text
+    (`vocabulary`: a pre-training config's `vocabulary` entry)."""
     from keras_tupe import data
     from keras_tupe.data.packing import ragged_ids, special_ids
 
-    vocabulary = job["vocabulary"]
-    tokenizer = data.load_tokenizer(job["vocab"], lowercase=job["lowercase"])
+    tokenizer = data.load_tokenizer(vocabulary["file"], lowercase=vocabulary["lowercase"])
     corpus = vocabulary["corpus"]
     lines = data.line_dataset([corpus] if isinstance(corpus, str) else corpus,
                               max_lines=vocabulary["lines"])
@@ -213,7 +212,9 @@ def _unigram_rows(config, job, batches, done, path, command):
     todo = [n for n in config["lengths"] if _key({**UNIGRAM, "length": n}) not in done]
     if not todo:
         return
-    log_probs = unigram_log_probs(job)
+    # The first pre-training study's vocabulary: the one of jobs[0], whose batches are used.
+    log_probs = unigram_log_probs(
+        study_config.related_configs(config, "pretrain_configs")[0]["vocabulary"])
     for length in todo:
         start = time.perf_counter()
         loss, accuracy, tokens = unigram_loss(log_probs, batches.get(job, length))

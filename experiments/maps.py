@@ -142,18 +142,18 @@ def offset_profile(bias, max_offset=4):
     A peak at -1 is TUPE's "previous" pattern, at +1 "next", at 0 "local".
     """
     heads, n, _ = bias.shape
-    offsets = [d for d in range(-max_offset, max_offset + 1) if n - 1 > abs(d)]
+    body = bias[:, 1:, 1:]  # the [CLS] row and column aside
+    offsets = [d for d in range(-max_offset, max_offset + 1) if abs(d) < n - 1]
+    distance = np.abs(np.subtract.outer(np.arange(n - 1), np.arange(n - 1)))
     result = []
     for head in range(heads):
-        means = {d: float(np.mean([bias[head, i, i + d] for i in range(1, n) if 1 <= i + d < n]))
-                 for d in offsets}
+        means = {d: float(np.diagonal(body[head], offset=d).mean()) for d in offsets}
+        off_band = body[head][distance > max_offset]
         result.append({
             "head": head,
             "mean_by_offset": {str(d): m for d, m in means.items()},
             "peak_offset": max(means, key=means.get),
-            "std_off_band": float(np.std([bias[head, i, j] for i in range(1, n)
-                                          for j in range(1, n) if abs(j - i) > max_offset]
-                                         or [0.0])),
+            "std_off_band": float(off_band.std()) if off_band.size else 0.0,
             "cls_row_mean": float(bias[head, 0, 1:].mean()) if n > 1 else None,
             "cls_column_mean": float(bias[head, 1:, 0].mean()) if n > 1 else None,
         })

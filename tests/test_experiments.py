@@ -327,5 +327,4 @@ def test_the_shipped_study_configs_load_and_share_their_settings():
     assert set(intermediate["variants"]) <= set(pretrain["variants"])
     for fraction in intermediate["checkpoints"]:  # a checkpoint the pre-training writes
         study_config.checkpoint_path(pretrain, study_config.variants(pretrain)[0], fraction)
-    for name in ("length",):
-        study_config.load_config(str(folder / f"{name}.json"), kind=name)
+    study_config.load_config(str(folder / "length.json"), kind="length")
