@@ -28,6 +28,7 @@ import tensorflow_text as tf_text
 from keras_hub.src.tokenizers.word_piece_tokenizer import PUNCTUATION_AND_CJK_REGEX
 from keras_hub.src.tokenizers.word_piece_tokenizer import WHITESPACE_PUNCTUATION_AND_CJK_REGEX
 
+from keras_tupe.data.packing import special_ids
 from keras_tupe.data.vocabulary import load_tokenizer
 
 SPLITS = {"train": "train-v1.1.json", "validation": "dev-v1.1.json"}
@@ -272,9 +273,7 @@ class WordPieceWithOffsets:
             no_pretokenization=True,
             token_out_type=tf.int32,
         )
-        self.cls_id = self.keras_tokenizer.token_to_id("[CLS]")
-        self.sep_id = self.keras_tokenizer.token_to_id("[SEP]")
-        self.pad_id = self.keras_tokenizer.token_to_id("[PAD]")
+        self.cls_id, self.sep_id, self.pad_id = special_ids(self.keras_tokenizer)
 
     def tokenize(self, texts):
         """`[(ids, start_chars, end_chars)]`, three int32 arrays for each text of `texts`."""
