@@ -4,6 +4,7 @@ import csv
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from keras_tupe import data
@@ -65,6 +66,47 @@ def test_relative_encoder_fine_tunes_beyond_its_pretraining_length(encoder_dir):
     assert 0.0 <= result["dev"]["validation"]["accuracy"] <= 1.0
 
 
+def test_pad_to_longest_pads_each_split_to_its_longest_example(encoder_dir):
+    tokenizer = data.load_tokenizer(str(encoder_dir / "vocab.txt"))
+    train = glue.load_glue("cola", "train", DATA_DIR)
+    dev = glue.load_glue("cola", "validation", DATA_DIR)
+
+    def padded(sentences):  # independent of the code under test: the packer's own mask
+        real = glue.pack_inputs(tokenizer, 512, sentences)["input_mask"].numpy().sum(axis=1)
+        return 8 * -(-int(real.max()) // 8)
+
+    common = dict(task="cola", init=str(encoder_dir / "backbone.keras"), epochs=1,
+                  vocab=str(encoder_dir / "vocab.txt"), data_dir=str(DATA_DIR), batch_size=32,
+                  max_train_examples=64, learning_rate=1e-3, xla=False)
+    trimmed = finetune_glue(FinetuneConfig(pad_to_longest=True, **common))
+    expected = {"train": padded(train.sentence1[:64]), "validation": padded(dev.sentence1)}
+    assert trimmed["sequence_lengths"] == expected and max(expected.values()) < 128
+    full = finetune_glue(FinetuneConfig(**common))
+    assert full["sequence_lengths"] == {"train": 128, "validation": 128}
+    # Capped at seq_len: a shorter seq_len than the longest example is kept as is.
+    capped = finetune_glue(FinetuneConfig(pad_to_longest=True, **{**common, "epochs": 1},
+                                          seq_len=16))
+    assert capped["sequence_lengths"] == {"train": 16, "validation": 16}
+
+
+def test_trimmed_padding_gives_the_classifier_the_same_outputs(encoder_dir):
+    from keras_tupe.finetuning import load_backbone
+    from keras_tupe.models import TupeClassifier
+
+    tokenizer = data.load_tokenizer(str(encoder_dir / "vocab.txt"))
+    full = glue.load_glue("stsb", "validation", DATA_DIR)  # pairs
+    dev = glue.GlueExamples(full.sentence1[:256], full.sentence2[:256], full.labels[:256],
+                            "stsb", "validation")
+    longest = glue.longest_packed_length(tokenizer, dev)
+    assert longest < 120
+    for name in ("backbone.keras", "m4.keras"):  # absolute TUPE-R and relative method 4
+        model = TupeClassifier(load_backbone(str(encoder_dir / name)), num_classes=1)
+        outputs = [model.predict(glue.glue_dataset("stsb", "validation", tokenizer, length, 100,
+                                                   examples=dev), verbose=0)
+                   for length in (longest, 128)]
+        np.testing.assert_allclose(outputs[0], outputs[1], rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.slow
 def test_sst2_end_to_end_beats_chance_and_writes_the_table(encoder_dir, tmp_path, capsys):
     out = tmp_path / "glue"
@@ -86,3 +128,9 @@ def test_sst2_end_to_end_beats_chance_and_writes_the_table(encoder_dir, tmp_path
                    "--learning-rates", "1e-3", "--seeds", "0", "1", "2", "--epochs", "2",
                    "--max-train-examples", "8000", "--seq-len", "64", "--out", str(out)], capsys)
     assert code == 0 and len((out / "results.jsonl").read_text().splitlines()) == 3
+
+
+def test_cli_pad_to_longest_flag():
+    base = ["--init", "run", "--tasks", "cola", "--out", "o"]
+    assert cli.parse_args(base + ["--pad-to-longest"]).pad_to_longest is True
+    assert cli.parse_args(base).pad_to_longest is False

@@ -460,3 +460,33 @@ def test_shuffle_is_seeded_and_reshuffled_each_epoch(glue_tokenizer):
 
     for order in (first, second):
         np.testing.assert_array_equal(sorted_rows(order), sorted_rows(in_order))
+
+
+def test_longest_packed_length_by_hand(tiny_tokenizer):
+    pairs = glue.GlueExamples(["the cat sat", "a dog ran fast home", "the"],
+                              ["a dog", "the", "cat cat cat cat"], np.zeros(3), "rte", "train")
+    # [CLS] + words + [SEP] + words + [SEP]: 3+2+3=8, 5+1+3=9, 1+4+3=8.
+    assert glue.longest_packed_length(tiny_tokenizer, pairs) == 9
+    assert glue.longest_packed_length(tiny_tokenizer, pairs, batch_size=1) == 9
+    single = glue.GlueExamples(["the cat", "a dog ran"], None, np.zeros(2), "sst2", "train")
+    assert glue.longest_packed_length(tiny_tokenizer, single) == 5
+    empty = glue.GlueExamples([], None, np.zeros(0), "cola", "validation")
+    with pytest.raises(ValueError, match="No examples in 'cola' 'validation'"):
+        glue.longest_packed_length(tiny_tokenizer, empty)
+
+
+@needs_data
+@pytest.mark.parametrize("task", ["sst2", "stsb"])
+def test_longest_packed_length_is_the_longest_packing(glue_tokenizer, task):
+    examples = glue.load_glue(task, "validation", GLUE_DIR)
+    longest = glue.longest_packed_length(glue_tokenizer, examples, batch_size=100)
+    packed = glue.pack_inputs(glue_tokenizer, 512, examples.sentence1, examples.sentence2)
+    real = packed["input_mask"].numpy().sum(axis=1)
+    assert real.max() < 512 and longest == real.max()
+    # Packing at that length truncates nothing; one token shorter truncates the longest.
+    at_longest = glue.pack_inputs(glue_tokenizer, longest, examples.sentence1, examples.sentence2)
+    for key, value in at_longest.items():
+        np.testing.assert_array_equal(value.numpy(), packed[key].numpy()[:, :longest])
+    shorter = glue.pack_inputs(glue_tokenizer, longest - 1, examples.sentence1,
+                               examples.sentence2)
+    assert shorter["input_mask"].numpy().sum(axis=1).max() == longest - 1

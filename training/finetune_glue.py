@@ -36,6 +36,9 @@ def parse_args(argv=None):
     p.add_argument("--weight-decay", type=float, default=0.01)
     p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--max-train-examples", type=int, help="use only the first N training examples")
+    p.add_argument("--pad-to-longest", action="store_true",
+                   help="pad each split only to its longest example (multiple of 8, at most "
+                        "--seq-len): same outputs, faster on short-sentence tasks")
     p.add_argument("--no-xla", dest="xla", action="store_false")
     p.add_argument("--save-models", action="store_true",
                    help="keep every fine-tuned classifier in OUT/models/<task>_lr<lr>_seed<seed>/ "

@@ -441,6 +441,37 @@ def pack_inputs(tokenizer, sequence_length, first, second=None):
     return outputs
 
 
+def longest_packed_length(tokenizer, examples, batch_size=1024):
+    """The packed length of the longest example: its tokens plus [CLS] and the [SEP]s.
+
+    `pack_inputs` at any `sequence_length` >= this value truncates nothing; padding the
+    split only that far (see `FinetuneConfig.pad_to_longest`) gives a masked encoder the
+    same outputs on every real token, with less work on [PAD].
+
+    Args:
+        tokenizer: the ragged keras-hub WordPiece tokenizer that `pack_inputs` gets.
+        examples: `GlueExamples` (from `load_glue`), at least one.
+        batch_size: int >= 1. Sentences tokenized at a time.
+
+    Returns:
+        int: `len(first) + 2`, or `len(first) + len(second) + 3` for pairs, maximized over
+        the examples.
+    """
+    _check_positive_int("batch_size", batch_size, minimum=1)
+    if not len(examples):
+        raise ValueError(f"No examples in {examples.task!r} {examples.split!r}: nothing to measure.")
+    columns = [c for c in (examples.sentence1, examples.sentence2) if c is not None]
+    longest = 0
+    for start in range(0, len(examples), batch_size):
+        lengths = sum(
+            ragged_ids(tokenizer(tf.constant(column[start:start + batch_size], tf.string)))
+            .row_lengths().numpy()
+            for column in columns
+        )
+        longest = max(longest, int(np.max(lengths)) + len(columns) + 1)
+    return longest
+
+
 def _check_positive_int(name, value, minimum):
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise ValueError(f"`{name}` must be an int >= {minimum}. Received: {name}={value!r}")
