@@ -20,14 +20,14 @@ done
 # Seed replicate of bert_a and tupe_r (the seed spread of the pre-training comparison).
 run pretrain --study pretrain_seed1
 run report --study pretrain_seed1
-# 2. Relative methods (Huang Tables 1-2) and 3. the clipping distance of method 4.
+# 2. Fine-tuning (TUPE Table 2): the six final checkpoints, then TUPE-A/R at 50%.
+run finetune --study finetune
+run finetune --study finetune_intermediate
+# 3. Relative methods (Huang Tables 1-2) and 4. the clipping distance of method 4.
 run pretrain --study relative
 run report --study relative
 run pretrain --study clip_sweep
 run report --study clip_sweep
-# 4. Length generalization (Huang Table 4): every final model at 128, 256, 512.
+# 5. Length generalization (Huang Table 4): every final model at 128, 256, 512.
 run length --study length
-# 5. Fine-tuning (TUPE Table 2): the six final checkpoints, then TUPE-A/R at 50%.
-run finetune --study finetune
-run finetune --study finetune_intermediate
 echo "=== $(date -u +%FT%TZ) all studies done"
