@@ -16,7 +16,10 @@ A study is one JSON file (see `experiments/configs/`). Three kinds:
   Such a study may set one thing more, `seed` (an integer): a replicate of
   its base with another seed for every variant (initialization, data order
   and masking), the way to measure how much of a difference between variants
-  is seed noise.
+  is seed noise. Optional `references` (`{"pretrain.json": ["bert_a", "tupe_r"]}`)
+  names runs of other pre-training studies, trained with the same settings (the
+  seed may differ), that the report draws and tabulates beside the study's own
+  runs, marked as references.
 - `"finetune"`: the reduced GLUE protocol on checkpoints of pre-training studies.
   Keys: `pretrain_configs` (the studies whose runs are fine-tuned), optional
   `variants` (a list; default all), `checkpoints` (fractions of the pre-training
@@ -174,6 +177,14 @@ def _check_pretrain(config, path):
                                                          "learning_rate", "seed"))
     if not config["variants"]:
         _fail(path, "`variants` is empty.")
+    references = config.get("references", {})
+    if not isinstance(references, dict) or not all(
+            isinstance(file, str) and isinstance(names, list) and names
+            and all(isinstance(n, str) and _NAME.match(n) for n in names)
+            for file, names in references.items()):
+        _fail(path, "`references` maps another pre-training study's config file (relative to "
+                    "this one) to a non-empty list of its variant names, e.g. "
+                    f"{{\"pretrain.json\": [\"bert_a\"]}}. Received: {references!r}")
     for name, spec in config["variants"].items():
         if not _NAME.match(name):
             _fail(path, f"variant name {name!r} must be lowercase letters, digits and _.")

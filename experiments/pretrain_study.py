@@ -135,6 +135,38 @@ def collect(config):
     return runs, vocabulary_record
 
 
+def collect_references(config):
+    """The runs of other studies named by `references`, as `(study config, run)` pairs.
+
+    Raises `StudyError` when a reference study was trained with other settings
+    than this one (the seed aside), another size or vocabulary, or lacks a named
+    variant: a curve drawn beside the study's own must be comparable with them.
+    """
+    folder = os.path.dirname(config["_path"])
+    result = []
+    for file, names in config.get("references", {}).items():
+        other = study_config.load_config(os.path.join(folder, file), kind="pretrain")
+        if other["study"] == config["study"]:
+            raise StudyError(f"{config['_path']}: `references` names its own study ({file}); "
+                             "its runs are in the report already.")
+        ours, theirs = config["settings"], other["settings"]
+        differing = sorted(k for k in set(ours) | set(theirs)
+                           if k != "seed" and ours.get(k) != theirs.get(k))
+        differing += [k for k in ("size", "vocabulary") if other[k] != config[k]]
+        if differing:
+            raise StudyError(
+                f"{config['_path']}: the reference study {file} was trained with other "
+                f"{differing} than this one; only runs with the same settings (the seed may "
+                "differ) can be drawn beside its own.")
+        runs = {run["variant"].name: run for run in collect(other)[0]}
+        unknown = [name for name in names if name not in runs]
+        if unknown:
+            raise StudyError(f"{config['_path']}: the reference study {file} has no "
+                             f"variant(s) {unknown}. Its variants: {sorted(runs)}")
+        result += [(other, runs[name]) for name in names]
+    return result
+
+
 def fraction_steps(config):
     """The evaluation step nearest to each fraction of the budget."""
     steps, every = config["settings"]["steps"], config["settings"].get("eval_every", 1000)
@@ -144,6 +176,7 @@ def fraction_steps(config):
 def report(config, command):
     """Writes the study's CSV, plot, table and config record; returns their paths."""
     runs, vocabulary_record = collect(config)
+    references = collect_references(config)
     started = [run for run in runs if run["rows"]]
     if not started:
         raise StudyError(f"No run of study {config['study']!r} has logged a step yet "
@@ -166,9 +199,11 @@ def report(config, command):
         os.path.join(out_dir, f"{study}_loss.csv"),
         ("variant", "preset", "step", "tokens") + records.METRIC_COLUMNS[1:], rows, header)
 
-    paths["png"] = _plot(config, started, os.path.join(out_dir, f"{study}_val_loss.png"))
+    paths["png"] = _plot(config, started, os.path.join(out_dir, f"{study}_val_loss.png"),
+                         references)
     paths["table"] = records.write_text(os.path.join(out_dir, f"{study}_table.md"),
-                                        _table(config, runs, command, vocabulary_record))
+                                        _table(config, runs, command, vocabulary_record,
+                                               references))
     paths["config"] = records.write_json(os.path.join(out_dir, f"{study}_config.json"), {
         "command": command,
         "generated": records.now(),
@@ -186,18 +221,35 @@ def report(config, command):
             }
             for run in runs
         },
+        "references": [
+            {"study": other["study"], "config": other["_path"], "variant": run["variant"].name,
+             "seed": other["settings"]["seed"], "status": run["status"],
+             "run_dir": run["variant"].run_dir}
+            for other, run in references
+        ],
     })
     return paths
 
 
-def _plot(config, runs, path):
+def _reference_label(config, other, run):
+    seed = other["settings"]["seed"]
+    return (f"{run['variant'].name} ({other['study']}"
+            + ("" if seed == config["settings"]["seed"] else f", seed {seed}") + ")")
+
+
+def _plot(config, runs, path, references=()):
     plt = records.pyplot()
     settings = config["settings"]
     figure, axis = plt.subplots(figsize=(7, 4.5))
-    for run in runs:
+    curves = [(run, "-o", 1.3, run["variant"].name) for run in runs] + [
+        (run, "--", 1.0, _reference_label(config, other, run)) for other, run in references]
+    colors = {}  # one color per variant name: a reference of the same variant shares it
+    for run, style, width, label in curves:
+        name = run["variant"].name
+        colors.setdefault(name, f"C{len(colors) % 10}")
         points = [(r["step"], r["val_loss"]) for r in run["rows"] if r["val_loss"] is not None]
         if points:
-            axis.plot(*zip(*points), "-o", ms=2.5, lw=1.3, label=run["variant"].name)
+            axis.plot(*zip(*points), style, ms=2.5, lw=width, label=label, color=colors[name])
     axis.set_xlabel(f"pre-training step (× {settings['batch_size'] * settings['seq_len']:,} tokens)")
     axis.set_ylabel("validation masked-LM loss")
     axis.set_title(f"{config['study']}: {config['size']} encoders, identical data and settings",
@@ -211,7 +263,7 @@ def _plot(config, runs, path):
     return path
 
 
-def _table(config, runs, command, vocabulary_record):
+def _table(config, runs, command, vocabulary_record, references=()):
     settings = config["settings"]
     steps = settings["steps"]
     tokens = steps * settings["batch_size"] * settings["seq_len"]
@@ -236,7 +288,10 @@ def _table(config, runs, command, vocabulary_record):
         + " | val. accuracy (100%) | wall time | tokens/s | status |",
         "| --- | --- | " + " | ".join("---:" for _ in columns) + " | ---: | ---: | ---: | --- |",
     ]
-    for run in runs:
+    rows = [(run, run["variant"].name, run["status"]) for run in runs] + [
+        (run, f"*{_reference_label(config, other, run)}*", f"reference: {run['status']}")
+        for other, run in references]
+    for run, name, status in rows:
         variant = run["variant"]
         by_step = {r["step"]: r for r in run["rows"]}
         losses = [by_step.get(step, {}).get("val_loss") for step in columns.values()]
@@ -245,14 +300,20 @@ def _table(config, runs, command, vocabulary_record):
         preset = variant.preset + (f" ({', '.join(f'{k}={v}' for k, v in variant.overrides.items())})"
                                    if variant.overrides else "")
         lines.append(
-            f"| {variant.name} | {preset} | "
+            f"| {name} | {preset} | "
             + " | ".join("–" if v is None else f"{v:.3f}" for v in losses)
             + f" | {'–' if final is None else f'{final:.3f}'} | "
             f"{records.format_seconds(run['wall_seconds']) if run['rows'] else '–'} | "
-            f"{'–' if speed is None else f'{speed:,.0f}'} | {run['status']} |")
-    machines = sorted({run["run_config"]["versions"]["machine"] for run in runs
+            f"{'–' if speed is None else f'{speed:,.0f}'} | {status} |")
+    machines = sorted({run["run_config"]["versions"]["machine"] for run, _, _ in rows
                        if run.get("run_config")})
     lines += ["", "Wall time: training and validation, summed over the processes that ran the "
                   "run (start-up and the shared vocabulary not included). Machine: "
-              + "; ".join(machines) + ".", ""]
+              + "; ".join(machines) + "."]
+    if references:
+        lines += ["", ("*Italic* rows: reference runs of other studies (`references` in the "
+                       "config), checked to have been trained with this study's settings "
+                       "(the seed aside: a different seed is named). Their own study's "
+                       "report is where they come from.")]
+    lines.append("")
     return "\n".join(lines)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from experiments import config as study_config
-from experiments import length_study, records
+from experiments import length_study, pretrain_study, records
 from keras_tupe import data
 from experiments.run import main
 
@@ -280,6 +280,56 @@ def test_wall_time_sums_the_processes_of_a_resumed_run(tmp_path):
     assert wall == 210 + 160
 
 
+def test_references_draw_and_tabulate_runs_of_another_study(study, capsys):
+    folder = Path(study["configs"]["pretrain"]).parent
+    results = study["results"]
+    with_references = folder / "relative_with_references.json"
+    with_references.write_text(json.dumps({
+        **json.loads(Path(study["configs"]["relative"]).read_text()),
+        "references": {"pretrain.json": ["tupe_r", "bert_a"]}}))
+    assert main(["report", "--config", str(with_references)]) == 0
+    table = (results / "relative_table.md").read_text()
+    with open(study["runs"] / "pretrain" / "tupe_r" / "metrics.csv") as f:
+        logged = {int(r["step"]): float(r["val_loss"]) for r in csv.DictReader(f)}
+    # The reference row holds the reference run's own logged losses at 25/50/100%.
+    row = next(line for line in table.splitlines() if line.startswith("| *tupe_r (pretrain)*"))
+    cells = [c.strip() for c in row.split("|")[1:-1]]
+    assert cells[2:5] == [f"{logged[2]:.3f}", f"{logged[2]:.3f}", f"{logged[4]:.3f}"]
+    assert cells[-1] == "reference: finished"
+    names = [line.split("|")[1].strip() for line in table.splitlines()
+             if line.startswith("| ") and "---" not in line][1:]
+    assert names == ["huang_m4_k8", "*tupe_r (pretrain)*", "*bert_a (pretrain)*"]
+    record = json.loads((results / "relative_config.json").read_text())
+    assert [(r["study"], r["variant"], r["seed"]) for r in record["references"]] == [
+        ("pretrain", "tupe_r", 0), ("pretrain", "bert_a", 0)]
+
+    def refused(content, message):
+        with_references.write_text(json.dumps(content))
+        assert main(["report", "--config", str(with_references)]) == 2
+        assert re.search(message, capsys.readouterr().err)
+
+    relative = json.loads(Path(study["configs"]["relative"]).read_text())
+    refused({**relative, "references": {"pretrain.json": ["bert_r"]}},
+            r"has no variant\(s\) \['bert_r'\]\. Its variants: \['bert_a', 'tupe_r'\]")
+    refused({**relative, "references": {"relative_with_references.json": ["huang_m4_k8"]}},
+            r"names its own study")
+    refused({**relative, "references": ["pretrain.json"]}, r"`references` maps another")
+    other = json.loads(Path(study["configs"]["pretrain"]).read_text())
+    other["study"], other["settings"]["learning_rate"] = "other", 5e-4
+    (folder / "other.json").write_text(json.dumps(other))
+    refused({**relative, "references": {"other.json": ["bert_a"]}},
+            r"reference study other\.json was trained with other \['learning_rate'\]")
+    # A replicate with another seed is a valid reference; its seed is named.
+    replicate = folder / "seed5.json"
+    replicate.write_text(json.dumps({"study": "seed5", "base": "pretrain.json", "seed": 5,
+                                     "variants": {"tupe_r": {}},
+                                     "references": {"pretrain.json": ["tupe_r"]}}))
+    config = study_config.load_config(str(replicate))
+    [(reference, run)] = pretrain_study.collect_references(config)
+    assert pretrain_study._reference_label(config, reference, run) == "tupe_r (pretrain, seed 0)"
+    assert main(["report", "--config", study["configs"]["relative"]]) == 0  # as before
+
+
 def test_a_replicate_study_changes_the_seed_and_nothing_else(study, tmp_path):
     folder = Path(study["configs"]["pretrain"]).parent
     replicate = folder / "replicate.json"
@@ -320,6 +370,9 @@ def test_the_shipped_study_configs_load_and_share_their_settings():
         assert config["vocabulary"] == pretrain["vocabulary"], name
         expected = {**pretrain["settings"], **({"seed": 1} if name == "pretrain_seed1" else {})}
         assert config["settings"] == expected, name
+        # Its references exist and were trained comparably (checked on the configs; the
+        # runs need not be on disk).
+        assert config["references"] and pretrain_study.collect_references(config), name
     final = study_config.load_config(str(folder / "finetune.json"))
     intermediate = study_config.load_config(str(folder / "finetune_intermediate.json"))
     for key in ("tasks", "data_dir", "learning_rates", "seeds", "settings", "pretrain_configs"):
