@@ -11,13 +11,16 @@ settings, so a changed config cannot mix its results with older ones.
 
 `report` (also run at the end of `run_study`) writes `<study>_glue.csv`,
 `<study>_table.md` (median over seeds at the best learning rate per task, and the
-average, as the papers report) and `<study>_config.json`.
+average, as the papers report, with each task's majority-class score: the floor an
+encoder must clear) and `<study>_config.json`.
 """
 
 import hashlib
 import json
 import os
 import time
+
+import numpy as np
 
 from experiments import config as study_config
 from experiments import records
@@ -110,6 +113,30 @@ def run_study(config, command, only_variants=None, only_checkpoints=None):
     return report(config, command)
 
 
+def majority_class(config):
+    """The best dev score (x100) of one constant answer, per task: the floor that a
+    classifier ignoring its input can reach (accuracy: the dev majority label's share;
+    Matthews correlation: 0).
+
+    STS-B, a regression, gets None: a constant has no correlation.
+    """
+    from keras_tupe.data import glue
+    from keras_tupe.metrics import glue_metrics, glue_score
+
+    scores = {}
+    for task in config["tasks"]:
+        spec = glue.get_task(task)
+        if spec.num_classes == 1:
+            scores[task] = None
+            continue
+        devs = [glue.load_glue(task, split, config.get("data_dir")) for split in spec.eval_splits]
+        scores[task] = 100 * max(
+            float(np.mean([glue_score(task, glue_metrics(task, np.full(len(dev), label),
+                                                         dev.labels)) for dev in devs]))
+            for label in range(spec.num_classes))  # MNLI: the mean over its two dev splits
+    return scores
+
+
 def report(config, command):
     """Collects every job's `results.jsonl` into the study's table, CSV and record."""
     from keras_tupe.finetuning import summarize
@@ -151,15 +178,16 @@ def report(config, command):
         os.path.join(out_dir, f"{study}_glue.csv"),
         ("pretrain_study", "variant", "step", "task", "score", "best_learning_rate", "seeds",
          "seed_min", "seed_max", "complete", "medians_by_learning_rate"), csv_rows, header)}
+    floor = majority_class(config)
     paths["table"] = records.write_text(os.path.join(out_dir, f"{study}_table.md"),
-                                        _table(config, table_rows, command, expected_runs))
+                                        _table(config, table_rows, command, expected_runs, floor))
     paths["config"] = records.write_json(os.path.join(out_dir, f"{study}_config.json"), {
         "command": command, "generated": records.now(), "study_config": config["_sources"],
-        "machine": records.machine(), "jobs": job_records})
+        "machine": records.machine(), "jobs": job_records, "majority_class": floor})
     return paths
 
 
-def _table(config, table_rows, command, expected_runs):
+def _table(config, table_rows, command, expected_runs, floor):
     tasks, settings = config["tasks"], config["settings"]
     lines = [
         f"# Study `{config['study']}`: GLUE dev (TUPE Table 2 at small scale)",
@@ -183,6 +211,14 @@ def _table(config, table_rows, command, expected_runs):
             f"| {job['pretrain_study']}/{job['variant']} | {job['step']} | " + " | ".join(cells)
             + f" | {'–' if average is None else f'**{average:.2f}**'} | {done}/{expected_runs} | "
             f"{records.format_seconds(wall)} |")
+    floor_scores = [floor[t] or 0.0 for t in tasks]
+    lines.append("| *majority class* | – | " + " | ".join(
+        "(0)" if floor[t] is None else f"{floor[t]:.2f}" for t in tasks)
+        + f" | {sum(floor_scores) / len(tasks):.2f} | – | – |")
     lines += ["", ("Time: wall time of the fine-tuning commands for that checkpoint (all its "
-                  "runs, evaluation included)."), ""]
+                  "runs, evaluation included)."),
+              "", ("*Majority class*: the dev score of always giving the dev set's most "
+                   "frequent label, the most a classifier that ignores its input can score. "
+                   "For a regression (STS-B) a constant has no correlation; it counts as 0 "
+                   "in the average."), ""]
     return "\n".join(lines)

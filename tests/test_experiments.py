@@ -17,6 +17,7 @@ import pytest
 from experiments import config as study_config
 from experiments import length_study, pretrain_study, records
 from keras_tupe import data
+from keras_tupe.data import glue
 from experiments.run import main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -236,6 +237,21 @@ def test_finetune_study_on_the_intermediate_and_final_checkpoints(study):
     assert re.search(r"\| pretrain/bert_a \| 4 \|", table)
     lines = (study["results"] / "finetune_glue.csv").read_text().splitlines()
     assert lines[0].startswith("# command: python -m experiments.run finetune")
+    # The floor row: RTE's dev majority label's share (a constant answer), and the average.
+    labels = glue.load_glue("rte", "validation", str(GLUE)).labels
+    share = 100 * max(np.mean(labels == 0), np.mean(labels == 1))
+    assert f"| *majority class* | – | {share:.2f} | {share:.2f} | – | – |" in table
+
+
+def test_majority_class_is_the_best_constant_answer_on_dev():
+    from experiments import finetune_study
+
+    scores = finetune_study.majority_class({"tasks": ["cola", "mrpc", "stsb"],
+                                            "data_dir": str(GLUE), "settings": {}})
+    labels = glue.load_glue("mrpc", "validation", str(GLUE)).labels
+    assert 50 < scores["mrpc"] == 100 * max(np.mean(labels == 0), np.mean(labels == 1))
+    # A constant answer has Matthews correlation 0, and no correlation at all for STS-B.
+    assert scores["cola"] == 0.0 and scores["stsb"] is None
 
 
 def test_maps_draw_tupe_r_and_refuse_bert_a_clearly(study, tmp_path, capsys):
