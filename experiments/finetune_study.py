@@ -152,8 +152,11 @@ def report(config, command):
         summary = {row["task"]: row for row in summarize(rows, tasks)}
         timing = records.read_jsonl(os.path.join(job["out"], "timing.jsonl"))
         wall = sum(t["seconds"] for t in timing) if timing else None
-        complete = {t for t in tasks if summary.get(t, {}).get("seeds") == len(seeds)
-                    and len(summary[t]["medians_by_learning_rate"]) == len(rates)}
+        # Complete: every (learning rate, seed) of the grid has run; until then the best
+        # learning rate, and so the score, may still change.
+        complete = {t for t in tasks
+                    if len({(r["learning_rate"], r["seed"]) for r in rows if r["task"] == t})
+                    == len(rates) * len(seeds)}
         for task in tasks:
             if task in summary:
                 csv_rows.append({**{k: job[k] for k in ("pretrain_study", "variant", "step")},

@@ -243,6 +243,31 @@ def test_finetune_study_on_the_intermediate_and_final_checkpoints(study):
     assert f"| *majority class* | – | {share:.2f} | {share:.2f} | – | – |" in table
 
 
+def test_a_task_is_complete_only_when_its_whole_grid_has_run(study):
+    config = json.loads(Path(study["configs"]["finetune"]).read_text())
+    config.update(study="partial", checkpoints=[1.0], learning_rates=[1e-4, 5e-5], seeds=[0, 1])
+    path = Path(study["configs"]["finetune"]).parent / "partial.json"
+    path.write_text(json.dumps(config))
+    out = study["runs"] / "partial" / "pretrain" / "bert_a" / "step_0000004"
+    out.mkdir(parents=True)
+
+    def row(rate, seed, score):
+        return {"task": "rte", "learning_rate": rate, "seed": seed,
+                "dev": {"validation": {"accuracy": score, "score": score}}}
+
+    # The best rate has all its seeds, the other one of two: its median may still win.
+    rows = [row(1e-4, 0, 0.6), row(1e-4, 1, 0.6), row(5e-5, 0, 0.5)]
+    for r in rows:
+        records.append_jsonl(str(out / "results.jsonl"), r)
+    assert main(["report", "--config", str(path)]) == 0
+    table = (study["results"] / "partial_table.md").read_text()
+    assert "| pretrain/bert_a | 4 | 60.00* | – | 3/4 |" in table
+    records.append_jsonl(str(out / "results.jsonl"), row(5e-5, 1, 0.8))
+    assert main(["report", "--config", str(path)]) == 0
+    table = (study["results"] / "partial_table.md").read_text()
+    assert "| pretrain/bert_a | 4 | 65.00 | **65.00** | 4/4 |" in table  # 5e-5: (0.5 + 0.8) / 2
+
+
 def test_majority_class_is_the_best_constant_answer_on_dev():
     from experiments import finetune_study
 
