@@ -9,7 +9,22 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
-run() { echo "=== $(date -u +%FT%TZ) $*"; "$PY" -m experiments.run "$@"; }
+# A step that crashes (SIGSEGV, SIGABRT or SIGBUS: one fine-tuning process segfaulted inside
+# TensorFlow after 58 runs) is retried, up to 3 times: every study resumes, so a retry
+# loses at most the run in progress. Any other failure (a config error, a refusal, Ctrl-C,
+# a kill) stops the script.
+run() {
+  local attempt rc
+  for attempt in 1 2 3; do
+    echo "=== $(date -u +%FT%TZ) $* (attempt $attempt)"
+    rc=0
+    "$PY" -m experiments.run "$@" || rc=$?
+    if [ "$rc" -eq 0 ]; then return 0; fi
+    case "$rc" in 134|135|139) ;; *) return "$rc" ;; esac
+    echo "=== $(date -u +%FT%TZ) crashed (signal $((rc - 128))), retrying: $*"
+  done
+  return "$rc"
+}
 
 # 1. Pre-training (TUPE Table 2 / Figure 4a), then its report and positional maps.
 run pretrain --study pretrain
