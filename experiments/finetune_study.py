@@ -152,6 +152,7 @@ def report(config, command):
         summary = {row["task"]: row for row in summarize(rows, tasks)}
         timing = records.read_jsonl(os.path.join(job["out"], "timing.jsonl"))
         wall = sum(t["seconds"] for t in timing) if timing else None
+        timed = sum(t["new_runs"] for t in timing)  # a crashed or killed command records none
         # Complete: every (learning rate, seed) of the grid has run; until then the best
         # learning rate, and so the score, may still change.
         complete = {t for t in tasks
@@ -165,9 +166,9 @@ def report(config, command):
                                      summary[task]["medians_by_learning_rate"])})
         scores = [summary[t]["score"] if t in summary else None for t in tasks]
         average = (sum(scores) / len(scores)) if len(complete) == len(tasks) else None
-        table_rows.append((job, scores, average, len(rows), wall, complete))
+        table_rows.append((job, scores, average, len(rows), (wall, timed), complete))
         job_records.append({**job, "runs_done": len(rows), "runs_expected": expected_runs,
-                            "wall_seconds": wall,
+                            "wall_seconds": wall, "timed_runs": timed,
                             "train_seconds": sum(r.get("train_seconds", 0) for r in rows)})
     if not any(n for _, _, _, n, _, _ in table_rows):
         raise StudyError(f"No fine-tuning result yet for study {config['study']!r}: run "
@@ -207,19 +208,21 @@ def _table(config, table_rows, command, expected_runs, floor):
         + " | average | runs | time |",
         "| --- | ---: | " + " | ".join("---:" for _ in tasks) + " | ---: | ---: | ---: |",
     ]
-    for job, scores, average, done, wall, complete in table_rows:
+    for job, scores, average, done, (wall, timed), complete in table_rows:
         cells = ["–" if s is None else f"{s:.2f}" + ("" if t in complete else "*")
                  for t, s in zip(tasks, scores)]
         lines.append(
             f"| {job['pretrain_study']}/{job['variant']} | {job['step']} | " + " | ".join(cells)
             + f" | {'–' if average is None else f'**{average:.2f}**'} | {done}/{expected_runs} | "
-            f"{records.format_seconds(wall)} |")
+            f"{records.format_seconds(wall)}"
+            + ("" if wall is None or timed >= done else f" ({timed} of {done} runs)") + " |")
     floor_scores = [floor[t] or 0.0 for t in tasks]
     lines.append("| *majority class* | – | " + " | ".join(
         "(0)" if floor[t] is None else f"{floor[t]:.2f}" for t in tasks)
         + f" | {sum(floor_scores) / len(tasks):.2f} | – | – |")
-    lines += ["", ("Time: wall time of the fine-tuning commands for that checkpoint (all its "
-                  "runs, evaluation included)."),
+    lines += ["", ("Time: wall time of the fine-tuning commands for that checkpoint (its "
+                  "runs, evaluation included). A command that crashed or was stopped records "
+                  "no time; the runs it finished are then named as not timed."),
               "", ("*Majority class*: the dev score of always giving the dev set's most "
                    "frequent label, the most a classifier that ignores its input can score. "
                    "For a regression (STS-B) a constant has no correlation; it counts as 0 "
