@@ -222,7 +222,7 @@ def _table(config, table_rows, command, expected_runs, floor):
         + f" | {sum(floor_scores) / len(tasks):.2f} | – | – |")
     lines += ["", ("Time: wall time of the fine-tuning commands for that checkpoint (its "
                   "runs, evaluation included). A command that crashed or was stopped records "
-                  "no time; the runs it finished are then named as not timed."),
+                  "no time, so the time then says how many of the runs it covers."),
               "", ("*Majority class*: the dev score of always giving the dev set's most "
                    "frequent label, the most a classifier that ignores its input can score. "
                    "For a regression (STS-B) a constant has no correlation; it counts as 0 "
