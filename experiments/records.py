@@ -1,6 +1,7 @@
 """What every study output carries: the command, the machine, wall times; small file helpers."""
 
 import csv
+import io
 import json
 import math
 import os
@@ -85,16 +86,22 @@ def format_seconds(seconds):
     return f"{int(minutes // 60)} h {minutes % 60:02.0f} min"
 
 
+# What changes each time the same output is made again: when (`created`, `generated`) and
+# how long it took (`seconds`, top-level in JSON records). A rewrite that differs from the
+# file only there leaves the file as it is, so re-running a finished study's report (a
+# restart of run_all.sh does) does not dirty docs/results/ with new timestamps.
+VOLATILE_KEYS = ("created", "generated", "seconds")
+
+
 def write_csv(path, columns, rows, comments=()):
     """A CSV whose first lines are `# comment` lines (read it with `comment="#"`)."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w", newline="") as f:
-        f.writelines(f"# {line}\n" for line in comments)
-        writer = csv.DictWriter(f, fieldnames=list(columns), extrasaction="ignore")
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: _csv_value(row.get(k)) for k in columns})
-    return path
+    buffer = io.StringIO(newline="")
+    buffer.writelines(f"# {line}\n" for line in comments)
+    writer = csv.DictWriter(buffer, fieldnames=list(columns), extrasaction="ignore")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: _csv_value(row.get(k)) for k in columns})
+    return _write_unless_only_volatile(path, buffer.getvalue(), _csv_content)
 
 
 def _csv_value(value):
@@ -106,19 +113,42 @@ def _csv_value(value):
 
 
 def write_json(path, payload):
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    temporary = path + ".tmp"
-    with open(temporary, "w") as f:
-        json.dump(payload, f, indent=2, sort_keys=False)
-        f.write("\n")
-    os.replace(temporary, path)
-    return path
+    text = json.dumps(payload, indent=2, sort_keys=False) + "\n"
+    return _write_unless_only_volatile(path, text, _json_content)
 
 
 def write_text(path, text):
+    """Markdown tables and the like: `generated: ...` lines are their volatile part."""
+    return _write_unless_only_volatile(path, text, _csv_content)
+
+
+def _csv_content(text):
+    return [line for line in text.splitlines()
+            if not any(line.lstrip("#|* ").startswith(f"{key}:") for key in VOLATILE_KEYS)]
+
+
+def _json_content(text):
+    payload = json.loads(text)
+    if isinstance(payload, dict):
+        return {k: v for k, v in payload.items() if k not in VOLATILE_KEYS}
+    return payload
+
+
+def _write_unless_only_volatile(path, text, content):
+    """Write `text` to `path` (atomically) unless the file holds the same content already."""
+    if os.path.exists(path):
+        with open(path, newline="") as f:
+            old = f.read()
+        try:
+            if content(old) == content(text):
+                return path
+        except ValueError:  # an unreadable old file is replaced
+            pass
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w") as f:
+    temporary = path + ".tmp"
+    with open(temporary, "w", newline="") as f:
         f.write(text)
+    os.replace(temporary, path)
     return path
 
 

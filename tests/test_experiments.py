@@ -140,6 +140,33 @@ def test_report_writes_the_loss_csv_plot_table_and_settings_record(study):
     assert relative["runs"]["huang_m4_k8"]["backbone_config"]["max_relative_distance"] == 8
 
 
+def test_reporting_again_keeps_files_whose_only_change_is_a_timestamp(study, monkeypatch):
+    assert main(["report", "--config", study["configs"]["pretrain"]]) == 0
+    results = study["results"]
+    names = ("pretrain_loss.csv", "pretrain_table.md", "pretrain_config.json")
+    before = {name: (results / name).read_bytes() for name in names}
+    monkeypatch.setattr(records, "now", lambda: "2099-01-01 00:00:00 UTC")
+    assert main(["report", "--config", study["configs"]["pretrain"]]) == 0
+    assert {name: (results / name).read_bytes() for name in names} == before
+    assert b"2099" not in before["pretrain_loss.csv"]
+
+
+def test_a_rewrite_with_new_content_replaces_the_file(tmp_path):
+    path = str(tmp_path / "out.json")
+    records.write_json(path, {"created": "then", "seconds": 1.0, "loss": 6.25})
+    records.write_json(path, {"created": "now", "seconds": 2.0, "loss": 6.25})
+    assert json.loads(Path(path).read_text())["created"] == "then"
+    records.write_json(path, {"created": "now", "seconds": 2.0, "loss": 6.5})
+    assert json.loads(Path(path).read_text()) == {"created": "now", "seconds": 2.0, "loss": 6.5}
+
+    table = str(tmp_path / "out.csv")
+    records.write_csv(table, ["step", "loss"], [{"step": 1, "loss": 6.0}], ["generated: then"])
+    records.write_csv(table, ["step", "loss"], [{"step": 1, "loss": 6.0}], ["generated: now"])
+    assert "# generated: then" in Path(table).read_text()
+    records.write_csv(table, ["step", "loss"], [{"step": 1, "loss": 5.0}], ["generated: now"])
+    assert Path(table).read_text().splitlines() == ["# generated: now", "step,loss", "1,5"]
+
+
 def test_report_refuses_runs_whose_settings_differ(study, capsys):
     path = study["runs"] / "pretrain" / "tupe_r" / "run_config.json"
     original = path.read_text()
