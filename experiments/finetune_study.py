@@ -150,9 +150,7 @@ def report(config, command):
         rows = [r for r in records.read_jsonl(os.path.join(job["out"], "results.jsonl"))
                 if r["learning_rate"] in rates and r["seed"] in seeds and r["task"] in tasks]
         summary = {row["task"]: row for row in summarize(rows, tasks)}
-        timing = records.read_jsonl(os.path.join(job["out"], "timing.jsonl"))
-        wall = sum(t["seconds"] for t in timing) if timing else None
-        timed = sum(t["new_runs"] for t in timing)  # a crashed or killed command records none
+        wall, timed = _wall_time(job, rows)
         # Complete: every (learning rate, seed) of the grid has run; until then the best
         # learning rate, and so the score, may still change.
         complete = {t for t in tasks
@@ -191,6 +189,20 @@ def report(config, command):
     return paths
 
 
+def _wall_time(job, rows):
+    """`(seconds, runs timed)` of a checkpoint's fine-tuning; `(None, 0)` before any timing.
+
+    Each run records its own `wall_seconds` in `results.jsonl`. Results from before that
+    have only `timing.jsonl`, one line per finished command (a crashed or killed command
+    records none); of the two, the one that covers more runs is used.
+    """
+    per_run = [r["wall_seconds"] for r in rows if "wall_seconds" in r]
+    timing = records.read_jsonl(os.path.join(job["out"], "timing.jsonl"))
+    by_command = (sum(t["seconds"] for t in timing), sum(t["new_runs"] for t in timing))
+    best = max([(sum(per_run), len(per_run)), by_command], key=lambda pair: pair[1])
+    return best if best[1] else (None, 0)
+
+
 def _table(config, table_rows, command, expected_runs, floor):
     tasks, settings = config["tasks"], config["settings"]
     lines = [
@@ -220,9 +232,10 @@ def _table(config, table_rows, command, expected_runs, floor):
     lines.append("| *majority class* | – | " + " | ".join(
         "(0)" if floor[t] is None else f"{floor[t]:.2f}" for t in tasks)
         + f" | {sum(floor_scores) / len(tasks):.2f} | – | – |")
-    lines += ["", ("Time: wall time of the fine-tuning commands for that checkpoint (its "
-                  "runs, evaluation included). A command that crashed or was stopped records "
-                  "no time, so the time then says how many of the runs it covers."),
+    lines += ["", ("Time: wall time of the checkpoint's fine-tuning runs (data, training and "
+                  "evaluation). Results fine-tuned before runs recorded their own time are "
+                  "timed per command, and a command that crashed or was stopped records no "
+                  "time, so the time then says how many of the runs it covers."),
               "", ("*Majority class*: the dev score of always giving the dev set's most "
                    "frequent label, the most a classifier that ignores its input can score. "
                    "For a regression (STS-B) a constant has no correlation; it counts as 0 "

@@ -322,8 +322,10 @@ def run_protocol(tasks, init, out_dir, learning_rates=PAPER_LEARNING_RATES, seed
                     continue
                 save_dir = (os.path.join(out_dir, "models", f"{task}_lr{rate:g}_seed{seed}")
                             if save_models else None)
+                start = time.perf_counter()
                 row = finetune_glue(FinetuneConfig(task=task, init=init, learning_rate=rate,
                                                    seed=seed, save_dir=save_dir, **config_kwargs))
+                row["wall_seconds"] = time.perf_counter() - start  # data, training, evaluation
                 rows.append(row)
                 with open(results_path, "a") as f:
                     f.write(json.dumps(row) + "\n")
