@@ -201,6 +201,12 @@ def report(config, command):
 
     paths["png"] = _plot(config, started, os.path.join(out_dir, f"{study}_val_loss.png"),
                          references)
+    paths["pairs"] = records.write_csv(
+        os.path.join(out_dir, f"{study}_pairs.csv"), PAIR_COLUMNS,
+        pair_differences([(run["variant"].name, run) for run in started] + [
+            (_reference_label(config, other, run), run) for other, run in references]),
+        header + ["diff = val_loss(a) - val_loss(b) at the evaluations both logged; "
+                  "a_lower: how many of them a was below b"])
     paths["table"] = records.write_text(os.path.join(out_dir, f"{study}_table.md"),
                                         _table(config, runs, command, vocabulary_record,
                                                references))
@@ -229,6 +235,32 @@ def report(config, command):
         ],
     })
     return paths
+
+
+PAIR_COLUMNS = ("a", "b", "evaluations", "a_lower", "diff_min", "diff_max", "final_step",
+                "diff_final")
+
+
+def pair_differences(named_runs):
+    """Per pair of runs, how their validation losses differ over the shared evaluations.
+
+    The numbers results.md quotes ("below at all 20 evaluations, by 0.02 to 0.08")
+    come from here rather than from subtracting CSV columns by hand.
+    """
+    curves = [(name, {r["step"]: r["val_loss"] for r in run["rows"] if r["val_loss"] is not None})
+              for name, run in named_runs]
+    rows = []
+    for i, (a, losses_a) in enumerate(curves):
+        for b, losses_b in curves[i + 1:]:
+            steps = sorted(set(losses_a) & set(losses_b))
+            if not steps:
+                continue
+            diffs = [losses_a[step] - losses_b[step] for step in steps]
+            rows.append({"a": a, "b": b, "evaluations": len(steps),
+                         "a_lower": sum(d < 0 for d in diffs), "diff_min": min(diffs),
+                         "diff_max": max(diffs), "final_step": steps[-1],
+                         "diff_final": diffs[-1]})
+    return rows
 
 
 def _reference_label(config, other, run):

@@ -127,6 +127,16 @@ def test_report_writes_the_loss_csv_plot_table_and_settings_record(study):
     assert "25% (step 2) | 50% (step 2) | 100% (step 4)" in table
     assert re.search(r"\| tupe_r \| tupe_r_tiny \| \d+\.\d{3} \| \d+\.\d{3} \| \d+\.\d{3} \|", table)
     assert "python -m experiments.run report" in table
+    # Pairs: bert_a - tupe_r at each shared evaluation, from the loss CSV's own columns.
+    loss = {(r["variant"], int(r["step"])): float(r["val_loss"]) for r in rows}
+    lines = (results / "pretrain_pairs.csv").read_text().splitlines()
+    [pair] = list(csv.DictReader(line for line in lines if not line.startswith("#")))
+    diffs = [loss["bert_a", step] - loss["tupe_r", step] for step in (2, 4)]
+    assert (pair["a"], pair["b"], pair["evaluations"]) == ("bert_a", "tupe_r", "2")
+    assert int(pair["a_lower"]) == sum(d < 0 for d in diffs)
+    assert float(pair["diff_min"]) == pytest.approx(min(diffs), abs=2e-5)
+    assert float(pair["diff_max"]) == pytest.approx(max(diffs), abs=2e-5)
+    assert float(pair["diff_final"]) == pytest.approx(diffs[1], abs=2e-5)
     record = json.loads((results / "pretrain_config.json").read_text())
     assert record["command"].startswith("python -m experiments.run report")
     assert record["runs"]["bert_a"]["run_config"]["config"]["learning_rate"] == 1e-3
@@ -358,6 +368,11 @@ def test_wall_time_sums_the_processes_of_a_resumed_run(tmp_path):
     assert wall == 210 + 160
 
 
+def read_val_loss(run_dir):
+    with open(run_dir / "metrics.csv") as f:
+        return {int(r["step"]): float(r["val_loss"]) for r in csv.DictReader(f)}
+
+
 def test_references_draw_and_tabulate_runs_of_another_study(study, capsys):
     folder = Path(study["configs"]["pretrain"]).parent
     results = study["results"]
@@ -367,8 +382,7 @@ def test_references_draw_and_tabulate_runs_of_another_study(study, capsys):
         "references": {"pretrain.json": ["tupe_r", "bert_a"]}}))
     assert main(["report", "--config", str(with_references)]) == 0
     table = (results / "relative_table.md").read_text()
-    with open(study["runs"] / "pretrain" / "tupe_r" / "metrics.csv") as f:
-        logged = {int(r["step"]): float(r["val_loss"]) for r in csv.DictReader(f)}
+    logged = read_val_loss(study["runs"] / "pretrain" / "tupe_r")
     # The reference row holds the reference run's own logged losses at 25/50/100%.
     row = next(line for line in table.splitlines() if line.startswith("| *tupe_r (pretrain)*"))
     cells = [c.strip() for c in row.split("|")[1:-1]]
@@ -377,6 +391,13 @@ def test_references_draw_and_tabulate_runs_of_another_study(study, capsys):
     names = [line.split("|")[1].strip() for line in table.splitlines()
              if line.startswith("| ") and "---" not in line][1:]
     assert names == ["huang_m4_k8", "*tupe_r (pretrain)*", "*bert_a (pretrain)*"]
+    lines = (results / "relative_pairs.csv").read_text().splitlines()
+    pairs = list(csv.DictReader(line for line in lines if not line.startswith("#")))
+    assert [(p["a"], p["b"]) for p in pairs] == [
+        ("huang_m4_k8", "tupe_r (pretrain)"), ("huang_m4_k8", "bert_a (pretrain)"),
+        ("tupe_r (pretrain)", "bert_a (pretrain)")]
+    bert_a = read_val_loss(study["runs"] / "pretrain" / "bert_a")
+    assert float(pairs[2]["diff_final"]) == pytest.approx(logged[4] - bert_a[4], abs=1e-4)
     record = json.loads((results / "relative_config.json").read_text())
     assert [(r["study"], r["variant"], r["seed"]) for r in record["references"]] == [
         ("pretrain", "tupe_r", 0), ("pretrain", "bert_a", 0)]
