@@ -18,7 +18,6 @@ encoder must clear) and `<study>_config.json`.
 import hashlib
 import json
 import os
-import time
 
 import numpy as np
 
@@ -100,16 +99,10 @@ def run_study(config, command, only_variants=None, only_checkpoints=None):
               f"{config['tasks']} x lr {config['learning_rates']} x seeds {config['seeds']}",
               flush=True)
         keras.backend.clear_session()
-        start = time.perf_counter()
-        done_before = len(records.read_jsonl(os.path.join(job["out"], "results.jsonl")))
         run_protocol(config["tasks"], job["init"], job["out"],
                      learning_rates=config["learning_rates"], seeds=config["seeds"],
                      vocab=job["vocab"], lowercase=job["lowercase"],
                      data_dir=config.get("data_dir"), **config["settings"])
-        done_after = len(records.read_jsonl(os.path.join(job["out"], "results.jsonl")))
-        records.append_jsonl(os.path.join(job["out"], "timing.jsonl"), {
-            "seconds": time.perf_counter() - start, "new_runs": done_after - done_before,
-            "command": command, "finished": records.now()})
     return report(config, command)
 
 
@@ -150,7 +143,7 @@ def report(config, command):
         rows = [r for r in records.read_jsonl(os.path.join(job["out"], "results.jsonl"))
                 if r["learning_rate"] in rates and r["seed"] in seeds and r["task"] in tasks]
         summary = {row["task"]: row for row in summarize(rows, tasks)}
-        wall, timed = _wall_time(job, rows)
+        wall, timed = _wall_time(rows)
         # Complete: every (learning rate, seed) of the grid has run; until then the best
         # learning rate, and so the score, may still change.
         complete = {t for t in tasks
@@ -164,11 +157,13 @@ def report(config, command):
                                      summary[task]["medians_by_learning_rate"])})
         scores = [summary[t]["score"] if t in summary else None for t in tasks]
         average = (sum(scores) / len(scores)) if len(complete) == len(tasks) else None
-        table_rows.append((job, scores, average, len(rows), (wall, timed), complete))
+        ranges = [(summary[t]["seed_min"], summary[t]["seed_max"]) if t in summary else None
+                  for t in tasks]
+        table_rows.append((job, scores, average, len(rows), (wall, timed), complete, ranges))
         job_records.append({**job, "runs_done": len(rows), "runs_expected": expected_runs,
                             "wall_seconds": wall, "timed_runs": timed,
                             "train_seconds": sum(r.get("train_seconds", 0) for r in rows)})
-    if not any(n for _, _, _, n, _, _ in table_rows):
+    if not any(n for _, _, _, n, _, _, _ in table_rows):
         raise StudyError(f"No fine-tuning result yet for study {config['study']!r}: run "
                          f"python -m experiments.run finetune --config {config['_path']}")
     out_dir, study = config["results_dir"], config["study"]
@@ -189,18 +184,16 @@ def report(config, command):
     return paths
 
 
-def _wall_time(job, rows):
-    """`(seconds, runs timed)` of a checkpoint's fine-tuning; `(None, 0)` before any timing.
+def _wall_time(rows):
+    """`(seconds, runs timed)` of the runs in the table; `(None, 0)` when none is timed.
 
-    Each run records its own `wall_seconds` in `results.jsonl`. Results from before that
-    have only `timing.jsonl`, one line per finished command (a crashed or killed command
-    records none); of the two, the one that covers more runs is used.
+    Each run records its own `wall_seconds` in `results.jsonl`; runs fine-tuned before it
+    did have none and are left out of the sum (the table then says how many runs it covers).
+    (Earlier versions timed whole commands in `timing.jsonl`; those commands also ran grid
+    points that a later config no longer reports, so that file is not read.)
     """
-    per_run = [r["wall_seconds"] for r in rows if "wall_seconds" in r]
-    timing = records.read_jsonl(os.path.join(job["out"], "timing.jsonl"))
-    by_command = (sum(t["seconds"] for t in timing), sum(t["new_runs"] for t in timing))
-    best = max([(sum(per_run), len(per_run)), by_command], key=lambda pair: pair[1])
-    return best if best[1] else (None, 0)
+    timed = [r["wall_seconds"] for r in rows if "wall_seconds" in r]
+    return (sum(timed), len(timed)) if timed else (None, 0)
 
 
 def _table(config, table_rows, command, expected_runs, floor):
@@ -220,7 +213,7 @@ def _table(config, table_rows, command, expected_runs, floor):
         + " | average | runs | time |",
         "| --- | ---: | " + " | ".join("---:" for _ in tasks) + " | ---: | ---: | ---: |",
     ]
-    for job, scores, average, done, (wall, timed), complete in table_rows:
+    for job, scores, average, done, (wall, timed), complete, _ in table_rows:
         cells = ["–" if s is None else f"{s:.2f}" + ("" if t in complete else "*")
                  for t, s in zip(tasks, scores)]
         lines.append(
@@ -232,10 +225,19 @@ def _table(config, table_rows, command, expected_runs, floor):
     lines.append("| *majority class* | – | " + " | ".join(
         "(0)" if floor[t] is None else f"{floor[t]:.2f}" for t in tasks)
         + f" | {sum(floor_scores) / len(tasks):.2f} | – | – |")
-    lines += ["", ("Time: wall time of the checkpoint's fine-tuning runs (data, training and "
-                  "evaluation). Results fine-tuned before runs recorded their own time are "
-                  "timed per command, and a command that crashed or was stopped records no "
-                  "time, so the time then says how many of the runs it covers."),
+    lines += ["", (f"Seed range: the lowest and highest of the {len(config['seeds'])} seeds at "
+                  "the learning rate the table reports."), "",
+              "| encoder | step | " + " | ".join(TASK_NAMES.get(t, t) for t in tasks) + " |",
+              "| --- | ---: | " + " | ".join("---:" for _ in tasks) + " |"]
+    for job, _, _, done, _, complete, ranges in table_rows:
+        if done:
+            lines.append(
+                f"| {job['pretrain_study']}/{job['variant']} | {job['step']} | " + " | ".join(
+                    "–" if r is None else f"{r[0]:.1f}–{r[1]:.1f}" + ("" if t in complete else "*")
+                    for t, r in zip(tasks, ranges)) + " |")
+    lines += ["", ("Time: wall time of the checkpoint's fine-tuning runs in the table (data, "
+                  "training and evaluation), summed. Runs fine-tuned before runs recorded their "
+                  "own time are not in it; the time then says how many of the runs it covers."),
               "", ("*Majority class*: the dev score of always giving the dev set's most "
                    "frequent label, the most a classifier that ignores its input can score. "
                    "For a regression (STS-B) a constant has no correlation; it counts as 0 "
