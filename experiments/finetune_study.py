@@ -7,7 +7,9 @@ learning rates, seeds, epochs and data for every encoder), in
 `<runs_dir>/<study>/<pretrain study>/<variant>/step_NNNNNNN/`. The protocol
 appends each finished (task, learning rate, seed) to `results.jsonl` there, so a
 stopped study continues where it was; `finetune_settings.json` pins the
-settings, so a changed config cannot mix its results with older ones.
+settings, so a changed config cannot mix its results with older ones. The grid is
+not pinned: each row names its learning rate and seed and the report reads only
+the config's grid, so a moved or widened grid reuses the runs it shares.
 
 `report` (also run at the end of `run_study`) writes `<study>_glue.csv`,
 `<study>_table.md` (median over seeds at the best learning rate per task, and the
@@ -159,11 +161,12 @@ def report(config, command):
         average = (sum(scores) / len(scores)) if len(complete) == len(tasks) else None
         ranges = [(summary[t]["seed_min"], summary[t]["seed_max"]) if t in summary else None
                   for t in tasks]
-        table_rows.append((job, scores, average, len(rows), (wall, timed), complete, ranges))
+        table_rows.append({"job": job, "scores": scores, "average": average, "done": len(rows),
+                           "wall": wall, "timed": timed, "complete": complete, "ranges": ranges})
         job_records.append({**job, "runs_done": len(rows), "runs_expected": expected_runs,
                             "wall_seconds": wall, "timed_runs": timed,
                             "train_seconds": sum(r.get("train_seconds", 0) for r in rows)})
-    if not any(n for _, _, _, n, _, _, _ in table_rows):
+    if not any(row["done"] for row in table_rows):
         raise StudyError(f"No fine-tuning result yet for study {config['study']!r}: run "
                          f"python -m experiments.run finetune --config {config['_path']}")
     out_dir, study = config["results_dir"], config["study"]
@@ -213,9 +216,11 @@ def _table(config, table_rows, command, expected_runs, floor):
         + " | average | runs | time |",
         "| --- | ---: | " + " | ".join("---:" for _ in tasks) + " | ---: | ---: | ---: |",
     ]
-    for job, scores, average, done, (wall, timed), complete, _ in table_rows:
-        cells = ["–" if s is None else f"{s:.2f}" + ("" if t in complete else "*")
-                 for t, s in zip(tasks, scores)]
+    for row in table_rows:
+        job, average, done, wall, timed = (row[k] for k in ("job", "average", "done", "wall",
+                                                             "timed"))
+        cells = ["–" if s is None else f"{s:.2f}" + ("" if t in row["complete"] else "*")
+                 for t, s in zip(tasks, row["scores"])]
         lines.append(
             f"| {job['pretrain_study']}/{job['variant']} | {job['step']} | " + " | ".join(cells)
             + f" | {'–' if average is None else f'**{average:.2f}**'} | {done}/{expected_runs} | "
@@ -229,12 +234,14 @@ def _table(config, table_rows, command, expected_runs, floor):
                   "the learning rate the table reports."), "",
               "| encoder | step | " + " | ".join(TASK_NAMES.get(t, t) for t in tasks) + " |",
               "| --- | ---: | " + " | ".join("---:" for _ in tasks) + " |"]
-    for job, _, _, done, _, complete, ranges in table_rows:
-        if done:
+    for row in table_rows:
+        if row["done"]:
+            job = row["job"]
             lines.append(
                 f"| {job['pretrain_study']}/{job['variant']} | {job['step']} | " + " | ".join(
-                    "–" if r is None else f"{r[0]:.1f}–{r[1]:.1f}" + ("" if t in complete else "*")
-                    for t, r in zip(tasks, ranges)) + " |")
+                    "–" if r is None else f"{r[0]:.1f}–{r[1]:.1f}"
+                    + ("" if t in row["complete"] else "*") for t, r in zip(tasks, row["ranges"]))
+                + " |")
     lines += ["", ("Time: wall time of the checkpoint's fine-tuning runs in the table (data, "
                   "training and evaluation), summed. Runs fine-tuned before runs recorded their "
                   "own time are not in it; the time then says how many of the runs it covers."),
