@@ -101,7 +101,7 @@ def write_csv(path, columns, rows, comments=()):
     writer.writeheader()
     for row in rows:
         writer.writerow({k: _csv_value(row.get(k)) for k in columns})
-    return _write_unless_only_volatile(path, buffer.getvalue(), _csv_content)
+    return _write_unless_only_volatile(path, buffer.getvalue(), _line_content)
 
 
 def _csv_value(value):
@@ -119,10 +119,10 @@ def write_json(path, payload):
 
 def write_text(path, text):
     """Markdown tables and the like: `generated: ...` lines are their volatile part."""
-    return _write_unless_only_volatile(path, text, _csv_content)
+    return _write_unless_only_volatile(path, text, _line_content)
 
 
-def _csv_content(text):
+def _line_content(text):
     return [line for line in text.splitlines()
             if not any(line.lstrip("#|* ").startswith(f"{key}:") for key in VOLATILE_KEYS)]
 
