@@ -72,8 +72,9 @@ def _sha256(path):
     return digest.hexdigest()
 
 
-def run_study(config, command, only_variants=None, only_checkpoints=None):
-    """Fine-tunes every planned checkpoint (resumable); then writes the report."""
+def run_study(config, command, report_command, only_variants=None, only_checkpoints=None):
+    """Fine-tunes every planned checkpoint (resumable); then writes the report, which names
+    `report_command` as the command that regenerates it."""
     import keras
 
     from keras_tupe.finetuning import run_protocol
@@ -105,7 +106,7 @@ def run_study(config, command, only_variants=None, only_checkpoints=None):
                      learning_rates=config["learning_rates"], seeds=config["seeds"],
                      vocab=job["vocab"], lowercase=job["lowercase"],
                      data_dir=config.get("data_dir"), **config["settings"])
-    return report(config, command)
+    return report(config, report_command)
 
 
 def majority_class(config):

@@ -166,7 +166,7 @@ def _note(backbone, length, trained):
     return True, "; ".join(notes)
 
 
-def run_study(config, command, only_variants=None):
+def run_study(config, command, report_command, only_variants=None):
     import keras
 
     import keras_tupe  # noqa: F401  (registers the classes for loading)
@@ -205,7 +205,7 @@ def run_study(config, command, only_variants=None):
             print(f"[{config['study']}] {job['pretrain_study']}/{job['variant']} step "
                   f"{job['step']} length {length}: loss {shown} {note}", flush=True)
     _unigram_rows(config, jobs[0], batches, done, path, command)
-    return report(config, command)
+    return report(config, report_command)
 
 
 def _unigram_rows(config, job, batches, done, path, command):

@@ -8,7 +8,8 @@
 
 Every command can be stopped and started again: finished runs are skipped and
 an interrupted one continues where it was. Outputs go to the config's
-`results_dir` (docs/results) and record the command that made them.
+`results_dir` (docs/results) and record the command that regenerates them (for the
+fine-tuning and length reports: `report`, which re-reads the runs on disk).
 """
 
 import argparse
@@ -106,10 +107,22 @@ def _run_study(args, config, command):
             "seconds": time.perf_counter() - start})
         print(f"next: python -m experiments.run report --config {config['_path']}")
         return {"status": status}
+    # Their reports name the command that regenerates them from the runs on disk, whichever
+    # command wrote them, so that a resumed study rewrites nothing.
     if kind == "finetune":
-        return finetune_study.run_study(config, command, only_variants=args.variants,
+        return finetune_study.run_study(config, command, report_command(args),
+                                        only_variants=args.variants,
                                         only_checkpoints=args.checkpoints)
-    return length_study.run_study(config, command, only_variants=args.variants)
+    return length_study.run_study(config, command, report_command(args),
+                                  only_variants=args.variants)
+
+
+def report_command(args):
+    """`python -m experiments.run report ...` for the study that `args` names."""
+    from experiments import records
+
+    where = ["--study", args.study] if args.study else ["--config", args.config]
+    return records.command_line(["report", *where])
 
 
 if __name__ == "__main__":

@@ -273,8 +273,16 @@ def test_finetune_study_on_the_intermediate_and_final_checkpoints(study):
     table = (study["results"] / "finetune_table.md").read_text()
     assert re.search(r"\| pretrain/bert_a \| 2 \| \d+\.\d\d \| \*\*\d+\.\d\d\*\* \| 1/1 \|", table)
     assert re.search(r"\| pretrain/bert_a \| 4 \|", table)
+    # The report names the command that regenerates it from the runs on disk, so that
+    # `report` afterwards (or a resumed study) rewrites none of its files.
+    regenerate = f"python -m experiments.run report --config {study['configs']['finetune']}"
     lines = (study["results"] / "finetune_glue.csv").read_text().splitlines()
-    assert lines[0].startswith("# command: python -m experiments.run finetune")
+    assert lines[0] == f"# command: {regenerate}"
+    assert f"Regenerate: `{regenerate}`" in table
+    written = {name: (study["results"] / name).read_bytes()
+               for name in ("finetune_glue.csv", "finetune_table.md", "finetune_config.json")}
+    assert main(["report", "--config", study["configs"]["finetune"]]) == 0
+    assert {name: (study["results"] / name).read_bytes() for name in written} == written
     # The floor row: RTE's dev majority label's share (a constant answer), and the average.
     labels = glue.load_glue("rte", "validation", str(GLUE)).labels
     share = 100 * max(np.mean(labels == 0), np.mean(labels == 1))
