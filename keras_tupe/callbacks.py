@@ -1,27 +1,36 @@
 """Training callbacks: exact resume, checkpoints by step, a CSV of losses by step."""
 
+import json
 import os
+import shutil
 import time
 import warnings
 
 import keras
 import numpy as np
 
+WEIGHTS = "model.weights.h5"
+SEEDS = "seed_states.npz"
 
-class BackupAndRestoreWithSeeds(keras.callbacks.BackupAndRestore):
-    """`BackupAndRestore` that also restores the dropout random state.
 
-    Keras's backup saves the weights and the optimizer but not the state of
-    the layers' `SeedGenerator`s, so a resumed run draws other dropout masks
-    than an uninterrupted one. This subclass saves those states after each
-    backup, tagged with the optimizer step, and restores them when the tag
-    matches the restored weights (it warns otherwise: a kill between the two
-    writes). With them, a killed and resumed run ends with the same weights as
-    an uninterrupted run.
+class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
+    """`BackupAndRestore` whose backup is all or nothing, with the dropout random state.
+
+    Keras's own backup overwrites the weights file, then the epoch file, in place, and
+    does not save the state of the layers' `SeedGenerator`s. A kill between two of its
+    writes restores the weights of one epoch with the epoch number (or dropout state) of
+    another, and a resumed run silently leaves the path of an uninterrupted one.
+
+    This one writes each backup (weights with the optimizer, the seed states) into a new
+    folder, `step_<N>`, and commits it by replacing one small file,
+    `training_metadata.json`, which names that folder and its epoch (`os.replace` is
+    atomic). A kill at any moment leaves the last committed backup whole, so a killed and
+    resumed run ends with the same weights as a run that was never killed. Backups in
+    Keras's own layout (no folder named in the metadata) are still restored.
     """
 
-    def _seed_path(self):
-        return os.path.join(self.backup_dir, "seed_states.npz")
+    def __init__(self, backup_dir):
+        super().__init__(backup_dir, save_freq="epoch", delete_checkpoint=True)
 
     def _seed_states(self):
         return [
@@ -30,25 +39,85 @@ class BackupAndRestoreWithSeeds(keras.callbacks.BackupAndRestore):
             for generator in layer._seed_generators
         ]
 
+    def _committed(self):
+        """The committed metadata, or None before the first backup."""
+        if not os.path.exists(self._training_metadata_path):
+            return None
+        with open(self._training_metadata_path) as f:
+            return json.load(f)
+
     def _save_model(self):
-        super()._save_model()
-        states = {f"state_{i}": keras.ops.convert_to_numpy(v) for i, v in enumerate(self._seed_states())}
-        temporary = self._seed_path() + ".tmp.npz"
-        np.savez(temporary, step=int(self.model.optimizer.iterations.numpy()), **states)
-        os.replace(temporary, self._seed_path())
+        step = int(self.model.optimizer.iterations.numpy())
+        name = f"step_{step:09d}"
+        if (self._committed() or {}).get("backup") == name:
+            return  # this very state is already committed
+        self._write(os.path.join(self.backup_dir, name), step)
+        self._commit({"epoch": self._current_epoch, "batch": self._last_batch_seen,
+                      "step": step, "backup": name})
+        self._remove_all_but(name)
+
+    def _write(self, folder, step):
+        """Writes the backup into `folder`, through `folder.partial`."""
+        partial = folder + ".partial"
+        for leftover in (partial, folder):  # of a save that was killed before its commit
+            shutil.rmtree(leftover, ignore_errors=True)
+        os.makedirs(partial)
+        self.model.save_weights(os.path.join(partial, WEIGHTS))
+        np.savez(os.path.join(partial, SEEDS), step=step, **{
+            f"state_{i}": keras.ops.convert_to_numpy(v) for i, v in enumerate(self._seed_states())})
+        os.replace(partial, folder)
+
+    def _commit(self, metadata):
+        temporary = self._training_metadata_path + ".partial"
+        with open(temporary, "w") as f:
+            json.dump(metadata, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, self._training_metadata_path)
+
+    def _remove_all_but(self, name):
+        """Removes older backups, and the files of Keras's own layout."""
+        keras_files = {os.path.basename(path) for path in (
+            self._weights_path, self._prev_weights_path, self._prev_training_metadata_path)}
+        for entry in os.listdir(self.backup_dir):
+            path = os.path.join(self.backup_dir, entry)
+            if entry.startswith("step_") and entry != name:
+                shutil.rmtree(path, ignore_errors=True)
+            elif entry in keras_files or entry == SEEDS:
+                os.remove(path)
 
     def _load_model(self):
-        super()._load_model()
-        if not os.path.exists(self._seed_path()):
+        metadata = self._committed()
+        if metadata is None:
             return
-        saved = np.load(self._seed_path())
+        if "backup" not in metadata:  # Keras's own layout, written by an earlier version
+            super()._load_model()
+            self._restore_seeds(os.path.join(self.backup_dir, SEEDS))
+            return
+        folder = os.path.join(self.backup_dir, metadata["backup"])
+        if not self.model.optimizer.built:
+            self.model.optimizer.build(self.model.trainable_variables)
+        self.model.load_weights(os.path.join(folder, WEIGHTS))
+        step = int(self.model.optimizer.iterations.numpy())
+        if step != metadata["step"]:
+            raise ValueError(f"The backup {folder} holds step {step}, but "
+                             f"{self._training_metadata_path} says {metadata['step']}.")
+        self._restore_seeds(os.path.join(folder, SEEDS))
+        self.model._initial_epoch = metadata["epoch"]
+
+    def _restore_seeds(self, path):
+        if not os.path.exists(path):
+            warnings.warn(f"No dropout random state in {path}; training resumes with other "
+                          "dropout masks than an uninterrupted run would draw.")
+            return
+        saved = np.load(path)
         states = self._seed_states()
         step = int(self.model.optimizer.iterations.numpy())
         if int(saved["step"]) != step or len(saved.files) - 1 != len(states):
             warnings.warn(
-                f"The dropout random state in {self._seed_path()} belongs to step "
-                f"{int(saved['step'])}, not to the restored step {step}; training resumes "
-                "with other dropout masks than an uninterrupted run would draw."
+                f"The dropout random state in {path} belongs to step {int(saved['step'])}, "
+                f"not to the restored step {step}; training resumes with other dropout "
+                "masks than an uninterrupted run would draw."
             )
             return
         for i, variable in enumerate(states):
@@ -56,7 +125,12 @@ class BackupAndRestoreWithSeeds(keras.callbacks.BackupAndRestore):
 
 
 class StepLogger(keras.callbacks.Callback):
-    """Appends one CSV row per epoch: the step, losses, learning rate and speed."""
+    """Appends one CSV row per epoch: the step, losses, learning rate and speed.
+
+    Put it before the backup callback: its row is then written before the backup commits
+    the epoch, and a resumed run first drops the rows of steps after the restored one (an
+    epoch that was logged but not committed), so no step is missing or logged twice.
+    """
 
     COLUMNS = ("step", "loss", "accuracy", "val_loss", "val_accuracy", "learning_rate",
                "tokens_per_second", "elapsed_seconds")
@@ -69,11 +143,20 @@ class StepLogger(keras.callbacks.Callback):
 
     def on_train_begin(self, logs=None):
         self._start = time.perf_counter()
+        self._trimmed = False
         if not os.path.exists(self.path):
             with open(self.path, "w") as f:
                 f.write(",".join(self.COLUMNS) + "\n")
 
     def on_epoch_begin(self, epoch, logs=None):
+        if not self._trimmed:  # after every callback's on_train_begin: the restored step
+            self._trimmed = True
+            restored = int(self.model.optimizer.iterations.numpy())
+            with open(self.path) as f:
+                header, *rows = f.read().splitlines()
+            kept = [row for row in rows if int(row.split(",")[0]) <= restored]
+            if len(kept) < len(rows):
+                _replace_text(self.path, "\n".join([header, *kept]) + "\n")
         self._epoch_start = time.perf_counter()
 
     def on_epoch_end(self, epoch, logs=None):
@@ -112,4 +195,14 @@ class StepCheckpoint(keras.callbacks.Callback):
             path = os.path.join(self.directory, f"step_{step:07d}.keras")
             if not os.path.exists(path):  # a resumed run keeps the first one
                 os.makedirs(self.directory, exist_ok=True)
-                self.model.save(path)
+                partial = path[: -len(".keras")] + ".partial.keras"
+                self.model.save(partial)
+                os.replace(partial, path)  # a kill mid-save leaves no half-written checkpoint
+
+
+def _replace_text(path, text):
+    """Writes `text` to `path` all at once: a kill leaves the old file or the new one."""
+    partial = path + ".partial"
+    with open(partial, "w") as f:
+        f.write(text)
+    os.replace(partial, path)

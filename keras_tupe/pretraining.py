@@ -11,10 +11,11 @@ the same files into its own `--out` (a local path on each machine).
 
 Resume: a step is one optimizer update on a global batch. Training runs in
 "epochs" of `eval_every` steps; after each, the validation loss is logged and
-`keras.callbacks.BackupAndRestore` saves the weights, optimizer and epoch. A
-killed run started again with the same command restores them and skips the
-batches it already consumed in the (deterministic) data stream, so it ends
-with the same step count and the same weights as a run that was never killed.
+`AtomicBackupAndRestore` commits the weights, optimizer, dropout random state and
+epoch as one backup (a kill at any moment leaves the last one whole). A killed run
+started again with the same command restores them and skips the batches it
+already consumed in the (deterministic) data stream, so it ends with the same
+step count and the same weights as a run that was never killed.
 """
 
 import dataclasses
@@ -26,7 +27,7 @@ import sys
 
 import keras
 
-from keras_tupe.callbacks import BackupAndRestoreWithSeeds, StepCheckpoint, StepLogger
+from keras_tupe.callbacks import AtomicBackupAndRestore, StepCheckpoint, StepLogger
 
 RUN_CONFIG = "run_config.json"
 STRATEGIES = ("default", "mirrored", "multiworker")
@@ -302,13 +303,14 @@ def pretrain(config):
         model.compile(optimizer=optimizer, jit_compile=config.xla)
 
     callbacks = [
-        BackupAndRestoreWithSeeds(backup_dir, double_checkpoint=True),
         StepCheckpoint(os.path.join(config.out, "checkpoints"), config.save_steps),
         StepLogger(os.path.join(config.out, "metrics.csv"),
                    config.batch_size * config.seq_len, steps_per_epoch),
         # update_freq="epoch": a summary writer held open during training made
         # the dropout masks depend on the log path (seen with XLA on TF 2.21).
         keras.callbacks.TensorBoard(os.path.join(config.out, "tensorboard"), update_freq="epoch"),
+        # Last: an epoch is committed only after the other callbacks have written it.
+        AtomicBackupAndRestore(backup_dir),
     ]
     history = model.fit(
         train, validation_data=valid, epochs=epochs, steps_per_epoch=steps_per_epoch,

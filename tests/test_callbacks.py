@@ -1,0 +1,150 @@
+"""Resume after a kill at any moment of a backup: the same weights, no step lost or logged twice.
+
+A kill is simulated by an exception raised at one point of the backup callback's save;
+the resumed run is a new model with the same seed, as a new process would build it.
+"""
+
+import json
+import warnings
+
+import keras
+import numpy as np
+import pytest
+
+from keras_tupe.callbacks import AtomicBackupAndRestore, StepLogger
+
+STEPS_PER_EPOCH, EPOCHS = 4, 3
+X = np.random.default_rng(0).normal(size=(16, 4)).astype("float32")
+Y = X @ np.arange(1.0, 5.0, dtype="float32")[:, None]
+
+
+class Killed(Exception):
+    """Stands for SIGKILL: nothing after it runs."""
+
+
+def _model():
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8),
+                              keras.layers.Dropout(0.5), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.Adam(0.05), loss="mse")
+    return model
+
+
+class EpochsRun(keras.callbacks.Callback):
+    def on_train_begin(self, logs=None):
+        self.epochs = []
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epochs.append(epoch)
+
+
+def _fit(model, tmp_path, backup):
+    tmp_path.mkdir(exist_ok=True)
+    epochs = EpochsRun()
+    logger = StepLogger(str(tmp_path / "metrics.csv"), 1, STEPS_PER_EPOCH)
+    # The order of the pre-training loop: the logger writes before the backup commits.
+    model.fit(X, Y, batch_size=4, epochs=EPOCHS, shuffle=False, verbose=0,
+              callbacks=[epochs, logger, backup])
+    return epochs.epochs
+
+
+class KilledAt(AtomicBackupAndRestore):
+    """Dies at `point` of the second backup (after epoch 2, step 8)."""
+
+    def __init__(self, backup_dir, point):
+        super().__init__(backup_dir)
+        self.point = point
+
+    def _second(self):
+        return int(self.model.optimizer.iterations.numpy()) == 2 * STEPS_PER_EPOCH
+
+    def _write(self, folder, step):
+        if self._second() and self.point == "after the weights":
+            save = self.model.save_weights
+
+            def save_then_die(path, **kwargs):
+                save(path, **kwargs)
+                raise Killed
+            self.model.save_weights = save_then_die
+        if self._second() and self.point == "before the backup":
+            raise Killed
+        super()._write(folder, step)
+
+    def _commit(self, metadata):
+        if self._second() and self.point == "before the commit":
+            raise Killed
+        super()._commit(metadata)
+
+    def _remove_all_but(self, name):
+        if self._second() and self.point == "after the commit":
+            raise Killed
+        super()._remove_all_but(name)
+
+
+@pytest.mark.parametrize("point, resumed_epochs", [
+    ("before the backup", [1, 2]),  # the logger's row of step 8 is written, not committed
+    ("after the weights", [1, 2]),
+    ("before the commit", [1, 2]),
+    ("after the commit", [2]),
+])
+def test_a_kill_anywhere_in_a_backup_resumes_to_the_same_weights(tmp_path, point, resumed_epochs):
+    straight = _model()
+    assert _fit(straight, tmp_path / "straight", AtomicBackupAndRestore(str(tmp_path / "a"))) \
+        == [0, 1, 2]
+
+    backup = tmp_path / "b"
+    with pytest.raises(Killed):
+        _fit(_model(), tmp_path / "killed", KilledAt(str(backup), point))
+    committed = json.loads((backup / "training_metadata.json").read_text())
+    assert committed["step"] == STEPS_PER_EPOCH * (3 - len(resumed_epochs))
+
+    resumed = _model()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*dropout")  # the state is restored
+        assert _fit(resumed, tmp_path / "killed", AtomicBackupAndRestore(str(backup))) \
+            == resumed_epochs
+    assert int(resumed.optimizer.iterations.numpy()) == STEPS_PER_EPOCH * EPOCHS
+    for got, want in zip(resumed.weights, straight.weights):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6, atol=1e-7)
+    steps = [int(row.split(",")[0])
+             for row in (tmp_path / "killed" / "metrics.csv").read_text().splitlines()[1:]]
+    assert steps == [4, 8, 12]  # none lost, none twice
+    assert not backup.exists()  # removed once training finished, as Keras does
+
+
+def test_without_the_dropout_state_the_resumed_run_differs(tmp_path):
+    """The test above can fail: restoring the weights alone does not give the same run."""
+    straight = _model()
+    _fit(straight, tmp_path / "straight", AtomicBackupAndRestore(str(tmp_path / "a")))
+
+    class WithoutSeeds(KilledAt):
+        def _seed_states(self):
+            return []
+
+    backup = tmp_path / "b"
+    with pytest.raises(Killed):
+        _fit(_model(), tmp_path / "killed", WithoutSeeds(str(backup), "after the commit"))
+    resumed = _model()
+    _fit(resumed, tmp_path / "killed", WithoutSeeds(str(backup), None))
+    assert int(resumed.optimizer.iterations.numpy()) == STEPS_PER_EPOCH * EPOCHS
+    assert not all(np.allclose(got.numpy(), want.numpy(), rtol=1e-6, atol=1e-7)
+                   for got, want in zip(resumed.weights, straight.weights))
+
+
+def test_a_backup_in_keras_own_layout_is_restored(tmp_path):
+    """A run killed under an earlier version (Keras's files, no folder) still resumes."""
+    backup = tmp_path / "b"
+
+    class KerasKilled(keras.callbacks.BackupAndRestore):
+        def on_epoch_end(self, epoch, logs=None):
+            super().on_epoch_end(epoch, logs)
+            if epoch == 1:
+                raise Killed
+
+    with pytest.raises(Killed):
+        _fit(_model(), tmp_path / "killed", KerasKilled(str(backup)))
+    assert json.loads((backup / "training_metadata.json").read_text())["epoch"] == 2
+    resumed = _model()
+    with pytest.warns(UserWarning, match="No dropout random state"):
+        assert _fit(resumed, tmp_path / "killed", AtomicBackupAndRestore(str(backup))) == [2]
+    assert int(resumed.optimizer.iterations.numpy()) == STEPS_PER_EPOCH * EPOCHS
