@@ -68,12 +68,7 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         os.replace(partial, folder)
 
     def _commit(self, metadata):
-        temporary = self._training_metadata_path + ".partial"
-        with open(temporary, "w") as f:
-            json.dump(metadata, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temporary, self._training_metadata_path)
+        _replace_text(self._training_metadata_path, json.dumps(metadata))
 
     def _remove_all_but(self, name):
         """Removes older backups, and the files of Keras's own layout."""
@@ -205,4 +200,6 @@ def _replace_text(path, text):
     partial = path + ".partial"
     with open(partial, "w") as f:
         f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(partial, path)
