@@ -43,7 +43,7 @@ run report --study clip_sweep
 run length --study length
 # 6. Last, the studies that no later step reads: the seed replicate of bert_a and tupe_r
 # (the seed spread of the pre-training comparison) and the six final checkpoints
-# fine-tuned (TUPE Table 2; about 5 hours). Their results are in docs/results already when
+# fine-tuned (TUPE Table 2; about 5.5 hours: 52-58 min a checkpoint, finetune_table.md). Their results are in docs/results already when
 # the runs were made in an earlier workspace; re-running them regenerates those files.
 run pretrain --study pretrain_seed1
 run report --study pretrain_seed1

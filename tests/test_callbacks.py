@@ -11,7 +11,7 @@ import keras
 import numpy as np
 import pytest
 
-from keras_tupe.callbacks import AtomicBackupAndRestore, StepLogger
+from keras_tupe.callbacks import AtomicBackupAndRestore, StepCheckpoint, StepLogger
 
 STEPS_PER_EPOCH, EPOCHS = 4, 3
 X = np.random.default_rng(0).normal(size=(16, 4)).astype("float32")
@@ -148,3 +148,22 @@ def test_a_backup_in_keras_own_layout_is_restored(tmp_path):
     with pytest.warns(UserWarning, match="No dropout random state"):
         assert _fit(resumed, tmp_path / "killed", AtomicBackupAndRestore(str(backup))) == [2]
     assert int(resumed.optimizer.iterations.numpy()) == STEPS_PER_EPOCH * EPOCHS
+
+
+def test_a_checkpoint_killed_mid_save_is_not_kept(tmp_path):
+    """The checkpoint of a step appears whole or not at all: a resumed run keeps an existing one."""
+    model = _model()
+
+    def half_then_die(path, *args, **kwargs):
+        with open(path, "w") as f:
+            f.write("half a zip archive")
+        raise Killed
+    model.save = half_then_die
+    checkpoint = tmp_path / "checkpoints" / "step_0000006.keras"
+    with pytest.raises(Killed):
+        model.fit(X, Y, batch_size=4, epochs=2, shuffle=False, verbose=0,
+                  callbacks=[StepCheckpoint(str(tmp_path / "checkpoints"), [6])])
+    assert not checkpoint.exists()  # so the resumed run writes it
+    _model().fit(X, Y, batch_size=4, epochs=2, shuffle=False, verbose=0,
+                 callbacks=[StepCheckpoint(str(tmp_path / "checkpoints"), [6])])
+    assert int(keras.saving.load_model(checkpoint).optimizer.iterations.numpy()) == 6
