@@ -328,7 +328,7 @@ def vocabulary_record_path(vocabulary):
     return os.path.splitext(vocabulary["file"])[0] + ".json"
 
 
-def _vocabulary_settings(vocabulary):
+def vocabulary_settings(vocabulary):
     corpus = vocabulary["corpus"]
     return {"corpus": [corpus] if isinstance(corpus, str) else list(corpus),
             "vocabulary_size": vocabulary["vocabulary_size"], "lines": vocabulary["lines"],
@@ -348,7 +348,7 @@ def ensure_vocabulary(config, command=None, verbose=True):
 
     vocabulary = config["vocabulary"]
     path, record_path = vocabulary["file"], vocabulary_record_path(vocabulary)
-    settings = _vocabulary_settings(vocabulary)
+    settings = vocabulary_settings(vocabulary)
     if os.path.exists(path):
         if not os.path.exists(record_path):
             raise StudyError(f"{path} exists but {record_path} (its settings) does not: refusing "

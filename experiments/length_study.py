@@ -22,7 +22,9 @@ An encoder with an absolute table shorter than the length gets `n/a` with the
 reason. One whose table is long enough (the `mini` presets have 512 rows) is
 evaluated, noting that its positions beyond the pre-training length were never
 trained. Results are appended to `<runs_dir>/<study>/results.jsonl` one
-(checkpoint, length) at a time, so a stopped study continues where it was.
+(checkpoint, length) at a time, so a stopped study continues where it was;
+the report also keeps the rows of its committed CSV for models not on disk
+(`recorded_rows`), since `runs/` is not in git.
 """
 
 import os
@@ -236,9 +238,37 @@ def _with_baseline(config, jobs, by_key):
     return jobs
 
 
+INTEGER_COLUMNS = ("step", "trained_seq_len", "length", "batch_size", "batches", "masked_tokens")
+FLOAT_COLUMNS = ("loss", "accuracy", "seconds")
+
+
+def recorded_rows(config):
+    """The rows of the study's committed `<study>_loss.csv`, typed as `results.jsonl`'s.
+
+    `runs/` (and its `results.jsonl`) is not in git; the report's CSV is. The
+    report starts from these rows and lets the results on disk replace them, so
+    models evaluated in an earlier workspace keep their rows.
+    """
+    path = os.path.join(config["results_dir"], f"{config['study']}_loss.csv")
+    if not os.path.exists(path):
+        return []
+    rows = []
+    for raw in records.read_csv_rows(path):
+        row = dict(raw)
+        for key in INTEGER_COLUMNS:
+            value = records.parse_number(raw.get(key))
+            row[key] = None if value is None else int(value)
+        for key in FLOAT_COLUMNS:
+            row[key] = records.parse_number(raw.get(key))
+        row["source"] = path
+        rows.append(row)
+    return rows
+
+
 def report(config, command):
     jobs = plan(config)
-    by_key = {_key(row): row for row in records.read_jsonl(results_path(config))}
+    by_key = {_key(row): row for row in recorded_rows(config)}
+    by_key.update((_key(row), row) for row in records.read_jsonl(results_path(config)))
     jobs = _with_baseline(config, jobs, by_key)
     rows = [by_key[key] for job in jobs for n in config["lengths"]
             if (key := (job["pretrain_study"], job["variant"], job["step"], n)) in by_key]

@@ -79,22 +79,33 @@ def collect(config):
     other settings than the config's (or than another run's), another
     vocabulary, or an encoder other than its preset plus the allowed overrides.
     """
-    vocabulary_record = study_config.read_vocabulary_record(config)
+    kept, kept_vocabulary = recorded_runs(config)
+    vocabulary_record = study_config.read_vocabulary_record(config) or kept_vocabulary
     vocabulary_sha = vocabulary_record["sha256"] if vocabulary_record else None
     runs, problems = [], []
     reference = None
     for variant in study_config.variants(config):
-        run = {"variant": variant, "status": "not started", "rows": [], "wall_seconds": None}
+        run = {"variant": variant, "status": "not started", "rows": [], "wall_seconds": None,
+               "source": None}
         runs.append(run)
         config_path = os.path.join(variant.run_dir, "run_config.json")
-        if not os.path.exists(config_path):
+        if os.path.exists(config_path):
+            with open(config_path) as f:
+                recorded = json.load(f)
+            run["rows"], run["wall_seconds"] = records.read_metrics(variant.run_dir)
+            last = run["rows"][-1]["step"] if run["rows"] else 0
+            run["status"] = "finished" if variant.is_finished else f"unfinished (step {last})"
+            run["source"] = variant.run_dir
+            backbone = _backbone_config(variant.run_dir)
+        elif variant.name in kept:
+            record = kept[variant.name]
+            config_path = record["source"]
+            recorded, backbone = record["run_config"], record["backbone_config"]
+            run.update(rows=record["rows"], wall_seconds=record["wall_seconds"],
+                       status=RECORDED_STATUS, source=record["source"])
+        else:
             continue
-        with open(config_path) as f:
-            recorded = json.load(f)
         run["run_config"] = recorded
-        run["rows"], run["wall_seconds"] = records.read_metrics(variant.run_dir)
-        last = run["rows"][-1]["step"] if run["rows"] else 0
-        run["status"] = "finished" if variant.is_finished else f"unfinished (step {last})"
         saved = recorded["config"]
         expected = json.loads(json.dumps(
             study_config.pretrain_config(config, variant).resume_key()))
@@ -116,7 +127,6 @@ def collect(config):
         if recorded.get("vocabulary_sha256") != vocabulary_sha:
             problems.append(f"{variant.name}: vocabulary sha256 {recorded.get('vocabulary_sha256')} "
                             f"is not the shared vocabulary's ({vocabulary_sha})")
-        backbone = _backbone_config(variant.run_dir)
         run["backbone_config"] = backbone
         if backbone is not None:
             for key, value in study_config.expected_backbone(variant).items():
@@ -133,6 +143,54 @@ def collect(config):
             f"The runs of study {config['study']!r} were not trained identically; refusing to "
             "report them as one study:\n  " + "\n  ".join(problems))
     return runs, vocabulary_record
+
+
+RECORDED_STATUS = "finished (recorded)"
+
+
+def recorded_runs(config):
+    """The finished runs of a study as its committed report recorded them.
+
+    `runs/` is not in git, so a new workspace starts without the run
+    directories; the report's `<study>_config.json` (each run's recorded
+    settings, encoder config and wall time) and `<study>_loss.csv` (every
+    logged evaluation) are in git. `collect` takes a run whose directory is
+    absent from there, checks it like a run on disk and marks it
+    `RECORDED_STATUS`, so a study spread over several workspaces reports all of
+    its runs. Unfinished runs are not kept: one started again begins anew.
+
+    Returns `({variant name: record}, the vocabulary record of that report)`;
+    empty when the study has no committed report.
+    """
+    out_dir, study = config["results_dir"], config["study"]
+    record_path = os.path.join(out_dir, f"{study}_config.json")
+    loss_path = os.path.join(out_dir, f"{study}_loss.csv")
+    if not (os.path.exists(record_path) and os.path.exists(loss_path)):
+        return {}, None
+    with open(record_path) as f:
+        report_record = json.load(f)
+    rows = {}
+    for row in records.read_csv_rows(loss_path):
+        parsed = {key: records.parse_number(row.get(key)) for key in records.METRIC_COLUMNS}
+        parsed["step"] = int(parsed["step"])
+        rows.setdefault(row["variant"], []).append(parsed)
+    kept = {}
+    for name, run in report_record.get("runs", {}).items():
+        if run.get("status") not in ("finished", RECORDED_STATUS) or not run.get("run_config"):
+            continue
+        if not rows.get(name):
+            raise StudyError(f"{record_path} records {name} as finished, but {loss_path} has "
+                             "no row of it: the two files are from different reports.")
+        kept[name] = {"run_config": run["run_config"],
+                      "backbone_config": run.get("backbone_config"),
+                      "wall_seconds": run.get("wall_seconds"),
+                      "rows": sorted(rows[name], key=lambda r: r["step"]),
+                      "source": f"{record_path}, {loss_path}"}
+    vocabulary = report_record.get("vocabulary")
+    if vocabulary and vocabulary.get("settings") != study_config.vocabulary_settings(
+            config["vocabulary"]):
+        vocabulary = None  # another vocabulary: its runs then fail the sha256 check
+    return kept, vocabulary
 
 
 def collect_references(config):
@@ -221,6 +279,7 @@ def report(config, command):
                 "variant": run["variant"].variant,
                 "structural_overrides": run["variant"].overrides,
                 "status": run["status"],
+                "source": run["source"],
                 "wall_seconds": run["wall_seconds"],
                 "run_config": run.get("run_config"),
                 "backbone_config": run.get("backbone_config"),
@@ -342,6 +401,12 @@ def _table(config, runs, command, vocabulary_record, references=()):
     lines += ["", "Wall time: training and validation, summed over the processes that ran the "
                   "run (start-up and the shared vocabulary not included). Machine: "
               + "; ".join(machines) + "."]
+    if any(run["status"] == RECORDED_STATUS for run, _, _ in rows):
+        lines += ["", (f"*{RECORDED_STATUS}*: the run's directory is not in this workspace "
+                       "(`runs/` is not in git); its logged evaluations, settings and wall "
+                       "time are the ones an earlier report of its study committed "
+                       "(`<study>_loss.csv`, `<study>_config.json`), checked like a run on "
+                       "disk.")]
     if references:
         lines += ["", ("*Italic* rows: reference runs of other studies (`references` in the "
                        "config), checked to have been trained with this study's settings "

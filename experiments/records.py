@@ -50,7 +50,7 @@ def read_metrics(run_dir):
     by_step = {}
     wall, segment, previous = 0.0, 0.0, -1.0
     for row in raw:
-        parsed = {key: _number(row.get(key)) for key in METRIC_COLUMNS}
+        parsed = {key: parse_number(row.get(key)) for key in METRIC_COLUMNS}
         if parsed["step"] is None:
             continue
         parsed["step"] = int(parsed["step"])
@@ -63,11 +63,17 @@ def read_metrics(run_dir):
     return [by_step[step] for step in sorted(by_step)], wall
 
 
-def _number(text):
+def parse_number(text):
     if text is None or text == "":
         return None
     value = float(text)
     return None if math.isnan(value) else value
+
+
+def read_csv_rows(path):
+    """The rows of a CSV written by `write_csv` (its `# comment` lines skipped), as dicts."""
+    with open(path, newline="") as f:
+        return list(csv.DictReader(line for line in f if not line.startswith("#")))
 
 
 def median_tokens_per_second(rows):

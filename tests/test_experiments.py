@@ -484,3 +484,106 @@ def test_the_shipped_study_configs_load_and_share_their_settings():
     for fraction in intermediate["checkpoints"]:  # a checkpoint the pre-training writes
         study_config.checkpoint_path(pretrain, study_config.variants(pretrain)[0], fraction)
     study_config.load_config(str(folder / "length.json"), kind="length")
+
+
+def _copy_study(study, target):
+    """The fixture's study copied to `target`: its runs and results there (the corpus, which
+    the runs record, where it was)."""
+    import shutil
+
+    root = str(study["root"])
+    shutil.copytree(root, target)
+    configs = {}
+    for name, path in study["configs"].items():
+        copied = Path(str(path).replace(root, str(target)))
+        text = copied.read_text()
+        for folder in ("runs", "results"):
+            text = text.replace(f"{root}/{folder}", f"{target}/{folder}")
+        copied.write_text(text)
+        configs[name] = str(copied)
+    return {"root": target, "runs": target / "runs", "results": target / "results",
+            "configs": configs}
+
+
+def _table_row(table, name):
+    line = next(line for line in table.splitlines() if line.startswith(f"| {name} |"))
+    return [cell.strip() for cell in line.split("|")[1:-1]]
+
+
+def test_a_report_keeps_finished_runs_whose_directories_are_gone(study, tmp_path, capsys):
+    # runs/ is not in git: a new workspace has the committed report but not the runs.
+    copy = _copy_study(study, tmp_path / "copy")
+    results, configs = copy["results"], copy["configs"]
+    assert main(["report", "--config", configs["pretrain"]]) == 0
+    csv_before = (results / "pretrain_loss.csv").read_text()
+    row_before = _table_row((results / "pretrain_table.md").read_text(), "tupe_r")
+    logged = read_val_loss(copy["runs"] / "pretrain" / "tupe_r")
+    import shutil
+
+    shutil.rmtree(copy["runs"] / "pretrain" / "tupe_r")
+    # Without the vocabulary on disk, the report's own record of it is used.
+    vocabulary = {name: (copy["runs"] / name).read_bytes() for name in ("vocab.txt", "vocab.json")}
+    for name in vocabulary:
+        (copy["runs"] / name).unlink()
+    assert main(["report", "--config", configs["pretrain"]]) == 0
+    for name, content in vocabulary.items():
+        (copy["runs"] / name).write_bytes(content)
+    # Every logged evaluation of the removed run is still there, with its numbers.
+    assert (results / "pretrain_loss.csv").read_text().splitlines()[1:] == \
+        csv_before.splitlines()[1:]
+    table = (results / "pretrain_table.md").read_text()
+    row = _table_row(table, "tupe_r")
+    assert row[:-1] == row_before[:-1] and row[2:5] == [
+        f"{logged[2]:.3f}", f"{logged[2]:.3f}", f"{logged[4]:.3f}"]
+    assert row[-1] == "finished (recorded)" and _table_row(table, "bert_a")[-1] == "finished"
+    record = json.loads((results / "pretrain_config.json").read_text())
+    assert "pretrain_loss.csv" in record["runs"]["tupe_r"]["source"]
+    assert record["runs"]["bert_a"]["source"].endswith(os.path.join("pretrain", "bert_a"))
+    # A reference whose directory is gone comes from its study's record too.
+    with_references = Path(configs["relative"]).with_name("relative_refs.json")
+    with_references.write_text(json.dumps({
+        **json.loads(Path(configs["relative"]).read_text()),
+        "references": {"pretrain.json": ["tupe_r"]}}))
+    assert main(["report", "--config", str(with_references)]) == 0
+    reference = _table_row((results / "relative_table.md").read_text(), "*tupe_r (pretrain)*")
+    assert reference[2:5] == row[2:5] and reference[-1] == "reference: finished (recorded)"
+
+    # A record is checked like a run on disk: other settings are refused, by name.
+    original = (results / "pretrain_config.json").read_text()
+    changed = json.loads(original)
+    changed["runs"]["tupe_r"]["run_config"]["config"]["learning_rate"] = 0.1
+    (results / "pretrain_config.json").write_text(json.dumps(changed))
+    assert main(["report", "--config", configs["pretrain"]]) == 2
+    assert re.search(r"tupe_r: learning_rate is 0\.1 in .*pretrain_config\.json",
+                     capsys.readouterr().err)
+    # Only finished runs are kept: an unfinished one whose directory is gone starts anew.
+    changed = json.loads(original)
+    changed["runs"]["tupe_r"]["status"] = "unfinished (step 2)"
+    (results / "pretrain_config.json").write_text(json.dumps(changed))
+    assert main(["report", "--config", configs["pretrain"]]) == 0
+    assert _table_row((results / "pretrain_table.md").read_text(), "tupe_r")[-1] == "not started"
+    assert "tupe_r," not in (results / "pretrain_loss.csv").read_text()
+
+
+def test_a_length_report_keeps_the_rows_of_models_evaluated_elsewhere(study, tmp_path):
+    copy = _copy_study(study, tmp_path / "copy")
+    results, config = copy["results"], copy["configs"]["length"]
+    jsonl = copy["runs"] / "length" / "results.jsonl"
+    jsonl.unlink(missing_ok=True)
+    for path in results.glob("length_*"):  # another test's report, copied with the study
+        path.unlink()
+    assert main(["length", "--config", config, "--variants", "bert_a", "huang_m4_k8"]) == 0
+    before = {name: (results / name).read_text() for name in ("length_loss.csv",
+                                                               "length_table.md")}
+    assert "pretrain/tupe_r" in before["length_table.md"]
+    assert "| pretrain/tupe_r | tupe_r_tiny | 4 | – | – |" in before["length_table.md"]
+    # Another workspace: the results on disk are gone, tupe_r is evaluated there.
+    jsonl.unlink()
+    assert main(["length", "--config", config, "--variants", "tupe_r"]) == 0
+    table = (results / "length_table.md").read_text()
+    for name in ("pretrain/bert_a", "relative/huang_m4_k8", "baseline/unigram"):
+        assert _table_row(table, name) == _table_row(before["length_table.md"], name), name
+    assert re.search(r"\| pretrain/tupe_r \| tupe_r_tiny \| 4 \| \d+\.\d{3} \| n/a \|", table)
+    rows = records.read_csv_rows(str(results / "length_loss.csv"))
+    assert [(r["variant"], r["length"]) for r in rows] == [
+        (v, n) for v in ("bert_a", "tupe_r", "huang_m4_k8", "unigram") for n in ("32", "256")]
