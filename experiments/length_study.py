@@ -174,14 +174,26 @@ def run_study(config, command, report_command, only_variants=None):
     import keras_tupe  # noqa: F401  (registers the classes for loading)
 
     jobs = plan(config, only_variants)
-    missing = [job["model"] for job in jobs if not os.path.exists(job["model"])]
+    recorded = {_key(row) for row in recorded_rows(config)}
+    on_disk = [job for job in jobs if os.path.exists(job["model"])]
+    missing = [job["model"] for job in jobs if job not in on_disk and any(
+        (job["pretrain_study"], job["variant"], job["step"], n) not in recorded
+        for n in config["lengths"])]
     if missing:
         raise StudyError("Not pre-trained yet (run the pre-training studies first):\n  "
                          + "\n  ".join(missing))
+    if not on_disk:
+        raise StudyError("Every model asked for was evaluated in an earlier workspace (its "
+                         "rows are in the committed CSV) and none is on disk; nothing to do. "
+                         f"Rewrite the report with: {report_command}")
+    for job in jobs:
+        if job not in on_disk:
+            print(f"[{config['study']}] {job['pretrain_study']}/{job['variant']} step "
+                  f"{job['step']}: not on disk, its recorded rows are kept", flush=True)
     path = results_path(config)
     done = {_key(row) for row in records.read_jsonl(path)}
     batches = _Batches(config)
-    for job in jobs:
+    for job in on_disk:
         todo = [n for n in config["lengths"]
                 if (job["pretrain_study"], job["variant"], job["step"], n) not in done]
         if not todo:
@@ -206,15 +218,17 @@ def run_study(config, command, report_command, only_variants=None):
             shown = "n/a" if row["loss"] is None else f"{row['loss']:.4f}"
             print(f"[{config['study']}] {job['pretrain_study']}/{job['variant']} step "
                   f"{job['step']} length {length}: loss {shown} {note}", flush=True)
-    _unigram_rows(config, jobs[0], batches, done, path, command)
+    _unigram_rows(config, on_disk[0], batches, done | recorded, path, command)
     return report(config, report_command)
 
 
 def _unigram_rows(config, job, batches, done, path, command):
+    """The context-free reference at every length not `done` (evaluated or recorded)."""
     todo = [n for n in config["lengths"] if _key({**UNIGRAM, "length": n}) not in done]
     if not todo:
         return
-    # The first pre-training study's vocabulary: the one of jobs[0], whose batches are used.
+    # The first pre-training study's vocabulary: every study shares it (the configs are
+    # checked to), so the batches of `job` are the ones the models were scored on.
     log_probs = unigram_log_probs(
         study_config.related_configs(config, "pretrain_configs")[0]["vocabulary"])
     for length in todo:

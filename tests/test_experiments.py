@@ -587,3 +587,19 @@ def test_a_length_report_keeps_the_rows_of_models_evaluated_elsewhere(study, tmp
     rows = records.read_csv_rows(str(results / "length_loss.csv"))
     assert [(r["variant"], r["length"]) for r in rows] == [
         (v, n) for v in ("bert_a", "tupe_r", "huang_m4_k8", "unigram") for n in ("32", "256")]
+    # The whole study in a workspace where bert_a's model is gone: its rows are kept, the
+    # models on disk are evaluated (again: the same numbers).
+    jsonl.unlink()
+    (copy["runs"] / "pretrain" / "bert_a" / "mlm.keras").unlink()
+    assert main(["length", "--config", config]) == 0
+    again = (results / "length_table.md").read_text()
+    for name in ("pretrain/bert_a", "pretrain/tupe_r", "relative/huang_m4_k8"):
+        assert _table_row(again, name) == _table_row(table, name), name
+    assert {r["variant"] for r in records.read_jsonl(str(jsonl))} == {"tupe_r", "huang_m4_k8"}
+    # A model neither on disk nor recorded is refused, by path.
+    (results / "length_loss.csv").write_text("".join(
+        line for line in (results / "length_loss.csv").read_text().splitlines(True)
+        if ",bert_a," not in line))
+    jsonl.unlink()
+    with pytest.raises(study_config.StudyError, match=r"(?s)Not pre-trained yet.*bert_a/mlm.keras"):
+        length_study.run_study(study_config.load_config(config), "c", "r")
