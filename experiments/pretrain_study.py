@@ -26,8 +26,10 @@ FRACTIONS = (0.25, 0.5, 1.0)
 FREE_FIELDS = ("preset", "out")
 
 
-def run_study(config, command, only=None, verbose=2):
-    """Trains (or resumes, or skips) every variant; returns `{name: "trained" | "skipped"}`."""
+def run_study(config, command, only=None, verbose=2, until_step=None):
+    """Trains (or resumes, or skips) every variant; returns `{name: "trained" | "skipped"}`
+    (`"trained to step N"` with `until_step`, which stops each run there: see
+    `keras_tupe.pretraining.pretrain`)."""
     import keras
 
     from keras_tupe.pretraining import pretrain
@@ -45,8 +47,10 @@ def run_study(config, command, only=None, verbose=2):
             print(f"[{config['study']}] {variant.name}: pre-training {variant.preset} -> "
                   f"{variant.run_dir}", flush=True)
             keras.backend.clear_session()
-            pretrain(study_config.pretrain_config(config, variant, verbose=verbose))
-            status[variant.name] = "trained"
+            pretrain(study_config.pretrain_config(config, variant, verbose=verbose),
+                     until_step=until_step)
+            status[variant.name] = ("trained" if until_step is None
+                                    else f"trained to step {until_step}")
     return status
 
 

@@ -45,6 +45,10 @@ def parse_args(argv=None):
     sub.add_argument("--variants", nargs="+", help="only these variants (default: all)")
     sub.add_argument("--verbose", type=int, default=2, choices=(0, 1, 2),
                      help="Keras progress output (2: one line per block of eval_every steps)")
+    sub.add_argument("--until-step", type=int,
+                     help="stop each run after this step (a multiple of eval_every), "
+                          "unfinished and resumable: e.g. 1000 for the 50%% checkpoint that "
+                          "finetune_intermediate reads")
     sub = with_config("finetune", "the reduced GLUE protocol on the pre-trained checkpoints")
     sub.add_argument("--variants", nargs="+", help="only these variants (default: all)")
     sub.add_argument("--checkpoints", nargs="+", type=float,
@@ -101,7 +105,7 @@ def _run_study(args, config, command):
     if kind == "pretrain":
         start = time.perf_counter()
         status = pretrain_study.run_study(config, command, only=args.variants,
-                                          verbose=args.verbose)
+                                          verbose=args.verbose, until_step=args.until_step)
         records.append_jsonl(os.path.join(study_dir(config), "commands.jsonl"), {
             "command": command, "finished": records.now(), "status": status,
             "seconds": time.perf_counter() - start})

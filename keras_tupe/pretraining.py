@@ -232,8 +232,15 @@ def _backed_up_epoch(backup_dir):
         return int(json.load(f)["epoch"])
 
 
-def pretrain(config):
-    """Runs (or resumes) a pre-training run. Returns the Keras `History`."""
+def pretrain(config, until_step=None):
+    """Runs (or resumes) a pre-training run. Returns the Keras `History`.
+
+    `until_step` (a multiple of `eval_every`) stops the run after that step, with
+    its backup, checkpoints and metrics written but no final model: the learning
+    rate schedule is still the one of `config.steps`, and the same call without
+    `until_step` resumes it to the end, with the weights of a run never stopped.
+    For an intermediate checkpoint (`save_steps`) when the rest can wait.
+    """
 
     from keras_tupe import data
     from keras_tupe.models import MaskedLM, TupeBackbone
@@ -267,6 +274,12 @@ def pretrain(config):
     vocabulary_size = tokenizer.vocabulary_size()
     steps_per_epoch = config.eval_every
     epochs = config.steps // steps_per_epoch
+    if until_step is not None:
+        if until_step <= 0 or until_step % steps_per_epoch or until_step > config.steps:
+            raise PretrainError(
+                f"until_step must be a positive multiple of eval_every ({steps_per_epoch}) "
+                f"and at most steps ({config.steps}). Received: {until_step}")
+        epochs = until_step // steps_per_epoch
     backup_dir = os.path.join(config.out, "backup")
     consumed = _backed_up_epoch(backup_dir) * steps_per_epoch
     if consumed and config.verbose:
@@ -317,6 +330,8 @@ def pretrain(config):
         validation_steps=config.valid_batches if valid is not None else None,
         callbacks=callbacks, verbose=config.verbose, shuffle=False,  # the dataset shuffles
     )
+    if epochs < config.steps // steps_per_epoch:  # stopped at until_step: not finished
+        return history
     backbone.save(os.path.join(config.out, "backbone.keras"))
     model.save(os.path.join(config.out, "mlm.keras"))  # last: marks the run finished
     return history

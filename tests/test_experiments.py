@@ -603,3 +603,35 @@ def test_a_length_report_keeps_the_rows_of_models_evaluated_elsewhere(study, tmp
     jsonl.unlink()
     with pytest.raises(study_config.StudyError, match=r"(?s)Not pre-trained yet.*bert_a/mlm.keras"):
         length_study.run_study(study_config.load_config(config), "c", "r")
+
+
+def test_a_run_stopped_at_until_step_resumes_to_the_uninterrupted_weights(study, tmp_path,
+                                                                          capsys):
+    import shutil
+
+    import keras
+
+    copy = _copy_study(study, tmp_path / "copy")
+    config, run = copy["configs"]["pretrain"], copy["runs"] / "pretrain" / "tupe_r"
+    shutil.rmtree(run)
+    assert main(["pretrain", "--config", config, "--variants", "tupe_r", "--until-step", "3",
+                 "--verbose", "0"]) == 2
+    assert re.search(r"until_step must be a positive multiple of eval_every \(2\) and at most "
+                     r"steps \(4\)\. Received: 3", capsys.readouterr().err)
+    assert main(["pretrain", "--config", config, "--variants", "tupe_r", "--until-step", "2",
+                 "--verbose", "0"]) == 0
+    # Stopped after step 2: the 50% checkpoint is there, the run is not finished.
+    assert (run / "checkpoints" / "step_0000002.keras").exists()
+    assert not (run / "mlm.keras").exists() and not (run / "backbone.keras").exists()
+    assert list(read_val_loss(run)) == [2]
+    log = records.read_jsonl(str(copy["runs"] / "pretrain" / "commands.jsonl"))
+    assert log[-1]["status"] == {"tupe_r": "trained to step 2"}
+    # Run to the end: the same losses and weights as the run that never stopped.
+    assert main(["pretrain", "--config", config, "--variants", "tupe_r", "--verbose", "0"]) == 0
+    original = study["runs"] / "pretrain" / "tupe_r"
+    assert read_val_loss(run) == read_val_loss(original)
+    resumed = keras.saving.load_model(run / "mlm.keras", compile=False)
+    uninterrupted = keras.saving.load_model(original / "mlm.keras", compile=False)
+    for a, b in zip(resumed.weights, uninterrupted.weights, strict=True):
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(a),
+                                      keras.ops.convert_to_numpy(b), err_msg=a.path)
