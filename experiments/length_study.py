@@ -182,10 +182,6 @@ def run_study(config, command, report_command, only_variants=None):
     if missing:
         raise StudyError("Not pre-trained yet (run the pre-training studies first):\n  "
                          + "\n  ".join(missing))
-    if not on_disk:
-        raise StudyError("Every model asked for was evaluated in an earlier workspace (its "
-                         "rows are in the committed CSV) and none is on disk; nothing to do. "
-                         f"Rewrite the report with: {report_command}")
     for job in jobs:
         if job not in on_disk:
             print(f"[{config['study']}] {job['pretrain_study']}/{job['variant']} step "
@@ -218,7 +214,8 @@ def run_study(config, command, report_command, only_variants=None):
             shown = "n/a" if row["loss"] is None else f"{row['loss']:.4f}"
             print(f"[{config['study']}] {job['pretrain_study']}/{job['variant']} step "
                   f"{job['step']} length {length}: loss {shown} {note}", flush=True)
-    _unigram_rows(config, on_disk[0], batches, done | recorded, path, command)
+    if on_disk:  # the reference needs a model's vocabulary on disk (or its recorded rows)
+        _unigram_rows(config, on_disk[0], batches, done | recorded, path, command)
     return report(config, report_command)
 
 

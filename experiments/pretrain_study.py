@@ -36,6 +36,7 @@ def run_study(config, command, only=None, verbose=2, until_step=None):
 
     selected = _select(config, only)
     study_config.ensure_vocabulary(config, command=command)
+    kept = recorded_runs(config)[0]
     status = {}
     with study_config.registered_presets(config):
         for variant in selected:
@@ -43,6 +44,14 @@ def run_study(config, command, only=None, verbose=2, until_step=None):
                 print(f"[{config['study']}] {variant.name}: finished, skipped "
                       f"({variant.run_dir})", flush=True)
                 status[variant.name] = "skipped"
+                continue
+            # Finished in an earlier workspace: trained again only when named in `only`.
+            if (variant.name in kept and not (only and variant.name in only)
+                    and not os.path.exists(variant.run_dir)):
+                print(f"[{config['study']}] {variant.name}: finished in an earlier workspace "
+                      f"({kept[variant.name]['source']}), skipped; name it in --variants to "
+                      "train it again", flush=True)
+                status[variant.name] = "skipped (recorded)"
                 continue
             print(f"[{config['study']}] {variant.name}: pre-training {variant.preset} -> "
                   f"{variant.run_dir}", flush=True)

@@ -27,8 +27,8 @@ run() {
 }
 
 # The reports keep the finished runs that earlier workspaces committed (runs/ is not in git;
-# see experiments/README.md), so the studies still missing come first, and each step trains
-# only what it needs on disk.
+# see experiments/README.md), and `pretrain` skips those runs unless `--variants` names them:
+# the studies still missing come first, and each step trains only what it needs on disk.
 # 1. Relative methods (Huang Tables 1-2) and 2. the clipping distance of method 4; their
 # reference curves (bert_a, bert_r, tupe_r, huang_m4) come from the committed records.
 run pretrain --study relative
@@ -46,12 +46,12 @@ run finetune --study finetune_intermediate
 # runs (TUPE Figure 4a; 3 h 55 min in results.md section 1), their report and positional
 # maps, the seed replicate of bert_a and tupe_r, and the six final checkpoints fine-tuned
 # (about 5.5 hours: 52-58 min a checkpoint, finetune_table.md).
-run pretrain --study pretrain
+run pretrain --study pretrain --variants bert_a bert_r tupe_a tupe_r tupe_a_tie_cls bert_a_d
 run report --study pretrain
 for v in tupe_a tupe_a_tie_cls tupe_r bert_r; do
   run maps --init "runs/study/pretrain/$v" --out "docs/results/maps/pretrain_$v.png" --length 128
 done
-run pretrain --study pretrain_seed1
+run pretrain --study pretrain_seed1 --variants bert_a tupe_r
 run report --study pretrain_seed1
 run finetune --study finetune
 echo "=== $(date -u +%FT%TZ) all studies done"

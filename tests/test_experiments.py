@@ -539,6 +539,12 @@ def test_a_report_keeps_finished_runs_whose_directories_are_gone(study, tmp_path
     record = json.loads((results / "pretrain_config.json").read_text())
     assert "pretrain_loss.csv" in record["runs"]["tupe_r"]["source"]
     assert record["runs"]["bert_a"]["source"].endswith(os.path.join("pretrain", "bert_a"))
+    # Training the study again skips the recorded run, unless --variants names it.
+    assert main(["pretrain", "--config", configs["pretrain"], "--verbose", "0"]) == 0
+    assert "tupe_r: finished in an earlier workspace" in capsys.readouterr().out
+    assert not (copy["runs"] / "pretrain" / "tupe_r").exists()
+    log = records.read_jsonl(str(copy["runs"] / "pretrain" / "commands.jsonl"))
+    assert log[-1]["status"] == {"bert_a": "skipped", "tupe_r": "skipped (recorded)"}
     # A reference whose directory is gone comes from its study's record too.
     with_references = Path(configs["relative"]).with_name("relative_refs.json")
     with_references.write_text(json.dumps({
