@@ -176,16 +176,16 @@ def run_study(config, command, report_command, only_variants=None):
     jobs = plan(config, only_variants)
     recorded = {_key(row) for row in recorded_rows(config)}
     on_disk = [job for job in jobs if os.path.exists(job["model"])]
-    missing = [job["model"] for job in jobs if job not in on_disk and any(
+    elsewhere = [job for job in jobs if not os.path.exists(job["model"])]
+    missing = [job["model"] for job in elsewhere if any(
         (job["pretrain_study"], job["variant"], job["step"], n) not in recorded
         for n in config["lengths"])]
     if missing:
         raise StudyError("Not pre-trained yet (run the pre-training studies first):\n  "
                          + "\n  ".join(missing))
-    for job in jobs:
-        if job not in on_disk:
-            print(f"[{config['study']}] {job['pretrain_study']}/{job['variant']} step "
-                  f"{job['step']}: not on disk, its recorded rows are kept", flush=True)
+    for job in elsewhere:
+        print(f"[{config['study']}] {job['pretrain_study']}/{job['variant']} step "
+              f"{job['step']}: not on disk, its recorded rows are kept", flush=True)
     path = results_path(config)
     done = {_key(row) for row in records.read_jsonl(path)}
     batches = _Batches(config)
@@ -271,7 +271,6 @@ def recorded_rows(config):
             row[key] = None if value is None else int(value)
         for key in FLOAT_COLUMNS:
             row[key] = records.parse_number(raw.get(key))
-        row["source"] = path
         rows.append(row)
     return rows
 
