@@ -79,7 +79,7 @@ MODES = ("train", "infer")
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 # Pre-training optimizer (TUPE Table 1); the schedule is far from its end.
 LEARNING_RATE, TOTAL_STEPS, WARMUP_STEPS = 1e-4, 1_000_000, 10_000
-INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
+INPUT_NAMES = ("token_ids", "padding_mask", "segment_ids")
 
 # The thresholds (headline).
 SPEED_THRESHOLD = 1.05  # tupe_r train step / bert_a and / keras_hub_bert, with XLA
@@ -720,9 +720,9 @@ def build_benchmark_model(job):
     rng = np.random.default_rng(0)
     batch = job["batch_size"]
     data = {
-        "input_word_ids": rng.integers(1, backbone.vocabulary_size, (batch, n)).astype("int32"),
-        "input_mask": np.ones((batch, n), "int32"),
-        "input_type_ids": (np.arange(n)[None, :] >= n // 2).repeat(batch, 0).astype("int32"),
+        "token_ids": rng.integers(1, backbone.vocabulary_size, (batch, n)).astype("int32"),
+        "padding_mask": np.ones((batch, n), "int32"),
+        "segment_ids": (np.arange(n)[None, :] >= n // 2).repeat(batch, 0).astype("int32"),
     }
     x = {name: ops.convert_to_tensor(value) for name, value in data.items()}
     if job["mode"] == "train":

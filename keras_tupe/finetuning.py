@@ -30,19 +30,24 @@ def paper_epochs(task):
 
 
 def load_backbone(init):
-    """A `TupeBackbone` from a pre-training run directory or a `.keras` file.
+    """A `TupeBackbone` from a preset folder, a pre-training run or a `.keras` file.
 
-    Accepts a run directory (its `backbone.keras`), a backbone `.keras`, or a
-    task `.keras` (masked LM, classifier: its `.backbone`).
+    Accepts a keras-hub preset folder (`save_to_preset`; a run's `preset/`), a
+    pre-training run directory (its `preset/`, else its `backbone.keras`), a
+    backbone `.keras`, or a task `.keras` (masked LM, classifier: its `.backbone`).
     """
     import keras_tupe  # noqa: F401  (registers the classes for loading)
     from keras_tupe.models import TupeBackbone
+    from keras_tupe.models.preset_folders import is_preset_folder
 
+    run_preset = os.path.join(init, "preset")
+    if is_preset_folder(init) or is_preset_folder(run_preset):
+        return TupeBackbone.from_preset(init if is_preset_folder(init) else run_preset)
     path = os.path.join(init, "backbone.keras") if os.path.isdir(init) else init
     if not os.path.exists(path):
         raise FileNotFoundError(
-            f"No encoder at {path}: give a pre-training run directory (with backbone.keras) or "
-            "a .keras file."
+            f"No encoder at {init}: give a preset folder (with config.json), a pre-training "
+            "run directory (with preset/ or backbone.keras) or a .keras file."
         )
     model = keras.saving.load_model(path, compile=False)
     backbone = model if isinstance(model, TupeBackbone) else getattr(model, "backbone", None)
@@ -52,14 +57,18 @@ def load_backbone(init):
 
 
 def default_vocabulary(init):
-    """The vocabulary of a run directory (or of the directory of a `.keras` file)."""
+    """The vocabulary of a preset folder or run directory (or of a `.keras` file's directory)."""
+    from keras_tupe.models.preset_folders import VOCABULARY_ASSET
+
     directory = init if os.path.isdir(init) else os.path.dirname(os.path.abspath(init))
-    path = os.path.join(directory, "vocab.txt")
-    if not os.path.exists(path):
-        raise FileNotFoundError(
-            f"No vocab.txt next to {init}; pass the vocabulary the encoder was pre-trained with."
-        )
-    return path
+    for candidate in (os.path.join(directory, VOCABULARY_ASSET),
+                      os.path.join(directory, "vocab.txt")):
+        if os.path.exists(candidate):
+            return candidate
+    raise FileNotFoundError(
+        f"No vocabulary in {directory} (neither {VOCABULARY_ASSET} nor vocab.txt); pass the "
+        "vocabulary the encoder was pre-trained with."
+    )
 
 
 @dataclasses.dataclass
@@ -147,7 +156,7 @@ def finetune_glue(config):
     """Fine-tunes `config.init` on one GLUE task; returns the dev metrics and timings."""
     from keras_tupe.data import glue
     from keras_tupe.metrics import glue_metrics, glue_score
-    from keras_tupe.models import TupeClassifier
+    from keras_tupe.models import TupeTextClassifier
     from keras_tupe.optimization import create_optimizer
 
     if config.task not in glue.GLUE_TASKS:
@@ -171,7 +180,7 @@ def finetune_glue(config):
     steps = epochs * int(np.ceil(len(train_examples.labels) / config.batch_size))
     # Dropout of the pre-trained encoder: the fine-tuning value.
     backbone = _with_dropout(backbone, config.dropout)
-    model = TupeClassifier(backbone, num_classes=spec.num_classes, dropout=config.dropout)
+    model = TupeTextClassifier(backbone, num_classes=spec.num_classes, dropout=config.dropout)
     model.compile(
         optimizer=create_optimizer(model, config.learning_rate, total_steps=steps,
                                    warmup_steps=int(config.warmup_ratio * steps),
@@ -393,7 +402,7 @@ def finetune_squad(config):
     eval_features = squad.featurize(eval_articles, vocab, training=False, **featurize)
     train = squad.squad_dataset(train_features, config.batch_size, training=True, shuffle=True,
                                 seed=config.seed)
-    steps = config.epochs * int(np.ceil(len(train_features.input_word_ids) / config.batch_size))
+    steps = config.epochs * int(np.ceil(len(train_features.token_ids) / config.batch_size))
     model = TupeSpanQA(backbone)
     model.compile(optimizer=create_optimizer(model, config.learning_rate, total_steps=steps,
                                              warmup_steps=int(config.warmup_ratio * steps),
@@ -405,7 +414,7 @@ def finetune_squad(config):
     predictions = squad.postprocess(eval_features, outputs["start_positions"],
                                     outputs["end_positions"], eval_articles)
     result = {"data": label, **squad_evaluate(eval_articles, predictions),
-              "train_features": int(len(train_features.input_word_ids)),
+              "train_features": int(len(train_features.token_ids)),
               "eval_questions": len(predictions)}
     if config.out:
         os.makedirs(config.out, exist_ok=True)

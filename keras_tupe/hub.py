@@ -39,7 +39,8 @@ class SavedModelEncoder(keras.layers.Layer):
             None returns the whole dict.
 
     Call arguments:
-        inputs: a dict of int `input_word_ids`, `input_mask`, `input_type_ids`
+        inputs: a dict of int `token_ids`, `padding_mask`, `segment_ids` (or TF-Hub's
+            `input_word_ids`, `input_mask`, `input_type_ids`)
             `(batch, seq_length)`.
         training: bool. Dropout is active when `True` and the layer is trainable.
     """
@@ -78,8 +79,18 @@ class SavedModelEncoder(keras.layers.Layer):
     def call(self, inputs, training=False):
         import tensorflow as tf
 
-        inputs = {name: tf.cast(inputs[name], tf.int32)
-                  for name in ("input_word_ids", "input_mask", "input_type_ids")}
+        from keras_tupe.export.tfhub_names import ENCODER_INPUTS, to_tfhub
+
+        # Keras-side inputs carry keras-hub's names (keras_tupe's data pipelines);
+        # TF-Hub's names are taken too. The SavedModel speaks TF-Hub's.
+        inputs = to_tfhub(inputs)
+        missing = [name for name in ENCODER_INPUTS if name not in inputs]
+        if missing:
+            raise ValueError(
+                "SavedModelEncoder takes token_ids, padding_mask and segment_ids (or TF-Hub's "
+                f"input_word_ids, input_mask, input_type_ids). Missing: {missing}"
+            )
+        inputs = {name: tf.cast(inputs[name], tf.int32) for name in ENCODER_INPUTS}
         outputs = self._loaded(inputs, training=bool(training) and self.trainable)
         return outputs if self.output_key is None else outputs[self.output_key]
 
@@ -93,7 +104,7 @@ def load_encoder(handle, trainable=True, output_key=None, name="encoder"):
     Example:
     >>> encoder = load_encoder("saved_models/tupe_r_mini_encoder/1")
     >>> inputs = {k: keras.Input((None,), dtype="int32", name=k)
-    ...           for k in ("input_word_ids", "input_mask", "input_type_ids")}
+    ...           for k in ("token_ids", "padding_mask", "segment_ids")}
     >>> logits = keras.layers.Dense(2)(encoder(inputs)["pooled_output"])
     >>> model = keras.Model(inputs, logits)
     """

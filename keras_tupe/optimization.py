@@ -15,10 +15,6 @@ import keras
 import keras_hub
 from keras import ops
 
-from keras_tupe.layers.cls_reset import ClsReset
-from keras_tupe.layers.qkr_multiplicative_attention import QKRMultiplicativeAttention
-from keras_tupe.layers.relative_bucket_bias import RelativeBucketBias
-
 
 @keras.saving.register_keras_serializable(package="keras_tupe")
 class LinearWarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
@@ -112,31 +108,49 @@ class AdamW(AggregatedClippingMixin, keras.optimizers.AdamW):
 def decay_exclusions(model):
     """The variables that must not be weight-decayed, found by what they are.
 
-    Biases of every dense projection, LayerNorm scales and offsets, the T5
-    relative bias table, the [CLS] reset's θ1/θ2, and the scalar multiplicative
-    tables of Huang's methods 1 and 2 (they start at 1: decay would pull the
-    logits towards 0). Kernels, embeddings, position tables and the vector
-    relative tables are decayed.
+    A layer that owns such weights declares them itself as
+    `decay_exempt_weights`, a list of its own variables (keras_tupe's layers:
+    the T5 relative bias table, the [CLS] reset's θ1/θ2, the scalar tables of
+    Huang's methods 1 and 2); any layer with that attribute is honoured, so a
+    new layer needs no change here. Standard layers, which cannot declare
+    anything, follow generic rules: LayerNorm scales and offsets, the biases of
+    `Dense`/`EinsumDense`, and the output bias of keras-hub's `MaskedLMHead`.
+    Kernels, embeddings, position tables and the vector relative tables are
+    decayed.
     """
     excluded = []
+    # Keras 3 has no public recursive walk (`Model.layers` is the top level
+    # only), and nested layers (e.g. a block's attention) own weights too.
     for layer in model._flatten_layers(include_self=True, recursive=True):
+        if "decay_exempt_weights" in dir(layer):
+            # Not getattr(..., default): an AttributeError inside the property
+            # (an unbuilt layer) must surface, not read as "nothing exempt".
+            excluded += list(layer.decay_exempt_weights)
         if isinstance(layer, keras.layers.LayerNormalization):
-            excluded += [layer.gamma, layer.beta]
+            excluded += [w for w in (layer.gamma, layer.beta) if w is not None]
         elif isinstance(layer, (keras.layers.Dense, keras.layers.EinsumDense)):
             if layer.bias is not None:
                 excluded.append(layer.bias)
-        elif isinstance(layer, RelativeBucketBias):
-            excluded.append(layer.relative_attention_bias)
-        elif isinstance(layer, ClsReset):
-            excluded += [layer.cls_to_others, layer.others_to_cls]
-        elif isinstance(layer, QKRMultiplicativeAttention) and layer.method in (
-            "method1",
-            "method2",
-        ):
-            excluded.append(layer.relative_embeddings)
         elif isinstance(layer, keras_hub.layers.MaskedLMHead):
-            excluded.append(layer._bias)  # its output bias (`output_bias`)
-    return excluded
+            excluded.append(_masked_lm_head_output_bias(layer))
+    unique = {id(variable): variable for variable in excluded}
+    return list(unique.values())
+
+
+def _masked_lm_head_output_bias(layer):
+    """The output bias of keras-hub's `MaskedLMHead`, found by its variable name.
+
+    The head keeps it in a private attribute (`_bias`); among its weights it is
+    the one named `output_bias` (its sublayers' are `kernel`, `bias`, `gamma`,
+    `beta`).
+    """
+    found = [w for w in layer.weights if w.name == "output_bias"]
+    if len(found) != 1:
+        raise ValueError(
+            f"Expected one `output_bias` weight in MaskedLMHead {layer.name!r} (a built "
+            f"keras-hub head). Received weights: {[w.path for w in layer.weights]}"
+        )
+    return found[0]
 
 
 def create_optimizer(

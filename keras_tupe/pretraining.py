@@ -33,6 +33,7 @@ RUN_CONFIG = "run_config.json"
 STRATEGIES = ("default", "mirrored", "multiworker")
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 # Fields that may differ when a killed run is started again.
+PRESET_DIR = "preset"
 RESUME_FREE_FIELDS = ("overwrite", "verbose", "vocab")  # the vocab is checked by content
 
 
@@ -243,7 +244,7 @@ def pretrain(config, until_step=None):
     """
 
     from keras_tupe import data
-    from keras_tupe.models import MaskedLM, TupeBackbone
+    from keras_tupe.models import TupeMaskedLM, TupeBackbone
     from keras_tupe.optimization import create_optimizer
 
     strategy = make_strategy(config.strategy)
@@ -304,7 +305,7 @@ def pretrain(config, until_step=None):
         backbone = TupeBackbone.from_preset(
             config.preset, vocabulary_size=vocabulary_size, dropout=config.dropout
         )
-        model = MaskedLM(backbone)
+        model = TupeMaskedLM(backbone)
         optimizer = create_optimizer(
             model, config.learning_rate, total_steps=config.steps,
             warmup_steps=int(config.warmup_ratio * config.steps),
@@ -333,5 +334,52 @@ def pretrain(config, until_step=None):
     if epochs < config.steps // steps_per_epoch:  # stopped at until_step: not finished
         return history
     backbone.save(os.path.join(config.out, "backbone.keras"))
+    write_preset(model, vocab_path, config, os.path.join(config.out, PRESET_DIR))
     model.save(os.path.join(config.out, "mlm.keras"))  # last: marks the run finished
+    if config.verbose:
+        print(f"Saved the pre-trained model to {config.out}: {PRESET_DIR}/ (keras-hub preset "
+              "folder), backbone.keras, mlm.keras, vocab.txt.", flush=True)
     return history
+
+
+def write_preset(model, vocabulary_file, config, preset_dir):
+    """The run as a keras-hub preset folder: the masked LM, its tokenizer and preprocessor.
+
+    `keras_hub.models.Backbone.from_preset(preset_dir)`, `TextClassifier.from_preset(
+    preset_dir, num_classes=...)` and `MaskedLM.from_preset(preset_dir)` load it with the
+    pre-trained weights; the preprocessor packs to the run's `seq_len`.
+    `metadata.json` also records the run (`keras_tupe_training`: command, corpus,
+    steps, tokens, settings). Written to `<preset_dir>.partial` and renamed, so a
+    folder that exists is complete.
+    """
+    from keras_tupe.models import TupeMaskedLMPreprocessor, TupeTokenizer
+
+    staging = preset_dir.rstrip("/") + ".partial"
+    shutil.rmtree(staging, ignore_errors=True)  # an interrupted earlier write
+    if os.path.exists(preset_dir):
+        shutil.rmtree(preset_dir)  # a finished run is only re-made with --overwrite
+    tokenizer = TupeTokenizer(vocabulary=vocabulary_file, lowercase=config.lowercase)
+    model.preprocessor = TupeMaskedLMPreprocessor(
+        tokenizer, sequence_length=config.seq_len, mask_selection_rate=config.mask_rate,
+        mask_token_rate=config.mask_token_rate, random_token_rate=config.random_token_rate)
+    try:
+        model.save_to_preset(staging)
+    finally:
+        model.preprocessor = None  # training feeds packed batches
+    metadata_path = os.path.join(staging, "metadata.json")
+    with open(metadata_path) as f:
+        metadata = json.load(f)
+    metadata["keras_tupe_training"] = {
+        "command": " ".join(sys.argv),
+        "corpus": config.corpus,
+        "valid_corpus": config.valid_corpus,
+        "steps": config.steps,
+        "tokens": config.steps * config.batch_size * config.seq_len,
+        "preset": config.preset,
+        "config": config.resume_key(),
+        "versions": versions(),
+    }
+    with open(metadata_path, "w") as f:
+        json.dump(metadata, f, indent=2, default=str)
+    os.replace(staging, preset_dir)
+    return preset_dir

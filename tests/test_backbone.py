@@ -30,9 +30,9 @@ def make_inputs(batch, length, real=None, vocabulary_size=1024, seed=0):
     mask = np.zeros((batch, length), "int32")
     mask[:, :real] = 1
     return {
-        "input_word_ids": rng.integers(1, vocabulary_size, (batch, length)).astype("int32"),
-        "input_mask": mask,
-        "input_type_ids": rng.integers(0, 2, (batch, length)).astype("int32"),
+        "token_ids": rng.integers(1, vocabulary_size, (batch, length)).astype("int32"),
+        "padding_mask": mask,
+        "segment_ids": rng.integers(0, 2, (batch, length)).astype("int32"),
     }
 
 
@@ -153,22 +153,22 @@ def test_absolute_limit_checked_in_graph_with_dynamic_length():
 
 def test_mask_shape_must_match_word_ids():
     inputs = make_inputs(2, 8)
-    inputs["input_mask"] = inputs["input_mask"][:, :6]
-    with pytest.raises(ValueError, match="same shape.*input_mask.*\\(2, 6\\)"):
+    inputs["padding_mask"] = inputs["padding_mask"][:, :6]
+    with pytest.raises(ValueError, match="same shape.*padding_mask.*\\(2, 6\\)"):
         TupeBackbone.from_preset("bert_a_tiny")(inputs)
 
 
 def test_token_ids_must_be_integers():
     inputs = make_inputs(2, 8)
-    inputs["input_word_ids"] = inputs["input_word_ids"].astype("float32")
-    with pytest.raises(TypeError, match="input_word_ids.*integers.*float32"):
+    inputs["token_ids"] = inputs["token_ids"].astype("float32")
+    with pytest.raises(TypeError, match="token_ids.*integers.*float32"):
         TupeBackbone.from_preset("bert_a_tiny")(inputs)
 
 
 def test_inputs_must_be_the_tf_hub_dict():
     inputs = make_inputs(2, 8)
-    del inputs["input_type_ids"]
-    with pytest.raises(ValueError, match="input_type_ids"):
+    del inputs["segment_ids"]
+    with pytest.raises(ValueError, match="segment_ids"):
         TupeBackbone.from_preset("bert_a_tiny")(inputs)
 
 

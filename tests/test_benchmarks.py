@@ -213,9 +213,9 @@ def test_tupe_positional_term_is_computed_once_and_broadcast_over_the_batch():
         block.attention.call = attention_call
     batch, length = 3, 16
     inputs = {
-        "input_word_ids": np.ones((batch, length), "int32"),
-        "input_mask": np.ones((batch, length), "int32"),
-        "input_type_ids": np.zeros((batch, length), "int32"),
+        "token_ids": np.ones((batch, length), "int32"),
+        "padding_mask": np.ones((batch, length), "int32"),
+        "segment_ids": np.zeros((batch, length), "int32"),
     }
     forward = tf.function(lambda x: backbone(x)["sequence_output"], jit_compile=True)
     for run in (lambda: backbone(inputs), lambda: forward(inputs)):  # eager, then XLA trace

@@ -49,9 +49,9 @@ def test_converted_encoder_trains_its_relative_tables(tmp_path):
     path = tmp_path / "converted.keras"
     converted.save(path)
     restored = keras.saving.load_model(path)
-    from keras_tupe.models import TupeClassifier
+    from keras_tupe.models import TupeTextClassifier
 
-    classifier = TupeClassifier(restored, num_classes=2)
+    classifier = TupeTextClassifier(restored, num_classes=2)
     classifier.compile(optimizer=keras.optimizers.Adam(1e-2), jit_compile=True)
     classifier.train_on_batch(INPUTS, np.array([0, 1, 1]))
     assert any(np.any(t.numpy() != 0) for t in _relative_tables(restored))

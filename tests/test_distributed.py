@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_tupe.models import MaskedLM, TupeBackbone
+from keras_tupe.models import TupeMaskedLM, TupeBackbone
 from keras_tupe.optimization import create_optimizer
 
 B, L, P = 8, 16, 4
@@ -15,10 +15,10 @@ def _batches(steps):
     rng = np.random.default_rng(0)
     for _ in range(steps):
         x = {
-            "input_word_ids": rng.integers(5, 1024, (B, L)).astype("int32"),
-            "input_mask": (np.arange(L) < rng.integers(8, L + 1, (B, 1))).astype("int32"),
-            "input_type_ids": np.zeros((B, L), "int32"),
-            "masked_lm_positions": rng.integers(1, 8, (B, P)).astype("int32"),
+            "token_ids": rng.integers(5, 1024, (B, L)).astype("int32"),
+            "padding_mask": (np.arange(L) < rng.integers(8, L + 1, (B, 1))).astype("int32"),
+            "segment_ids": np.zeros((B, L), "int32"),
+            "mask_positions": rng.integers(1, 8, (B, P)).astype("int32"),
         }
         yield x, rng.integers(5, 1024, (B, P)).astype("int32"), (rng.random((B, P)) < 0.8).astype("float32")
 
@@ -27,7 +27,7 @@ def _train(strategy, precision, steps=2):
     keras.utils.set_random_seed(0)
     keras.config.set_dtype_policy(precision)
     with strategy.scope():
-        model = MaskedLM(TupeBackbone.from_preset("tupe_r_tiny", dropout=0.0))
+        model = TupeMaskedLM(TupeBackbone.from_preset("tupe_r_tiny", dropout=0.0))
         optimizer = create_optimizer(model, 1e-2, total_steps=10, warmup_steps=1, clip_norm=0.5)
         model.compile(optimizer=optimizer, jit_compile=True)
     losses = []
@@ -69,5 +69,5 @@ def test_mirrored_xla_step_equals_single_device_step(precision):
 def _initial_weights(precision):
     keras.utils.set_random_seed(0)
     keras.config.set_dtype_policy(precision)
-    model = MaskedLM(TupeBackbone.from_preset("tupe_r_tiny", dropout=0.0))
+    model = TupeMaskedLM(TupeBackbone.from_preset("tupe_r_tiny", dropout=0.0))
     return [w.numpy().astype("float64") for w in model.weights]

@@ -25,13 +25,14 @@ from keras_tupe.export import (
     write_version,
 )
 from keras_tupe.hub import load_encoder, load_saved_model
-from keras_tupe.models import MaskedLM, TupeBackbone, TupeClassifier
+from keras_tupe.export.tfhub_names import from_tfhub
+from keras_tupe.models import TupeMaskedLM, TupeBackbone, TupeTextClassifier
 from training import export as export_cli
 
 REPO = Path(__file__).resolve().parents[1]
 DATA_DIR = Path(os.environ.get("KERAS_TUPE_DATA_DIR") or REPO.parent / "shared" / "data")
-VARIANTS = sorted({preset.rsplit("_", 1)[0] for preset in TupeBackbone.presets()})
-SIZES = sorted({preset.rsplit("_", 1)[1] for preset in TupeBackbone.presets()})
+VARIANTS = sorted({preset.rsplit("_", 1)[0] for preset in TupeBackbone.presets})
+SIZES = sorted({preset.rsplit("_", 1)[1] for preset in TupeBackbone.presets})
 BATCH_SIZES, SEQUENCE_LENGTHS = (1, 3), (5, 19)
 TOLERANCE = 1e-5
 
@@ -45,6 +46,11 @@ def random_inputs(rng, batch, length, vocabulary_size):
         "input_mask": mask,
         "input_type_ids": (rng.integers(0, 2, (batch, length)) * mask).astype("int32"),
     }
+
+
+def keras_outputs(backbone, tfhub_inputs, training=False):
+    """The backbone's outputs, per layer too, for TF-Hub-named inputs (the export's contract)."""
+    return backbone.layer_outputs()(from_tfhub(tfhub_inputs), training=training)
 
 
 def flat_outputs(outputs):
@@ -66,7 +72,7 @@ def run_parity(presets, root):
             inputs = random_inputs(rng, batch, length, backbone.vocabulary_size)
             np.savez(case / f"inputs_{batch}x{length}.npz", **inputs)
             np.savez(case / f"expected_{batch}x{length}.npz",
-                     **flat_outputs(backbone(inputs, training=False)))
+                     **flat_outputs(keras_outputs(backbone, inputs)))
         keras.backend.clear_session()
     result = subprocess.run([sys.executable, str(REPO / "tests" / "saved_model_check.py"), str(root)],
                             capture_output=True, text=True, cwd=root)
@@ -107,7 +113,7 @@ def test_parity_check_detects_a_wrong_output(tmp_path):
     case = results_dir / "bert_a_tiny"
     os.replace(export_encoder(backbone, str(case / "export")), case / "saved_model")
     inputs = random_inputs(np.random.default_rng(0), 2, 6, backbone.vocabulary_size)
-    expected = flat_outputs(backbone(inputs))
+    expected = flat_outputs(keras_outputs(backbone, inputs))
     expected["encoder_outputs_1"][0, 0, 0] += 1e-3
     np.savez(case / "inputs_2x6.npz", **inputs)
     np.savez(case / "expected_2x6.npz", **expected)
@@ -121,7 +127,7 @@ def test_parity_check_detects_a_wrong_output(tmp_path):
 
 @pytest.fixture(scope="module")
 def exported_mlm(tmp_path_factory):
-    masked_lm = MaskedLM(TupeBackbone.from_preset("tupe_r_tiny", dropout=0.3))
+    masked_lm = TupeMaskedLM(TupeBackbone.from_preset("tupe_r_tiny", dropout=0.3))
     path = export_encoder(masked_lm, str(tmp_path_factory.mktemp("mlm") / "encoder"))
     return masked_lm, tf.saved_model.load(path)
 
@@ -146,7 +152,8 @@ def test_mlm_sub_object_equals_the_masked_lm(exported_mlm):
     rng = np.random.default_rng(2)
     inputs = random_inputs(rng, 3, 12, masked_lm.backbone.vocabulary_size)
     positions = rng.integers(0, 12, (3, 4)).astype("int32")
-    expected = keras.ops.convert_to_numpy(masked_lm({**inputs, "masked_lm_positions": positions}))
+    expected = keras.ops.convert_to_numpy(
+        masked_lm({**from_tfhub(inputs), "mask_positions": positions}))
     outputs = loaded.mlm({**inputs, "masked_lm_positions": positions}, training=False)
     np.testing.assert_allclose(outputs["mlm_logits"].numpy(), expected, atol=TOLERANCE, rtol=0)
     assert outputs["mlm_logits"].shape == (3, 4, masked_lm.backbone.vocabulary_size)
@@ -167,7 +174,7 @@ def test_length_limits_survive_export(tmp_path):
             **{key: tf.constant(value) for key, value in long_inputs.items()})
     loaded_relative = tf.saved_model.load(export_encoder(relative, str(tmp_path / "r")))
     np.testing.assert_allclose(loaded_relative(long_inputs)["sequence_output"].numpy(),
-                               keras.ops.convert_to_numpy(relative(long_inputs)["sequence_output"]),
+                               keras.ops.convert_to_numpy(relative(from_tfhub(long_inputs))["sequence_output"]),
                                atol=TOLERANCE, rtol=0)
 
 
@@ -177,6 +184,7 @@ def test_keras_save_and_load_still_work_after_export(tmp_path):
     export_encoder(backbone, str(tmp_path / "export"))
     backbone.save(tmp_path / "backbone.keras")
     reloaded = keras.saving.load_model(tmp_path / "backbone.keras")
+    inputs = from_tfhub(inputs)
     np.testing.assert_allclose(keras.ops.convert_to_numpy(reloaded(inputs)["pooled_output"]),
                                keras.ops.convert_to_numpy(backbone(inputs)["pooled_output"]),
                                atol=1e-6, rtol=0)
@@ -226,7 +234,7 @@ def test_export_refuses_an_existing_version(tmp_path):
     with pytest.raises(FileExistsError, match="already exists"):
         export_encoder(TupeBackbone.from_preset("shaw_tiny"), str(tmp_path), version=4)
     assert hashlib.sha256(Path(path, "saved_model.pb").read_bytes()).hexdigest() == digest
-    with pytest.raises(ValueError, match="TupeBackbone or a MaskedLM"):
+    with pytest.raises(ValueError, match="TupeBackbone or a TupeMaskedLM"):
         export_encoder(keras.Sequential([keras.layers.Dense(2)]), str(tmp_path / "x"))
 
 
@@ -256,7 +264,8 @@ def test_preprocessor_gives_the_training_pipelines_ids(sst2_vocab, tmp_path):
                                    labels=examples.labels[:200])
     dataset = glue.glue_dataset("sst2", "validation", tokenizer, 32, 200, examples=examples)
     features, _ = next(iter(dataset))
-    packed = preprocessor(tf.constant(examples.sentence1[:200]))
+    packed = from_tfhub(preprocessor(tf.constant(examples.sentence1[:200])))
+    assert set(packed) == set(features) == {"token_ids", "padding_mask", "segment_ids"}
     for key in features:
         np.testing.assert_array_equal(packed[key].numpy(), features[key].numpy()[:200])
     # Pairs (MRPC) through tokenize + bert_pack_inputs with another seq_length.
@@ -292,7 +301,7 @@ def test_preprocessor_rejects_a_too_short_seq_length(sst2_vocab, tmp_path):
 @pytest.fixture(scope="module")
 def sst2_classifier(sst2_vocab):
     size = data.load_tokenizer(sst2_vocab).vocabulary_size()
-    return TupeClassifier(TupeBackbone.from_preset("tupe_r_tiny", vocabulary_size=size),
+    return TupeTextClassifier(TupeBackbone.from_preset("tupe_r_tiny", vocabulary_size=size),
                           num_classes=2)
 
 
@@ -369,7 +378,7 @@ def sst2_batches(vocab, count=256, seq_length=32, batch_size=32):
 def reuse_model(handle):
     encoder = load_encoder(handle)
     inputs = {name: keras.Input((None,), dtype="int32", name=name)
-              for name in ("input_word_ids", "input_mask", "input_type_ids")}
+              for name in ("token_ids", "padding_mask", "segment_ids")}
     logits = keras.layers.Dense(2, name="logits")(encoder(inputs)["pooled_output"])
     model = keras.Model(inputs, logits)
     model.compile(optimizer=keras.optimizers.AdamW(3e-3, weight_decay=0.01),
@@ -424,7 +433,7 @@ tf.config.set_logical_device_configuration(
 sys.path.insert(0, sys.argv[3])
 from tests.test_export import reuse_model
 data = np.load(sys.argv[2])
-features = {k: data[k] for k in ("input_word_ids", "input_mask", "input_type_ids")}
+features = {k: data[k] for k in ("token_ids", "padding_mask", "segment_ids")}
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 with strategy.scope():
     model, encoder = reuse_model(sys.argv[1])
@@ -477,7 +486,9 @@ os.environ["TF_USE_LEGACY_KERAS"] = "1"
 import numpy as np, tensorflow as tf, tensorflow_hub as hub, tf_keras
 tf_keras.utils.set_random_seed(1234)
 handle, data = sys.argv[1], np.load(sys.argv[2])
-features = {k: data[k] for k in ("input_word_ids", "input_mask", "input_type_ids")}
+# TF-Hub's names: the SavedModel's contract (keras_tupe's pipelines use keras-hub's).
+features = {tfhub: data[k] for tfhub, k in (("input_word_ids", "token_ids"),
+            ("input_mask", "padding_mask"), ("input_type_ids", "segment_ids"))}
 layer = hub.KerasLayer(handle, trainable=True)
 inputs = {k: tf_keras.Input((None,), dtype=tf.int32, name=k) for k in features}
 model = tf_keras.Model(inputs, tf_keras.layers.Dense(2)(layer(inputs)["pooled_output"]))
@@ -525,7 +536,7 @@ def test_export_cli_writes_all_three_and_refuses_overwrites(sst2_vocab, tmp_path
     size = data.load_tokenizer(sst2_vocab).vocabulary_size()
     run = tmp_path / "run"
     run.mkdir()
-    masked_lm = MaskedLM(TupeBackbone.from_preset("huang_m4_tiny", vocabulary_size=size))
+    masked_lm = TupeMaskedLM(TupeBackbone.from_preset("huang_m4_tiny", vocabulary_size=size))
     masked_lm.backbone.save(run / "backbone.keras")
     masked_lm.save(run / "mlm.keras")
     shutil.copyfile(sst2_vocab, run / "vocab.txt")
@@ -537,7 +548,7 @@ def test_export_cli_writes_all_three_and_refuses_overwrites(sst2_vocab, tmp_path
                             "--seq-len", "64"]) == 0
     preprocessor = load_saved_model(str(out / "pre" / "1"))
     assert preprocessor(tf.constant(["a b"]))["input_word_ids"].shape == (1, 64)
-    classifier = TupeClassifier(masked_lm.backbone, num_classes=2)
+    classifier = TupeTextClassifier(masked_lm.backbone, num_classes=2)
     save_classifier(classifier, str(tmp_path / "clf"), sst2_vocab,
                     {"task": "sst2", "seq_len": 32, "lowercase": True, "num_segments": 1,
                      "label_names": ["negative", "positive"]})

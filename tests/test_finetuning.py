@@ -72,7 +72,7 @@ def test_pad_to_longest_pads_each_split_to_its_longest_example(encoder_dir):
     dev = glue.load_glue("cola", "validation", DATA_DIR)
 
     def padded(sentences):  # independent of the code under test: the packer's own mask
-        real = glue.pack_inputs(tokenizer, 512, sentences)["input_mask"].numpy().sum(axis=1)
+        real = glue.pack_inputs(tokenizer, 512, sentences)["padding_mask"].numpy().sum(axis=1)
         return 8 * -(-int(real.max()) // 8)
 
     common = dict(task="cola", init=str(encoder_dir / "backbone.keras"), epochs=1,
@@ -91,7 +91,7 @@ def test_pad_to_longest_pads_each_split_to_its_longest_example(encoder_dir):
 
 def test_trimmed_padding_gives_the_classifier_the_same_outputs(encoder_dir):
     from keras_tupe.finetuning import load_backbone
-    from keras_tupe.models import TupeClassifier
+    from keras_tupe.models import TupeTextClassifier
 
     tokenizer = data.load_tokenizer(str(encoder_dir / "vocab.txt"))
     full = glue.load_glue("stsb", "validation", DATA_DIR)  # pairs
@@ -100,7 +100,7 @@ def test_trimmed_padding_gives_the_classifier_the_same_outputs(encoder_dir):
     longest = glue.longest_packed_length(tokenizer, dev)
     assert longest < 120
     for name in ("backbone.keras", "m4.keras"):  # absolute TUPE-R and relative method 4
-        model = TupeClassifier(load_backbone(str(encoder_dir / name)), num_classes=1)
+        model = TupeTextClassifier(load_backbone(str(encoder_dir / name)), num_classes=1)
         outputs = [model.predict(glue.glue_dataset("stsb", "validation", tokenizer, length, 100,
                                                    examples=dev), verbose=0)
                    for length in (longest, 128)]

@@ -338,19 +338,19 @@ def test_tfds_examples_come_back_in_file_order(monkeypatch):
 def test_pair_packing_by_hand(tiny_tokenizer):
     x = glue.pack_inputs(tiny_tokenizer, 12, ["the cat sat"], ["a dog"])
     x = {key: value.numpy().tolist() for key, value in x.items()}
-    assert x["input_word_ids"] == [[CLS, THE, CAT, SAT, SEP, A, DOG, SEP, PAD, PAD, PAD, PAD]]
-    assert x["input_type_ids"] == [[0, 0, 0, 0, 0, 1, 1, 1, 0, 0, 0, 0]]
-    assert x["input_mask"] == [[1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0]]
+    assert x["token_ids"] == [[CLS, THE, CAT, SAT, SEP, A, DOG, SEP, PAD, PAD, PAD, PAD]]
+    assert x["segment_ids"] == [[0, 0, 0, 0, 0, 1, 1, 1, 0, 0, 0, 0]]
+    assert x["padding_mask"] == [[1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0]]
 
 
 def test_single_sentence_packing_and_input_forms(tiny_tokenizer):
     batch = glue.pack_inputs(tiny_tokenizer, 8, ["the cat", "dog ran fast home"])
-    assert batch["input_word_ids"].numpy().tolist() == [
+    assert batch["token_ids"].numpy().tolist() == [
         [CLS, THE, CAT, SEP, PAD, PAD, PAD, PAD],
         [CLS, DOG, RAN, FAST, HOME, SEP, PAD, PAD],
     ]
-    assert batch["input_mask"].numpy().tolist() == [[1] * 4 + [0] * 4, [1] * 6 + [0] * 2]
-    assert not batch["input_type_ids"].numpy().any()
+    assert batch["padding_mask"].numpy().tolist() == [[1] * 4 + [0] * 4, [1] * 6 + [0] * 2]
+    assert not batch["segment_ids"].numpy().any()
     for value in batch.values():
         assert value.dtype == tf.int32 and value.shape == (2, 8)
     # A tensor and a single string pack the same way.
@@ -370,12 +370,12 @@ def test_single_sentence_packing_and_input_forms(tiny_tokenizer):
 ])
 def test_round_robin_truncation(tiny_tokenizer, first, second, length, first_kept, second_kept):
     x = glue.pack_inputs(tiny_tokenizer, length, [first], [second])
-    ids = x["input_word_ids"].numpy()[0].tolist()
+    ids = x["token_ids"].numpy()[0].tolist()
     assert ids == [CLS, *first_kept, SEP, *second_kept, SEP]
     assert ids[-1] == SEP and len(ids) == length
-    assert x["input_type_ids"].numpy()[0].tolist() == (
+    assert x["segment_ids"].numpy()[0].tolist() == (
         [0] * (len(first_kept) + 2) + [1] * (len(second_kept) + 1))
-    assert x["input_mask"].numpy()[0].tolist() == [1] * length
+    assert x["padding_mask"].numpy()[0].tolist() == [1] * length
 
 
 def test_packing_argument_errors(tiny_tokenizer, tmp_path):
@@ -395,7 +395,7 @@ def test_sst2_dev_batches(glue_tokenizer):
     examples = glue.load_glue("sst2", "validation", GLUE_DIR)
     dataset = glue.glue_dataset("sst2", "validation", glue_tokenizer, 32, 100, data_dir=GLUE_DIR)
     x_spec, y_spec = dataset.element_spec
-    assert set(x_spec) == {"input_word_ids", "input_mask", "input_type_ids"}
+    assert set(x_spec) == {"token_ids", "padding_mask", "segment_ids"}
     assert all(s.dtype == tf.int32 and s.shape.as_list() == [None, 32] for s in x_spec.values())
     assert y_spec.dtype == tf.int32 and y_spec.shape.as_list() == [None]
 
@@ -403,10 +403,10 @@ def test_sst2_dev_batches(glue_tokenizer):
     assert [len(y) for _, y in batches] == [100] * 8 + [72]  # 872, nothing dropped
     labels = np.concatenate([y for _, y in batches])
     np.testing.assert_array_equal(labels, examples.labels)  # file order
-    ids = np.concatenate([x["input_word_ids"] for x, _ in batches])
-    mask = np.concatenate([x["input_mask"] for x, _ in batches])
+    ids = np.concatenate([x["token_ids"] for x, _ in batches])
+    mask = np.concatenate([x["padding_mask"] for x, _ in batches])
     assert (ids[:, 0] == CLS).all() and not np.concatenate(
-        [x["input_type_ids"] for x, _ in batches]).any()
+        [x["segment_ids"] for x, _ in batches]).any()
     np.testing.assert_array_equal(mask, (ids != PAD).astype(np.int32))
     lengths = mask.sum(axis=1)
     assert (ids[np.arange(len(ids)), lengths - 1] == SEP).all()
@@ -429,7 +429,7 @@ def test_stsb_batches_have_float_labels_and_pairs(glue_tokenizer):
                               examples.sentence2[:512])
     for key in x:
         np.testing.assert_array_equal(x[key], direct[key])
-    assert x["input_type_ids"].any(axis=1).all()  # every pair has a second segment
+    assert x["segment_ids"].any(axis=1).all()  # every pair has a second segment
     with pytest.raises(ValueError, match="expected task 'rte'"):
         glue.glue_dataset("rte", "validation", glue_tokenizer, 24, 8, examples=examples)
 
@@ -439,7 +439,7 @@ def test_shuffle_is_seeded_and_reshuffled_each_epoch(glue_tokenizer):
     examples = glue.load_glue("sst2", "validation", GLUE_DIR)
 
     def epoch(dataset):
-        return np.concatenate([x["input_word_ids"] for x, _ in numpy_batches(dataset)])
+        return np.concatenate([x["token_ids"] for x, _ in numpy_batches(dataset)])
 
     def shuffled(seed):
         return glue.glue_dataset("sst2", "validation", glue_tokenizer, 16, 128, shuffle=True,
@@ -481,7 +481,7 @@ def test_longest_packed_length_is_the_longest_packing(glue_tokenizer, task):
     examples = glue.load_glue(task, "validation", GLUE_DIR)
     longest = glue.longest_packed_length(glue_tokenizer, examples, batch_size=100)
     packed = glue.pack_inputs(glue_tokenizer, 512, examples.sentence1, examples.sentence2)
-    real = packed["input_mask"].numpy().sum(axis=1)
+    real = packed["padding_mask"].numpy().sum(axis=1)
     assert real.max() < 512 and longest == real.max()
     # Packing at that length truncates nothing; one token shorter truncates the longest.
     at_longest = glue.pack_inputs(glue_tokenizer, longest, examples.sentence1, examples.sentence2)
@@ -489,4 +489,4 @@ def test_longest_packed_length_is_the_longest_packing(glue_tokenizer, task):
         np.testing.assert_array_equal(value.numpy(), packed[key].numpy()[:, :longest])
     shorter = glue.pack_inputs(glue_tokenizer, longest - 1, examples.sentence1,
                                examples.sentence2)
-    assert shorter["input_mask"].numpy().sum(axis=1).max() == longest - 1
+    assert shorter["padding_mask"].numpy().sum(axis=1).max() == longest - 1

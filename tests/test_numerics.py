@@ -156,12 +156,14 @@ def test_encoder_forward_pass(variant):
     randomize_weights(backbone, seed=3)
     n = 12
     inputs = {
-        "input_word_ids": RNG.integers(0, backbone.vocabulary_size, (B, n)).astype("int32"),
-        "input_mask": np.array([[1] * n, [1] * 8 + [0] * 4, [1] * 3 + [0] * 9], "int32"),
-        "input_type_ids": RNG.integers(0, 2, (B, n)).astype("int32"),
+        "token_ids": RNG.integers(0, backbone.vocabulary_size, (B, n)).astype("int32"),
+        "padding_mask": np.array([[1] * n, [1] * 8 + [0] * 4, [1] * 3 + [0] * 9], "int32"),
+        "segment_ids": RNG.integers(0, 2, (B, n)).astype("int32"),
     }
-    got = backbone(inputs)
-    want = ref.encoder_forward(backbone_params(backbone), **inputs)
+    got = backbone.layer_outputs()(inputs)
+    want = ref.encoder_forward(backbone_params(backbone), inputs["token_ids"],
+                               inputs["padding_mask"], inputs["segment_ids"])
+    assert_close(backbone(inputs)["sequence_output"], want["sequence_output"])
     assert_close(got["sequence_output"], want["sequence_output"])
     assert_close(got["pooled_output"], want["pooled_output"])
     assert len(got["encoder_outputs"]) == len(want["encoder_outputs"]) == backbone.num_layers

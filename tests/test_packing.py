@@ -29,13 +29,13 @@ def test_pack_segments_equals_keras_hub_packer(num_segments, length):
         truncate="round_robin", dtype="int32")
     expected_ids, expected_types = packer(tuple(segments))
     packed = pack_segments(segments, length, CLS, SEP, PAD)
-    np.testing.assert_array_equal(packed["input_word_ids"], expected_ids)
-    np.testing.assert_array_equal(packed["input_type_ids"], expected_types)
+    np.testing.assert_array_equal(packed["token_ids"], expected_ids)
+    np.testing.assert_array_equal(packed["segment_ids"], expected_types)
     # The mask counts the real tokens: min(total, L - specials) + specials.
     total = sum(s.row_lengths().numpy() for s in segments)
     packed_length = np.minimum(total, length - num_segments - 1) + num_segments + 1
     expected_mask = np.arange(length)[None, :] < packed_length[:, None]
-    np.testing.assert_array_equal(packed["input_mask"], expected_mask.astype("int32"))
+    np.testing.assert_array_equal(packed["padding_mask"], expected_mask.astype("int32"))
 
 
 def test_pack_segments_takes_a_tensor_length_in_a_graph():

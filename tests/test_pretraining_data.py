@@ -218,7 +218,7 @@ def test_full_sentences_packing(small_corpus):
     length = 16
     dataset = data.mlm_dataset(path, tokenizer, length, batch_size=4, mask_rate=0.0,
                                shuffle_buffer=0, repeat=False, drop_remainder=False)
-    got = np.concatenate([x["input_word_ids"] for x, _, _ in batches(dataset)])
+    got = np.concatenate([x["token_ids"] for x, _, _ in batches(dataset)])
     stream = expected_stream(documents, tokenizer)
     num_sequences = len(stream) // (length - 1)
     assert got.shape == (num_sequences, length)
@@ -234,10 +234,10 @@ def test_repeat_restarts_the_corpus_and_reshuffles_each_epoch(small_corpus):
     unmasked = [tuple(row) for row in data.packed_sequences(path, tokenizer, 8).as_numpy_iterator()]
     n = len(unmasked)
     in_order = data.mlm_dataset(path, tokenizer, 8, 1, mask_rate=0.0, shuffle_buffer=0)
-    rows = [tuple(x["input_word_ids"][0]) for x, _, _ in batches(in_order, n + 2)]
+    rows = [tuple(x["token_ids"][0]) for x, _, _ in batches(in_order, n + 2)]
     assert rows == unmasked + unmasked[:2]
     shuffled = data.mlm_dataset(path, tokenizer, 8, 1, mask_rate=0.0, shuffle_buffer=1000)
-    rows = [tuple(x["input_word_ids"][0]) for x, _, _ in batches(shuffled, 2 * n)]
+    rows = [tuple(x["token_ids"][0]) for x, _, _ in batches(shuffled, 2 * n)]
     epoch_1, epoch_2 = rows[:n], rows[n:]
     assert sorted(epoch_1) == sorted(epoch_2) == sorted(unmasked)
     assert epoch_1 != unmasked and epoch_2 != epoch_1
@@ -266,12 +266,12 @@ def test_masking_statistics_on_enwiki(enwiki_tokenizer):
                                shuffle_buffer=0, repeat=False, max_lines=MASKING_LINES,
                                drop_remainder=False)
     outputs = batches(dataset)
-    inputs = np.concatenate([x["input_word_ids"] for x, _, _ in outputs])
-    positions = np.concatenate([x["masked_lm_positions"] for x, _, _ in outputs])
+    inputs = np.concatenate([x["token_ids"] for x, _, _ in outputs])
+    positions = np.concatenate([x["mask_positions"] for x, _, _ in outputs])
     targets = np.concatenate([y for _, y, _ in outputs])
     weights = np.concatenate([w for _, _, w in outputs])
     assert inputs.shape == originals.shape and positions.shape == (len(originals), slots)
-    assert all((x["input_mask"] == 1).all() and (x["input_type_ids"] == 0).all()
+    assert all((x["padding_mask"] == 1).all() and (x["segment_ids"] == 0).all()
                for x, _, _ in outputs)
 
     selectable = ~np.isin(originals, [PAD, CLS, SEP])
@@ -324,7 +324,7 @@ def test_same_seed_same_batches_other_seed_other_batches(enwiki_tokenizer):
     unshuffled = first_batches(0, 0)
     assert same(first_batches(0, 0), unshuffled)
     other = first_batches(1, 0)
-    assert not np.array_equal(other[0][0]["input_word_ids"], unshuffled[0][0]["input_word_ids"])
+    assert not np.array_equal(other[0][0]["token_ids"], unshuffled[0][0]["token_ids"])
 
 
 def test_masks_do_not_depend_on_the_batch_size_and_change_each_epoch(small_corpus):
@@ -337,7 +337,7 @@ def test_masks_do_not_depend_on_the_batch_size_and_change_each_epoch(small_corpu
 
     def rows(batch_size, count):
         dataset = data.mlm_dataset(path, tokenizer, 8, batch_size, seed=3, shuffle_buffer=0)
-        return [np.concatenate([x["input_word_ids"] for x, _, _ in batches(dataset, count)]),
+        return [np.concatenate([x["token_ids"] for x, _, _ in batches(dataset, count)]),
                 np.concatenate([w for _, _, w in batches(dataset, count)])]
 
     by_4, by_8 = rows(4, 4), rows(8, 2)

@@ -270,7 +270,7 @@ def test_feature_layout(features, articles, tokenizer):
         assert array.shape == (n, SEQUENCE_LENGTH) and array.dtype == np.int32, name
     for name in ("start_positions", "end_positions", "example_index", "window_start"):
         assert getattr(features, name).shape == (n,) and getattr(features, name).dtype == np.int32
-    ids, mask, types = features.input_word_ids, features.input_mask, features.input_type_ids
+    ids, mask, types = features.token_ids, features.padding_mask, features.segment_ids
     length = mask.sum(axis=1)
     assert np.all(ids[:, 0] == CLS)
     # The mask is 1 exactly over the tokens, never past L; padding is [PAD] with type 0.
@@ -312,9 +312,9 @@ def test_windows_cover_each_context_with_the_stride(features, articles, tokenize
         assert features.window_start[rows].tolist() == [DOC_STRIDE * i for i in range(len(rows))]
         covered = np.zeros(len(context_ids), int)
         for row in rows:
-            ids = features.input_word_ids[row]
+            ids = features.token_ids[row]
             assert ids[1:1 + len(question_ids)].tolist() == question_ids
-            part = ids[features.input_type_ids[row] == 1][:-1]  # the window, without [SEP]
+            part = ids[features.segment_ids[row] == 1][:-1]  # the window, without [SEP]
             start = features.window_start[row]
             assert part.tolist() == context_ids[start:start + len(part)]
             assert len(part) == window or start + len(part) == len(context_ids)
@@ -325,7 +325,7 @@ def test_windows_cover_each_context_with_the_stride(features, articles, tokenize
         score = np.full((len(rows), len(context_ids)), -np.inf)
         is_max = np.zeros((len(rows), len(context_ids)), bool)
         for r, row in enumerate(rows):
-            in_window = features.input_type_ids[row] == 1
+            in_window = features.segment_ids[row] == 1
             start, length = features.window_start[row], in_window.sum() - 1
             position = np.arange(start, start + length)
             score[r, position] = np.minimum(position - start, start + length - 1 - position) \
@@ -378,9 +378,9 @@ def test_short_windows_truncated_questions_and_eval_features(articles, vocabular
     assert len(head) == rows.sum() > 5  # every window of the 5 questions
     assert np.array_equal(head.end_positions, train.end_positions[rows])
     assert np.array_equal(head.token_end_char, train.token_end_char[rows])
-    question_length = (train.input_type_ids == 0).argmin(axis=1) - 2
+    question_length = (train.segment_ids == 0).argmin(axis=1) - 2
     assert question_length.max() == 8  # truncated
-    assert np.all(train.input_mask.sum(axis=1) <= 48)
+    assert np.all(train.padding_mask.sum(axis=1) <= 48)
     assert np.all(np.diff(train.window_start)[np.diff(train.example_index) == 0] == 16)
     for name, kwargs in (("sequence_length", {"sequence_length": 0}),
                          ("doc_stride", {"doc_stride": 1.5}),
@@ -411,7 +411,7 @@ def test_training_features_locate_misplaced_answers_and_skip_missing_ones(vocabu
 
 def oracle_logits(features, low=-10.0, high=10.0):
     rows = np.arange(len(features))
-    start = np.full(features.input_word_ids.shape, low, np.float32)
+    start = np.full(features.token_ids.shape, low, np.float32)
     end = start.copy()
     start[rows, features.start_positions] = high
     end[rows, features.end_positions] = high
@@ -440,12 +440,12 @@ def test_postprocess_recovers_exact_answers_from_oracle_logits(features, article
 def test_postprocess_rejects_long_and_non_context_spans(features, articles):
     contexts = contexts_by_qid(articles)
     # A single-window question with a long window: logits favour a 36-token span.
-    lengths = (features.input_type_ids == 1).sum(axis=1)
+    lengths = (features.segment_ids == 1).sum(axis=1)
     counts = np.bincount(features.example_index)
     row = int(np.flatnonzero((lengths > 60) & (counts[features.example_index] == 1))[0])
     qid = features.qids[row]
-    offset = int((features.input_type_ids[row] == 0).argmin())
-    start_logits = np.full(features.input_word_ids.shape, -10.0, np.float32)
+    offset = int((features.segment_ids[row] == 0).argmin())
+    start_logits = np.full(features.token_ids.shape, -10.0, np.float32)
     end_logits = start_logits.copy()
     s = offset + 5
     start_logits[row, s] = 10.0
@@ -463,7 +463,7 @@ def test_postprocess_rejects_long_and_non_context_spans(features, articles):
     assert answer(30) == contexts[qid][starts[s]:ends[s + 3]]
     assert answer(36) == contexts[qid][starts[s]:ends[s + 35]]
     # An end on the final [SEP] or on padding is no answer.
-    last = int(features.input_mask[row].sum()) - 2  # the last context token
+    last = int(features.padding_mask[row].sum()) - 2  # the last context token
     start_logits[row], end_logits[row] = -10.0, -10.0
     start_logits[row, last] = 10.0
     end_logits[row, last + 1:last + 4] = 50.0  # [SEP] (and padding), in the n_best ends
@@ -483,7 +483,7 @@ def test_postprocess_judges_a_start_in_its_max_context_window_only(features, art
     t = int(np.flatnonzero((features.token_start_char[row] >= 0)
                            & ~features.token_is_max_context[row])[0])
     u = int(np.flatnonzero(features.token_is_max_context[row])[0])
-    start_logits = np.full(features.input_word_ids.shape, -10.0, np.float32)
+    start_logits = np.full(features.token_ids.shape, -10.0, np.float32)
     end_logits = start_logits.copy()
     start_logits[row, t] = end_logits[row, t] = 20.0  # the better span, but not judged here
     start_logits[row, u] = end_logits[row, u] = 5.0
@@ -504,20 +504,20 @@ def test_squad_dataset(articles, vocabulary):
     n = len(features)
     x, y = next(iter(squad.squad_dataset(features, 8, training=True)))
     assert set(x) == set(squad.INPUT_NAMES) and set(y) == {"start_positions", "end_positions"}
-    assert x["input_word_ids"].shape == (8, 64) and x["input_word_ids"].dtype == tf.int32
+    assert x["token_ids"].shape == (8, 64) and x["token_ids"].dtype == tf.int32
     np.testing.assert_array_equal(y["start_positions"], features.start_positions[:8])
     batches = list(squad.squad_dataset(features, 8, training=False))
-    assert sum(len(b["input_mask"]) for b in batches) == n and isinstance(batches[0], dict)
+    assert sum(len(b["padding_mask"]) for b in batches) == n and isinstance(batches[0], dict)
     np.testing.assert_array_equal(
-        np.concatenate([b["input_type_ids"] for b in batches]), features.input_type_ids)
+        np.concatenate([b["segment_ids"] for b in batches]), features.segment_ids)
 
     def order(seed):
         dataset = squad.squad_dataset(features, n, training=True, shuffle=True, seed=seed)
-        return next(iter(dataset))[0]["input_word_ids"].numpy()
+        return next(iter(dataset))[0]["token_ids"].numpy()
 
     first = order(0)
     assert np.array_equal(first, order(0)) and not np.array_equal(first, order(1))
-    assert sorted(map(tuple, first)) == sorted(map(tuple, features.input_word_ids))
+    assert sorted(map(tuple, first)) == sorted(map(tuple, features.token_ids))
     eval_features = squad.featurize(articles[:1], vocabulary, 64, 32, 16, training=False)
     with pytest.raises(ValueError, match="training=True"):
         squad.squad_dataset(eval_features, 8, training=True)

@@ -4,7 +4,7 @@ import keras
 import numpy as np
 import pytest
 
-from keras_tupe.models import MaskedLM, TupeBackbone, TupeClassifier, TupeSpanQA
+from keras_tupe.models import TupeMaskedLM, TupeBackbone, TupeTextClassifier, TupeSpanQA
 from tests.test_backbone import make_inputs
 
 INPUTS = make_inputs(2, 16, real=12)
@@ -12,10 +12,10 @@ INPUTS = make_inputs(2, 16, real=12)
 
 def _tasks():
     return {
-        "mlm": (lambda: MaskedLM(TupeBackbone.from_preset("tupe_r_tiny")),
-                {**INPUTS, "masked_lm_positions": np.array([[1, 3], [2, 5]], "int32")}),
-        "classifier": (lambda: TupeClassifier(TupeBackbone.from_preset("bert_a_tiny"), 3), INPUTS),
-        "regressor": (lambda: TupeClassifier(TupeBackbone.from_preset("shaw_tiny"), 1), INPUTS),
+        "mlm": (lambda: TupeMaskedLM(TupeBackbone.from_preset("tupe_r_tiny")),
+                {**INPUTS, "mask_positions": np.array([[1, 3], [2, 5]], "int32")}),
+        "classifier": (lambda: TupeTextClassifier(TupeBackbone.from_preset("bert_a_tiny"), 3), INPUTS),
+        "regressor": (lambda: TupeTextClassifier(TupeBackbone.from_preset("shaw_tiny"), 1), INPUTS),
         "span_qa": (lambda: TupeSpanQA(TupeBackbone.from_preset("huang_m4_tiny")), INPUTS),
     }
 
@@ -34,8 +34,8 @@ def test_task_round_trip(name, tmp_path):
 
 
 def test_output_shapes_and_padding():
-    assert TupeClassifier(TupeBackbone.from_preset("bert_a_tiny"), 3)(INPUTS).shape == (2, 3)
-    assert TupeClassifier(TupeBackbone.from_preset("bert_a_tiny"), 1)(INPUTS).shape == (2,)
+    assert TupeTextClassifier(TupeBackbone.from_preset("bert_a_tiny"), 3)(INPUTS).shape == (2, 3)
+    assert TupeTextClassifier(TupeBackbone.from_preset("bert_a_tiny"), 1)(INPUTS).shape == (2,)
     spans = TupeSpanQA(TupeBackbone.from_preset("huang_m4_tiny"))(INPUTS)
     assert spans["start_positions"].shape == (2, 16)
     assert np.all(np.asarray(spans["end_positions"])[:, 12:] < -1e8)  # padding never wins
@@ -43,4 +43,4 @@ def test_output_shapes_and_padding():
 
 def test_classifier_refuses_bad_num_classes():
     with pytest.raises(ValueError, match="num_classes"):
-        TupeClassifier(TupeBackbone.from_preset("bert_a_tiny"), 0)
+        TupeTextClassifier(TupeBackbone.from_preset("bert_a_tiny"), 0)

@@ -63,8 +63,8 @@ def _encoder_model(init, with_mlm):
     if not os.path.exists(path):
         raise FileNotFoundError(f"--with-mlm needs a masked-LM model: no {path}.")
     model = keras.saving.load_model(path, compile=False)
-    if not isinstance(model, keras_tupe.models.MaskedLM):
-        raise ValueError(f"{path} holds a {type(model).__name__}, not a MaskedLM (--with-mlm).")
+    if not isinstance(model, keras_tupe.models.TupeMaskedLM):
+        raise ValueError(f"{path} holds a {type(model).__name__}, not a TupeMaskedLM (--with-mlm).")
     return model
 
 

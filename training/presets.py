@@ -37,9 +37,9 @@ def main(argv=None):
             if size == "tiny":
                 n = args.seq_len
                 inputs = {
-                    "input_word_ids": rng.integers(1, backbone.vocabulary_size, (2, n)).astype("int32"),
-                    "input_mask": np.ones((2, n), "int32"),
-                    "input_type_ids": np.zeros((2, n), "int32"),
+                    "token_ids": rng.integers(1, backbone.vocabulary_size, (2, n)).astype("int32"),
+                    "padding_mask": np.ones((2, n), "int32"),
+                    "segment_ids": np.zeros((2, n), "int32"),
                 }
                 outputs = backbone(inputs)
                 line += (

@@ -416,8 +416,8 @@ def pack_inputs(tokenizer, sequence_length, first, second=None):
 
     Returns:
         A dict of int32 tensors of shape (B, L) ((L,) for one string):
-        `input_word_ids`; `input_mask`, 1 on real tokens (specials included), 0 on
-        padding; `input_type_ids`, 0 on [CLS], the first segment and its [SEP], 1 on the
+        `token_ids`; `padding_mask`, 1 on real tokens (specials included), 0 on
+        padding; `segment_ids`, 0 on [CLS], the first segment and its [SEP], 1 on the
         second segment and its [SEP], 0 on padding.
     """
     _check_positive_int("sequence_length", sequence_length, minimum=8)

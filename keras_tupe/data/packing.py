@@ -22,8 +22,8 @@ def pack_segments(segments, sequence_length, cls_id, sep_id, pad_id):
         cls_id, sep_id, pad_id: int. The special token ids.
 
     Returns:
-        A dict of int32 tensors `(B, L)`: `input_word_ids`; `input_mask`, 1 on real
-        tokens (specials included), 0 on padding; `input_type_ids`, segment `s` (and
+        A dict of int32 tensors `(B, L)`: `token_ids`; `padding_mask`, 1 on real
+        tokens (specials included), 0 on padding; `segment_ids`, segment `s` (and
         its [SEP]) gets `s`, [CLS] and padding 0.
     """
     segments = [tf.cast(segment, tf.int32) for segment in segments]
@@ -35,9 +35,9 @@ def pack_segments(segments, sequence_length, cls_id, sep_id, pad_id):
     word_ids, mask = tf_text.pad_model_inputs(word_ids, sequence_length, pad_value=pad_id)
     type_ids, _ = tf_text.pad_model_inputs(type_ids, sequence_length, pad_value=0)
     return {
-        "input_word_ids": tf.cast(word_ids, tf.int32),
-        "input_mask": tf.cast(mask, tf.int32),
-        "input_type_ids": tf.cast(type_ids, tf.int32),
+        "token_ids": tf.cast(word_ids, tf.int32),
+        "padding_mask": tf.cast(mask, tf.int32),
+        "segment_ids": tf.cast(type_ids, tf.int32),
     }
 
 

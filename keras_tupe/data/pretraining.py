@@ -173,11 +173,11 @@ def mlm_dataset(
     Returns:
         A `tf.data.Dataset` of `(x, y, sample_weight)`, with `P =
         mask_selection_length(sequence_length, mask_rate)`:
-            x = {"input_word_ids": int32 (B, L), masked;
-                 "input_mask": int32 (B, L), ones;
-                 "input_type_ids": int32 (B, L), zeros;
-                 "masked_lm_positions": int32 (B, P)};
-            y: int32 (B, P), the original ids at `masked_lm_positions`;
+            x = {"token_ids": int32 (B, L), masked;
+                 "padding_mask": int32 (B, L), ones;
+                 "segment_ids": int32 (B, L), zeros;
+                 "mask_positions": int32 (B, P)};
+            y: int32 (B, P), the original ids at `mask_positions`;
             sample_weight: float32 (B, P), 1 for a masked position, 0 for padding
                 (padded slots have position 0 and id 0).
     """
@@ -223,10 +223,10 @@ def mlm_dataset(
             return tf.ensure_shape(tf.cast(value, dtype), [num_slots])  # (P,)
 
         x = {
-            "input_word_ids": token_ids,
-            "input_mask": tf.ones_like(token_ids),
-            "input_type_ids": tf.zeros_like(token_ids),
-            "masked_lm_positions": slots(masked["mask_positions"], tf.int32),
+            "token_ids": token_ids,
+            "padding_mask": tf.ones_like(token_ids),
+            "segment_ids": tf.zeros_like(token_ids),
+            "mask_positions": slots(masked["mask_positions"], tf.int32),
         }
         return x, slots(masked["mask_ids"], tf.int32), slots(masked["mask_weights"], tf.float32)
 

@@ -37,7 +37,7 @@ SPLIT_LABEL = (
     "UNOFFICIAL article-level split of one SQuAD v1.1 file (for small offline experiments); "
     "NOT the official SQuAD train/dev split, so its scores are not comparable to published ones"
 )
-INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
+INPUT_NAMES = ("token_ids", "padding_mask", "segment_ids")
 
 logger = logging.getLogger(__name__)
 
@@ -384,8 +384,8 @@ class SquadFeatures:
     """Windowed SQuAD features, as numpy arrays (`N` features of length `L`).
 
     Attributes:
-        input_word_ids, input_mask, input_type_ids: `(N, L)` int32, the TF-Hub inputs.
-            `input_type_ids` is 0 for `[CLS]`, the question and its `[SEP]`, 1 for the
+        token_ids, padding_mask, segment_ids: `(N, L)` int32, the TF-Hub inputs.
+            `segment_ids` is 0 for `[CLS]`, the question and its `[SEP]`, 1 for the
             context window and the final `[SEP]`, 0 for padding.
         start_positions, end_positions: `(N,)` int32 token positions of the answer in
             the window, `0` (`[CLS]`) when it is not wholly inside; `None` unless
@@ -400,9 +400,9 @@ class SquadFeatures:
             context's token sequence.
     """
 
-    input_word_ids: np.ndarray
-    input_mask: np.ndarray
-    input_type_ids: np.ndarray
+    token_ids: np.ndarray
+    padding_mask: np.ndarray
+    segment_ids: np.ndarray
     start_positions: np.ndarray | None
     end_positions: np.ndarray | None
     example_index: np.ndarray
@@ -413,7 +413,7 @@ class SquadFeatures:
     window_start: np.ndarray
 
     def __len__(self):
-        return len(self.input_word_ids)
+        return len(self.token_ids)
 
     def head(self, num_examples):
         """The features of the first `num_examples` questions (all their windows)."""
@@ -586,9 +586,9 @@ def _stack(rows, sequence_length, pad_id, example_ids, training):
         max_context[i, offset:offset + length] = is_max
         labels[i] = label
     return SquadFeatures(
-        input_word_ids=word_ids,
-        input_mask=mask,
-        input_type_ids=type_ids,
+        token_ids=word_ids,
+        padding_mask=mask,
+        segment_ids=type_ids,
         start_positions=labels[:, 0].copy() if training else None,
         end_positions=labels[:, 1].copy() if training else None,
         example_index=np.array([row[-1] for row in rows], np.int32),
@@ -624,7 +624,7 @@ def postprocess(features, start_logits, end_logits, articles, n_best=20, max_ans
     """
     start_logits = np.asarray(start_logits, np.float32)
     end_logits = np.asarray(end_logits, np.float32)
-    shape = features.input_word_ids.shape
+    shape = features.token_ids.shape
     if start_logits.shape != shape or end_logits.shape != shape:
         raise ValueError(
             f"Logits must have the features' shape {shape}. Received: start_logits "
@@ -673,8 +673,8 @@ def squad_dataset(features, batch_size, training, shuffle=False, seed=0):
         features: a `SquadFeatures`.
         batch_size: int.
         training: bool. `True`: elements `(x, {"start_positions", "end_positions"})`;
-            `False`: `x` only. `x` is the dict of `input_word_ids`, `input_mask`,
-            `input_type_ids`.
+            `False`: `x` only. `x` is the dict of `token_ids`, `padding_mask`,
+            `segment_ids`.
         shuffle: bool. Shuffle all the features (reshuffled every epoch, deterministic
             given `seed`). Defaults to `False`.
         seed: int. Defaults to `0`.

@@ -10,7 +10,7 @@ from keras_tupe.export.versions import write_version
 
 def classifier_module(classifier, vocabulary_file, seq_length=128, num_segments=1,
                       lowercase=True, label_names=None):
-    """Strings in, probabilities out: tokenizer + packing + `TupeClassifier` in one graph.
+    """Strings in, probabilities out: tokenizer + packing + `TupeTextClassifier` in one graph.
 
     The `serving_default` signature takes `[batch]` strings: `sentence` for single
     sentence tasks, `sentence1` and `sentence2` for pairs. It returns `probabilities`

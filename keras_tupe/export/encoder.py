@@ -4,9 +4,8 @@ import json
 
 import tensorflow as tf
 
+from keras_tupe.export.tfhub_names import ENCODER_INPUTS, from_tfhub
 from keras_tupe.export.versions import write_version
-
-ENCODER_INPUTS = ("input_word_ids", "input_mask", "input_type_ids")
 
 
 def encoder_input_spec():
@@ -20,7 +19,8 @@ def _trace_training_modes(function, *specs):
         function.get_concrete_function(*specs, training=training)
 
 
-def _encoder_outputs(backbone, inputs, training):
+def _encoder_outputs(backbone, inputs, training, layer_outputs=None):
+    """TF-Hub's encoder outputs; `layer_outputs` is `backbone.layer_outputs()`."""
     inputs = {name: inputs[name] for name in ENCODER_INPUTS}
     limit = backbone.absolute_length_limit
     if limit is not None:
@@ -36,7 +36,7 @@ def _encoder_outputs(backbone, inputs, training):
         with tf.control_dependencies([check]):
             inputs = {name: tf.compat.v1.placeholder_with_default(value, [None, None])
                       for name, value in inputs.items()}
-    outputs = backbone(inputs, training=training)
+    outputs = (layer_outputs or backbone.layer_outputs())(from_tfhub(inputs), training=training)
     return {
         "sequence_output": outputs["sequence_output"],
         "pooled_output": outputs["pooled_output"],
@@ -66,10 +66,11 @@ def encoder_module(backbone, masked_lm=None):
       `masked_lm_positions` `(batch, P)`; adds `mlm_logits` `(batch, P, vocab)`.
     """
     root = _with_variables(tf.__internal__.tracking.AutoTrackable(), [backbone])
+    layer_outputs = backbone.layer_outputs()
 
     @tf.function
     def call(inputs, training=False):
-        return _encoder_outputs(backbone, inputs, training)
+        return _encoder_outputs(backbone, inputs, training, layer_outputs)
 
     _trace_training_modes(call, encoder_input_spec())
     root.__call__ = call
@@ -95,7 +96,7 @@ def export_encoder(model, export_dir, version=None, overwrite=False):
     take any length.
 
     Args:
-        model: a `TupeBackbone`, or a `MaskedLM` whose head is exported as `mlm`.
+        model: a `TupeBackbone`, or a `TupeMaskedLM` whose head is exported as `mlm`.
         export_dir: str. The model's directory; the SavedModel goes in a new version
             directory under it (`keras_tupe.export.write_version`).
         version: int or None (the next free version).
@@ -104,14 +105,14 @@ def export_encoder(model, export_dir, version=None, overwrite=False):
     Returns:
         The path of the written version.
     """
-    from keras_tupe.models import MaskedLM, TupeBackbone
+    from keras_tupe.models import TupeBackbone, TupeMaskedLM
 
-    if isinstance(model, MaskedLM):
+    if isinstance(model, TupeMaskedLM):
         backbone, masked_lm = model.backbone, model
     elif isinstance(model, TupeBackbone):
         backbone, masked_lm = model, None
     else:
-        raise ValueError("export_encoder takes a TupeBackbone or a MaskedLM. "
+        raise ValueError("export_encoder takes a TupeBackbone or a TupeMaskedLM. "
                          f"Received: {type(model).__name__}")
     root, signatures = encoder_module(backbone, masked_lm)
     metadata = {"kind": "encoder", "keras_tupe_version": _version(), "mlm": masked_lm is not None,
@@ -133,10 +134,11 @@ def _jsonable(config):
 def _mlm_module(backbone, masked_lm):
     # The encoder's variables and the head's: fine-tuning `mlm` trains both.
     mlm = _with_variables(tf.__internal__.tracking.AutoTrackable(), [backbone, masked_lm])
+    layer_outputs = backbone.layer_outputs()
 
     @tf.function
     def call(inputs, training=False):
-        outputs = _encoder_outputs(backbone, inputs, training)
+        outputs = _encoder_outputs(backbone, inputs, training, layer_outputs)
         logits = masked_lm.mlm_head(outputs["sequence_output"],
                                     mask_positions=inputs["masked_lm_positions"])
         return {**outputs, "mlm_logits": tf.cast(logits, tf.float32)}

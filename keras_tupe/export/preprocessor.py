@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from keras_tupe.data.packing import pack_segments, ragged_ids, special_ids
 from keras_tupe.export.encoder import _version
+from keras_tupe.export.tfhub_names import to_tfhub
 from keras_tupe.export.versions import write_version
 
 _TEXT = tf.TensorSpec([None], tf.string, name="text")
@@ -61,7 +62,7 @@ def preprocessor_module(vocabulary_file, seq_length=128, lowercase=True):
             seq_length, len(segments) + 1,
             message="seq_length must exceed the number of special tokens ([CLS] + one "
                     "[SEP] per segment)")
-        return pack_segments(list(segments), seq_length, cls_id, sep_id, pad_id)
+        return to_tfhub(pack_segments(list(segments), seq_length, cls_id, sep_id, pad_id))
 
     for count in range(1, MAX_SEGMENTS + 1):
         pack.get_concrete_function([_SEGMENT] * count, _SEQ_LENGTH)
@@ -71,7 +72,7 @@ def preprocessor_module(vocabulary_file, seq_length=128, lowercase=True):
 
     @tf.function(input_signature=[_TEXT])
     def call(text):
-        return pack_segments([tokenize_fn(text)], seq_length, cls_id, sep_id, pad_id)
+        return to_tfhub(pack_segments([tokenize_fn(text)], seq_length, cls_id, sep_id, pad_id))
 
     root.__call__ = call
     return root, {"serving_default": call}

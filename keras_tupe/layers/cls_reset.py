@@ -54,6 +54,16 @@ class ClsReset(keras.layers.Layer):
         self.others_to_cls = self.add_weight(name="others_to_cls", **weight)  # θ2
         self.built = True
 
+    @property
+    def decay_exempt_weights(self):
+        """θ1 and θ2: the [CLS] reset's scalar logits, which take no weight decay.
+
+        They replace whole rows and columns of the positional term, as a bias
+        would (TUPE Eq. 9); decay would pull [CLS]'s attention towards the flat
+        logit 0. `keras_tupe.optimization.decay_exclusions` collects them.
+        """
+        return [self.cls_to_others, self.others_to_cls]
+
     def call(self, inputs):
         inputs = ops.cast(inputs, "float32")
         shape = ops.shape(inputs)

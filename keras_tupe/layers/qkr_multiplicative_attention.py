@@ -225,6 +225,20 @@ class QKRMultiplicativeAttention(PositionalAttentionBase):
             name="relative_embeddings", shape=shape, initializer=initializer
         )
 
+    @property
+    def decay_exempt_weights(self):
+        """The scalar table of methods 1 and 2; nothing for the other methods.
+
+        Methods 1/2 multiply the logits by `w[r]`, which starts at 1 (plain
+        attention): decay would pull it towards 0 and flatten the attention.
+        The vector tables (shaw, methods 3/4) start near 0 and are decayed like
+        embeddings. The projection biases are `EinsumDense` biases, which
+        `keras_tupe.optimization.decay_exclusions` excludes by its own rule.
+        """
+        if self.method in ("method1", "method2"):
+            return [self.relative_embeddings]
+        return []
+
     def attention_logits(self, query, key):
         k = self.max_relative_distance
         table = self.relative_embeddings

@@ -127,6 +127,16 @@ class RelativeBucketBias(keras.layers.Layer):
         )
         self.built = True
 
+    @property
+    def decay_exempt_weights(self):
+        """The bias table: a bias, not a kernel, so no weight decay.
+
+        It is added straight to the logits, as T5 learns it (Raffel et al.
+        2020), and decay would only pull every head's positional preference
+        towards 0. `keras_tupe.optimization.decay_exclusions` collects it.
+        """
+        return [self.relative_attention_bias]
+
     def call(self, query, key=None):
         query_length = ops.shape(query)[1]
         key_length = query_length if key is None else ops.shape(key)[1]

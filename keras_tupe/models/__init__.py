@@ -1,19 +1,25 @@
-"""Encoder backbones and presets of keras_tupe."""
+"""keras_tupe's keras-hub model family: backbone, tokenizer, preprocessors, tasks, presets."""
 
-from keras_tupe.models.classifier import TupeClassifier
-from keras_tupe.models.masked_lm import MaskedLM
 from keras_tupe.models.presets import PRESETS, SIZES, VARIANTS
-from keras_tupe.models.span_qa import TupeSpanQA
-from keras_tupe.models.task import Task
+from keras_tupe.models.task import ReplicaXLAStep
 from keras_tupe.models.tupe_backbone import TupeBackbone
+from keras_tupe.models.tupe_masked_lm import TupeMaskedLM
+from keras_tupe.models.tupe_masked_lm_preprocessor import TupeMaskedLMPreprocessor
+from keras_tupe.models.tupe_span_qa import TupeSpanQA
+from keras_tupe.models.tupe_text_classifier import TupeTextClassifier
+from keras_tupe.models.tupe_text_classifier_preprocessor import TupeTextClassifierPreprocessor
+from keras_tupe.models.tupe_tokenizer import TupeTokenizer
 
 __all__ = [
-    "MaskedLM",
     "PRESETS",
+    "ReplicaXLAStep",
     "SIZES",
-    "Task",
     "TupeBackbone",
-    "TupeClassifier",
+    "TupeMaskedLM",
+    "TupeMaskedLMPreprocessor",
     "TupeSpanQA",
+    "TupeTextClassifier",
+    "TupeTextClassifierPreprocessor",
+    "TupeTokenizer",
     "VARIANTS",
 ]

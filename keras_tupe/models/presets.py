@@ -76,3 +76,14 @@ PRESETS = {
     for variant, variant_config in VARIANTS.items()
     for size, size_config in SIZES.items()
 }
+
+
+def preset_description(name):
+    """One line describing a built-in preset, e.g. for `TupeBackbone.presets`."""
+    variant, size = name.rsplit("_", 1)
+    config = PRESETS[name]
+    return (
+        f"{variant} ({', '.join(f'{k}={v!r}' for k, v in VARIANTS[variant].items())}) at size "
+        f"{size}: {config['num_layers']} layers, hidden {config['hidden_dim']}, "
+        f"{config['num_heads']} heads. Architecture only: no published weights."
+    )

@@ -1,12 +1,12 @@
-"""The base of keras_tupe's task models: XLA that works under tf.distribute."""
+"""What keras_tupe's tasks add to keras-hub's: XLA that works under tf.distribute."""
 
 import keras
 
 _TENSORFLOW = keras.backend.backend() == "tensorflow"
 
 
-class Task(keras.Model):
-    """A functional task model whose training step is XLA-compiled per replica.
+class ReplicaXLAStep:
+    """Mixed in before a keras-hub task class: its training step is XLA-compiled per replica.
 
     Keras 3 jit-compiles the whole distributed step, `strategy.run` and the
     cross-replica reduction included, which fails with two or more replicas
@@ -20,21 +20,42 @@ class Task(keras.Model):
     The loss inside a replica is scaled by `1 / num_replicas` for the
     gradient sum; the reported loss is unscaled, so a step on a global batch
     reports the same loss under every strategy.
+
+    On other backends (JAX) Keras's own step runs, and multi-device data
+    parallelism is `keras.distribution.DataParallel`.
+
+    Every task also checks that its preprocessor's `sequence_length` fits an
+    absolute encoder's position table (`check_preprocessor_length`).
     """
 
-    def get_config(self):
-        # A task is rebuilt from its backbone (and the subclass's own arguments).
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "backbone": keras.saving.serialize_keras_object(self.backbone),
-        }
+    def check_preprocessor_length(self):
+        preprocessor = getattr(self, "preprocessor", None)
+        length = getattr(preprocessor, "sequence_length", None)
+        if length is None:
+            return
+        try:
+            self.backbone.check_sequence_length(length)
+        except ValueError as error:
+            raise ValueError(
+                f"The preprocessor's sequence_length={length} exceeds this encoder's "
+                f"absolute position table ({self.backbone.max_sequence_length} rows). Pass a "
+                f"shorter one, e.g. `{type(self).__name__}.from_preset(preset, ..., "
+                f"preprocessor={type(preprocessor).__name__}.from_preset(preset, "
+                f"sequence_length={self.backbone.max_sequence_length}))`, or set "
+                "`preprocessor.sequence_length` before building the task."
+            ) from error
 
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
-        return cls(**config)
+    def save_to_preset(self, preset_dir, max_shard_size=10, overwrite=False):
+        """Writes the task, its backbone and its preprocessor into `preset_dir`.
+
+        A folder that already holds a saved model is refused unless `overwrite`.
+        """
+        from keras_tupe.models.preset_folders import refuse_overwrite
+
+        refuse_overwrite(preset_dir, ["task.json", "task.weights.h5", "config.json",
+                                      "model.weights.h5", "model.weights.json",
+                                      "preprocessor.json", "tokenizer.json"], overwrite)
+        super().save_to_preset(preset_dir, max_shard_size=max_shard_size)
 
     def compile(self, *args, jit_compile="auto", **kwargs):
         # tf.distribute exists on the TensorFlow backend only.
@@ -102,7 +123,7 @@ class Task(keras.Model):
         def _maybe_symbolic_build(self, iterator=None, data_batch=None):
             # Keras learns the batch shapes by reducing the first (distributed)
             # batch across replicas; MultiWorkerMirroredStrategy cannot reduce a
-            # dict ("Attempt to convert a value ({'input_word_ids': PerReplica...}
+            # dict ("Attempt to convert a value ({'token_ids': PerReplica...}
             # with an unsupported type dict"). One replica's local batch has the
             # same structure, which is all the symbolic build needs.
             if iterator is not None and self._distribute_strategy is not None:

@@ -1,7 +1,5 @@
 """The encoder backbone for every positional encoding of TUPE and Huang et al."""
 
-import difflib
-
 import keras
 import keras_hub
 from keras import ops
@@ -12,12 +10,17 @@ from keras_tupe.layers.relative_bucket_bias import RelativeBucketBias
 from keras_tupe.layers.transformer_encoder_block import TransformerEncoderBlock
 from keras_tupe.layers.untied_positional_correlation import UntiedPositionalCorrelation
 from keras_tupe.layers.utils import check_sequence_length
-from keras_tupe.models.presets import PRESETS
+from keras_tupe.models.preset_folders import (
+    check_preset_folder,
+    classproperty,
+    refuse_overwrite,
+)
+from keras_tupe.models.presets import PRESETS, preset_description
 
 ABSOLUTE_POSITIONS = ("none", "added")
 ABSOLUTE_CORRELATIONS = ("none", "untied", "untied_cross")
 RELATIVE_POSITIONS = ("none", "t5_bias") + METHODS
-INPUT_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
+INPUT_NAMES = ("token_ids", "padding_mask", "segment_ids")
 
 
 def absolute_length_limit(
@@ -39,7 +42,7 @@ def _choice(name, value, choices):
 
 
 @keras.saving.register_keras_serializable(package="keras_tupe")
-class TupeBackbone(keras.Model):
+class TupeBackbone(keras_hub.models.Backbone):
     """A BERT-style encoder whose positional encoding is a set of choices.
 
     The positional encoding is four orthogonal fields, so every variant of the
@@ -64,11 +67,17 @@ class TupeBackbone(keras.Model):
     per forward pass, `(1, h, n, n)`, and shared by all layers;
     `positional_bias(n)` returns it for inspection.
 
-    Inputs and outputs follow the TF-Hub BERT encoder API: a dict of int32
-    `input_word_ids`, `input_mask` (1 = token) and `input_type_ids`, each
-    `(batch, seq)`; out comes a dict of `sequence_output` `(batch, seq, d)`,
-    `pooled_output` `(batch, d)` (tanh dense on [CLS]) and `encoder_outputs`,
-    one `(batch, seq, d)` per layer.
+    Inputs and outputs are keras-hub's (`keras_hub.models.BertBackbone`): a
+    dict of int32 `token_ids`, `padding_mask` (1 or True = token) and
+    `segment_ids`, each `(batch, seq)`; out comes a dict of `sequence_output`
+    `(batch, seq, d)` and `pooled_output` `(batch, d)` (tanh dense on [CLS]).
+    The TF-Hub names (`token_ids`, ..., `encoder_outputs`) exist only in
+    the exported SavedModels (`keras_tupe.export`).
+
+    `from_preset` takes a preset folder written by `save_to_preset` (config,
+    weights and, from a task or `training.pretrain`, the tokenizer), or the
+    name of a built-in architecture (`TupeBackbone.presets`), which has no
+    published weights and is freshly initialized.
 
     Args:
         vocabulary_size: int. Size of the token vocabulary.
@@ -102,12 +111,14 @@ class TupeBackbone(keras.Model):
     Example:
     >>> backbone = TupeBackbone.from_preset("tupe_r_tiny")
     >>> inputs = {
-    ...     "input_word_ids": np.ones((2, 16), "int32"),
-    ...     "input_mask": np.ones((2, 16), "int32"),
-    ...     "input_type_ids": np.zeros((2, 16), "int32"),
+    ...     "token_ids": np.ones((2, 16), "int32"),
+    ...     "padding_mask": np.ones((2, 16), "int32"),
+    ...     "segment_ids": np.zeros((2, 16), "int32"),
     ... }
     >>> backbone(inputs)["sequence_output"].shape
     TensorShape([2, 16, 64])
+    >>> backbone.save_to_preset("my_tupe_r")          # config + weights
+    >>> keras_hub.models.Backbone.from_preset("my_tupe_r")  # the same model
     """
 
     def __init__(
@@ -240,38 +251,32 @@ class TupeBackbone(keras.Model):
         )
 
         # === Functional Model ===
-        word_ids = keras.Input(shape=(None,), dtype="int32", name="input_word_ids")
-        input_mask = keras.Input(shape=(None,), dtype="int32", name="input_mask")
-        type_ids = keras.Input(shape=(None,), dtype="int32", name="input_type_ids")
-        x = self.token_embedding(word_ids)
+        token_ids = keras.Input(shape=(None,), dtype="int32", name="token_ids")
+        padding_mask = keras.Input(shape=(None,), dtype="int32", name="padding_mask")
+        segment_ids = keras.Input(shape=(None,), dtype="int32", name="segment_ids")
+        x = self.token_embedding(token_ids)
         if self.position_embedding is not None:
             x = x + self.position_embedding(x)
         if self.segment_embedding is not None:
-            x = x + self.segment_embedding(type_ids)
+            x = x + self.segment_embedding(segment_ids)
         x = self.embeddings_dropout(self.embeddings_layer_norm(x))
         bias, position_query, position_key = self._positional_terms(x)
-        encoder_outputs = []
         for layer in self.transformer_layers:
             x = layer(
                 x,
-                padding_mask=input_mask,
+                padding_mask=padding_mask,
                 attention_bias=bias,
                 position_query=position_query,
                 position_key=position_key,
             )
-            encoder_outputs.append(x)
         pooled = self.pooled_dense(x[:, 0, :])
         super().__init__(
             inputs={
-                "input_word_ids": word_ids,
-                "input_mask": input_mask,
-                "input_type_ids": type_ids,
+                "token_ids": token_ids,
+                "padding_mask": padding_mask,
+                "segment_ids": segment_ids,
             },
-            outputs={
-                "sequence_output": x,
-                "pooled_output": pooled,
-                "encoder_outputs": encoder_outputs,
-            },
+            outputs={"sequence_output": x, "pooled_output": pooled},
             dtype=dtype,
             **kwargs,
         )
@@ -366,49 +371,82 @@ class TupeBackbone(keras.Model):
         for name in INPUT_NAMES:
             value = inputs[name]
             dtype = keras.backend.standardize_dtype(getattr(value, "dtype", type(value)))
-            if "int" not in dtype:
+            # keras-hub's preprocessors give a boolean `padding_mask`.
+            if "int" not in dtype and not (name == "padding_mask" and dtype == "bool"):
                 raise TypeError(
                     f"`{name}` must hold integers (token ids, 0/1 mask, segment ids). "
                     f"Received: dtype {dtype}"
                 )
             shapes[name] = tuple(value.shape)
-        if len(set(shapes.values())) > 1 or len(shapes["input_word_ids"]) != 2:
+        if len(set(shapes.values())) > 1 or len(shapes["token_ids"]) != 2:
             raise ValueError(
-                "`input_word_ids`, `input_mask` and `input_type_ids` must all have the "
+                "`token_ids`, `padding_mask` and `segment_ids` must all have the "
                 f"same shape (batch, seq). Received: {shapes}"
             )
-        length = shapes["input_word_ids"][1]
+        length = shapes["token_ids"][1]
         self.check_sequence_length(
-            ops.shape(inputs["input_word_ids"])[1] if length is None else length
+            ops.shape(inputs["token_ids"])[1] if length is None else length
         )
 
-    @classmethod
+    def layer_outputs(self):
+        """A functional model of the same layers that also returns each layer's output.
+
+        Its outputs are `sequence_output`, `pooled_output` and `encoder_outputs`,
+        a list of `(batch, seq, d)`, one per Transformer layer (what TF-Hub's BERT
+        encoders return). The weights are this backbone's own, not copies.
+        """
+        outputs = {key: self.output[key] for key in ("sequence_output", "pooled_output")}
+        outputs["encoder_outputs"] = [layer.output for layer in self.transformer_layers]
+        return keras.Model(self.input, outputs, name=f"{self.name}_layer_outputs")
+
+    @classproperty
     def presets(cls):
-        """The names of the built-in presets."""
-        return sorted(PRESETS)
+        """The built-in architectures, `{name: {"metadata": ..., "config": ...}}`.
+
+        keras-hub's layout (`BertBackbone.presets`). They are configurations with no
+        published weights: `from_preset(name)` initializes them freshly. Pre-trained
+        weights travel as preset folders (`save_to_preset`).
+        """
+        return {
+            name: {
+                "metadata": {
+                    "description": preset_description(name),
+                    "official_name": "TUPE",
+                    "path": "keras_tupe",
+                },
+                "config": dict(config),
+            }
+            for name, config in sorted(PRESETS.items())
+        }
 
     @classmethod
-    def from_preset(cls, preset, **kwargs):
-        """Builds a freshly initialized backbone from a preset name.
+    def from_preset(cls, preset, load_weights=True, **kwargs):
+        """A backbone from a preset folder (with its weights) or a built-in name.
 
         Args:
-            preset: str, e.g. `"tupe_r_base"`; see `TupeBackbone.presets()`.
+            preset: a preset folder (`save_to_preset`, `training.pretrain`'s
+                `preset/`), or a built-in architecture name such as
+                `"tupe_r_base"` (see `TupeBackbone.presets`; freshly initialized).
+            load_weights: bool. Load a folder's weights. Defaults to `True`.
             **kwargs: constructor arguments overriding the preset's.
         """
-        if preset not in PRESETS:
-            close = difflib.get_close_matches(str(preset), PRESETS, n=3)
-            hint = f" Did you mean {close}?" if close else ""
-            raise ValueError(
-                f"Unknown preset {preset!r}.{hint} Valid presets: {sorted(PRESETS)}"
-            )
-        return cls(**{**PRESETS[preset], **kwargs})
+        if isinstance(preset, str) and preset in PRESETS:
+            return cls(**{**PRESETS[preset], **kwargs})
+        check_preset_folder(preset, cls, load_weights)
+        return super().from_preset(preset, load_weights=load_weights, **kwargs)
+
+    def save_to_preset(self, preset_dir, max_shard_size=10, overwrite=False):
+        """Writes `config.json`, the weights and `metadata.json` into `preset_dir`.
+
+        An existing config or weights file there is refused unless `overwrite`.
+        """
+        refuse_overwrite(
+            preset_dir, ["config.json", "model.weights.h5", "model.weights.json"], overwrite
+        )
+        super().save_to_preset(preset_dir, max_shard_size=max_shard_size)
 
     def get_config(self):
-        config = {
-            "name": self.name,
-            "trainable": self.trainable,
-            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
-        }
+        config = super().get_config()
         for key in (
             "vocabulary_size", "num_layers", "num_heads", "hidden_dim", "intermediate_dim",
             "dropout", "max_sequence_length", "num_segments", "absolute_position",
@@ -418,10 +456,3 @@ class TupeBackbone(keras.Model):
         ):
             config[key] = getattr(self, key)
         return config
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        if "dtype" in config and isinstance(config["dtype"], dict):
-            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
-        return cls(**config)

@@ -1,35 +1,53 @@
 """Sentence (pair) classification and regression on the pooled [CLS] output."""
 
 import keras
+import keras_hub
 
-from keras_tupe.models.task import Task
+from keras_tupe.models.task import ReplicaXLAStep
+from keras_tupe.models.tupe_backbone import TupeBackbone
+from keras_tupe.models.tupe_text_classifier_preprocessor import TupeTextClassifierPreprocessor
 
 
 @keras.saving.register_keras_serializable(package="keras_tupe")
-class TupeClassifier(Task):
+class TupeTextClassifier(ReplicaXLAStep, keras_hub.models.TextClassifier):
     """A GLUE-style head: dropout and a dense layer on the backbone's `pooled_output`.
 
+    A `keras_hub.models.TextClassifier`: with its preprocessor it takes raw
+    strings (`fit(("a fine film", 1))`, `predict(["a fine film"])`; a tuple of
+    two string batches for sentence pairs), and
+    `keras_hub.models.TextClassifier.from_preset(folder, num_classes=2)`
+    returns one with the folder's pre-trained backbone and tokenizer.
     `num_classes=1` makes it a regressor (STS-B), trained with the mean squared
     error; otherwise it outputs class logits trained with cross-entropy. The
     logits are float32 under every dtype policy, so serving outputs stay
     float32 under mixed precision.
 
     Args:
-        backbone: a `TupeBackbone` (or any functional model with the TF-Hub
-            BERT inputs and a `pooled_output`).
+        backbone: a `TupeBackbone`.
         num_classes: int. `1` for regression.
+        preprocessor: a `TupeTextClassifierPreprocessor`, or `None` to feed
+            `token_ids`, `padding_mask`, `segment_ids` directly.
         dropout: float. Dropout before the head. Defaults to `0.1`.
 
     Example:
-    >>> classifier = TupeClassifier(TupeBackbone.from_preset("tupe_r_tiny"), num_classes=2)
-    >>> classifier.compile(optimizer="adam")
+    >>> classifier = keras_hub.models.TextClassifier.from_preset(
+    ...     "runs/tupe_r_mini/preset", num_classes=2, sequence_length=128)
+    >>> classifier.fit(x=["a fine film", "a dull film"], y=[1, 0], batch_size=2)
+    >>> classifier.predict(["a fine film"])
     """
 
-    def __init__(self, backbone, num_classes, dropout=0.1, **kwargs):
-        if not isinstance(num_classes, int) or num_classes < 1:
-            raise ValueError(f"`num_classes` must be a positive int. Received: {num_classes!r}")
+    backbone_cls = TupeBackbone
+    preprocessor_cls = TupeTextClassifierPreprocessor
+
+    def __init__(self, backbone, num_classes=None, preprocessor=None, dropout=0.1, **kwargs):
+        if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
+            raise ValueError(
+                "`num_classes` must be a positive int: the number of labels, or 1 for a "
+                f"regression (STS-B). Received: num_classes={num_classes!r}"
+            )
         # === Layers ===
         self.backbone = backbone
+        self.preprocessor = preprocessor
         self.head_dropout = keras.layers.Dropout(dropout, name="head_dropout")
         self.logits_dense = keras.layers.Dense(
             num_classes,
@@ -43,12 +61,14 @@ class TupeClassifier(Task):
         logits = self.logits_dense(self.head_dropout(pooled))
         if num_classes == 1:
             logits = keras.layers.Reshape((), name="score")(logits)
-        super().__init__(inputs=inputs, outputs=logits, **kwargs)
         # === Config ===
+        # Set before `super().__init__`, which compiles with the defaults below.
         self.num_classes = num_classes
         self.dropout = dropout
+        super().__init__(inputs=inputs, outputs=logits, **kwargs)
+        self.check_preprocessor_length()
 
-    def compile(self, optimizer="adam", loss="auto", metrics="auto", **kwargs):
+    def compile(self, optimizer="auto", loss="auto", *, metrics="auto", **kwargs):
         regression = self.num_classes == 1
         if loss == "auto":
             loss = (keras.losses.MeanSquaredError() if regression

@@ -3,35 +3,43 @@
 import keras
 import keras_hub
 
-from keras_tupe.models.task import Task
+from keras_tupe.models.task import ReplicaXLAStep
+from keras_tupe.models.tupe_backbone import TupeBackbone
+from keras_tupe.models.tupe_masked_lm_preprocessor import TupeMaskedLMPreprocessor
 
 
 @keras.saving.register_keras_serializable(package="keras_tupe")
-class MaskedLM(Task):
+class TupeMaskedLM(ReplicaXLAStep, keras_hub.models.MaskedLM):
     """Masked-LM pre-training model: a backbone plus keras-hub's `MaskedLMHead`.
 
-    The head (dense + LayerNorm + output bias) predicts the vocabulary at the
-    masked positions only, with the output projection tied to the word
-    embeddings (as BERT and RoBERTa). No next-sentence prediction (TUPE follows
-    RoBERTa's FULL-SENTENCES).
+    A `keras_hub.models.MaskedLM`. The head (dense + LayerNorm + output bias)
+    predicts the vocabulary at the masked positions only, with the output
+    projection tied to the word embeddings (as BERT and RoBERTa). No
+    next-sentence prediction (TUPE follows RoBERTa's FULL-SENTENCES).
 
-    Inputs: the backbone's three inputs and `masked_lm_positions`, int32
+    Inputs: the backbone's three inputs and `mask_positions`, int32
     `(batch, P)`. Output: logits `(batch, P, vocabulary_size)`, float32.
-    Train with targets `masked_lm_ids` `(batch, P)` and sample weights
-    `masked_lm_weights` `(batch, P)` (0 for padded slots); `compile()`
-    defaults to the weighted sparse cross-entropy and accuracy.
+    Train with targets `(batch, P)` (the original ids) and sample weights
+    `(batch, P)` (0 for padded slots); `compile()` defaults to the weighted
+    sparse cross-entropy and accuracy. With a `TupeMaskedLMPreprocessor` it
+    takes raw strings.
 
     Args:
         backbone: a `TupeBackbone`.
+        preprocessor: a `TupeMaskedLMPreprocessor` or `None`.
 
     Example:
-    >>> mlm = MaskedLM(TupeBackbone.from_preset("tupe_r_tiny"))
+    >>> mlm = TupeMaskedLM(TupeBackbone.from_preset("tupe_r_tiny"))
     >>> mlm.compile(optimizer="adam")
     """
 
-    def __init__(self, backbone, **kwargs):
+    backbone_cls = TupeBackbone
+    preprocessor_cls = TupeMaskedLMPreprocessor
+
+    def __init__(self, backbone, preprocessor=None, **kwargs):
         # === Layers ===
         self.backbone = backbone
+        self.preprocessor = preprocessor
         self.mlm_head = keras_hub.layers.MaskedLMHead(
             token_embedding=backbone.token_embedding,
             # keras-hub's head takes Keras activation names; a converted
@@ -46,19 +54,14 @@ class MaskedLM(Task):
         )
         # === Functional Model ===
         inputs = dict(backbone.input)
-        inputs["masked_lm_positions"] = keras.Input(
-            shape=(None,), dtype="int32", name="masked_lm_positions"
-        )
+        inputs["mask_positions"] = keras.Input(shape=(None,), dtype="int32", name="mask_positions")
         encoded = backbone({name: inputs[name] for name in backbone.input})
-        logits = self.mlm_head(
-            encoded["sequence_output"], mask_positions=inputs["masked_lm_positions"]
-        )
+        logits = self.mlm_head(encoded["sequence_output"], mask_positions=inputs["mask_positions"])
         logits = keras.layers.Activation("linear", dtype="float32", name="logits")(logits)
         super().__init__(inputs=inputs, outputs=logits, **kwargs)
+        self.check_preprocessor_length()
 
-    def compile(self, optimizer="adam", loss="auto", weighted_metrics="auto", **kwargs):
-        if loss == "auto":
-            loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    def compile(self, optimizer="auto", loss="auto", *, weighted_metrics="auto", **kwargs):
         if weighted_metrics == "auto":
             weighted_metrics = [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
         super().compile(optimizer=optimizer, loss=loss, weighted_metrics=weighted_metrics,

@@ -1,0 +1,77 @@
+"""Raw text to masked-LM training examples for a keras_tupe encoder."""
+
+import keras
+import keras_hub
+
+from keras_tupe.models.preset_folders import preset_sequence_length, refuse_overwrite
+from keras_tupe.models.string_inputs import check_string_inputs
+from keras_tupe.models.tupe_backbone import TupeBackbone
+from keras_tupe.models.tupe_tokenizer import TupeTokenizer
+
+
+def default_mask_selection_length(sequence_length, mask_selection_rate=0.15):
+    """`ceil(rate * (L - 1))`: every selected token gets a slot ([CLS] is never selected)."""
+    from keras_tupe.data.pretraining import mask_selection_length
+
+    return mask_selection_length(sequence_length, mask_selection_rate)
+
+
+@keras.saving.register_keras_serializable(package="keras_tupe")
+class TupeMaskedLMPreprocessor(keras_hub.models.MaskedLMPreprocessor):
+    """keras-hub's `MaskedLMPreprocessor` with a `TupeTokenizer`: BERT's 80/10/10 masking.
+
+    Each string is packed `[CLS] text [SEP]` to `sequence_length`, then
+    `keras_hub.layers.MaskedLMMaskGenerator` selects `ceil(15%)` of the tokens
+    that are not `[CLS]`, `[SEP]`, `[PAD]` (or `[MASK]`) and replaces 80% of
+    them by `[MASK]`, 10% by a random token, 10% unchanged. Outputs
+    `(x, y, sample_weight)`: `x` holds `token_ids`, `padding_mask`,
+    `segment_ids` and `mask_positions`, `y` the original ids at those
+    positions, `sample_weight` 1 on real slots.
+
+    This is per-example packing, for fine-tuning an MLM on sentences; the
+    pre-training corpus pipeline (`keras_tupe.data.mlm_dataset`) packs
+    FULL-SENTENCES across lines with the same mask generator.
+
+    Args:
+        tokenizer: a `TupeTokenizer`.
+        sequence_length: int. Defaults to `512`.
+        mask_selection_length: int or None, slots per example. `None` (the
+            default) gives `ceil(mask_selection_rate * (sequence_length - 1))`,
+            so no selected token is dropped.
+        **kwargs: other `MaskedLMPreprocessor` arguments (`mask_selection_rate`
+            0.15, `mask_token_rate` 0.8, `random_token_rate` 0.1).
+    """
+
+    backbone_cls = TupeBackbone
+    tokenizer_cls = TupeTokenizer
+
+    def __init__(self, tokenizer, sequence_length=512, mask_selection_length=None,
+                 mask_selection_rate=0.15, **kwargs):
+        if mask_selection_length is None:
+            mask_selection_length = default_mask_selection_length(
+                sequence_length, mask_selection_rate)
+        super().__init__(
+            tokenizer,
+            sequence_length=sequence_length,
+            mask_selection_length=mask_selection_length,
+            mask_selection_rate=mask_selection_rate,
+            **kwargs,
+        )
+
+    @classmethod
+    def _add_missing_kwargs(cls, loader, kwargs):
+        # keras-hub's (private) hook for a task whose preset folder holds no
+        # preprocessor of this class: take the folder's sequence length rather
+        # than keras-hub's 512, which an absolute encoder's table may not have.
+        kwargs = super()._add_missing_kwargs(loader, kwargs)
+        kwargs.setdefault("sequence_length", preset_sequence_length(loader))
+        return kwargs
+
+    def save_to_preset(self, preset_dir, overwrite=False):
+        """Writes `preprocessor.json` and the tokenizer; refuses to replace them."""
+        refuse_overwrite(preset_dir, ["preprocessor.json", "tokenizer.json"], overwrite)
+        super().save_to_preset(preset_dir)
+
+    def call(self, x, y=None, sample_weight=None):
+        check_string_inputs(type(self).__name__, x)
+        return super().call(x, y=y, sample_weight=sample_weight)
