@@ -91,11 +91,49 @@ def _choice(name, value, choices):
                             f"Received: {value!r}")
 
 
+class KerasDataParallel:
+    """The JAX backend's `--strategy mirrored`: `keras.distribution.DataParallel`.
+
+    Shaped like the tf.distribute strategy `pretrain` uses (`scope()`,
+    `num_replicas_in_sync`). The distribution is set globally, so `fit` shards
+    every batch over the local devices and keeps the weights replicated; the
+    gradient is the all-reduced one, so clipping and weight decay act on it as
+    under MirroredStrategy.
+    """
+
+    def __init__(self):
+        import contextlib
+
+        devices = keras.distribution.list_devices()
+        self.distribution = keras.distribution.DataParallel(devices=devices)
+        keras.distribution.set_distribution(self.distribution)
+        self.num_replicas_in_sync = len(devices)
+        self.scope = contextlib.nullcontext
+
+
+class NoStrategy:
+    """One device, no distribution: the JAX backend's `--strategy default`."""
+
+    num_replicas_in_sync = 1
+
+    def scope(self):
+        import contextlib
+
+        return contextlib.nullcontext()
+
+
 def make_strategy(name):
-    """The tf.distribute strategy for `--strategy`."""
+    """The distribution for `--strategy`: tf.distribute on TensorFlow, keras.distribution on JAX."""
+    _choice("strategy", name, STRATEGIES)
+    if keras.backend.backend() == "jax":
+        if name == "multiworker":
+            raise PretrainError(
+                "--strategy multiworker is tf.distribute's (TensorFlow backend). On JAX use "
+                "--strategy mirrored: keras.distribution.DataParallel over the local devices."
+            )
+        return KerasDataParallel() if name == "mirrored" else NoStrategy()
     import tensorflow as tf
 
-    _choice("strategy", name, STRATEGIES)
     if name == "mirrored":
         # All GPUs; without any, all logical CPU devices (one on a plain host,
         # several where tf.config made them, as the tests do).

@@ -272,17 +272,17 @@ def test_preprocessor_gives_the_training_pipelines_ids(sst2_vocab, tmp_path):
     mrpc = glue.load_glue("mrpc", "validation", DATA_DIR)
     first, second = mrpc.sentence1[:100], mrpc.sentence2[:100]
     segments = [preprocessor.tokenize(tf.constant(first)), preprocessor.tokenize(tf.constant(second))]
-    packed = preprocessor.bert_pack_inputs(segments, seq_length=24)
+    packed = from_tfhub(preprocessor.bert_pack_inputs(segments, seq_length=24))
     expected = glue.pack_inputs(tokenizer, 24, first, second)
     for key in expected:
         np.testing.assert_array_equal(packed[key].numpy(), expected[key].numpy())
     # Empty, very long and non-ASCII text: the same ids, truncated, never a crash.
-    packed = preprocessor(tf.constant(SPECIAL_TEXTS))
+    packed = from_tfhub(preprocessor(tf.constant(SPECIAL_TEXTS)))
     expected = glue.pack_inputs(tokenizer, 32, SPECIAL_TEXTS)
     for key in expected:
         np.testing.assert_array_equal(packed[key].numpy(), expected[key].numpy())
-    assert packed["input_mask"].numpy()[0].sum() == 2  # [CLS] [SEP] for ""
-    assert packed["input_mask"].numpy()[3].sum() == 32  # truncated
+    assert packed["padding_mask"].numpy()[0].sum() == 2  # [CLS] [SEP] for ""
+    assert packed["padding_mask"].numpy()[3].sum() == 32  # truncated
     # The vocabulary travels as an asset.
     assert Path(preprocessor.vocab_file.asset_path.numpy().decode()).read_bytes() == \
         Path(sst2_vocab).read_bytes()
