@@ -11,8 +11,12 @@ problem and what to pass instead.
 import difflib
 import json
 import os
+import shutil
 
 REGISTERED_BACKBONE = "keras_tupe>TupeBackbone"
+# Everything keras-hub writes into a preset folder.
+PRESET_FILES = ("config.json", "model.weights.h5", "model.weights.json", "metadata.json",
+                "task.json", "task.weights.h5", "preprocessor.json", "tokenizer.json", "assets")
 VOCABULARY_ASSET = os.path.join("assets", "tokenizer", "vocabulary.txt")
 
 
@@ -117,8 +121,15 @@ def refuse_overwrite(preset_dir, files, overwrite):
             f"Preset folder {preset_dir} already holds {present}; refusing to overwrite a "
             "saved model. Choose another folder, or pass overwrite=True."
         )
-    for f in present:
-        os.remove(os.path.join(preset_dir, f))
+    if present:
+        # Overwriting replaces the saved model as a whole: no task, head, preprocessor
+        # or tokenizer of the old one may stay beside the new files.
+        for f in PRESET_FILES:
+            path = os.path.join(preset_dir, f)
+            if os.path.isdir(path):
+                shutil.rmtree(path)
+            elif os.path.exists(path):
+                os.remove(path)
 
 
 def preset_sequence_length(loader):

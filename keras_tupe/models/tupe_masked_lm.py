@@ -40,6 +40,12 @@ class TupeMaskedLM(ReplicaXLAStep, keras_hub.models.MaskedLM):
         # === Layers ===
         self.backbone = backbone
         self.preprocessor = preprocessor
+        # The masked-LM loss never reaches the pooler ([CLS] tanh dense). Frozen, it
+        # is neither updated nor weight-decayed on any backend (TensorFlow skips
+        # variables without a gradient, JAX would decay them with a zero gradient),
+        # and Keras does not warn about its missing gradients. A backbone reloaded
+        # from the preset (or its .keras file) has a trainable pooler again.
+        backbone.pooled_dense.trainable = False
         self.mlm_head = keras_hub.layers.MaskedLMHead(
             token_embedding=backbone.token_embedding,
             # keras-hub's head takes Keras activation names; a converted

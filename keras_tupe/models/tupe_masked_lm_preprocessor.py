@@ -23,7 +23,10 @@ class TupeMaskedLMPreprocessor(keras_hub.models.MaskedLMPreprocessor):
     Each string is packed `[CLS] text [SEP]` to `sequence_length`, then
     `keras_hub.layers.MaskedLMMaskGenerator` selects `ceil(15%)` of the tokens
     that are not `[CLS]`, `[SEP]`, `[PAD]` (or `[MASK]`) and replaces 80% of
-    them by `[MASK]`, 10% by a random token, 10% unchanged. Outputs
+    them by `[MASK]`, 10% by a random token, 10% unchanged. That is the
+    tf.data path `fit` takes; called eagerly outside tf.data, keras-hub 0.32
+    masks in Python instead, each token with probability 15% (at most
+    `mask_selection_length`), not exactly `ceil(15%)`. Outputs
     `(x, y, sample_weight)`: `x` holds `token_ids`, `padding_mask`,
     `segment_ids` and `mask_positions`, `y` the original ids at those
     positions, `sample_weight` 1 on real slots.

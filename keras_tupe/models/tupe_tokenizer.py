@@ -1,10 +1,13 @@
 """The WordPiece tokenizer of keras_tupe encoders."""
 
+import json
+import os
+
 import keras
 
 import keras_hub
 
-from keras_tupe.models.preset_folders import refuse_overwrite
+from keras_tupe.models.preset_folders import check_vocabulary_size, refuse_overwrite
 from keras_tupe.models.tupe_backbone import TupeBackbone
 
 
@@ -50,3 +53,18 @@ class TupeTokenizer(keras_hub.tokenizers.WordPieceTokenizer):
         """Writes `tokenizer.json` and the vocabulary asset; refuses to replace them."""
         refuse_overwrite(preset_dir, ["tokenizer.json"], overwrite)
         super().save_to_preset(preset_dir)
+
+    def load_preset_assets(self, preset):
+        """Loads the vocabulary of a preset folder, checking it against the backbone's size.
+
+        keras-hub calls this from every `from_preset` (`keras_hub.models.TextClassifier`,
+        `MaskedLM`, ...), so a vocabulary that disagrees with the encoder's embedding
+        table is refused on every route, not only `TupeBackbone.from_preset`.
+        """
+        super().load_preset_assets(preset)
+        config = os.path.join(str(preset), "config.json")
+        if os.path.isfile(config):
+            with open(config, encoding="utf-8") as f:
+                size = json.load(f).get("config", {}).get("vocabulary_size")
+            if size is not None:
+                check_vocabulary_size(str(preset), size)

@@ -1,0 +1,624 @@
+"""The keras-hub model family: keras-hub's harness checks, preset folders, raw-string tasks.
+
+The checks of `keras_hub/src/tests/test_case.py` (`run_backbone_test`,
+`run_task_test`, `run_preset_test`, `run_preprocessor_test`) on every variant's
+tiny preset, then behaviour that could fail: preprocessing against hand-packed ids
+and the GLUE packing, BERT's masking statistics, preset folders read back through
+keras-hub's own entry points (also in a fresh process that imports nothing of
+keras_tupe but its registration), and the exact messages of bad input.
+"""
+
+import functools
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import keras
+import keras_hub
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_tupe.data import load_tokenizer
+from keras_tupe.data.glue import pack_inputs
+from keras_tupe.models import (
+    VARIANTS,
+    TupeBackbone,
+    TupeMaskedLM,
+    TupeMaskedLMPreprocessor,
+    TupeTextClassifier,
+    TupeTextClassifierPreprocessor,
+    TupeTokenizer,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+ALL_VARIANTS = sorted(VARIANTS)
+TASK_VARIANTS = ["bert_a", "tupe_r", "huang_m4"]
+SPECIALS = ["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"]
+PAD, CLS, SEP, UNK, MASK = range(5)
+WORDS = (
+    "the a an film movie fine dull good bad great is was not very and or but this that it "
+    "of to in on for with by at as be are were has had do did play plays story actor actors "
+    "plot scene scenes music long short funny sad boring brilliant awful nice cast ending "
+    "script"
+).split()
+VOCABULARY = SPECIALS + WORDS
+V = len(VOCABULARY)
+HIDDEN = 64  # SIZES["tiny"]["hidden_dim"], written out
+SENTENCES = ["a fine film", "a dull film", "the plot was long", "a great cast and a nice ending"]
+LABELS = [1, 0, 0, 1]
+
+
+def ids(text):
+    """Token ids of a text made of vocabulary words, looked up by hand (lowercase)."""
+    return [VOCABULARY.index(word) for word in text.lower().split()]
+
+
+def to_numpy(tree):
+    return keras.tree.map_structure(lambda x: np.asarray(keras.ops.convert_to_numpy(x)), tree)
+
+
+def assert_outputs_close(got, want, atol=1e-6):
+    got, want = to_numpy(got), to_numpy(want)
+    assert sorted(got) == sorted(want)
+    for key in want:
+        assert got[key].shape == want[key].shape, key
+        np.testing.assert_allclose(got[key], want[key], atol=atol, rtol=0, err_msg=key)
+
+
+def backbone_inputs(batch=2, length=12, vocabulary_size=1024, seed=0):
+    """[CLS] first, random tokens, the second row padded over its last 4 positions."""
+    rng = np.random.default_rng(seed)
+    token_ids = rng.integers(5, vocabulary_size, (batch, length)).astype("int32")
+    token_ids[:, 0] = CLS
+    mask = np.ones((batch, length), "int32")
+    mask[1, length - 4:] = 0
+    token_ids[mask == 0] = PAD
+    segment_ids = np.zeros((batch, length), "int32")
+    segment_ids[:, length // 2:] = 1
+    segment_ids[mask == 0] = 0
+    return {"token_ids": token_ids, "padding_mask": mask, "segment_ids": segment_ids}
+
+
+def randomize(model, seed):
+    """Every trainable weight random, so that none (e.g. a zero-initialized table) hides."""
+    rng = np.random.default_rng(seed)
+    for variable in model.trainable_weights:
+        variable.assign(rng.normal(0.0, 0.05, variable.shape).astype(variable.dtype))
+    return model
+
+
+@functools.lru_cache(maxsize=None)
+def variant_backbone(variant):
+    """One randomized tiny backbone per variant, built once for the whole module."""
+    keras.utils.set_random_seed(ALL_VARIANTS.index(variant))
+    backbone = TupeBackbone.from_preset(f"{variant}_tiny")
+    return randomize(backbone, seed=ALL_VARIANTS.index(variant))
+
+
+@pytest.fixture(scope="module")
+def vocab_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("vocab") / "vocabulary.txt"
+    path.write_text("".join(token + "\n" for token in VOCABULARY), encoding="utf-8")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def vocab_list():
+    return list(VOCABULARY)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(vocab_list):
+    return TupeTokenizer(vocabulary=vocab_list)
+
+
+def small_backbone(variant, seed=0):
+    """A tiny backbone whose vocabulary is the test vocabulary (a preset folder's check)."""
+    keras.utils.set_random_seed(seed)
+    return randomize(TupeBackbone.from_preset(f"{variant}_tiny", vocabulary_size=V), seed)
+
+
+def classifier(tokenizer, variant="bert_a", num_classes=2, seed=0, sequence_length=16):
+    preprocessor = TupeTextClassifierPreprocessor(tokenizer, sequence_length=sequence_length)
+    model = TupeTextClassifier(small_backbone(variant, seed), num_classes,
+                               preprocessor=preprocessor)
+    randomize(model, seed)  # the head too
+    return model
+
+
+def masked_lm(tokenizer, variant="tupe_r", seed=0):
+    preprocessor = TupeMaskedLMPreprocessor(tokenizer, sequence_length=16)
+    model = TupeMaskedLM(small_backbone(variant, seed), preprocessor=preprocessor)
+    return randomize(model, seed)
+
+
+# --- keras-hub harness: every variant's tiny preset ----------------------------------------
+
+
+@pytest.mark.parametrize("variant", ALL_VARIANTS)
+def test_backbone_config_round_trip(variant):
+    backbone = variant_backbone(variant)
+    config = backbone.get_config()
+    for key, value in VARIANTS[variant].items():  # the variant's fields are in the config
+        assert config[key] == value, key
+    assert config["vocabulary_size"] == 1024 and config["max_sequence_length"] == 128
+    clone = TupeBackbone.from_config(config)
+    assert clone.get_config() == config
+    clone.set_weights(backbone.get_weights())
+    inputs = backbone_inputs()
+    assert_outputs_close(clone(inputs), backbone(inputs))
+    # keras-hub's run_serialization_test: serialize/deserialize is idempotent.
+    serialized = keras.saving.serialize_keras_object(backbone)
+    restored = keras.saving.deserialize_keras_object(serialized)
+    assert keras.saving.serialize_keras_object(restored) == serialized
+
+
+@pytest.mark.parametrize("variant", ALL_VARIANTS)
+def test_backbone_output_shapes_and_dtypes(variant):
+    backbone = variant_backbone(variant)
+    outputs = backbone(backbone_inputs(batch=2, length=12))
+    assert sorted(outputs) == ["pooled_output", "sequence_output"]
+    assert tuple(outputs["sequence_output"].shape) == (2, 12, HIDDEN)
+    assert tuple(outputs["pooled_output"].shape) == (2, HIDDEN)
+    for value in outputs.values():
+        assert keras.backend.standardize_dtype(value.dtype) == "float32"
+        assert np.all(np.isfinite(keras.ops.convert_to_numpy(value)))
+    # keras-hub's run_backbone_test: variable lengths, eager token embedding, the name.
+    for length in (2, 3, 4):
+        short = backbone(backbone_inputs(batch=2, length=length))
+        assert tuple(short["sequence_output"].shape) == (2, length, HIDDEN)
+    assert tuple(backbone.token_embedding(np.zeros((2, 3), "int32")).shape) == (2, 3, HIDDEN)
+    assert "tupe_backbone" in backbone.name
+    assert set(backbone.input) == {"token_ids", "padding_mask", "segment_ids"}
+
+
+@pytest.mark.parametrize("variant", ALL_VARIANTS)
+def test_backbone_preset_folder_round_trip(variant, tmp_path):
+    backbone = variant_backbone(variant)
+    inputs = backbone_inputs()
+    want = backbone(inputs)
+    preset = str(tmp_path / variant)
+    backbone.save_to_preset(preset)
+    assert {"config.json", "model.weights.h5", "metadata.json"} <= set(os.listdir(preset))
+
+    restored = keras_hub.models.Backbone.from_preset(preset)
+    assert type(restored) is TupeBackbone
+    assert restored.get_config() == backbone.get_config()
+    for got_weight, want_weight in zip(restored.get_weights(), backbone.get_weights()):
+        np.testing.assert_array_equal(got_weight, want_weight)
+    assert_outputs_close(restored(inputs), want)
+
+    direct = TupeBackbone.from_preset(preset)
+    assert type(direct) is TupeBackbone
+    assert_outputs_close(direct(inputs), want)
+
+    # keras-hub's run_preset_test: load_weights=False gives the architecture, fresh weights.
+    fresh = TupeBackbone.from_preset(preset, load_weights=False)
+    assert fresh.get_config() == backbone.get_config()
+    assert not np.allclose(to_numpy(fresh(inputs))["pooled_output"],
+                           to_numpy(want)["pooled_output"], atol=1e-3)
+
+
+@pytest.mark.parametrize("variant", TASK_VARIANTS)
+def test_text_classifier_preset_round_trip(variant, tokenizer, tmp_path):
+    model = classifier(tokenizer, variant, num_classes=2, seed=3)
+    strings = ["a fine film", "the plot was long and very boring"]
+    want = to_numpy(model(model.preprocessor(strings)))  # predict() is in the fit test
+    preset = str(tmp_path / "classifier")
+    model.save_to_preset(preset)
+    assert {"task.json", "task.weights.h5", "preprocessor.json", "tokenizer.json"} <= set(
+        os.listdir(preset))
+
+    restored = keras_hub.models.TextClassifier.from_preset(preset)
+    assert type(restored) is TupeTextClassifier
+    assert type(restored.preprocessor) is TupeTextClassifierPreprocessor
+    assert restored.num_classes == 2 and restored.preprocessor.sequence_length == 16
+    np.testing.assert_allclose(to_numpy(restored(restored.preprocessor(strings))), want,
+                               atol=1e-6, rtol=0)
+
+    # num_classes given: the saved backbone, a new 3-way head (task weights not loaded).
+    fresh_head = keras_hub.models.TextClassifier.from_preset(preset, num_classes=3)
+    assert type(fresh_head) is TupeTextClassifier and fresh_head.num_classes == 3
+    inputs = backbone_inputs(vocabulary_size=V)
+    assert_outputs_close(fresh_head.backbone(inputs), model.backbone(inputs))
+    assert tuple(fresh_head.logits_dense.kernel.shape) == (HIDDEN, 3)
+    x = fresh_head.preprocessor(strings)
+    assert tuple(fresh_head(x).shape) == (2, 3)
+
+
+@pytest.mark.parametrize("variant", TASK_VARIANTS)
+def test_masked_lm_preset_round_trip(variant, tokenizer, tmp_path):
+    model = masked_lm(tokenizer, variant, seed=5)
+    preset = str(tmp_path / "mlm")
+    model.save_to_preset(preset)
+    restored = keras_hub.models.MaskedLM.from_preset(preset)
+    assert type(restored) is TupeMaskedLM
+    assert type(restored.preprocessor) is TupeMaskedLMPreprocessor
+    assert restored.preprocessor.sequence_length == 16
+    assert restored.mlm_head.weights  # the head has weights of its own
+    for got_weight, want_weight in zip(restored.mlm_head.get_weights(),
+                                       model.mlm_head.get_weights()):
+        np.testing.assert_array_equal(got_weight, want_weight)
+    inputs = {**backbone_inputs(vocabulary_size=V),
+              "mask_positions": np.array([[1, 3], [2, 5]], "int32")}
+    np.testing.assert_allclose(to_numpy(restored(inputs)), to_numpy(model(inputs)),
+                               atol=1e-6, rtol=0)
+
+
+# --- preprocessors -------------------------------------------------------------------------
+
+
+def packed(*segments, length=16):
+    """Hand-packed `[CLS] a [SEP] (b [SEP])`, padded: ids, mask, segment ids."""
+    token_ids, segment_ids = [CLS], [0]
+    for index, segment in enumerate(segments):
+        token_ids += segment + [SEP]
+        segment_ids += [index] * (len(segment) + 1)
+    real = len(token_ids)
+    return (token_ids + [PAD] * (length - real), [1] * real + [0] * (length - real),
+            segment_ids + [0] * (length - real))
+
+
+def test_classifier_preprocessor_packs_single_and_pair(tokenizer):
+    preprocessor = TupeTextClassifierPreprocessor(tokenizer, sequence_length=16)
+    out = to_numpy(preprocessor(["a fine film", "The plot was DULL"]))
+    for row, text in enumerate(["a fine film", "the plot was dull"]):
+        token_ids, mask, segment_ids = packed(ids(text))
+        np.testing.assert_array_equal(out["token_ids"][row], token_ids)
+        np.testing.assert_array_equal(out["padding_mask"][row].astype(int), mask)
+        np.testing.assert_array_equal(out["segment_ids"][row], segment_ids)
+    assert out["padding_mask"].dtype == bool and not out["padding_mask"][0, 5:].any()
+
+    # A pair: keras-hub reads a bare 2-tuple as (x, y), so the pair is passed as x.
+    first, second = ["a fine film", "the cast"], ["the plot was nice", "a sad ending"]
+    out = to_numpy(preprocessor(x=(first, second)))
+    for row in range(2):
+        token_ids, mask, segment_ids = packed(ids(first[row]), ids(second[row]))
+        np.testing.assert_array_equal(out["token_ids"][row], token_ids)
+        np.testing.assert_array_equal(out["padding_mask"][row].astype(int), mask)
+        np.testing.assert_array_equal(out["segment_ids"][row], segment_ids)
+    # keras-hub's run_preprocessor_test: a new sequence_length is respected.
+    preprocessor.sequence_length = 17
+    assert to_numpy(preprocessor(["a fine film"]))["token_ids"].shape == (1, 17)
+
+
+def test_classifier_preprocessor_matches_glue_packing(tokenizer, vocab_file):
+    long_first = "the film was very long and the plot was dull but the music was nice"
+    long_second = "a great cast a brilliant script and a funny ending for this movie"
+    first = ["a fine film", long_first, "the cast", long_first]
+    second = ["the plot was nice", long_second, long_second, "a sad ending"]
+    preprocessor = TupeTextClassifierPreprocessor(tokenizer, sequence_length=16)
+    glue_tokenizer = load_tokenizer(vocab_file)
+    for pair in (None, second):
+        got = to_numpy(preprocessor(first) if pair is None else preprocessor(x=(first, pair)))
+        want = to_numpy(pack_inputs(glue_tokenizer, 16, first, pair))
+        for key in ("token_ids", "padding_mask", "segment_ids"):
+            np.testing.assert_array_equal(got[key].astype("int32"), want[key], err_msg=key)
+    # Round robin on the long pair: 13 slots, 7 from the first segment and 6 from the second.
+    got = to_numpy(preprocessor(x=(first, second)))
+    token_ids, mask, segment_ids = packed(ids(long_first)[:7], ids(long_second)[:6])
+    np.testing.assert_array_equal(got["token_ids"][1], token_ids)
+    np.testing.assert_array_equal(got["padding_mask"][1].astype(int), mask)
+    np.testing.assert_array_equal(got["segment_ids"][1], segment_ids)
+    # A long first and a short second: the short one is kept whole.
+    token_ids, _, _ = packed(ids(long_first)[:10], ids("a sad ending"))
+    np.testing.assert_array_equal(got["token_ids"][3], token_ids)
+
+
+def random_sentences(count, seed, min_words=3, max_words=20):
+    rng = np.random.default_rng(seed)
+    return [" ".join(rng.choice(WORDS, rng.integers(min_words, max_words + 1)))
+            for _ in range(count)]
+
+
+@pytest.fixture(scope="module")
+def mlm_runs(tokenizer):
+    """500 sentences of 1-20 words through one preprocessor, eagerly and in tf.data."""
+    keras.utils.set_random_seed(5)
+    preprocessor = TupeMaskedLMPreprocessor(tokenizer, sequence_length=16)
+    strings = random_sentences(500, seed=1, min_words=1, max_words=20)
+    dataset = tf.data.Dataset.from_tensor_slices(strings).batch(len(strings)).map(preprocessor)
+    return {"eager": (strings, to_numpy(preprocessor(strings))),
+            "tf_data": (strings, to_numpy(next(iter(dataset))))}
+
+
+@pytest.mark.parametrize("path", ["eager", "tf_data"])
+def test_mlm_preprocessor_masks_only_real_tokens(mlm_runs, path):
+    strings, (x, y, weights) = mlm_runs[path]
+    count = len(strings)
+    assert x["mask_positions"].shape == (count, math.ceil(0.15 * 15)) == (count, 3)
+    assert y.shape == weights.shape == (count, 3)
+    selected_total = 0
+    for row, text in enumerate(strings):
+        original, mask, _ = packed(ids(text)[:14])
+        original = np.array(original)
+        real = weights[row] > 0
+        # Real slots come first; padded slots point at 0 with weight 0.
+        assert list(real) == sorted(real, reverse=True)
+        assert np.all(x["mask_positions"][row][~real] == 0) and np.all(y[row][~real] == 0)
+        positions = x["mask_positions"][row][real]
+        selected_total += len(positions)
+        assert len(set(positions)) == len(positions)
+        assert np.all(~np.isin(original[positions], [CLS, SEP, PAD]))
+        np.testing.assert_array_equal(y[row][real], original[positions])
+        untouched = np.setdiff1d(np.arange(16), positions)
+        np.testing.assert_array_equal(x["token_ids"][row][untouched], original[untouched])
+        np.testing.assert_array_equal(x["padding_mask"][row].astype(int), mask)
+        np.testing.assert_array_equal(x["segment_ids"][row], np.zeros(16))
+    assert selected_total > count  # about 2 per sentence, not none
+
+
+def test_mlm_preprocessor_selects_ceil_15_percent(mlm_runs):
+    # The class's contract in tf.data (fit's path): exactly ceil(15%) of the selectable
+    # tokens of each example, which mask_selection_length = ceil(0.15 * 15) = 3 never
+    # truncates. Eagerly keras-hub masks each token with probability 15%, at most 3.
+    strings, (_, _, weights) = mlm_runs["tf_data"]
+    got = (weights > 0).sum(axis=1)
+    want = [math.ceil(0.15 * min(len(ids(text)), 14)) for text in strings]
+    np.testing.assert_array_equal(got, want)
+    strings, (_, _, weights) = mlm_runs["eager"]
+    eager = (weights > 0).sum(axis=1)
+    assert eager.max() <= 3 and 0.10 < eager.sum() / sum(min(len(ids(t)), 14) for t in strings) < 0.2
+
+
+def test_mlm_preprocessor_80_10_10(mlm_runs):
+    _, (x, y, weights) = mlm_runs["tf_data"]  # the path fit() takes
+    real = weights > 0
+    rows = np.nonzero(real)[0]
+    new = x["token_ids"][rows, x["mask_positions"][real]]
+    old = y[real]
+    assert len(old) > 900
+    masked = np.mean(new == MASK)
+    unchanged = np.mean(new == old)
+    replaced = np.mean((new != MASK) & (new != old))
+    # About 1000 selections: binomial standard errors about 0.013 and 0.0095.
+    assert 0.74 < masked < 0.86, masked
+    assert 0.05 < unchanged < 0.16, unchanged
+    assert 0.05 < replaced < 0.16, replaced
+    assert np.all((new >= 0) & (new < V))
+
+
+# --- fit and predict on raw strings --------------------------------------------------------
+
+
+def test_text_classifier_fits_and_predicts_raw_strings(tokenizer):
+    model = classifier(tokenizer, "tupe_r", num_classes=2, seed=7)
+    kernel_before = np.array(model.logits_dense.kernel)
+    history = model.fit(x=SENTENCES, y=LABELS, batch_size=2, epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+    assert not np.allclose(np.array(model.logits_dense.kernel), kernel_before)
+    prediction = model.predict(["a fine film"], verbose=0)
+    assert prediction.shape == (1, 2) and prediction.dtype == np.float32
+    # keras-hub's run_task_test: split preprocessing predicts the same.
+    direct = to_numpy(model(model.preprocessor(["a fine film"])))
+    np.testing.assert_allclose(prediction, direct, atol=1e-5, rtol=0)
+
+
+def test_text_regressor_predicts_scalars(tokenizer):
+    model = classifier(tokenizer, "huang_m4", num_classes=1, seed=8)
+    assert isinstance(model.loss, keras.losses.MeanSquaredError)
+    prediction = model.predict(["a fine film"], verbose=0)
+    assert prediction.shape == (1,) and prediction.dtype == np.float32
+    assert np.isfinite(prediction).all()
+
+
+# --- bad input -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def saved_classifier(tokenizer, tmp_path):
+    preset = str(tmp_path / "classifier_preset")
+    classifier(tokenizer, "bert_a", seed=11).save_to_preset(preset)
+    return preset
+
+
+def test_missing_weights_file(tmp_path):
+    preset = str(tmp_path / "no_weights")
+    variant_backbone("bert_a").save_to_preset(preset)
+    os.remove(os.path.join(preset, "model.weights.h5"))
+    with pytest.raises(FileNotFoundError, match=r"has no model\.weights\.h5: the weights are "
+                                                r"missing"):
+        TupeBackbone.from_preset(preset)
+    # The architecture alone still loads.
+    assert type(TupeBackbone.from_preset(preset, load_weights=False)) is TupeBackbone
+
+
+def test_foreign_registered_name(tmp_path):
+    preset = str(tmp_path / "foreign")
+    variant_backbone("bert_a").save_to_preset(preset)
+    config_path = os.path.join(preset, "config.json")
+    with open(config_path, encoding="utf-8") as f:
+        config = json.load(f)
+    config["registered_name"] = "keras_hub>BertBackbone"
+    with open(config_path, "w", encoding="utf-8") as f:
+        json.dump(config, f)
+    with pytest.raises(ValueError, match=r"holds a 'keras_hub>BertBackbone' model, not a "
+                                         r"keras_tupe"):
+        TupeBackbone.from_preset(preset)
+
+
+def test_vocabulary_size_mismatch(saved_classifier):
+    vocabulary = os.path.join(saved_classifier, "assets", "tokenizer", "vocabulary.txt")
+    with open(vocabulary, "a", encoding="utf-8") as f:  # a vocabulary from another run
+        f.write("".join(f"extra{i}\n" for i in range(40)))
+    message = rf"the vocabulary has {V + 40} tokens but the backbone's config\.json says " \
+              rf"vocabulary_size={V}"
+    with pytest.raises(ValueError, match=message):
+        TupeBackbone.from_preset(saved_classifier)
+    # keras-hub's own entry point for the task must refuse the folder too: the tokenizer
+    # would emit ids beyond the embedding table.
+    with pytest.raises(ValueError, match=message):
+        keras_hub.models.TextClassifier.from_preset(saved_classifier)
+
+
+def test_unknown_preset_name():
+    with pytest.raises(ValueError, match=r"Unknown preset 'tupe_r_tiyn': neither a preset "
+                                         r"folder nor a built-in name\. Did you mean "
+                                         r"\['tupe_r_tiny'"):
+        TupeBackbone.from_preset("tupe_r_tiyn")
+    with pytest.raises(ValueError, match=r"Unknown preset 'clowntown'.*one of \["):
+        TupeBackbone.from_preset("clowntown")
+
+
+def test_text_classifier_from_preset_needs_num_classes(tokenizer, tmp_path):
+    preset = str(tmp_path / "backbone_and_tokenizer")
+    small_backbone("bert_a").save_to_preset(preset)
+    tokenizer.save_to_preset(preset)
+    assert "task.json" not in os.listdir(preset)
+    with pytest.raises(ValueError, match=r"`num_classes` must be a positive int.*"
+                                         r"Received: num_classes=None"):
+        keras_hub.models.TextClassifier.from_preset(preset)
+    # With num_classes it loads, and the preprocessor's length is capped at the table.
+    model = keras_hub.models.TextClassifier.from_preset(preset, num_classes=2)
+    assert type(model) is TupeTextClassifier and model.preprocessor.sequence_length == 128
+
+
+@pytest.mark.parametrize("num_classes", [0, -1, True, 2.0, None])
+def test_bad_num_classes(num_classes):
+    with pytest.raises(ValueError, match=rf"`num_classes` must be a positive int.*"
+                                         rf"Received: num_classes={num_classes!r}$"):
+        TupeTextClassifier(variant_backbone("bert_a"), num_classes)
+
+
+@pytest.mark.parametrize("variant", ["bert_a", "tupe_a"])
+@pytest.mark.parametrize("task", ["classifier", "masked_lm"])
+def test_sequence_length_above_absolute_table(variant, task, tokenizer):
+    backbone = variant_backbone(variant)
+    message = (r"The preprocessor's sequence_length=512 exceeds this encoder's absolute "
+               r"position table \(128 rows\)")
+    with pytest.raises(ValueError, match=message):
+        if task == "classifier":
+            TupeTextClassifier(backbone, 2, preprocessor=TupeTextClassifierPreprocessor(
+                tokenizer, sequence_length=512))
+        else:
+            TupeMaskedLM(backbone, preprocessor=TupeMaskedLMPreprocessor(
+                tokenizer, sequence_length=512))
+
+
+def test_relative_encoder_accepts_long_preprocessor(tokenizer):
+    preprocessor = TupeTextClassifierPreprocessor(tokenizer, sequence_length=512)
+    model = TupeTextClassifier(small_backbone("huang_m4"), 2, preprocessor=preprocessor)
+    x = preprocessor(["a fine film"])
+    assert tuple(x["token_ids"].shape) == (1, 512)
+    logits = to_numpy(model(x))
+    assert logits.shape == (1, 2) and np.all(np.isfinite(logits))
+
+
+@pytest.mark.parametrize("cls", [TupeTextClassifierPreprocessor, TupeMaskedLMPreprocessor])
+def test_preprocessor_refuses_token_ids(cls, tokenizer):
+    preprocessor = cls(tokenizer, sequence_length=16)
+    with pytest.raises(ValueError, match=rf"{cls.__name__} takes raw strings .* Received "
+                                         r"segment 0 of dtype int64"):
+        preprocessor(np.array([[1, 2]]))
+
+
+def test_save_twice_refused_then_overwrite_loads_new_weights(tokenizer, tmp_path):
+    inputs = backbone_inputs(vocabulary_size=V)
+    old, new = small_backbone("tupe_r", seed=1), small_backbone("tupe_r", seed=2)
+    preset = str(tmp_path / "backbone")
+    old.save_to_preset(preset)
+    with pytest.raises(FileExistsError, match=r"refusing to overwrite a saved model"):
+        new.save_to_preset(preset)
+    assert_outputs_close(TupeBackbone.from_preset(preset)(inputs), old(inputs))
+    new.save_to_preset(preset, overwrite=True)
+    loaded = keras_hub.models.Backbone.from_preset(preset)(inputs)
+    assert_outputs_close(loaded, new(inputs))
+    assert not np.allclose(to_numpy(loaded)["pooled_output"],
+                           to_numpy(old(inputs))["pooled_output"], atol=1e-3)
+
+    # The same for a task.
+    strings = ["a fine film", "a dull film"]
+    old_task, new_task = (classifier(tokenizer, "bert_a", seed=s) for s in (3, 4))
+    task_preset = str(tmp_path / "task")
+    old_task.save_to_preset(task_preset)
+    with pytest.raises(FileExistsError, match=r"refusing to overwrite a saved model"):
+        new_task.save_to_preset(task_preset)
+    new_task.save_to_preset(task_preset, overwrite=True)
+    restored = keras_hub.models.TextClassifier.from_preset(task_preset)
+    np.testing.assert_allclose(to_numpy(restored(restored.preprocessor(strings))),
+                               to_numpy(new_task(new_task.preprocessor(strings))),
+                               atol=1e-6, rtol=0)
+
+
+def test_backbone_overwrite_over_task_folder_leaves_no_stale_task(saved_classifier):
+    # A backbone saved with overwrite=True into a folder that held a task: the folder
+    # must then give the NEW backbone through every keras-hub entry point, not the old
+    # task.json (with the old backbone config) next to the new weights.
+    new = small_backbone("huang_m4", seed=12)
+    new.save_to_preset(saved_classifier, overwrite=True)
+    inputs = backbone_inputs(vocabulary_size=V)
+    assert sorted(os.listdir(saved_classifier)) == ["config.json", "metadata.json",
+                                                    "model.weights.h5"]
+    loaded = keras_hub.models.Backbone.from_preset(saved_classifier)
+    assert loaded.relative_position == "method4"
+    assert_outputs_close(loaded(inputs), new(inputs))
+    # No tokenizer is left, so a task needs one given: keras-hub says which file is missing.
+    with pytest.raises(FileNotFoundError, match="tokenizer.json"):
+        keras_hub.models.TextClassifier.from_preset(saved_classifier, num_classes=2)
+
+
+# --- a fresh process -----------------------------------------------------------------------
+
+CHILD = textwrap.dedent(
+    """
+    import json, sys
+    import keras
+    import keras_hub
+    import numpy as np
+    import keras_tupe  # registration only
+
+    preset, reference = sys.argv[1], sys.argv[2]
+    data = np.load(reference)
+    inputs = {key: data[key] for key in ("token_ids", "padding_mask", "segment_ids")}
+    backbone = keras_hub.models.Backbone.from_preset(preset)
+    outputs = backbone(inputs)
+    diff = max(float(np.max(np.abs(keras.ops.convert_to_numpy(outputs[key]) - data[key])))
+               for key in ("sequence_output", "pooled_output"))
+    model = keras_hub.models.TextClassifier.from_preset(preset, num_classes=2)
+    history = model.fit(x=["a fine film", "a dull film", "the plot was long", "a nice cast"],
+                        y=[1, 0, 0, 1], batch_size=2, epochs=1, verbose=0)
+    prediction = model.predict(["a fine film", "a dull film", "the cast"], verbose=0)
+    print("RESULT " + json.dumps({
+        "max_abs_diff": diff,
+        "backbone": type(backbone).__name__,
+        "task": type(model).__name__,
+        "preprocessor": type(model.preprocessor).__name__,
+        "sequence_length": int(model.preprocessor.sequence_length),
+        "loss": float(history.history["loss"][-1]),
+        "predict_shape": list(prediction.shape),
+        "finite": bool(np.all(np.isfinite(prediction))),
+    }))
+    """
+)
+
+
+def test_fresh_process_loads_masked_lm_preset(tokenizer, tmp_path):
+    model = masked_lm(tokenizer, "tupe_r", seed=13)
+    preset = str(tmp_path / "mlm_preset")
+    model.save_to_preset(preset)
+    inputs = backbone_inputs(vocabulary_size=V)
+    reference = str(tmp_path / "reference.npz")
+    np.savez(reference, **inputs, **to_numpy(model.backbone(inputs)))
+    workdir = tmp_path / "cwd"
+    workdir.mkdir()
+    env = dict(os.environ)
+    env["KERAS_BACKEND"] = os.environ.get("KERAS_BACKEND", keras.backend.backend())
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in [env.get("PYTHONPATH")] if p])
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    result = subprocess.run([sys.executable, "-c", CHILD, preset, reference], cwd=workdir,
+                            env=env, capture_output=True, text=True, timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
+    assert len(lines) == 1, result.stdout[-2000:]
+    report = json.loads(lines[0][len("RESULT "):])
+    assert report["max_abs_diff"] <= 1e-6, report
+    assert report["backbone"] == "TupeBackbone" and report["task"] == "TupeTextClassifier"
+    assert report["preprocessor"] == "TupeTextClassifierPreprocessor"
+    assert report["sequence_length"] == 16  # the folder's preprocessor.json length
+    assert report["predict_shape"] == [3, 2] and report["finite"], report
+    assert math.isfinite(report["loss"])
