@@ -10,33 +10,37 @@ PYTEST_WORKERS ?= 2
 
 .PHONY: install test test-slow test-all test-jax demo clean
 
-$(STAMP): pyproject.toml
+# constraints.txt: the exact tested set (pyproject.toml declares ranges).
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[test]"
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[test]"
 	touch $(STAMP)
 
 install: $(STAMP)
 
 # jax[cpu] beside TensorFlow, once (the `jax` extra of pyproject.toml).
-$(JAX_STAMP): $(STAMP) pyproject.toml
-	$(PY) -m pip install --quiet -e ".[test,jax]"
+$(JAX_STAMP): $(STAMP) pyproject.toml constraints.txt
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[test,jax]"
 	touch $(JAX_STAMP)
 
 # The default suite: unit and numerical tests (fast).
 test: $(STAMP)
-	TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m pytest -q -n $(PYTEST_WORKERS) -m "not slow" tests
+	TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m pytest -q -n $(PYTEST_WORKERS) -m "not slow and not jax" tests
 
 # Integration tests (training, export, reload).
 test-slow: $(STAMP)
-	TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m pytest -q -n $(PYTEST_WORKERS) -m slow tests
+	TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m pytest -q -n $(PYTEST_WORKERS) -m "slow and not jax" tests
 
 test-all: $(STAMP)
-	TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m pytest -q -n $(PYTEST_WORKERS) tests
+	TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m pytest -q -n $(PYTEST_WORKERS) -m "not jax" tests
 
-# The layer and encoder tests again under the JAX backend (CPU).
+# The layer, encoder and keras-hub family tests again under the JAX backend (CPU),
+# and training under JAX (pre-training, fine-tuning, DataParallel on two virtual
+# devices, one step equal to TensorFlow's).
 JAX_TESTS := tests/test_layers.py tests/test_numerics.py tests/test_backbone.py \
-	tests/test_method3.py tests/test_numpy_reference.py
+	tests/test_method3.py tests/test_numpy_reference.py tests/test_keras_hub_family.py \
+	tests/test_optimization.py tests/test_jax_training.py
 test-jax: $(JAX_STAMP)
 	TF_CPP_MIN_LOG_LEVEL=2 KERAS_BACKEND=jax $(PY) -m pytest -q -n $(PYTEST_WORKERS) $(JAX_TESTS)
 

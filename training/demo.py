@@ -80,13 +80,15 @@ def main(argv=None):
         batch_size=32, seq_len=128, learning_rate=1e-3, warmup_ratio=0.06,
         eval_every=args.steps // 3 if args.steps % 3 == 0 else args.steps, valid_batches=10, max_lines=50_000,
         shuffle_buffer=2_000, verbose=2))
-    print(f"[{time.perf_counter() - began:.0f}s] metrics: {run}/metrics.csv")
+    preset = os.path.join(run, "preset")
+    print(f"[{time.perf_counter() - began:.0f}s] metrics: {run}/metrics.csv; keras-hub preset "
+          f"folder: {preset}")
 
     began = step(f"2. Fine-tuning on SST-2 ({args.finetune_examples} examples, "
                  f"{args.epochs} epochs)")
     classifier_dir = os.path.join(run, "sst2")
     result = finetune_glue(FinetuneConfig(
-        task="sst2", init=run, learning_rate=1e-3, epochs=args.epochs, seq_len=64,
+        task="sst2", init=preset, learning_rate=1e-3, epochs=args.epochs, seq_len=64,
         data_dir=glue_dir, max_train_examples=args.finetune_examples, save_dir=classifier_dir))
     accuracy = result["dev"]["validation"]["accuracy"]
     print(f"[{time.perf_counter() - began:.0f}s] SST-2 dev accuracy: {100 * accuracy:.1f}% "
@@ -94,11 +96,14 @@ def main(argv=None):
 
     began = step("3. Exporting SavedModels")
     name = f"demo_{args.preset}"
-    import keras
+    import keras_hub
 
-    encoder = export_encoder(keras.saving.load_model(os.path.join(run, "mlm.keras")),
+    from keras_tupe.models.preset_folders import VOCABULARY_ASSET
+
+    # The masked LM (encoder + head) straight from the preset folder, as keras-hub loads it.
+    encoder = export_encoder(keras_hub.models.MaskedLM.from_preset(preset),
                              os.path.join(args.export_dir, f"{name}_encoder"))
-    preprocessor = export_preprocessor(os.path.join(run, "vocab.txt"),
+    preprocessor = export_preprocessor(os.path.join(preset, VOCABULARY_ASSET),
                                        os.path.join(args.export_dir, f"{name}_preprocessor"))
     classifier, vocab, info = load_classifier(classifier_dir)
     served = export_classifier(classifier, vocab, os.path.join(args.export_dir, f"{name}_sst2"),
