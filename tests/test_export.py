@@ -157,7 +157,9 @@ def test_mlm_sub_object_equals_the_masked_lm(exported_mlm):
     outputs = loaded.mlm({**inputs, "masked_lm_positions": positions}, training=False)
     np.testing.assert_allclose(outputs["mlm_logits"].numpy(), expected, atol=TOLERANCE, rtol=0)
     assert outputs["mlm_logits"].shape == (3, 4, masked_lm.backbone.vocabulary_size)
-    assert len(loaded.mlm.trainable_variables) == len(masked_lm.trainable_weights)
+    # The pooler, frozen in the masked LM (no MLM gradient reaches it), trains when reused.
+    assert len(loaded.mlm.trainable_variables) == len(masked_lm.trainable_weights) + len(
+        masked_lm.backbone.pooled_dense.weights)
 
 
 def test_length_limits_survive_export(tmp_path):

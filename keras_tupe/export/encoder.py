@@ -152,10 +152,18 @@ def _mlm_module(backbone, masked_lm):
 
 
 def _with_variables(trackable, models):
-    """`variables`, `trainable_variables`, `regularization_losses`: what TF-Hub reads."""
+    """`variables`, `trainable_variables`, `regularization_losses`: what TF-Hub reads.
+
+    A `TupeMaskedLM` freezes its backbone's pooler (the masked-LM loss never reaches
+    it); the exported encoder is for fine-tuning, where the pooler trains, so its
+    variables are listed as trainable.
+    """
     trackable.variables = _unique(v.value for model in models for v in model.variables)
+    pooler = [v for model in models if hasattr(model, "pooled_dense")
+              for v in model.pooled_dense.variables]
     trackable.trainable_variables = _unique(
-        v.value for model in models for v in model.trainable_variables)
+        [v.value for model in models for v in model.trainable_variables]
+        + [v.value for v in pooler])
     trackable.regularization_losses = []
     return trackable
 
