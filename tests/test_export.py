@@ -135,7 +135,9 @@ def exported_mlm(tmp_path_factory):
 def test_encoder_api_attributes_and_dropout(exported_mlm):
     masked_lm, loaded = exported_mlm
     backbone = masked_lm.backbone
-    assert len(loaded.trainable_variables) == len(backbone.trainable_weights)
+    assert not backbone.pooled_dense.trainable  # frozen by the masked LM ...
+    # ... and trainable in the export, with every other weight of the encoder.
+    assert len(loaded.trainable_variables) == len(backbone.trainable_weights) + 2
     assert len(loaded.variables) == len(backbone.variables)  # weights and dropout seeds
     assert list(loaded.regularization_losses) == []
     inputs = random_inputs(np.random.default_rng(1), 2, 9, backbone.vocabulary_size)
