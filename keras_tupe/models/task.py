@@ -83,12 +83,10 @@ class ReplicaXLAStep:
             if not getattr(self, "xla_per_replica", False):
                 return self._multiworker_safe(super().train_step(data))
             import tensorflow as tf
+            # Private: Keras has no public inverse of its per-replica loss scaling.
             from keras.src.losses.loss import unscale_loss_for_distribution
-            from keras.src.trainers.data_adapters.data_adapter_utils import (
-                unpack_x_y_sample_weight,
-            )
 
-            x, y, sample_weight = unpack_x_y_sample_weight(data)
+            x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
             if self._replica_step is None:
                 self._replica_step = tf.function(
                     self._forward_backward, jit_compile=True, reduce_retracing=True
