@@ -27,12 +27,20 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     atomic). A kill at any moment leaves the last committed backup whole, so a killed and
     resumed run ends with the same weights as a run that was never killed. Backups in
     Keras's own layout (no folder named in the metadata) are still restored.
+
+    Private Keras API, for lack of a public route: the `BackupAndRestore` hooks
+    `_save_model` / `_load_model` and its paths (`_training_metadata_path`,
+    `_weights_path`, ...), `_current_epoch`, `_last_batch_seen` and the model's
+    `_initial_epoch` (Keras offers no public way to change how a backup is written
+    or where `fit` resumes), and each layer's `_seed_generators` (the dropout
+    random state has no public accessor).
     """
 
     def __init__(self, backup_dir):
         super().__init__(backup_dir, save_freq="epoch", delete_checkpoint=True)
 
     def _seed_states(self):
+        # `_flatten_layers`: Keras 3 has no public recursive walk over sublayers.
         return [
             generator.state
             for layer in self.model._flatten_layers(include_self=True, recursive=True)

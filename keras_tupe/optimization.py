@@ -1,6 +1,6 @@
 """Optimization as in TUPE Table 1: AdamW, linear warm-up and decay, clipping.
 
-Two Keras 3 traps are handled here (see ../shared/docs/KERAS3-PITFALLS.md):
+Two Keras 3 traps are handled here:
 
 - `global_clipnorm` clips each replica's gradient before the all-reduce under
   tf.distribute, so the applied step is not clipped to the norm asked for.
@@ -87,6 +87,8 @@ class AggregatedClippingMixin:
         self.aggregated_clipnorm = aggregated
 
     def _all_reduce_sum_gradients(self, grads_and_vars):
+        # Private hook of Keras's TensorFlow optimizer: the only place that sees the
+        # all-reduced gradient before the update (no public hook exists there).
         grads_and_vars = super()._all_reduce_sum_gradients(grads_and_vars)
         if not self.aggregated_clipnorm:
             return grads_and_vars

@@ -93,6 +93,8 @@ class ReplicaXLAStep:
                 )
             loss, y_pred, gradients = self._replica_step(x, y, sample_weight)
             batch_size = tf.shape(tf.nest.flatten(x)[0])[0]
+            # Private: the trainer's loss tracker (what `fit` logs as `loss`) has no
+            # public handle; the step below replaces `train_step`, which feeds it.
             self._loss_tracker.update_state(
                 unscale_loss_for_distribution(loss), sample_weight=batch_size
             )
@@ -124,6 +126,8 @@ class ReplicaXLAStep:
             # dict ("Attempt to convert a value ({'token_ids': PerReplica...}
             # with an unsupported type dict"). One replica's local batch has the
             # same structure, which is all the symbolic build needs.
+            # Private: Keras's symbolic-build hook and the strategy it holds; no public
+            # route lets a model choose the batch it is built from.
             if iterator is not None and self._distribute_strategy is not None:
                 import tensorflow as tf
 
@@ -143,6 +147,8 @@ class ReplicaXLAStep:
 
             with tf.GradientTape() as tape:
                 y_pred = self(x, training=True)
+                # Private: `compute_loss` with the trainer's bookkeeping (tracked
+                # losses, `training`), as Keras's own `train_step` calls it.
                 loss = self._compute_loss(
                     x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=True
                 )
