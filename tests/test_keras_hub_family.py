@@ -622,3 +622,30 @@ def test_fresh_process_loads_masked_lm_preset(tokenizer, tmp_path):
     assert report["sequence_length"] == 16  # the folder's preprocessor.json length
     assert report["predict_shape"] == [3, 2] and report["finite"], report
     assert math.isfinite(report["loss"])
+
+
+# --- the export CLI takes a preset folder ----------------------------------------------------
+
+def test_export_cli_takes_a_masked_lm_preset_folder(tokenizer, tmp_path):
+    import tensorflow as tf
+
+    from training import export as export_cli
+
+    model = masked_lm(tokenizer, variant="tupe_r", seed=3)
+    preset = str(tmp_path / "preset")
+    model.save_to_preset(preset)
+    out = tmp_path / "exports"
+    assert export_cli.main(["encoder", "--init", preset, "--out", str(out / "enc"),
+                            "--with-mlm"]) == 0
+    loaded = tf.saved_model.load(str(out / "enc" / "1"))
+    inputs = backbone_inputs(vocabulary_size=V)
+    positions = np.array([[1, 2], [3, 4]], "int32")
+    tfhub = {"input_word_ids": inputs["token_ids"], "input_mask": inputs["padding_mask"],
+             "input_type_ids": inputs["segment_ids"], "masked_lm_positions": positions}
+    expected = keras.ops.convert_to_numpy(model({**inputs, "mask_positions": positions}))
+    np.testing.assert_allclose(loaded.mlm(tfhub)["mlm_logits"].numpy(), expected, atol=1e-5)
+    # The preprocessor export reads the preset's vocabulary asset.
+    assert export_cli.main(["preprocessor", "--init", preset, "--out", str(out / "pre")]) == 0
+    vocabulary = tf.saved_model.load(str(out / "pre" / "1")).vocab_file.asset_path.numpy()
+    assert open(vocabulary, "rb").read() == open(
+        os.path.join(preset, "assets", "tokenizer", "vocabulary.txt"), "rb").read()

@@ -37,12 +37,14 @@ def parse_args(argv=None):
         return sub
 
     encoder = command("encoder", "the encoder (TF-Hub BERT encoder API)",
-                      "pre-training run directory, or a backbone / masked-LM .keras file")
+                      "keras-hub preset folder, pre-training run directory, or a backbone / "
+                      "masked-LM .keras file")
     encoder.add_argument("--with-mlm", action="store_true",
-                         help="add the masked-LM head as .mlm (needs mlm.keras in the run)")
+                         help="add the masked-LM head as .mlm (a preset folder saved from a "
+                              "masked LM, or a run with mlm.keras)")
     pre = command("preprocessor", "strings -> encoder inputs",
-                  "pre-training run directory (for its vocab.txt)")
-    pre.add_argument("--vocab", help="vocabulary file (default: the run's vocab.txt)")
+                  "preset folder or pre-training run directory (for its vocabulary)")
+    pre.add_argument("--vocab", help="vocabulary file (default: the preset's or the run's)")
     pre.add_argument("--seq-len", type=int, default=128, help="packed length of the default call")
     pre.add_argument("--cased", dest="lowercase", action="store_false",
                      help="the vocabulary is cased (default: lowercased)")
@@ -59,6 +61,14 @@ def _encoder_model(init, with_mlm):
 
     if not with_mlm:
         return load_backbone(init)
+    from keras_tupe.models.preset_folders import is_preset_folder
+
+    # A preset folder (or a run's preset/) written from a masked LM holds its head.
+    for folder in (init, os.path.join(init, "preset")):
+        if is_preset_folder(folder) and os.path.isfile(os.path.join(folder, "task.json")):
+            import keras_hub
+
+            return keras_hub.models.MaskedLM.from_preset(folder)
     path = os.path.join(init, "mlm.keras") if os.path.isdir(init) else init
     if not os.path.exists(path):
         raise FileNotFoundError(f"--with-mlm needs a masked-LM model: no {path}.")
