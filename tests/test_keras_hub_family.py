@@ -649,3 +649,53 @@ def test_export_cli_takes_a_masked_lm_preset_folder(tokenizer, tmp_path):
     vocabulary = tf.saved_model.load(str(out / "pre" / "1")).vocab_file.asset_path.numpy()
     assert open(vocabulary, "rb").read() == open(
         os.path.join(preset, "assets", "tokenizer", "vocabulary.txt"), "rb").read()
+
+
+# --- span QA on raw strings ------------------------------------------------------------------
+
+QA_VOCABULARY = ["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"] + (
+    "the cat sat on a mat who where did what is red blue dog ran to park , . ?".split())
+QUESTIONS = ["where did the cat sit ?", "who ran to the park ?"]
+CONTEXTS = ["the cat sat on a mat .", "the red dog ran to the park , the blue cat sat on a mat ."]
+
+
+def span_qa(seed=0):
+    from keras_tupe.models import TupeSpanQA, TupeSpanQAPreprocessor
+
+    tokenizer = TupeTokenizer(vocabulary=QA_VOCABULARY)
+    preprocessor = TupeSpanQAPreprocessor(tokenizer, sequence_length=32, doc_stride=8,
+                                          max_query_length=8)
+    keras.utils.set_random_seed(seed)
+    backbone = TupeBackbone.from_preset("huang_m4_tiny", vocabulary_size=len(QA_VOCABULARY))
+    return TupeSpanQA(backbone, preprocessor=preprocessor)
+
+
+def test_span_qa_learns_answers_from_raw_strings_and_round_trips(tmp_path):
+    from keras_tupe.models import TupeSpanQA
+
+    qa = span_qa()
+    features = qa.preprocessor.featurize(QUESTIONS, CONTEXTS, answers=["on a mat", "the red dog"],
+                                         answer_starts=[8, 0])
+    # Hand-counted: [CLS] + 6 question tokens + [SEP] puts "on" at 11; "the" at 8.
+    np.testing.assert_array_equal(features.start_positions, [11, 8])
+    np.testing.assert_array_equal(features.end_positions, [13, 10])
+    qa.compile(optimizer=keras.optimizers.Adam(1e-2))
+    y = {"start_positions": features.start_positions, "end_positions": features.end_positions}
+    qa.fit(features.inputs, y, epochs=40, batch_size=2, verbose=0)
+    # Exact substrings of the contexts (case and spacing kept by the character offsets).
+    assert qa.answer(QUESTIONS, CONTEXTS) == ["on a mat", "the red dog"]
+    preset = str(tmp_path / "qa")
+    qa.save_to_preset(preset)
+    reloaded = TupeSpanQA.from_preset(preset)
+    assert reloaded.preprocessor.sequence_length == 32
+    assert reloaded.answer(QUESTIONS, CONTEXTS) == ["on a mat", "the red dog"]
+
+
+def test_span_qa_bad_input():
+    qa = span_qa()
+    with pytest.raises(ValueError, match="Give both `answers`"):
+        qa.preprocessor.featurize(QUESTIONS, CONTEXTS, answers=["x", "y"])
+    with pytest.raises(ValueError, match="One context per question"):
+        qa.answer(QUESTIONS, CONTEXTS[:1])
+    with pytest.raises(ValueError, match="`questions` must be a list of strings"):
+        qa.answer("where ?", CONTEXTS[:1])

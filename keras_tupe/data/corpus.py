@@ -39,7 +39,7 @@ def line_dataset(source, max_lines=None, text_feature="text"):
     Args:
         source: where the text is:
             - a plain-text file, one paragraph a line and a blank line between
-              documents (the layout of `../shared/data/enwiki/*.txt`);
+              documents (the layout of the enwiki `train.txt`/`valid.txt`);
             - a WikiText file (name ending in `.tokens`): a line ` = Title = `
               (exactly one "=" on each side) starts a new document and is dropped,
               like the titles of enwiki; section headings ` = = Sub = = ` are kept
@@ -207,7 +207,7 @@ def _load_tfds(name, split):
             f"Could not load tensorflow-datasets {name!r} (split {split!r}): neither "
             "prepared in the tfds data_dir nor downloadable (offline?). Prepare it on a "
             "machine with internet access (`tfds build`), or pass a local corpus path, e.g. "
-            f"../shared/data/enwiki/train.txt. Cause: {type(error).__name__}: {error}"
+            f"<data folder>/enwiki/train.txt. Cause: {type(error).__name__}: {error}"
         ) from error
 
 

@@ -2,8 +2,8 @@
 
 Two sources give the same `GlueExamples`:
 
-- a local folder in the standard `glue_data` layout (what `download_glue_data.py`
-  writes, and what `../shared/data/glue` holds): `<TaskDir>/{train,dev,test}.tsv`,
+- a local folder in the standard `glue_data` TSV layout (what `download_glue_data.py`
+  writes; a user-given path): `<TaskDir>/{train,dev,test}.tsv`,
   MNLI with `dev_matched.tsv`/`dev_mismatched.tsv`/`test_matched.tsv`/`test_mismatched.tsv`;
 - tensorflow-datasets `glue/<task>` (prepared, or downloaded when online).
 
@@ -372,8 +372,8 @@ def _read_tfds(task, split, searched=()):
             raise RuntimeError(
                 f"Could not load GLUE task {task.name!r} (split {split!r}): tensorflow-datasets "
                 f"{name!r} is neither prepared nor downloadable (offline?).{where} Pass "
-                f"data_dir=, a folder in the glue_data layout (e.g. ../shared/data/glue, "
-                f"with {task.directory}/{task.split_files[split]}), or prepare {name} on a "
+                f"data_dir= (`--data-dir` in the scripts), a folder in the glue_data TSV layout "
+                f"(with {task.directory}/{task.split_files[split]}), or prepare {name} on a "
                 f"machine with internet access. Cause: {type(error).__name__}: {error}"
             ) from error
     columns = {key: [] for key in (*task.text_keys, "label", "idx")}

@@ -12,7 +12,7 @@ The steps, in the order data flows:
 4. `squad_dataset`: the features as a `tf.data.Dataset` with the TF-Hub input names.
 
 `split_articles` makes a small, unofficial article-level split of one file, for offline
-experiments on the dev set (the only SQuAD file of `../shared/data`).
+experiments when the dev set is the only SQuAD file at hand.
 """
 
 import dataclasses
@@ -56,8 +56,8 @@ def load_squad(path_or_split, data_dir=None, tfds_data_dir=None):
         path_or_split: a SQuAD v1.1 json file (`train-v1.1.json`, `dev-v1.1.json` or one
             in the same format), or the split name `"train"` or `"validation"`. A split
             is read from `data_dir` when its file is there (`train-v1.1.json` /
-            `dev-v1.1.json`, directly or in a `squad/` subfolder, so `../shared/data`
-            works), else from tensorflow-datasets `"squad/v1.1"` (prepared, or
+            `dev-v1.1.json`, directly or in a `squad/` subfolder, so a data folder
+            holding `squad/` works), else from tensorflow-datasets `"squad/v1.1"` (prepared, or
             downloaded when online). tfds stores the questions shuffled: the articles,
             paragraphs and questions are regrouped, but their order is tfds's.
         data_dir: a folder with the SQuAD files, or `None`.
@@ -144,7 +144,7 @@ def _load_tfds(split, data_dir, tfds_data_dir):
             raise RuntimeError(
                 f"Could not load SQuAD v1.1 {split!r}: {looked}tensorflow-datasets "
                 f"{TFDS_NAME!r} is neither prepared nor downloadable (offline?). Pass the "
-                f"json file's path (e.g. ../shared/data/squad/dev-v1.1.json), or the folder "
+                f"json file's path (e.g. <data folder>/squad/dev-v1.1.json), or the folder "
                 f"holding it as `data_dir`. Cause: {type(error).__name__}: {error}"
             ) from error
     return _articles_from_examples(examples.as_numpy_iterator())
@@ -192,7 +192,7 @@ def split_articles(articles, eval_fraction=0.2, seed=0):
     """An UNOFFICIAL, deterministic article-level split of one SQuAD file.
 
     This is NOT the official SQuAD train/dev split: it is for small offline experiments
-    on the only SQuAD file at hand (`../shared/data/squad/dev-v1.1.json`), whose scores
+    on the only SQuAD file at hand (typically `dev-v1.1.json`), whose scores
     are not comparable to published SQuAD results. The split is by article, so no
     article (and no paragraph) is in both parts. Which articles go to evaluation depends
     only on `seed` and the set of articles (they are ranked by title first), not on

@@ -6,6 +6,7 @@ from keras_tupe.models.tupe_backbone import TupeBackbone
 from keras_tupe.models.tupe_masked_lm import TupeMaskedLM
 from keras_tupe.models.tupe_masked_lm_preprocessor import TupeMaskedLMPreprocessor
 from keras_tupe.models.tupe_span_qa import TupeSpanQA
+from keras_tupe.models.tupe_span_qa_preprocessor import TupeSpanQAPreprocessor
 from keras_tupe.models.tupe_text_classifier import TupeTextClassifier
 from keras_tupe.models.tupe_text_classifier_preprocessor import TupeTextClassifierPreprocessor
 from keras_tupe.models.tupe_tokenizer import TupeTokenizer
@@ -18,6 +19,7 @@ __all__ = [
     "TupeMaskedLM",
     "TupeMaskedLMPreprocessor",
     "TupeSpanQA",
+    "TupeSpanQAPreprocessor",
     "TupeTextClassifier",
     "TupeTextClassifierPreprocessor",
     "TupeTokenizer",

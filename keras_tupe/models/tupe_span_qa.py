@@ -6,6 +6,7 @@ from keras import ops
 
 from keras_tupe.models.task import ReplicaXLAStep
 from keras_tupe.models.tupe_backbone import TupeBackbone
+from keras_tupe.models.tupe_span_qa_preprocessor import TupeSpanQAPreprocessor
 
 
 @keras.saving.register_keras_serializable(package="keras_tupe")
@@ -26,12 +27,13 @@ class SplitSpanLogits(keras.layers.Layer):
 class TupeSpanQA(ReplicaXLAStep, keras_hub.models.Task):
     """A span-extraction head: one dense layer maps each token to a start and an end logit.
 
-    A `keras_hub.models.Task` (so `TupeSpanQA.from_preset(folder)` loads the
-    pre-trained backbone). Its inputs are packed SQuAD windows
-    (`keras_tupe.data.squad`: BERT's question/context windowing with a
-    document stride), not raw strings: windowing one example into several
-    features and mapping spans back needs the offsets, so it stays in the data
-    pipeline (`preprocessor` is `None`).
+    A `keras_hub.models.Task`: `TupeSpanQA.from_preset(folder)` loads the
+    pre-trained backbone and a `TupeSpanQAPreprocessor` on the folder's
+    tokenizer. `answer(questions, contexts)` takes raw strings and returns the
+    answer strings (BERT's windowing and best-span rule). Training and `predict`
+    take packed SQuAD windows (`preprocessor.featurize(...)` or
+    `keras_tupe.data.squad.featurize`): one question may span several windows,
+    which keras-hub's per-example pipeline cannot express.
 
     Outputs a dict of float32 `start_positions` and `end_positions` logits,
     `(batch, seq)`, with padded tokens at -1e9, so that targets named the same
@@ -47,17 +49,19 @@ class TupeSpanQA(ReplicaXLAStep, keras_hub.models.Task):
     """
 
     backbone_cls = TupeBackbone
-    preprocessor_cls = None
+    preprocessor_cls = TupeSpanQAPreprocessor
 
     def __init__(self, backbone, preprocessor=None, **kwargs):
-        if preprocessor is not None:
+        if preprocessor is not None and not isinstance(preprocessor, TupeSpanQAPreprocessor):
             raise ValueError(
-                "TupeSpanQA takes packed SQuAD windows (keras_tupe.data.squad), not a "
-                f"preprocessor. Received: preprocessor={type(preprocessor).__name__}"
+                "TupeSpanQA takes a TupeSpanQAPreprocessor (SQuAD windowing) or None. "
+                f"Received: preprocessor={type(preprocessor).__name__}"
             )
         # === Layers ===
         self.backbone = backbone
-        self.preprocessor = None
+        self.preprocessor = preprocessor
+        # The span loss never reaches the pooler: frozen, as in `TupeMaskedLM`.
+        backbone.pooled_dense.trainable = False
         self.span_dense = keras.layers.Dense(
             2,
             kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),
@@ -80,3 +84,22 @@ class TupeSpanQA(ReplicaXLAStep, keras_hub.models.Task):
                 "end_positions": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
             }
         super().compile(optimizer=optimizer, loss=loss, **kwargs)
+
+    def answer(self, questions, contexts, batch_size=32):
+        """The answer to each question in its context, as a string (raw text in and out).
+
+        Args:
+            questions: a list of strings.
+            contexts: a list of strings, one per question.
+            batch_size: int. Windows per forward pass. Defaults to `32`.
+        """
+        if self.preprocessor is None:
+            raise ValueError("answer() needs the task's TupeSpanQAPreprocessor; build the task "
+                             "with one or load it with TupeSpanQA.from_preset(folder).")
+        self.preprocessor.articles(questions, contexts)  # clear errors for bad input
+        questions, contexts = list(questions), list(contexts)
+        features = self.preprocessor.featurize(questions, contexts)
+        self.backbone.check_sequence_length(features.token_ids.shape[1])
+        logits = self.predict(features.inputs, batch_size=batch_size, verbose=0)
+        return self.preprocessor.postprocess(features, logits["start_positions"],
+                                             logits["end_positions"], contexts, questions)

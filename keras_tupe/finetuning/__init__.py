@@ -1,0 +1,52 @@
+"""Fine-tuning pre-trained encoders on GLUE and SQuAD.
+
+- `keras_tupe.finetuning.loading`: the encoder, its vocabulary and the fine-tuned
+  classifier (`load_backbone`, `default_vocabulary`, `save_classifier`,
+  `load_classifier`, `load_matching_tokenizer`).
+- `keras_tupe.finetuning.glue`: one GLUE run (`FinetuneConfig`, `finetune_glue`) and
+  the papers' protocol over learning rates and seeds (`run_protocol`, `PAPER_*`).
+- `keras_tupe.finetuning.summary`: the protocol's table (`summarize`, `write_tables`).
+- `keras_tupe.finetuning.squad`: SQuAD v1.1 (`SquadConfig`, `finetune_squad`).
+"""
+
+from keras_tupe.finetuning.glue import (
+    PAPER_LEARNING_RATES,
+    PAPER_SEEDS,
+    SHORT_TASKS,
+    FinetuneConfig,
+    finetune_glue,
+    paper_epochs,
+    run_protocol,
+)
+from keras_tupe.finetuning.loading import (
+    CLASSIFIER_FILE,
+    CLASSIFIER_INFO,
+    default_vocabulary,
+    load_backbone,
+    load_classifier,
+    load_matching_tokenizer,
+    save_classifier,
+)
+from keras_tupe.finetuning.squad import SquadConfig, finetune_squad
+from keras_tupe.finetuning.summary import summarize, write_tables
+
+__all__ = [
+    "CLASSIFIER_FILE",
+    "CLASSIFIER_INFO",
+    "PAPER_LEARNING_RATES",
+    "PAPER_SEEDS",
+    "SHORT_TASKS",
+    "FinetuneConfig",
+    "SquadConfig",
+    "default_vocabulary",
+    "finetune_glue",
+    "finetune_squad",
+    "load_backbone",
+    "load_classifier",
+    "load_matching_tokenizer",
+    "paper_epochs",
+    "run_protocol",
+    "save_classifier",
+    "summarize",
+    "write_tables",
+]

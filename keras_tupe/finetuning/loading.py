@@ -1,0 +1,110 @@
+"""Loading and saving for fine-tuning: the pre-trained encoder, its vocabulary, the classifier.
+
+`load_backbone` and `default_vocabulary` accept a keras-hub preset folder, a
+pre-training run directory or a `.keras` file; `load_matching_tokenizer` refuses a
+vocabulary of another size than the encoder's. `save_classifier` writes a fine-tuned
+classifier with its vocabulary and settings, `load_classifier` reads it back.
+"""
+
+import json
+import os
+
+import keras
+
+
+def load_backbone(init):
+    """A `TupeBackbone` from a preset folder, a pre-training run or a `.keras` file.
+
+    Accepts a keras-hub preset folder (`save_to_preset`; a run's `preset/`), a
+    pre-training run directory (its `preset/`, else its `backbone.keras`), a
+    backbone `.keras`, or a task `.keras` (masked LM, classifier: its `.backbone`).
+    """
+    import keras_tupe  # noqa: F401  (registers the classes for loading)
+    from keras_tupe.models import TupeBackbone
+    from keras_tupe.models.preset_folders import is_preset_folder
+
+    run_preset = os.path.join(init, "preset")
+    if is_preset_folder(init) or is_preset_folder(run_preset):
+        return TupeBackbone.from_preset(init if is_preset_folder(init) else run_preset)
+    path = os.path.join(init, "backbone.keras") if os.path.isdir(init) else init
+    if not os.path.exists(path):
+        raise FileNotFoundError(
+            f"No encoder at {init}: give a preset folder (with config.json), a pre-training "
+            "run directory (with preset/ or backbone.keras) or a .keras file."
+        )
+    model = keras.saving.load_model(path, compile=False)
+    backbone = model if isinstance(model, TupeBackbone) else getattr(model, "backbone", None)
+    if not isinstance(backbone, TupeBackbone):
+        raise ValueError(f"{path} holds a {type(model).__name__}, not a keras_tupe encoder.")
+    return backbone
+
+
+def default_vocabulary(init):
+    """The vocabulary of a preset folder or run directory (or of a `.keras` file's directory)."""
+    from keras_tupe.models.preset_folders import VOCABULARY_ASSET
+
+    directory = init if os.path.isdir(init) else os.path.dirname(os.path.abspath(init))
+    for candidate in (os.path.join(directory, VOCABULARY_ASSET),
+                      os.path.join(directory, "vocab.txt")):
+        if os.path.exists(candidate):
+            return candidate
+    raise FileNotFoundError(
+        f"No vocabulary in {directory} (neither {VOCABULARY_ASSET} nor vocab.txt); pass the "
+        "vocabulary the encoder was pre-trained with."
+    )
+
+
+
+CLASSIFIER_FILE = "classifier.keras"
+CLASSIFIER_INFO = "finetune.json"
+
+
+def save_classifier(model, save_dir, vocabulary_file, info):
+    """Writes `save_dir/` with `classifier.keras`, its `vocab.txt` and `finetune.json`.
+
+    Everything `keras_tupe.export.export_classifier` needs to serve raw strings
+    (`python -m training.export classifier --init SAVE_DIR`). An existing `save_dir`
+    is refused: nothing a user has is replaced.
+    """
+    import shutil
+
+    if os.path.exists(save_dir):
+        raise FileExistsError(f"{save_dir} already exists; choose another directory for the "
+                              "fine-tuned classifier or remove it.")
+    staging = save_dir.rstrip("/") + ".partial"
+    shutil.rmtree(staging, ignore_errors=True)  # a previous interrupted save
+    os.makedirs(staging)
+    model.save(os.path.join(staging, CLASSIFIER_FILE))
+    shutil.copyfile(vocabulary_file, os.path.join(staging, "vocab.txt"))
+    with open(os.path.join(staging, CLASSIFIER_INFO), "w") as f:
+        json.dump(info, f, indent=2)
+    os.replace(staging, save_dir)
+    return save_dir
+
+
+def load_classifier(save_dir):
+    """`(classifier, vocabulary_file, info)` from a directory of `save_classifier`."""
+    import keras_tupe  # noqa: F401  (registers the classes for loading)
+
+    path = os.path.join(save_dir, CLASSIFIER_FILE)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"No {CLASSIFIER_FILE} in {save_dir}: give a directory written by "
+                                "fine-tuning with --save-models (or save_classifier).")
+    with open(os.path.join(save_dir, CLASSIFIER_INFO)) as f:
+        info = json.load(f)
+    model = keras.saving.load_model(path, compile=False)
+    return model, os.path.join(save_dir, "vocab.txt"), info
+
+
+def load_matching_tokenizer(backbone, vocab, lowercase=True):
+    """The tokenizer of `vocab`, refused unless its size is the encoder's vocabulary size."""
+    from keras_tupe import data
+
+    tokenizer = data.load_tokenizer(vocab, lowercase=lowercase)
+    if tokenizer.vocabulary_size() != backbone.vocabulary_size:
+        raise ValueError(
+            f"{vocab} has {tokenizer.vocabulary_size()} tokens but the encoder was built for "
+            f"{backbone.vocabulary_size}: not the vocabulary it was pre-trained with."
+        )
+    return tokenizer
+

@@ -1,0 +1,89 @@
+"""SQuAD v1.1 fine-tuning: the library behind `training.finetune_squad`."""
+
+import dataclasses
+import json
+import os
+
+import keras
+import numpy as np
+
+from keras_tupe.finetuning.loading import default_vocabulary, load_backbone, load_matching_tokenizer
+
+
+@dataclasses.dataclass
+class SquadConfig:
+    """SQuAD v1.1 fine-tuning (Huang et al.'s downstream task)."""
+
+    init: str
+    out: str = None
+    train: str = "train"  # a SQuAD json path, or a tfds split (online)
+    eval: str = "validation"
+    offline_split: str = None  # a SQuAD json to split by article into train/eval (not official)
+    eval_fraction: float = 0.2
+    learning_rate: float = 3e-5
+    seed: int = 0
+    epochs: int = 2
+    batch_size: int = 32
+    seq_len: int = 384
+    doc_stride: int = 128
+    max_query_length: int = 64
+    warmup_ratio: float = 0.1
+    weight_decay: float = 0.01
+    vocab: str = None
+    lowercase: bool = True
+    max_train_examples: int = None
+    xla: bool = True
+    verbose: int = 0
+
+
+def finetune_squad(config):
+    """Fine-tunes a span-QA head; returns official EM/F1 on the evaluation questions."""
+    from keras_tupe.data import squad
+    from keras_tupe.metrics import squad_evaluate
+    from keras_tupe.models import TupeSpanQA
+    from keras_tupe.optimization import create_optimizer
+
+    keras.utils.set_random_seed(config.seed)
+    backbone = load_backbone(config.init)
+    backbone.check_sequence_length(config.seq_len)
+    vocab = config.vocab or default_vocabulary(config.init)
+    load_matching_tokenizer(backbone, vocab, config.lowercase)
+    if config.offline_split:
+        articles = squad.load_squad(config.offline_split)
+        train_articles, eval_articles = squad.split_articles(
+            articles, eval_fraction=config.eval_fraction, seed=config.seed)
+        label = (f"article-level split of {config.offline_split} "
+                 f"({1 - config.eval_fraction:.0%}/{config.eval_fraction:.0%}, seed {config.seed}); "
+                 "NOT the official SQuAD train/dev split")
+    else:
+        train_articles, eval_articles = squad.load_squad(config.train), squad.load_squad(config.eval)
+        label = f"train={config.train}, eval={config.eval}"
+    featurize = dict(sequence_length=config.seq_len, doc_stride=config.doc_stride,
+                     max_query_length=config.max_query_length, lowercase=config.lowercase)
+    train_features = squad.featurize(train_articles, vocab, training=True, **featurize)
+    if config.max_train_examples:
+        train_features = train_features.head(config.max_train_examples)
+    eval_features = squad.featurize(eval_articles, vocab, training=False, **featurize)
+    train = squad.squad_dataset(train_features, config.batch_size, training=True, shuffle=True,
+                                seed=config.seed)
+    steps = config.epochs * int(np.ceil(len(train_features.token_ids) / config.batch_size))
+    model = TupeSpanQA(backbone)
+    model.compile(optimizer=create_optimizer(model, config.learning_rate, total_steps=steps,
+                                             warmup_steps=int(config.warmup_ratio * steps),
+                                             weight_decay=config.weight_decay),
+                  jit_compile=config.xla)
+    model.fit(train, epochs=config.epochs, verbose=config.verbose, shuffle=False)
+    outputs = model.predict(squad.squad_dataset(eval_features, config.batch_size, training=False),
+                            verbose=0)
+    predictions = squad.postprocess(eval_features, outputs["start_positions"],
+                                    outputs["end_positions"], eval_articles)
+    result = {"data": label, **squad_evaluate(eval_articles, predictions),
+              "train_features": int(len(train_features.token_ids)),
+              "eval_questions": len(predictions)}
+    if config.out:
+        os.makedirs(config.out, exist_ok=True)
+        with open(os.path.join(config.out, "squad_results.json"), "w") as f:
+            json.dump({"config": dataclasses.asdict(config), "result": result}, f, indent=2)
+        with open(os.path.join(config.out, "squad_predictions.json"), "w") as f:
+            json.dump(predictions, f)
+    return result

@@ -1,0 +1,61 @@
+"""The summary of a GLUE protocol run: the papers' score per task, as Markdown and CSV.
+
+`summarize` takes the median over seeds per (task, learning rate) and keeps each
+task's best learning rate; `write_tables` writes that table, with the average, to
+`summary.md` and `summary.csv`.
+"""
+
+import os
+import statistics
+
+import numpy as np
+
+
+def summarize(rows, tasks):
+    """Median over seeds per (task, learning rate); the best learning rate per task."""
+    table = []
+    for task in tasks:
+        by_rate = {}
+        for row in rows:
+            if row["task"] == task:
+                by_rate.setdefault(row["learning_rate"], []).append(_main_score(row))
+        if not by_rate:
+            continue
+        medians = {rate: statistics.median(scores) for rate, scores in by_rate.items()}
+        best = max(medians, key=medians.get)
+        table.append({
+            "task": task,
+            "score": 100 * medians[best],
+            "best_learning_rate": best,
+            "seeds": len(by_rate[best]),
+            "seed_min": 100 * min(by_rate[best]),
+            "seed_max": 100 * max(by_rate[best]),
+            "medians_by_learning_rate": {str(r): 100 * m for r, m in sorted(medians.items())},
+        })
+    return table
+
+
+def _main_score(row):
+    scores = [split["score"] for split in row["dev"].values()]
+    return float(np.mean(scores))  # MNLI: the mean of matched and mismatched
+
+
+def write_tables(table, out_dir, title):
+    """`summary.md` and `summary.csv`, one row per task and the average."""
+    average = float(np.mean([row["score"] for row in table])) if table else float("nan")
+    lines = [f"# {title}", "", "| task | score | best LR | seeds | seed range |",
+             "| --- | ---: | ---: | ---: | --- |"]
+    for row in table:
+        lines.append(f"| {row['task']} | {row['score']:.2f} | {row['best_learning_rate']:g} | "
+                     f"{row['seeds']} | {row['seed_min']:.2f} – {row['seed_max']:.2f} |")
+    lines.append(f"| **average** | **{average:.2f}** | | | |")
+    with open(os.path.join(out_dir, "summary.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    with open(os.path.join(out_dir, "summary.csv"), "w") as f:
+        f.write("task,score,best_learning_rate,seeds,seed_min,seed_max\n")
+        for row in table:
+            f.write(f"{row['task']},{row['score']:.4f},{row['best_learning_rate']},{row['seeds']},"
+                    f"{row['seed_min']:.4f},{row['seed_max']:.4f}\n")
+        f.write(f"average,{average:.4f},,,,\n")
+    return average
+

@@ -1,0 +1,138 @@
+"""Raw questions and contexts to SQuAD windows for `TupeSpanQA`, and logits back to text."""
+
+import os
+import tempfile
+
+import keras
+import keras_hub
+
+from keras_tupe.models.preset_folders import preset_sequence_length, refuse_overwrite
+from keras_tupe.models.tupe_backbone import TupeBackbone
+from keras_tupe.models.tupe_tokenizer import TupeTokenizer
+
+
+@keras.saving.register_keras_serializable(package="keras_tupe")
+class TupeSpanQAPreprocessor(keras_hub.models.Preprocessor):
+    """BERT's SQuAD windowing over raw strings, and the answer text from span logits.
+
+    Span extraction does not fit keras-hub's one-example-in, one-example-out
+    preprocessing: a long context becomes several windows (`[CLS] question [SEP]
+    window [SEP]`, a new window every `doc_stride` tokens), and an answer is read
+    back through each token's character span. So this preprocessor works on whole
+    lists, outside the model's data pipeline (`keras_tupe.data.squad`'s
+    `featurize` / `postprocess`, the functions SQuAD fine-tuning uses):
+
+    - `featurize(questions, contexts, answers=None, answer_starts=None)`: the
+      windows as `SquadFeatures`; with answers (text and character start), the
+      start/end token labels for `fit`.
+    - `postprocess(features, start_logits, end_logits, contexts)`: the answer
+      strings, exact substrings of the contexts.
+
+    `TupeSpanQA.answer(questions, contexts)` chains them. Called by `fit` or
+    `predict` (keras-hub's pipeline), packed features pass through unchanged.
+
+    Args:
+        tokenizer: a `TupeTokenizer`.
+        sequence_length: int. Window length. Defaults to `384` (BERT's).
+        doc_stride: int. Defaults to `128`.
+        max_query_length: int. Defaults to `64`.
+    """
+
+    backbone_cls = TupeBackbone
+    tokenizer_cls = TupeTokenizer
+
+    def __init__(self, tokenizer, sequence_length=384, doc_stride=128, max_query_length=64,
+                 **kwargs):
+        super().__init__(**kwargs)
+        self.tokenizer = tokenizer
+        self.sequence_length = sequence_length
+        self.doc_stride = doc_stride
+        self.max_query_length = max_query_length
+        self._vocabulary_file = None
+
+    def build(self, input_shape):
+        # Nothing to build: windowing runs in NumPy (`featurize`), not in the graph.
+        self.built = True
+
+    @classmethod
+    def _add_missing_kwargs(cls, loader, kwargs):
+        # keras-hub's (private) hook for a preset folder without this preprocessor:
+        # the folder's sequence length, capped at an absolute encoder's table.
+        kwargs = super()._add_missing_kwargs(loader, kwargs)
+        kwargs.setdefault("sequence_length", min(384, preset_sequence_length(loader)))
+        return kwargs
+
+    def vocabulary_file(self):
+        """The tokenizer's vocabulary as a file (the offset tokenizer reads one)."""
+        if self._vocabulary_file is None:
+            handle, path = tempfile.mkstemp(prefix="tupe_vocabulary_", suffix=".txt")
+            with os.fdopen(handle, "w", encoding="utf-8") as f:
+                f.write("".join(token + "\n" for token in self.tokenizer.get_vocabulary()))
+            self._vocabulary_file = path
+        return self._vocabulary_file
+
+    @staticmethod
+    def articles(questions, contexts, answers=None, answer_starts=None):
+        """The SQuAD structure of `keras_tupe.data.squad` for parallel lists."""
+        for name, value in (("questions", questions), ("contexts", contexts)):
+            if isinstance(value, str) or not all(isinstance(v, str) for v in value):
+                raise ValueError(f"`{name}` must be a list of strings. Received: {value!r:.80}")
+        if len(questions) != len(contexts):
+            raise ValueError(f"One context per question. Received: {len(questions)} questions, "
+                             f"{len(contexts)} contexts")
+        if (answers is None) != (answer_starts is None):
+            raise ValueError("Give both `answers` (texts) and `answer_starts` (character "
+                             "offsets in the contexts), or neither.")
+        paragraphs = []
+        for i, (question, context) in enumerate(zip(questions, contexts)):
+            qa = {"id": str(i), "question": question, "answers": []}
+            if answers is not None:
+                qa["answers"] = [{"text": answers[i], "answer_start": int(answer_starts[i])}]
+            paragraphs.append({"context": context, "qas": [qa]})
+        return [{"title": "", "paragraphs": paragraphs}]
+
+    def featurize(self, questions, contexts, answers=None, answer_starts=None):
+        """`SquadFeatures` of the questions over their contexts (labels with answers)."""
+        from keras_tupe.data.squad import featurize
+
+        self.check_lengths()
+        return featurize(
+            self.articles(questions, contexts, answers, answer_starts), self.vocabulary_file(),
+            sequence_length=self.sequence_length, doc_stride=self.doc_stride,
+            max_query_length=self.max_query_length, lowercase=self.tokenizer.lowercase,
+            training=answers is not None)
+
+    def check_lengths(self):
+        if self.sequence_length < self.max_query_length + 4:
+            raise ValueError(
+                f"`sequence_length` ({self.sequence_length}) must leave room for the question "
+                f"(max_query_length={self.max_query_length}) and a context window.")
+
+    def postprocess(self, features, start_logits, end_logits, contexts, questions=None):
+        """The answer string of each question (`""` where no valid span exists)."""
+        from keras_tupe.data.squad import postprocess
+
+        questions = questions or [""] * len(contexts)
+        predictions = postprocess(features, start_logits, end_logits,
+                                  self.articles(list(questions), list(contexts)))
+        return [predictions[str(i)] for i in range(len(contexts))]
+
+    def call(self, x, y=None, sample_weight=None):
+        if not isinstance(x, dict):
+            raise ValueError(
+                "TupeSpanQAPreprocessor windows raw text with `featurize(questions, contexts, "
+                "answers, answer_starts)` (or `TupeSpanQA.answer(questions, contexts)`); "
+                "`fit`/`predict` take its packed features (`features.inputs`). Received: "
+                f"{type(x).__name__}")
+        return keras.utils.pack_x_y_sample_weight(x, y, sample_weight)
+
+    def save_to_preset(self, preset_dir, overwrite=False):
+        """Writes `preprocessor.json` and the tokenizer; refuses to replace them."""
+        refuse_overwrite(preset_dir, ["preprocessor.json", "tokenizer.json"], overwrite)
+        super().save_to_preset(preset_dir)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"sequence_length": self.sequence_length, "doc_stride": self.doc_stride,
+                       "max_query_length": self.max_query_length})
+        return config
