@@ -1,8 +1,32 @@
 """keras_tupe: TUPE and relative position encodings for Keras 3 encoders."""
 
 from keras_tupe import layers, models, optimization
-from keras_tupe.models import PRESETS, TupeBackbone
+from keras_tupe.models import (
+    PRESETS,
+    TupeBackbone,
+    TupeMaskedLM,
+    TupeMaskedLMPreprocessor,
+    TupeSpanQA,
+    TupeSpanQAPreprocessor,
+    TupeTextClassifier,
+    TupeTextClassifierPreprocessor,
+    TupeTokenizer,
+)
 
 __version__ = "0.1.0"
 
-__all__ = ["PRESETS", "TupeBackbone", "layers", "models", "optimization", "__version__"]
+__all__ = [
+    "PRESETS",
+    "TupeBackbone",
+    "TupeMaskedLM",
+    "TupeMaskedLMPreprocessor",
+    "TupeSpanQA",
+    "TupeSpanQAPreprocessor",
+    "TupeTextClassifier",
+    "TupeTextClassifierPreprocessor",
+    "TupeTokenizer",
+    "__version__",
+    "layers",
+    "models",
+    "optimization",
+]
