@@ -48,7 +48,6 @@ class TupeSpanQAPreprocessor(keras_hub.models.Preprocessor):
         self.sequence_length = sequence_length
         self.doc_stride = doc_stride
         self.max_query_length = max_query_length
-        self._vocabulary_file = None
 
     def build(self, input_shape):
         # Nothing to build: windowing runs in NumPy (`featurize`), not in the graph.
@@ -62,14 +61,12 @@ class TupeSpanQAPreprocessor(keras_hub.models.Preprocessor):
         kwargs.setdefault("sequence_length", min(384, preset_sequence_length(loader)))
         return kwargs
 
-    def vocabulary_file(self):
-        """The tokenizer's vocabulary as a file (the offset tokenizer reads one)."""
-        if self._vocabulary_file is None:
-            handle, path = tempfile.mkstemp(prefix="tupe_vocabulary_", suffix=".txt")
-            with os.fdopen(handle, "w", encoding="utf-8") as f:
-                f.write("".join(token + "\n" for token in self.tokenizer.get_vocabulary()))
-            self._vocabulary_file = path
-        return self._vocabulary_file
+    def write_vocabulary(self, directory):
+        """The tokenizer's vocabulary as a file in `directory` (the offset tokenizer reads one)."""
+        path = os.path.join(directory, "vocabulary.txt")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write("".join(token + "\n" for token in self.tokenizer.get_vocabulary()))
+        return path
 
     @staticmethod
     def articles(questions, contexts, answers=None, answer_starts=None):
@@ -96,11 +93,13 @@ class TupeSpanQAPreprocessor(keras_hub.models.Preprocessor):
         from keras_tupe.data.squad import featurize
 
         self.check_lengths()
-        return featurize(
-            self.articles(questions, contexts, answers, answer_starts), self.vocabulary_file(),
-            sequence_length=self.sequence_length, doc_stride=self.doc_stride,
-            max_query_length=self.max_query_length, lowercase=self.tokenizer.lowercase,
-            training=answers is not None)
+        articles = self.articles(questions, contexts, answers, answer_starts)
+        with tempfile.TemporaryDirectory() as directory:
+            return featurize(
+                articles, self.write_vocabulary(directory),
+                sequence_length=self.sequence_length, doc_stride=self.doc_stride,
+                max_query_length=self.max_query_length, lowercase=self.tokenizer.lowercase,
+                training=answers is not None)
 
     def check_lengths(self):
         if self.sequence_length < self.max_query_length + 4:
