@@ -13,6 +13,8 @@ class PositionalAttentionBase(Float32BiasCallMixin, keras.layers.Layer):
     `attention_logits(query, key, **kwargs)` for the float32 logits
     `(B, h, q, k)`, adds the optional precomputed `attention_bias` and the
     padding mask in float32, takes the softmax in float32, and mixes the values.
+    A subclass may instead compute the same context with a fused kernel by
+    overriding `fused_context` (see `UntiedPositionalAttention`).
 
     The positional bias stays float32 under mixed precision (see
     `Float32BiasCallMixin`).
@@ -96,15 +98,30 @@ class PositionalAttentionBase(Float32BiasCallMixin, keras.layers.Layer):
         query = self.query_dense(inputs)  # (B, n, h, d_h)
         key = self.key_dense(inputs)  # (B, n, h, d_h)
         value = self.value_dense(inputs)  # (B, n, h, d_h)
-        logits = self.attention_logits(query, key, **logit_kwargs)  # (B, h, n, n) f32
-        if attention_bias is not None:
-            logits = logits + ops.cast(attention_bias, "float32")
-        if padding_mask is not None:
-            logits = logits + attention_mask_to_bias(padding_mask)  # (B, 1, 1, n)
-        probs = ops.softmax(logits, axis=-1)
-        probs = self.dropout_layer(ops.cast(probs, self.compute_dtype), training=training)
-        context = ops.einsum("bhqk,bkhd->bqhd", probs, value)  # (B, n, h, d_h)
+        context = self.fused_context(
+            query, key, value, padding_mask, attention_bias, training, **logit_kwargs
+        )
+        if context is None:
+            logits = self.attention_logits(query, key, **logit_kwargs)  # (B, h, n, n) f32
+            if attention_bias is not None:
+                logits = logits + ops.cast(attention_bias, "float32")
+            if padding_mask is not None:
+                logits = logits + attention_mask_to_bias(padding_mask)  # (B, 1, 1, n)
+            probs = ops.softmax(logits, axis=-1)
+            probs = self.dropout_layer(ops.cast(probs, self.compute_dtype), training=training)
+            context = ops.einsum("bhqk,bkhd->bqhd", probs, value)  # (B, n, h, d_h)
         return self.output_dense(context)  # (B, n, d)
+
+    def fused_context(
+        self, query, key, value, padding_mask, attention_bias, training, **logit_kwargs
+    ):
+        """The context `(B, n, h, d_h)` from a fused kernel, or `None` for the einsum path.
+
+        The einsum path above (logits, bias, mask, softmax, dropout, values) is
+        the reference; a subclass whose logits are a scaled dot product may
+        return the same context from `keras.ops.dot_product_attention`.
+        """
+        return None
 
     def compute_output_spec(self, inputs, **kwargs):
         return keras.KerasTensor(inputs.shape, self.compute_dtype)

@@ -4,7 +4,10 @@ import keras
 from keras import ops
 
 from keras_tupe.layers.qkr_multiplicative_attention import METHODS, QKRMultiplicativeAttention
-from keras_tupe.layers.untied_positional_attention import UntiedPositionalAttention
+from keras_tupe.layers.untied_positional_attention import (
+    UntiedPositionalAttention,
+    check_attention_implementation,
+)
 from keras_tupe.layers.utils import Float32BiasCallMixin
 
 
@@ -44,6 +47,11 @@ class TransformerEncoderBlock(Float32BiasCallMixin, keras.layers.Layer):
             tables. Defaults to `512`.
         zero_init_tables: bool. Start relative vector tables at zero.
             Defaults to `False`.
+        attention_implementation: `"auto"`, `"einsum"` or `"fused"`: whether
+            `UntiedPositionalAttention` runs through
+            `keras.ops.dot_product_attention` (see there). `"fused"` is refused
+            with `relative_method`, whose logits are no plain dot product.
+            Defaults to `"auto"`.
         kernel_initializer: initializer of all kernels. Defaults to a truncated
             normal with stddev 0.02.
 
@@ -69,6 +77,7 @@ class TransformerEncoderBlock(Float32BiasCallMixin, keras.layers.Layer):
         relative_method=None,
         max_relative_distance=512,
         zero_init_tables=False,
+        attention_implementation="auto",
         kernel_initializer=None,
         **kwargs,
     ):
@@ -77,6 +86,14 @@ class TransformerEncoderBlock(Float32BiasCallMixin, keras.layers.Layer):
             raise ValueError(
                 f"`relative_method` must be None or one of {METHODS}. "
                 f"Received: relative_method={relative_method!r}"
+            )
+        check_attention_implementation(attention_implementation)
+        if attention_implementation == "fused" and relative_method is not None:
+            raise ValueError(
+                "attention_implementation='fused' needs logits that are a scaled dot "
+                "product plus an additive bias; the Shaw / Huang relative embeddings "
+                "enter the logits otherwise. Use 'auto' or 'einsum'. Received: "
+                f"relative_method={relative_method!r}"
             )
         self.num_heads = num_heads
         self.intermediate_dim = intermediate_dim
@@ -93,6 +110,7 @@ class TransformerEncoderBlock(Float32BiasCallMixin, keras.layers.Layer):
         self.relative_method = relative_method
         self.max_relative_distance = max_relative_distance
         self.zero_init_tables = zero_init_tables
+        self.attention_implementation = attention_implementation
         self.kernel_initializer = keras.initializers.get(
             kernel_initializer or keras.initializers.TruncatedNormal(stddev=0.02)
         )
@@ -112,7 +130,11 @@ class TransformerEncoderBlock(Float32BiasCallMixin, keras.layers.Layer):
             name="self_attention",
         )
         if self.relative_method is None:
-            self.attention = UntiedPositionalAttention(untied_scaling=self.untied_scaling, **common)
+            self.attention = UntiedPositionalAttention(
+                untied_scaling=self.untied_scaling,
+                attention_implementation=self.attention_implementation,
+                **common,
+            )
         else:
             self.attention = QKRMultiplicativeAttention(
                 method=self.relative_method,
@@ -197,6 +219,7 @@ class TransformerEncoderBlock(Float32BiasCallMixin, keras.layers.Layer):
                 "relative_method": self.relative_method,
                 "max_relative_distance": self.max_relative_distance,
                 "zero_init_tables": self.zero_init_tables,
+                "attention_implementation": self.attention_implementation,
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
             }
         )

@@ -65,10 +65,22 @@ def relative_positions(query_length, key_length):
     return key[None, :] - query[:, None]  # (q, k)
 
 
-def attention_mask_to_bias(padding_mask):
+def attention_mask_to_bias(padding_mask, negative=MASK_NEGATIVE):
     """`(B, k)` padding mask (1 = token) → additive float32 bias `(B, 1, 1, k)`."""
     keep = ops.cast(padding_mask, "float32")
-    return (1.0 - keep)[:, None, None, :] * MASK_NEGATIVE
+    return (1.0 - keep)[:, None, None, :] * negative
+
+
+def mask_negative(dtype):
+    """The padding bias for a tensor that will be cast to `dtype`.
+
+    `MASK_NEGATIVE`, except for float16, whose range ends at 65504: there
+    -1e9 would become -inf, and a row of padding only would turn the softmax
+    NaN. Keras's own attention uses the same 70 % of the float16 maximum.
+    """
+    if keras.backend.standardize_dtype(dtype) == "float16":
+        return -0.7 * 65504.0
+    return MASK_NEGATIVE
 
 
 class Float32BiasCallMixin:

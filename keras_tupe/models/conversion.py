@@ -77,6 +77,8 @@ def add_relative_method4(backbone, max_relative_distance=None):
         relative_position="method4",
         zero_init_relative_tables=True,
         max_relative_distance=max_relative_distance or backbone.max_sequence_length,
+        # Method 4 multiplies positions into the logits: no fused kernel applies.
+        attention_implementation="auto",
     )
     target = TupeBackbone.from_config(config)
     values = {w.path: w.numpy()

@@ -8,6 +8,7 @@ from keras_tupe.layers.cls_reset import ClsReset
 from keras_tupe.layers.qkr_multiplicative_attention import METHODS
 from keras_tupe.layers.relative_bucket_bias import RelativeBucketBias
 from keras_tupe.layers.transformer_encoder_block import TransformerEncoderBlock
+from keras_tupe.layers.untied_positional_attention import ATTENTION_IMPLEMENTATIONS
 from keras_tupe.layers.untied_positional_correlation import UntiedPositionalCorrelation
 from keras_tupe.layers.utils import check_sequence_length
 from keras_tupe.models.preset_folders import (
@@ -106,6 +107,15 @@ class TupeBackbone(keras_hub.models.Backbone):
             zero (Huang's drop-in). Defaults to `False`.
         layer_norm_epsilon: float. Defaults to `1e-12`.
         activation: feed-forward activation. Defaults to `"gelu"`.
+        attention_implementation: `"auto"`, `"einsum"` or `"fused"`. `"fused"`
+            runs the attention through `keras.ops.dot_product_attention` (fused
+            or flash kernels on a GPU) with the position-only term as its bias;
+            it applies to BERT-A, BERT-R, TUPE-A and TUPE-R and is refused for
+            BERT-A^d and Shaw / methods 1-4. `"einsum"` is the reference path;
+            `"auto"` is fused where it applies. A training call with
+            `dropout > 0` always takes the einsum path (the fused op has no
+            attention dropout). See `UntiedPositionalAttention`.
+            Defaults to `"auto"`.
         dtype: dtype policy of the model. Defaults to the global policy.
 
     Example:
@@ -141,12 +151,24 @@ class TupeBackbone(keras_hub.models.Backbone):
         zero_init_relative_tables=False,
         layer_norm_epsilon=1e-12,
         activation="gelu",
+        attention_implementation="auto",
         dtype=None,
         **kwargs,
     ):
         _choice("absolute_position", absolute_position, ABSOLUTE_POSITIONS)
         _choice("absolute_correlation", absolute_correlation, ABSOLUTE_CORRELATIONS)
         _choice("relative_position", relative_position, RELATIVE_POSITIONS)
+        _choice("attention_implementation", attention_implementation, ATTENTION_IMPLEMENTATIONS)
+        if attention_implementation == "fused" and (
+            absolute_correlation == "untied_cross" or relative_position in METHODS
+        ):
+            raise ValueError(
+                "attention_implementation='fused' applies to logits that are a scaled "
+                "dot product plus an additive positional bias (BERT-A, BERT-R, TUPE-A, "
+                "TUPE-R); use 'auto' or 'einsum'. Received: "
+                f"absolute_correlation={absolute_correlation!r}, "
+                f"relative_position={relative_position!r}"
+            )
         if hidden_dim % num_heads:
             raise ValueError(
                 "`hidden_dim` must be divisible by `num_heads`. Received: "
@@ -236,6 +258,7 @@ class TupeBackbone(keras_hub.models.Backbone):
                 relative_method=relative_method,
                 max_relative_distance=max_relative_distance,
                 zero_init_tables=zero_init_relative_tables,
+                attention_implementation=attention_implementation,
                 kernel_initializer=initializer,
                 dtype=dtype,
                 name=f"transformer_layer_{i}",
@@ -300,6 +323,7 @@ class TupeBackbone(keras_hub.models.Backbone):
         self.zero_init_relative_tables = zero_init_relative_tables
         self.layer_norm_epsilon = layer_norm_epsilon
         self.activation = activation
+        self.attention_implementation = attention_implementation
 
     def _positional_terms(self, x):
         """The position-only term `(1, h, n, n)` and BERT-A^d's projections.
@@ -452,7 +476,7 @@ class TupeBackbone(keras_hub.models.Backbone):
             "dropout", "max_sequence_length", "num_segments", "absolute_position",
             "absolute_correlation", "relative_position", "cls_reset", "num_buckets",
             "max_distance", "max_relative_distance", "zero_init_relative_tables",
-            "layer_norm_epsilon", "activation",
+            "layer_norm_epsilon", "activation", "attention_implementation",
         ):
             config[key] = getattr(self, key)
         return config
