@@ -14,8 +14,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("jax", reason="make test-jax installs jax[cpu]")
-
 pytestmark = pytest.mark.jax
 
 REPO = Path(__file__).resolve().parents[1]
