@@ -3,8 +3,7 @@
 import keras
 import keras_hub
 
-from keras_tupe.models.preset_folders import preset_sequence_length, refuse_overwrite
-from keras_tupe.models.string_inputs import check_string_inputs
+from keras_tupe.models.string_inputs import TextPreprocessorMixin
 from keras_tupe.models.tupe_backbone import TupeBackbone
 from keras_tupe.models.tupe_tokenizer import TupeTokenizer
 
@@ -17,7 +16,7 @@ def default_mask_selection_length(sequence_length, mask_selection_rate=0.15):
 
 
 @keras.saving.register_keras_serializable(package="keras_tupe")
-class TupeMaskedLMPreprocessor(keras_hub.models.MaskedLMPreprocessor):
+class TupeMaskedLMPreprocessor(TextPreprocessorMixin, keras_hub.models.MaskedLMPreprocessor):
     """keras-hub's `MaskedLMPreprocessor` with a `TupeTokenizer`: BERT's 80/10/10 masking.
 
     Each string is packed `[CLS] text [SEP]` to `sequence_length`, then
@@ -60,21 +59,3 @@ class TupeMaskedLMPreprocessor(keras_hub.models.MaskedLMPreprocessor):
             mask_selection_rate=mask_selection_rate,
             **kwargs,
         )
-
-    @classmethod
-    def _add_missing_kwargs(cls, loader, kwargs):
-        # keras-hub's (private) hook for a task whose preset folder holds no
-        # preprocessor of this class: take the folder's sequence length rather
-        # than keras-hub's 512, which an absolute encoder's table may not have.
-        kwargs = super()._add_missing_kwargs(loader, kwargs)
-        kwargs.setdefault("sequence_length", preset_sequence_length(loader))
-        return kwargs
-
-    def save_to_preset(self, preset_dir, overwrite=False):
-        """Writes `preprocessor.json` and the tokenizer; refuses to replace them."""
-        refuse_overwrite(preset_dir, ["preprocessor.json", "tokenizer.json"], overwrite)
-        super().save_to_preset(preset_dir)
-
-    def call(self, x, y=None, sample_weight=None):
-        check_string_inputs(type(self).__name__, x)
-        return super().call(x, y=y, sample_weight=sample_weight)
