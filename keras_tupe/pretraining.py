@@ -151,38 +151,47 @@ def make_strategy(name):
 
 
 def validate(config, num_replicas):
-    """Every check that can fail, before any file is written or step taken."""
+    """Every check that can fail, before any file is written or step taken.
+
+    All the conflicts are reported at once, one a line of the `PretrainError`.
+    """
     from keras_tupe.models.presets import PRESETS
     from keras_tupe.models.tupe_backbone import absolute_length_limit
 
     if config.preset not in PRESETS:
         raise PretrainError(f"Unknown preset {config.preset!r}. Valid presets: {sorted(PRESETS)}")
-    _choice("precision", config.precision, PRECISIONS)
-    _choice("strategy", config.strategy, STRATEGIES)
+    problems = []
+    for name, choices in (("precision", PRECISIONS), ("strategy", STRATEGIES)):
+        try:
+            _choice(name, getattr(config, name), choices)
+        except PretrainError as error:
+            problems.append(str(error))
     limit = absolute_length_limit(**PRESETS[config.preset])
     if limit is not None and config.seq_len > limit:
-        raise PretrainError(
+        problems.append(
             f"--seq-len {config.seq_len} is longer than the absolute position table of "
             f"{config.preset} (max_sequence_length={limit}). Use --seq-len <= {limit}, or a "
             "relative-only preset."
         )
     if config.batch_size < 1 or config.batch_size % num_replicas:
-        raise PretrainError(
+        problems.append(
             f"--batch-size {config.batch_size} (the global batch) must be a positive multiple "
             f"of the number of replicas ({num_replicas}) so every replica gets the same share."
         )
     if config.steps < 1 or config.eval_every < 1 or config.steps % config.eval_every:
-        raise PretrainError(
+        problems.append(
             f"--steps ({config.steps}) must be a positive multiple of --eval-every "
             f"({config.eval_every}): training runs, validates and backs up in blocks of "
             "--eval-every steps."
         )
     bad_saves = [s for s in config.save_steps if not 0 < s <= config.steps]
     if bad_saves:
-        raise PretrainError(f"--save-steps must lie in [1, --steps={config.steps}]. "
-                            f"Received: {bad_saves}")
+        problems.append(f"--save-steps must lie in [1, --steps={config.steps}]. "
+                        f"Received: {bad_saves}")
     if not 0 <= config.warmup_ratio < 1:
-        raise PretrainError(f"--warmup-ratio must be in [0, 1). Received: {config.warmup_ratio}")
+        problems.append(f"--warmup-ratio must be in [0, 1). Received: {config.warmup_ratio}")
+    if problems:
+        raise PretrainError("\n".join(problems))
 
 
 def versions():

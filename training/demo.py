@@ -22,6 +22,8 @@ import subprocess
 import sys
 import time
 
+from training.cli import add_common_flags, run
+
 SENTENCES = [
     "a gripping , beautifully acted film that stays with you .",
     "the plot is dull and the jokes fall flat .",
@@ -46,6 +48,7 @@ def parse_args(argv=None):
     p.add_argument("--finetune-examples", type=int, default=8000,
                    help="SST-2 training examples used (of 67,349)")
     p.add_argument("--epochs", type=int, default=2, help="fine-tuning epochs")
+    add_common_flags(p)
     return p.parse_args(argv)
 
 
@@ -62,7 +65,18 @@ def step(title):
     return time.perf_counter()
 
 
+def script(name):
+    """How to run this environment's console script `name` from here, as the README writes it."""
+    path = os.path.join(os.path.dirname(sys.executable), name)
+    relative = os.path.relpath(path)
+    return relative if not relative.startswith("..") else path
+
+
 def main(argv=None):
+    return run(_main, argv)
+
+
+def _main(argv=None):
     args = parse_args(argv)
     from keras_tupe.export import export_classifier, export_encoder, export_preprocessor
     from keras_tupe.finetuning import FinetuneConfig, finetune_glue, load_classifier
@@ -122,7 +136,9 @@ def main(argv=None):
         return answer.returncode
     print(f"[{time.perf_counter() - began:.0f}s]")
     print(f"\nDone in {time.perf_counter() - start:.0f}s. Serve it: point TensorFlow Serving at "
-          f"{os.path.dirname(served)}, or try\n  keras-tupe-saved-model-cli run --dir {served} "
+          f"{os.path.dirname(served)}, or try\n  {script('keras-tupe-predict')} "
+          f"{os.path.dirname(served)} \"what a film\"\n  "
+          f"{script('keras-tupe-saved-model-cli')} run --dir {served} "
           "--tag_set serve --signature_def serving_default "
           "--input_exprs 'sentence=[\"what a film\"]'")
     return 0

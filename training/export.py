@@ -20,6 +20,8 @@ import argparse
 import os
 import sys
 
+from training.cli import add_common_flags, run
+
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="python -m training.export", description=__doc__,
@@ -34,6 +36,7 @@ def parse_args(argv=None):
         sub.add_argument("--version", type=int, help="version number (default: the next free)")
         sub.add_argument("--overwrite", action="store_true",
                          help="replace --version if it exists")
+        add_common_flags(sub)
         return sub
 
     encoder = command("encoder", "the encoder (TF-Hub BERT encoder API)",
@@ -100,12 +103,12 @@ def export(args):
 
 
 def main(argv=None):
+    return run(_main, argv)
+
+
+def _main(argv=None):
     args = parse_args(argv)
-    try:
-        path = export(args)
-    except (ValueError, FileNotFoundError, FileExistsError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    path = export(args)
     print(f"exported {args.command}: {path}")
     return 0
 

@@ -16,6 +16,7 @@ import argparse
 import sys
 
 from keras_tupe.finetuning import PAPER_LEARNING_RATES, PAPER_SEEDS, run_protocol
+from training.cli import add_common_flags, run
 
 
 def parse_args(argv=None):
@@ -44,18 +45,20 @@ def parse_args(argv=None):
                    help="keep every fine-tuned classifier in OUT/models/<task>_lr<lr>_seed<seed>/ "
                         "(for python -m training.export classifier)")
     p.add_argument("--verbose", type=int, default=0, choices=(0, 1, 2))
+    add_common_flags(p)
     return p.parse_args(argv)
 
 
 def main(argv=None):
+    return run(_main, argv)
+
+
+def _main(argv=None):
     args = vars(parse_args(argv))
+    del args["tf_logs"], args["traceback"]
     tasks, init, out = args.pop("tasks"), args.pop("init"), args.pop("out")
     learning_rates, seeds = args.pop("learning_rates"), args.pop("seeds")
-    try:
-        table = run_protocol(tasks, init, out, learning_rates=learning_rates, seeds=seeds, **args)
-    except (ValueError, FileNotFoundError, FileExistsError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    table = run_protocol(tasks, init, out, learning_rates=learning_rates, seeds=seeds, **args)
     for row in table:
         print(f"{row['task']}: {row['score']:.2f} (lr {row['best_learning_rate']:g}, "
               f"{row['seeds']} seeds)")

@@ -15,6 +15,7 @@ import json
 import sys
 
 from keras_tupe.finetuning import SquadConfig, finetune_squad
+from training.cli import add_common_flags, run
 
 
 def parse_args(argv=None):
@@ -34,15 +35,18 @@ def parse_args(argv=None):
             kind = type(default) if default is not None else (
                 int if field.name == "max_train_examples" else str)
             p.add_argument(flag, type=kind, default=default)
+    add_common_flags(p)
     return p.parse_args(argv)
 
 
 def main(argv=None):
-    try:
-        result = finetune_squad(SquadConfig(**vars(parse_args(argv))))
-    except (ValueError, FileNotFoundError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    return run(_main, argv)
+
+
+def _main(argv=None):
+    args = vars(parse_args(argv))
+    del args["tf_logs"], args["traceback"]
+    result = finetune_squad(SquadConfig(**args))
     print(json.dumps(result, indent=2))
     return 0
 

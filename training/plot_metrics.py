@@ -8,6 +8,8 @@ import csv
 import os
 import sys
 
+from training.cli import add_common_flags, run
+
 
 def read_metrics(run_dir):
     path = os.path.join(run_dir, "metrics.csv")
@@ -18,10 +20,16 @@ def read_metrics(run_dir):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    return run(_main, argv)
+
+
+def _main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m training.plot_metrics",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", help="run directories")
     parser.add_argument("--out", required=True, help="PNG file to write")
     parser.add_argument("--overwrite", action="store_true")
+    add_common_flags(parser)
     args = parser.parse_args(argv)
     if os.path.exists(args.out) and not args.overwrite:
         print(f"error: {args.out} exists; pass --overwrite to replace it", file=sys.stderr)

@@ -7,25 +7,33 @@ outputs of one forward pass of the tiny models.
 """
 
 import argparse
+import sys
 import time
 
 import numpy as np
 
 from keras_tupe import TupeBackbone
 from keras_tupe.models.presets import SIZES, VARIANTS
+from training.cli import add_common_flags, run
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m training.presets",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument(
         "--sizes", nargs="+", default=list(SIZES), choices=list(SIZES),
         help="preset sizes to build (default: all)",
     )
     parser.add_argument("--seq-len", type=int, default=32, help="length of the tiny forward pass")
+    add_common_flags(parser)
     return parser.parse_args(argv)
 
 
 def main(argv=None):
+    return run(_main, argv)
+
+
+def _main(argv=None):
     args = parse_args(argv)
     rng = np.random.default_rng(0)
     print(f"{'preset':<22}{'parameters':>14}   outputs of one forward pass (batch 2)")
@@ -41,7 +49,7 @@ def main(argv=None):
                     "padding_mask": np.ones((2, n), "int32"),
                     "segment_ids": np.zeros((2, n), "int32"),
                 }
-                outputs = backbone(inputs)
+                outputs = backbone.layer_outputs()(inputs)  # with each layer's output
                 line += (
                     f"   sequence_output {tuple(outputs['sequence_output'].shape)}"
                     f", pooled_output {tuple(outputs['pooled_output'].shape)}"
@@ -54,7 +62,8 @@ def main(argv=None):
     tupe = TupeBackbone.from_preset("tupe_a_base").count_params()
     print(f"\nTUPE-A base adds {tupe - bert:,} parameters to BERT-A base "
           f"({100 * (tupe - bert) / bert:.2f}%; the paper: about 1%).")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -15,7 +15,8 @@ between documents), WikiText `.tokens` files, directories of `.txt` files, or
 import argparse
 import sys
 
-from keras_tupe.pretraining import PRECISIONS, STRATEGIES, PretrainConfig, PretrainError, pretrain
+from keras_tupe.pretraining import PRECISIONS, STRATEGIES, PretrainConfig, pretrain
+from training.cli import add_common_flags, run
 
 DEFAULTS = PretrainConfig(preset="", corpus=[], out="")
 
@@ -45,7 +46,8 @@ def parse_args(argv=None):
                    help="corpus lines used to train the vocabulary")
     p.add_argument("--steps", type=int, default=d.steps, help="optimizer steps")
     p.add_argument("--batch-size", type=int, default=d.batch_size, help="global batch size")
-    p.add_argument("--seq-len", type=int, default=d.seq_len)
+    p.add_argument("--seq-len", type=int,
+                   help=f"default: {d.seq_len}, or the preset's position table when shorter")
     p.add_argument("--learning-rate", type=float, default=d.learning_rate, help="peak LR")
     p.add_argument("--warmup-ratio", type=float, default=d.warmup_ratio)
     p.add_argument("--weight-decay", type=float, default=d.weight_decay)
@@ -58,8 +60,9 @@ def parse_args(argv=None):
     p.add_argument("--mask-rate", type=float, default=d.mask_rate)
     p.add_argument("--mask-token-rate", type=float, default=d.mask_token_rate)
     p.add_argument("--random-token-rate", type=float, default=d.random_token_rate)
-    p.add_argument("--eval-every", type=int, default=d.eval_every,
-                   help="steps between validation, CSV rows and backups")
+    p.add_argument("--eval-every", type=int,
+                   help=f"steps between validation, CSV rows and backups (default: {d.eval_every} "
+                        "when it divides --steps, else about a tenth of --steps)")
     p.add_argument("--valid-batches", type=int, default=d.valid_batches)
     p.add_argument("--save-steps", type=_int_list, default=[],
                    help="steps at which to keep a .keras checkpoint, e.g. 100000,300000")
@@ -69,18 +72,54 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--shuffle-buffer", type=int, default=d.shuffle_buffer)
     p.add_argument("--max-lines", type=int, help="read at most this many corpus lines")
-    p.add_argument("--verbose", type=int, default=d.verbose, choices=(0, 1, 2))
+    p.add_argument("--verbose", type=int, default=d.verbose, choices=(0, 1, 2),
+                   help="0: silent, 1: a progress bar of steps (default), 2: a line per block")
+    add_common_flags(p)
     return p.parse_args(argv)
 
 
-def main(argv=None):
-    args = vars(parse_args(argv))
-    try:
-        pretrain(PretrainConfig(**args))
-    except PretrainError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+def fit_to_preset(args):
+    """Fills the defaults left open: `--seq-len` and `--eval-every` that fit the run.
+
+    `--seq-len`: the paper's 512, or the preset's position table when shorter (the
+    `tiny` presets have 128). `--eval-every`: the paper's 1000 when it divides
+    `--steps`, else the largest divisor of `--steps` up to a tenth of it (30 for 300).
+    """
+    from keras_tupe.models.presets import PRESETS
+
+    if args["seq_len"] is None:
+        table = PRESETS.get(args["preset"], {}).get("max_sequence_length", DEFAULTS.seq_len)
+        args["seq_len"] = min(DEFAULTS.seq_len, table)
+    steps = args["steps"]
+    if args["eval_every"] is None:
+        if steps >= 1 and steps % DEFAULTS.eval_every == 0:
+            args["eval_every"] = DEFAULTS.eval_every
+        else:
+            args["eval_every"] = max([d for d in range(1, max(steps // 10, 1) + 1)
+                                      if steps % d == 0] or [1])
+    return args
+
+
+def settings_line(config):
+    """The effective settings, printed when the run starts."""
+    return (f"pretrain {config.preset}: {config.steps} steps of batch {config.batch_size} x "
+            f"sequence {config.seq_len}, validation and backup every {config.eval_every} steps, "
+            f"peak LR {config.learning_rate:g}, {config.precision}, strategy {config.strategy}, "
+            f"{'XLA' if config.xla else 'no XLA'} -> {config.out}")
+
+
+def _main(argv=None):
+    args = fit_to_preset(vars(parse_args(argv)))
+    del args["tf_logs"], args["traceback"]
+    config = PretrainConfig(**args)
+    if config.verbose:
+        print(settings_line(config), flush=True)
+    pretrain(config)
     return 0
+
+
+def main(argv=None):
+    return run(_main, argv)
 
 
 if __name__ == "__main__":

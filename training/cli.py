@@ -1,0 +1,106 @@
+"""What every entry point shares: a quiet TensorFlow start and one-line errors.
+
+`quiet_tensorflow()` runs when the `training` package is imported (`training/__init__.py`),
+so before any entry point imports Keras or TensorFlow. It hides:
+
+- TensorFlow's C++ log lines (`TF_CPP_MIN_LOG_LEVEL=3` unless already set: the oneDNN
+  notice, the XLA and device-placement info lines);
+- the CUDA probe of a machine that has no NVIDIA GPU (`E0000 ... failed call to cuInit`):
+  `CUDA_VISIBLE_DEVICES=""` is set only when no GPU device node exists (`/dev/nvidia*`,
+  or WSL2's `/dev/dxg`) and the variable is unset, so a real GPU is never hidden;
+- the `cudart_stub ... Could not find cuda drivers` lines TensorFlow's import writes to
+  stderr before its logging is set up (no log level reaches them): stderr is sent to
+  /dev/null while `import tensorflow` runs. A failing import still raises its exception.
+
+`--tf-logs` on any entry point's command line (or `KERAS_TUPE_TF_LOGS=1`) leaves all of
+this as TensorFlow does it.
+
+`run(main, argv)` turns the user's mistakes (`ValueError`, and the `OSError`s of paths
+they gave) into `error: <message>` on stderr (a line per problem, when one error lists
+several conflicting flags) and exit status 2, argparse's
+convention; any other exception is a bug and keeps its traceback (`--traceback`, or
+`KERAS_TUPE_TRACEBACK=1`, shows it for user errors too).
+"""
+
+import glob
+import os
+import sys
+
+TF_LOGS_FLAG = "--tf-logs"
+TRACEBACK_FLAG = "--traceback"
+
+# Mistakes a user can make in flags and files; everything else is ours.
+USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError,
+               IsADirectoryError, PermissionError)
+
+
+def has_gpu_device_nodes():
+    """Whether this machine exposes an NVIDIA GPU to processes (Linux device nodes)."""
+    return bool(glob.glob("/dev/nvidia[0-9]*")) or os.path.exists("/dev/dxg")
+
+
+def quiet_tensorflow(verbose=None):
+    """Silences TensorFlow's start-up noise; call before TensorFlow is imported.
+
+    Args:
+        verbose: bool or None. `True` changes nothing. `None` (the default) reads the
+            command line (`--tf-logs`) and `KERAS_TUPE_TF_LOGS`.
+    """
+    if verbose is None:
+        verbose = TF_LOGS_FLAG in sys.argv[1:] or os.environ.get("KERAS_TUPE_TF_LOGS") == "1"
+    if verbose:
+        return
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    if "CUDA_VISIBLE_DEVICES" not in os.environ and not has_gpu_device_nodes():
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    if "tensorflow" in sys.modules:
+        return
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no real stderr (an embedding host): nothing to hide
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        import tensorflow  # noqa: F401
+    except ImportError:
+        pass  # reported, with its message, where the entry point imports it
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+def add_common_flags(parser):
+    """`--tf-logs` and `--traceback`, which every entry point accepts."""
+    parser.add_argument(TF_LOGS_FLAG, action="store_true",
+                        help="show TensorFlow's C++ start-up and device logs")
+    parser.add_argument(TRACEBACK_FLAG, action="store_true",
+                        help="show the Python traceback of an error instead of one line")
+    return parser
+
+
+def run(main, argv=None):
+    """Calls `main(argv)`; a user error becomes `error: ...` on stderr and status 2."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    try:
+        return main(argv)
+    except USER_ERRORS as error:
+        if TRACEBACK_FLAG in args or os.environ.get("KERAS_TUPE_TRACEBACK") == "1":
+            raise
+        for line in error_lines(error):
+            print(f"error: {line}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def error_lines(error):
+    """The exception's message (an OSError's with its path), a line per problem it lists."""
+    if isinstance(error, OSError) and error.strerror and error.filename:
+        message = f"{error.strerror}: {error.filename}"
+    else:
+        message = str(error)
+    return [" ".join(line.split()) for line in message.splitlines() if line.strip()]

@@ -1,0 +1,28 @@
+"""`keras-tupe-saved-model-cli`: TensorFlow's `saved_model_cli` with the WordPiece ops loaded.
+
+The same tool as `keras_tupe.export.saved_model_cli`, started through the `training`
+package so TensorFlow's start-up lines are quiet (`training.cli`), and without importing
+keras_tupe (a serving client needs only TensorFlow and tensorflow-text):
+
+    .venv/bin/keras-tupe-saved-model-cli run --dir saved_models/sst2/1 --tag_set serve \\
+        --signature_def serving_default --input_exprs 'sentence=["a fine film"]'
+"""
+
+import sys
+import warnings
+
+
+def main():
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (registers the ops before any graph is loaded)
+    from tensorflow.python.tools import saved_model_cli
+
+    # `run` goes through TF1 session code that logs and warns about its own deprecation.
+    tf.get_logger().setLevel("ERROR")
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    sys.argv[0] = "saved_model_cli"
+    return saved_model_cli.main()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
