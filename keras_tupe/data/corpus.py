@@ -5,6 +5,7 @@ corpus order, with an empty string `""` between two documents (never at the star
 the end, never two in a row). The packer turns each `""` into one [SEP] token.
 """
 
+import itertools
 import logging
 import os
 from pathlib import Path
@@ -63,16 +64,41 @@ def line_dataset(source, max_lines=None, text_feature="text"):
 
     Raises:
         FileNotFoundError: a path does not exist.
-        ValueError: the corpus has no non-blank line (within `max_lines`), or an
-            argument is invalid.
+        ValueError: the corpus has no non-blank line (within `max_lines`), a file is
+            not UTF-8 text (`check_utf8`), or an argument is invalid.
         RuntimeError: a tfds dataset can neither be read nor downloaded.
     """
+    for kind, files in _parts(source):
+        for path, _ in files if kind == "files" else ():
+            check_utf8(path, max_lines)
     batches = line_batches(source, max_lines, text_feature)
     lines = batches.unbatch()
     for _ in lines.take(1):
         return lines
     within = f" within its first {max_lines} lines" if max_lines is not None else ""
     raise ValueError(f"Corpus {_describe(source)} is empty: it has no non-blank line{within}.")
+
+
+def check_utf8(path, max_lines=None):
+    """Refuses a text file that is not UTF-8, naming the line; the policy of every corpus.
+
+    Text in another encoding (Latin-1, Windows-1252) is refused rather than decoded by
+    guess: a wrong guess would teach the vocabulary wrong characters, silently. The
+    error names the file, line and column of the first invalid byte and how to convert.
+    Reads the first `max_lines` lines (all when `None`).
+    """
+    with open(path, "rb") as f:
+        data = f.read() if max_lines is None else b"".join(itertools.islice(f, max_lines))
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        column = error.start - data.rfind(b"\n", 0, error.start)
+        raise ValueError(
+            f"Corpus file {path} is not UTF-8 text: line {line}, column {column} has the byte "
+            f"0x{data[error.start]:02x}. Convert it to UTF-8 first, e.g. `iconv -f latin1 -t "
+            f"utf-8 {path} > {path}.utf8` for Latin-1 text."
+        ) from None
 
 
 def line_batches(source, max_lines=None, text_feature="text"):

@@ -1,9 +1,11 @@
 """WordPiece vocabularies: training, loading, fingerprinting."""
 
 import hashlib
+import time
 from pathlib import Path
 
 import keras_hub
+import tensorflow as tf
 
 from keras_tupe.data.corpus import line_batches, line_dataset
 
@@ -11,7 +13,47 @@ from keras_tupe.data.corpus import line_batches, line_dataset
 SPECIAL_TOKENS = ["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"]
 
 
-def train_vocabulary(source, vocabulary_size, output_file, lowercase=True, max_lines=None):
+# Unicode space separators (no-break space, thin space, ideographic space, ...). keras-hub's
+# pretokenizer does not split on them but its NFKC normalization turns them into " " after
+# splitting, so "a\xa0b" was one word "a b" and the vocabulary learned the tokens " " and
+# "## " (which the tokenizer can never use, and which keras-hub warns about on export).
+_SPACE_SEPARATORS = r"\p{Z}"
+
+
+def _plain_spaces(lines):
+    return tf.strings.regex_replace(lines, _SPACE_SEPARATORS, " ")
+
+
+class _Progress:
+    """Prints lines read, lines/s and (when the total is known) an ETA, every `every` s."""
+
+    def __init__(self, total=None, every=5.0):
+        self.total, self.every = total, every
+        self.lines, self.start = 0, time.perf_counter()
+        self.last = self.start
+
+    def __call__(self, count):
+        self.lines += int(count)
+        now = time.perf_counter()
+        if now - self.last >= self.every:
+            self.last = now
+            rate = self.lines / (now - self.start)
+            eta = (f", about {max(self.total - self.lines, 0) / rate:.0f}s left"
+                   if self.total and rate else "")
+            of = f" of at most {self.total:,}" if self.total else ""
+            print(f"  vocabulary: {self.lines:,} lines{of} read, {rate:,.0f} lines/s{eta}",
+                  flush=True)
+        return 0
+
+    def watch(self, lines):
+        """`lines` (a batch) unchanged, counted when tf.data reads it."""
+        counted = tf.py_function(self, [tf.size(lines)], tf.int32)
+        with tf.control_dependencies([counted]):
+            return tf.identity(lines)
+
+
+def train_vocabulary(source, vocabulary_size, output_file, lowercase=True, max_lines=None,
+                     verbose=True):
     """Trains a WordPiece vocabulary on a corpus and writes it, one token a line.
 
     Uses `keras_hub.tokenizers.compute_word_piece_vocabulary` (tf-text's
@@ -26,6 +68,8 @@ def train_vocabulary(source, vocabulary_size, output_file, lowercase=True, max_l
         lowercase: bool. Lowercase the text first; `load_tokenizer` must be given
             the same value. Defaults to `True`.
         max_lines: int or None. Read at most this many lines of the corpus.
+        verbose: bool. Print progress (lines read, lines/s, ETA) every 5 seconds and
+            when the learning step starts. Defaults to `True`.
 
     Returns:
         `output_file`, as a string.
@@ -45,14 +89,21 @@ def train_vocabulary(source, vocabulary_size, output_file, lowercase=True, max_l
             f"Vocabulary file {output_file} already exists; refusing to overwrite it "
             "(checkpoints are matched to their vocabulary). Choose another path or delete it."
         )
-    line_dataset(source, max_lines=max_lines)  # clear errors for missing or empty corpora
+    line_dataset(source, max_lines=max_lines)  # clear errors for missing, empty, non-UTF-8 corpora
     # Batches of lines, document boundaries ("") included: they hold no word.
+    lines = line_batches(source, max_lines=max_lines).map(_plain_spaces)
+    if verbose:
+        lines = lines.map(_Progress(max_lines).watch)
+    started = time.perf_counter()
     vocabulary = keras_hub.tokenizers.compute_word_piece_vocabulary(
-        line_batches(source, max_lines=max_lines),
+        lines,
         vocabulary_size,
         lowercase=lowercase,
         reserved_tokens=SPECIAL_TOKENS,
     )
+    if verbose:
+        print(f"  vocabulary: {len(vocabulary):,} tokens learned in "
+              f"{time.perf_counter() - started:.0f}s", flush=True)
     output_file.parent.mkdir(parents=True, exist_ok=True)
     # "x": fails if the file appeared while training.
     with open(output_file, "x", encoding="utf-8") as f:

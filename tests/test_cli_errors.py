@@ -1,0 +1,206 @@
+"""A newcomer's mistakes at the entry points: one line naming the problem, exit 2, nothing left.
+
+Each case runs the entry point's `main(argv)` in-process (a subprocess only where the
+process start itself is under test) and asserts the exact message and that no file or
+folder was made.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from keras_tupe import data
+from training import cli, predict
+from training import pretrain as pretrain_cli
+
+REPO = Path(__file__).resolve().parents[1]
+DATA_DIR = Path(os.environ.get("KERAS_TUPE_DATA_DIR") or REPO.parent / "shared" / "data")
+ENWIKI_VALID = DATA_DIR / "enwiki" / "valid.txt"
+
+
+def run_main(main, argv, capsys):
+    code = main(argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+# --- training.cli -------------------------------------------------------------------------
+
+
+def test_user_errors_are_one_line_and_exit_2(capsys):
+    def bad(argv):
+        raise ValueError("--thing is wrong.\nand --other too.")
+
+    code, _, err = run_main(lambda argv: cli.run(bad, argv), [], capsys)
+    assert code == 2
+    assert err == "error: --thing is wrong.\nerror: and --other too.\n"
+
+
+def test_bugs_keep_their_traceback():
+    def bug(argv):
+        raise TypeError("a bug of ours")
+
+    with pytest.raises(TypeError, match="a bug of ours"):
+        cli.run(bug, [])
+
+
+def test_traceback_flag_shows_user_errors_raw():
+    def bad(argv):
+        raise ValueError("wrong")
+
+    with pytest.raises(ValueError, match="wrong"):
+        cli.run(bad, ["--traceback"])
+
+
+@pytest.mark.slow  # a fresh process importing TensorFlow: ~20 s on the 2-core CI machine
+def test_entry_point_starts_quietly():
+    """No cuInit probe, oneDNN notice or absl pre-init lines on a fresh `--help`."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("TF_CPP_MIN_LOG_LEVEL", "CUDA_VISIBLE_DEVICES")}
+    result = subprocess.run([sys.executable, "-m", "training.predict", "--help"], cwd=REPO,
+                            env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0
+    assert "--tf-logs" in result.stdout
+    assert result.stderr == ""
+
+
+# --- training.pretrain --------------------------------------------------------------------
+
+
+def test_non_utf8_corpus_is_refused_naming_file_and_line(tmp_path, capsys):
+    corpus = tmp_path / "latin1.txt"
+    corpus.write_bytes("A first line.\nUne deuxième ligne.\n".encode("latin-1"))
+    out = tmp_path / "run"
+    code, _, err = run_main(pretrain_cli.main, [
+        "--preset", "tupe_r_tiny", "--corpus", str(corpus), "--out", str(out),
+        "--steps", "10", "--verbose", "0"], capsys)
+    assert code == 2
+    assert err == (
+        f"error: --corpus: Corpus file {corpus} is not UTF-8 text: line 2, column 10 has the "
+        f"byte 0xe8. Convert it to UTF-8 first, e.g. `iconv -f latin1 -t utf-8 {corpus} > "
+        f"{corpus}.utf8` for Latin-1 text.\n")
+    assert not out.exists()
+
+
+def test_every_flag_conflict_is_reported_at_once(tmp_path, capsys):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("some text\n")
+    out = tmp_path / "run"
+    code, _, err = run_main(pretrain_cli.main, [
+        "--preset", "tupe_r_tiny", "--corpus", str(corpus), "--out", str(out), "--steps", "300",
+        "--eval-every", "7", "--seq-len", "512", "--batch-size", "0", "--verbose", "0"], capsys)
+    assert code == 2
+    assert err.splitlines() == [
+        "error: --seq-len 512 is longer than the absolute position table of tupe_r_tiny "
+        "(max_sequence_length=128). Use --seq-len <= 128, or a relative-only preset.",
+        "error: --batch-size 0 (the global batch) must be a positive multiple of the number of "
+        "replicas (1) so every replica gets the same share.",
+        "error: --steps (300) must be a positive multiple of --eval-every (7): training runs, "
+        "validates and backs up in blocks of --eval-every steps.",
+    ]
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("preset,steps,seq_len,eval_every", [
+    ("tupe_r_tiny", 300, 128, 30),      # the tiny table; a tenth of the steps
+    ("tupe_r_mini", 1_000_000, 512, 1000),  # the paper's values
+    ("huang_m4_tiny", 7, 128, 1),
+])
+def test_defaults_fit_the_preset_and_the_steps(preset, steps, seq_len, eval_every):
+    args = pretrain_cli.fit_to_preset(
+        {"preset": preset, "steps": steps, "seq_len": None, "eval_every": None})
+    assert (args["seq_len"], args["eval_every"]) == (seq_len, eval_every)
+
+
+def test_effective_settings_are_printed_first(tmp_path, capsys):
+    missing = tmp_path / "missing.txt"
+    out = tmp_path / "run"
+    code, stdout, err = run_main(pretrain_cli.main, [
+        "--preset", "tupe_r_tiny", "--corpus", str(missing), "--out", str(out),
+        "--steps", "300"], capsys)
+    assert stdout == (
+        "pretrain tupe_r_tiny: 300 steps of batch 256 x sequence 128, validation and backup "
+        f"every 30 steps, peak LR 0.0001, float32, strategy default, XLA -> {out}\n")
+    assert (code, err) == (2, f"error: --corpus: Corpus path {missing} does not exist.\n")
+    assert not out.exists()
+
+
+# --- training.predict ---------------------------------------------------------------------
+
+
+def fake_export(folder, kind):
+    """A version folder that looks like a keras_tupe export of `kind` (not loadable)."""
+    (folder / "assets.extra").mkdir(parents=True)
+    (folder / "saved_model.pb").write_bytes(b"")
+    (folder / "assets.extra" / "keras_tupe.json").write_text(json.dumps({"kind": kind}))
+    return folder
+
+
+def test_predict_takes_the_newest_version_of_a_model_folder(tmp_path):
+    for version in (1, 3):
+        fake_export(tmp_path / "sst2" / str(version), "classifier")
+    (tmp_path / "sst2" / ".tmp-4-x").mkdir()  # a staging folder is not a version
+    path, note = predict.resolve_saved_model(str(tmp_path / "sst2"))
+    assert path == str(tmp_path / "sst2" / "3")
+    assert note == f"(using the newest version of 2: {tmp_path / 'sst2' / '3'})"
+    assert predict.resolve_saved_model(path) == (path, None)
+
+
+@pytest.mark.parametrize("kind,message", [
+    ("encoder", "is an encoder export (TF-Hub BERT encoder API: token ids in, vectors out), "
+                "not a classifier; load it with keras_tupe.hub.load_encoder, or fine-tune it "
+                "and pass the classifier export (python -m training.export classifier)."),
+    ("preprocessor", "is a preprocessor export (strings in, token ids out), not a classifier; "
+                     "pass a classifier export (python -m training.export classifier)."),
+])
+def test_predict_refuses_encoder_and_preprocessor_exports(tmp_path, capsys, kind, message):
+    fake_export(tmp_path / kind / "1", kind)
+    code, out, err = run_main(predict.main, [str(tmp_path / kind), "a film"], capsys)
+    assert code == 2
+    assert out == ""
+    assert err == f"error: {tmp_path / kind / '1'} {message}\n"
+
+
+def test_predict_names_a_missing_or_empty_folder(tmp_path, capsys):
+    code, _, err = run_main(predict.main, [str(tmp_path / "nope"), "a film"], capsys)
+    assert (code, err) == (2, (
+        f"error: {tmp_path / 'nope'} does not exist. Pass a classifier export: a model folder "
+        "such as saved_models/demo_tupe_r_tiny_sst2, or one of its version folders (.../1).\n"))
+    code, _, err = run_main(predict.main, [str(tmp_path), "a film"], capsys)
+    assert (code, err) == (2, (
+        f"error: {tmp_path} is not a SavedModel: it has no saved_model.pb and no numbered "
+        "version folder holding one. Pass a classifier export (python -m training.export "
+        "classifier --out DIR writes DIR/<version>/).\n"))
+
+
+# --- the vocabulary -----------------------------------------------------------------------
+
+
+def test_space_separators_become_plain_spaces_before_pretokenizing():
+    """The cause: keras-hub splits on " " but not on U+00A0 and kin, then NFKC makes them " "."""
+    from keras_hub.src.tokenizers.word_piece_tokenizer import pretokenize
+
+    from keras_tupe.data.vocabulary import _plain_spaces
+
+    text = ["a\u00a0b c\u2009d e\u3000f g\u202fh"]
+    words = pretokenize(_plain_spaces(text), True, True, True, True)
+    assert words.to_list() == [[b"a", b"b", b"c", b"d", b"e", b"f", b"g", b"h"]]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not ENWIKI_VALID.exists(), reason="needs the enwiki data folder")
+def test_vocabulary_has_no_whitespace_tokens(tmp_path):
+    """Real text with no-break spaces (and other separators) gives no " " or "## " token."""
+    odd = tmp_path / "odd.txt"
+    odd.write_text("a\u00a0b c\u2009d e\u3000f g\u202fh 1\u00a0000 km\n" * 50, encoding="utf-8")
+    for lowercase in (True, False):
+        vocabulary = tmp_path / f"vocab_{lowercase}.txt"
+        data.train_vocabulary([str(odd), str(ENWIKI_VALID)], 300, vocabulary,
+                              lowercase=lowercase, max_lines=300, verbose=False)
+        tokens = vocabulary.read_text(encoding="utf-8").split("\n")[:-1]
+        bad = [t for t in tokens if not t.removeprefix("##").strip()]
+        assert bad == [], bad
