@@ -7,7 +7,7 @@
     python -m training.export preprocessor --init runs/tupe_r_mini_enwiki \\
         --out saved_models/tupe_r_mini_preprocessor --seq-len 128
     # A fine-tuned classifier that answers raw strings (fine-tuned with --save-models):
-    python -m training.export classifier --init runs/glue/models/sst2_lr5e-05_seed0 \\
+    python -m training.export classifier --init runs/glue_tupe_r_mini/models/sst2_lr5e-05_seed0 \\
         --out saved_models/sst2
 
 Each command writes OUT/<version>/ (TensorFlow Serving's layout): the next free version
