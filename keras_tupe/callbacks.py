@@ -1,4 +1,4 @@
-"""Training callbacks: exact resume, checkpoints by step, a CSV of losses by step."""
+"""Training callbacks: exact resume, checkpoints by step, a CSV of losses by step, progress."""
 
 import json
 import os
@@ -211,3 +211,53 @@ def _replace_text(path, text):
         f.flush()
         os.fsync(f.fileno())
     os.replace(partial, path)
+
+
+class StepProgress(keras.callbacks.Callback):
+    """Progress counted in optimizer steps, for runs whose length is a number of steps.
+
+    `fit`'s own progress counts "epochs", which a step-based run only uses as blocks
+    between validations ("Epoch 1/3" for a 300-step run). This prints one line at the
+    end of each block (`step 100/300` with the metrics, validation included) and one at
+    least every `every` seconds within a block, with steps/s and the time left.
+
+    Args:
+        total_steps: int. The run's last step.
+        steps_per_epoch: int. Steps in one `fit` epoch (a block).
+        every: float. Seconds between lines within a block. Defaults to 10.
+        print_fn: callable. Defaults to `print` (flushed).
+    """
+
+    def __init__(self, total_steps, steps_per_epoch, every=10.0, print_fn=None):
+        super().__init__()
+        self.total_steps, self.steps_per_epoch, self.every = total_steps, steps_per_epoch, every
+        self.print_fn = print_fn or (lambda line: print(line, flush=True))
+        self.epoch, self.first_step, self.start, self.last = 0, None, None, None
+
+    def on_train_begin(self, logs=None):
+        self.print_fn(f"starting at step {self.model.optimizer.iterations.numpy()}/"
+                      f"{self.total_steps}: building and compiling the training step ...")
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def _line(self, step, logs):
+        now = time.perf_counter()
+        if self.first_step is None:
+            self.first_step, self.start = step, now
+        rate = (step - self.first_step) / (now - self.start) if now > self.start else 0.0
+        left = f", {(self.total_steps - step) / rate:.0f}s left" if rate else ""
+        metrics = ", ".join(f"{key} {float(value):.4g}" for key, value in (logs or {}).items())
+        self.last = now
+        return f"step {step}/{self.total_steps}: {metrics} ({rate:.2f} steps/s{left})"
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = self.epoch * self.steps_per_epoch + batch + 1
+        if self.first_step is None or self.last is None:
+            self._line(step, None)  # starts the clock at the first finished step
+            return
+        if time.perf_counter() - self.last >= self.every:
+            self.print_fn(self._line(step, logs))
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.print_fn(self._line((epoch + 1) * self.steps_per_epoch, logs))

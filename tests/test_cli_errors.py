@@ -204,3 +204,52 @@ def test_vocabulary_has_no_whitespace_tokens(tmp_path):
         tokens = vocabulary.read_text(encoding="utf-8").split("\n")[:-1]
         bad = [t for t in tokens if not t.removeprefix("##").strip()]
         assert bad == [], bad
+
+
+# --- progress -----------------------------------------------------------------------------
+
+
+def test_step_progress_counts_steps_not_epochs():
+    import keras
+    import numpy as np
+
+    from keras_tupe.callbacks import StepProgress
+
+    lines = []
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    x = np.ones((12, 2), "float32")
+    model.fit(x, x[:, :1], batch_size=2, epochs=2, verbose=0,
+              callbacks=[StepProgress(12, 6, print_fn=lines.append)])
+    assert lines[0] == "starting at step 0/12: building and compiling the training step ..."
+    assert [line.split(":")[0] for line in lines[1:]] == ["step 6/12", "step 12/12"]
+    assert all("steps/s" in line and "loss" in line for line in lines[1:])
+
+
+# --- offline ------------------------------------------------------------------------------
+
+
+def test_offline_tfds_corpus_fails_at_once_naming_the_local_alternative(tmp_path, monkeypatch,
+                                                                        capsys):
+    import socket
+    import time
+
+    def no_network(*args, **kwargs):
+        raise OSError("Network is unreachable")
+
+    monkeypatch.setattr(socket, "create_connection", no_network)
+    monkeypatch.setenv("TFDS_DATA_DIR", str(tmp_path / "tfds"))
+    out = tmp_path / "run"
+    start = time.perf_counter()
+    code, _, err = run_main(pretrain_cli.main, [
+        "--preset", "tupe_r_tiny", "--corpus", "tfds:imdb_reviews:unsupervised",
+        "--out", str(out), "--steps", "10", "--verbose", "0"], capsys)
+    assert time.perf_counter() - start < 30
+    assert code == 2
+    assert err == (
+        "error: tensorflow-datasets 'imdb_reviews' is not prepared locally and "
+        "storage.googleapis.com cannot be reached to download it (OSError: Network is "
+        "unreachable); nothing was downloaded. Pass a local corpus path instead, e.g. "
+        "<data folder>/enwiki/train.txt.\n")
+    assert not out.exists()
+    assert not (tmp_path / "tfds").exists() or not any((tmp_path / "tfds").rglob("*.*"))

@@ -30,8 +30,9 @@ TF_LOGS_FLAG = "--tf-logs"
 TRACEBACK_FLAG = "--traceback"
 
 # Mistakes a user can make in flags and files; everything else is ours.
+# ConnectionError: a download that cannot start offline (keras_tupe.data.network).
 USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError,
-               IsADirectoryError, PermissionError)
+               IsADirectoryError, PermissionError, ConnectionError)
 
 
 def has_gpu_device_nodes():

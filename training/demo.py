@@ -65,13 +65,6 @@ def step(title):
     return time.perf_counter()
 
 
-def script(name):
-    """How to run this environment's console script `name` from here, as the README writes it."""
-    path = os.path.join(os.path.dirname(sys.executable), name)
-    relative = os.path.relpath(path)
-    return relative if not relative.startswith("..") else path
-
-
 def main(argv=None):
     return run(_main, argv)
 
@@ -80,7 +73,7 @@ def _main(argv=None):
     args = parse_args(argv)
     from keras_tupe.export import export_classifier, export_encoder, export_preprocessor
     from keras_tupe.finetuning import FinetuneConfig, finetune_glue, load_classifier
-    from keras_tupe.pretraining import PretrainConfig, pretrain
+    from keras_tupe.pretraining import PretrainConfig, console_command, pretrain
 
     run = os.path.join(args.out, time.strftime("%Y%m%d-%H%M%S"))
     train_corpus, valid_corpus = corpora(args.data_dir)
@@ -103,7 +96,8 @@ def _main(argv=None):
     classifier_dir = os.path.join(run, "sst2")
     result = finetune_glue(FinetuneConfig(
         task="sst2", init=preset, learning_rate=1e-3, epochs=args.epochs, seq_len=64,
-        data_dir=glue_dir, max_train_examples=args.finetune_examples, save_dir=classifier_dir))
+        data_dir=glue_dir, max_train_examples=args.finetune_examples, save_dir=classifier_dir,
+        progress=True))
     accuracy = result["dev"]["validation"]["accuracy"]
     print(f"[{time.perf_counter() - began:.0f}s] SST-2 dev accuracy: {100 * accuracy:.1f}% "
           f"(872 sentences; a majority guess gets 50.9%)")
@@ -136,9 +130,9 @@ def _main(argv=None):
         return answer.returncode
     print(f"[{time.perf_counter() - began:.0f}s]")
     print(f"\nDone in {time.perf_counter() - start:.0f}s. Serve it: point TensorFlow Serving at "
-          f"{os.path.dirname(served)}, or try\n  {script('keras-tupe-predict')} "
+          f"{os.path.dirname(served)}, or try\n  {console_command('keras-tupe-predict')} "
           f"{os.path.dirname(served)} \"what a film\"\n  "
-          f"{script('keras-tupe-saved-model-cli')} run --dir {served} "
+          f"{console_command('keras-tupe-saved-model-cli')} run --dir {served} "
           "--tag_set serve --signature_def serving_default "
           "--input_exprs 'sentence=[\"what a film\"]'")
     return 0

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import tensorflow as tf
 
+from keras_tupe.data.network import require_network
+
 TFDS_PREFIX = "tfds:"
 
 # How the lines of one unit (a file, or one tfds example) mark documents.
@@ -223,9 +225,9 @@ def _load_tfds(name, split):
                 f"No tensorflow-datasets dataset named {name!r} (`tfds.list_builders()` "
                 "lists them); for a local corpus pass its path instead."
             ) from error
-        logger.warning(
-            "tfds dataset %r is not prepared; downloading it. Offline, this fails after "
-            "several minutes of retries: pass a local corpus path instead.", name)
+        require_network(f"tensorflow-datasets {name!r}",
+                        "Pass a local corpus path instead, e.g. <data folder>/enwiki/train.txt.")
+        logger.warning("tfds dataset %r is not prepared; downloading it.", name)
     try:
         return tfds.load(name, split=split, download=True, shuffle_files=False)
     except Exception as error:  # noqa: BLE001

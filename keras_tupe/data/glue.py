@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
+from keras_tupe.data.network import require_network
 from keras_tupe.data.packing import pack_segments, ragged_ids, special_ids
 
 logger = logging.getLogger(__name__)
@@ -361,9 +362,10 @@ def _read_tfds(task, split, searched=()):
     try:  # Already prepared (or mocked by `tfds.testing.mock_data`): no network.
         dataset = tfds.load(name, split=split, download=False, shuffle_files=False)
     except Exception:  # noqa: BLE001 - tfds raises many kinds when data is missing
-        logger.warning(
-            "tfds dataset %r is not prepared; downloading it. Offline, this fails after "
-            "several minutes of retries: pass data_dir (a glue_data folder) instead.", name)
+        require_network(f"GLUE task {task.name!r} (tensorflow-datasets {name!r})",
+                        "Pass data_dir (`--data-dir` in the scripts): a folder in the glue_data "
+                        "TSV layout, or its parent.")
+        logger.warning("tfds dataset %r is not prepared; downloading it.", name)
         try:
             dataset = tfds.load(name, split=split, download=True, shuffle_files=False)
         except Exception as error:  # noqa: BLE001

@@ -28,6 +28,7 @@ import tensorflow_text as tf_text
 from keras_hub.src.tokenizers.word_piece_tokenizer import PUNCTUATION_AND_CJK_REGEX
 from keras_hub.src.tokenizers.word_piece_tokenizer import WHITESPACE_PUNCTUATION_AND_CJK_REGEX
 
+from keras_tupe.data.network import require_network
 from keras_tupe.data.packing import special_ids
 from keras_tupe.data.vocabulary import load_tokenizer
 
@@ -135,7 +136,10 @@ def _load_tfds(split, data_dir, tfds_data_dir):
     try:  # Already prepared (or mocked by `tfds.testing.mock_data`): no network.
         examples = tfds.load(TFDS_NAME, split=split, data_dir=tfds_data_dir, download=False)
     except Exception:  # noqa: BLE001 - tfds raises many kinds when data is missing
-        logger.warning("tfds %r is not prepared; downloading it (this fails offline).", TFDS_NAME)
+        require_network(f"SQuAD v1.1 {split!r} (tensorflow-datasets {TFDS_NAME!r})",
+                        "Pass the json file's path (e.g. <data folder>/squad/dev-v1.1.json), or "
+                        "--offline-split with it.")
+        logger.warning("tfds %r is not prepared; downloading it.", TFDS_NAME)
         try:
             examples = tfds.load(TFDS_NAME, split=split, data_dir=tfds_data_dir, download=True)
         except Exception as error:  # noqa: BLE001

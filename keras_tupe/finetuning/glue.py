@@ -20,6 +20,8 @@ import time
 import keras
 import numpy as np
 
+from keras_tupe.callbacks import StepProgress
+
 from keras_tupe.finetuning.loading import (
     default_vocabulary,
     load_backbone,
@@ -62,6 +64,9 @@ class FinetuneConfig:
     pad_to_longest: bool = False
     xla: bool = True
     verbose: int = 0
+    # Print a line per epoch and at least every 10 s (steps, metrics, time left) instead
+    # of fit's `verbose` output.
+    progress: bool = False
     save_dir: str = None  # keep the fine-tuned classifier (see `save_classifier`)
 
 
@@ -102,7 +107,9 @@ def finetune_glue(config):
         jit_compile=config.xla,
     )
     start = time.perf_counter()
-    model.fit(train, epochs=epochs, verbose=config.verbose, shuffle=False)
+    progress = [StepProgress(steps, steps // epochs)] if config.progress else []
+    model.fit(train, epochs=epochs, verbose=0 if progress else config.verbose, shuffle=False,
+              callbacks=progress)
     seconds = time.perf_counter() - start
     results = {}
     for split in spec.eval_splits:
