@@ -45,6 +45,10 @@ class PretrainConfig:
     corpus: list
     out: str
     valid_corpus: list = None
+    # Token-id shard folders (`training.shard_corpus`), read with NumPy, instead of
+    # `corpus` / `valid_corpus`: exactly one of `corpus` and `shards`.
+    shards: str = None
+    valid_shards: str = None
     vocab: str = None
     vocabulary_size: int = 30522
     lowercase: bool = True
@@ -198,11 +202,14 @@ def versions():
     """The versions and the machine, as `run_config.json` records them."""
     import keras_hub
     import numpy
-    import tensorflow as tf
 
+    try:
+        import tensorflow as tf
+    except ImportError:  # a JAX machine training from shards
+        tf = None
     return {
         "python": platform.python_version(),
-        "tensorflow": tf.__version__,
+        "tensorflow": tf.__version__ if tf else None,
         "keras": keras.__version__,
         "keras_hub": keras_hub.__version__,
         "numpy": numpy.__version__,
@@ -251,6 +258,8 @@ def _vocabulary(config, mode):
     from keras_tupe import data
 
     run_vocab = os.path.join(config.out, "vocab.txt")
+    if config.shards:
+        return _shard_vocabulary(config, mode, run_vocab)
     if mode == "resume" and os.path.exists(run_vocab):
         if config.vocab and data.vocabulary_fingerprint(config.vocab) != data.vocabulary_fingerprint(run_vocab):
             raise PretrainError(
@@ -269,6 +278,89 @@ def _vocabulary(config, mode):
     data.train_vocabulary(config.corpus, config.vocabulary_size, run_vocab,
                           lowercase=config.lowercase, max_lines=config.vocab_lines)
     return run_vocab
+
+
+def _shard_manifest(config):
+    """Checks `--corpus` / `--shards` and the shard folders; the manifest of `--shards` or None."""
+    from keras_tupe.data.shards import MANIFEST, ShardError, read_manifest
+
+    if bool(config.corpus) == bool(config.shards):
+        raise PretrainError(
+            "Give exactly one of --corpus (text, read with TensorFlow) and --shards (a folder "
+            "of `python -m training.shard_corpus`, read with NumPy only). Received: "
+            + ("both." if config.corpus else "neither."))
+    if config.shards and config.valid_corpus or config.corpus and config.valid_shards:
+        raise PretrainError(
+            "--valid-corpus goes with --corpus, --valid-shards with --shards (shard the "
+            "validation text with the same --vocab and --seq-len).")
+    if not config.shards:
+        return None
+    manifests = []
+    for flag, folder in (("--shards", config.shards), ("--valid-shards", config.valid_shards)):
+        if not folder:
+            continue
+        try:
+            manifest = read_manifest(folder, flag)
+        except ShardError as error:
+            raise PretrainError(str(error)) from error
+        length = manifest["sequence_length"]
+        if length != config.seq_len:
+            raise PretrainError(
+                f"--seq-len {config.seq_len} does not match {flag} {folder}: its {MANIFEST} has "
+                f"sequence_length={length}. Pass --seq-len {length}, or shard the corpus again "
+                f"with --seq-len {config.seq_len}.")
+        if manifest["lowercase"] != config.lowercase:
+            raise PretrainError(
+                f"{flag} {folder} was tokenized with lowercase={manifest['lowercase']} "
+                f"({MANIFEST}); pass --cased exactly when the shards were made with it.")
+        manifests.append(manifest)
+    if len({m["vocabulary_sha256"] for m in manifests}) > 1:
+        raise PretrainError(
+            f"--valid-shards {config.valid_shards} and --shards {config.shards} were made with "
+            "different vocabularies; shard both with the same --vocab.")
+    return manifests[0]
+
+
+def _shard_vocabulary(config, mode, run_vocab):
+    """The run's vocabulary for `--shards`: the one the shards were made with."""
+    from keras_tupe.data.shards import VOCABULARY, file_sha256
+
+    shard_vocab = os.path.join(config.shards, VOCABULARY)
+    if config.vocab and file_sha256(config.vocab) != file_sha256(shard_vocab):
+        raise PretrainError(
+            f"--vocab {config.vocab} is not the vocabulary of --shards {config.shards} "
+            f"({shard_vocab}): the shards' ids would mean other words. Leave --vocab out "
+            "(the shards bring theirs).")
+    if mode == "resume" and os.path.exists(run_vocab):
+        if file_sha256(run_vocab) != file_sha256(shard_vocab):
+            raise PretrainError(
+                f"--shards {config.shards} holds another vocabulary ({shard_vocab}) than the "
+                f"unfinished run in --out {config.out} ({run_vocab}): the shards were made "
+                "again. Resume with the shards the run started with, or choose another --out.")
+        return run_vocab
+    shutil.copyfile(shard_vocab, run_vocab)
+    return run_vocab
+
+
+def _shard_inputs(config, consumed):
+    """Training and validation batches from shard folders (NumPy, no TensorFlow).
+
+    The training stream starts at batch `consumed` directly: a resumed run seeks,
+    it does not replay. Shuffling permutes all sequences each pass
+    (`--shuffle-buffer 0`: corpus order).
+    """
+    from keras_tupe.data.shards import MaskedLMShards
+
+    rates = dict(mask_rate=config.mask_rate, mask_token_rate=config.mask_token_rate,
+                 random_token_rate=config.random_token_rate)
+    train = MaskedLMShards(config.shards, config.batch_size, seed=config.seed,
+                           shuffle=bool(config.shuffle_buffer), start_batch=consumed, **rates)
+    valid = None
+    if config.valid_shards:
+        valid = MaskedLMShards(config.valid_shards, config.batch_size, seed=config.seed + 1,
+                               shuffle=False, repeat=False, max_batches=config.valid_batches,
+                               flag="--valid-shards", **rates)
+    return train, valid
 
 
 def _backed_up_epoch(backup_dir):
@@ -294,8 +386,11 @@ def pretrain(config, until_step=None):
     from keras_tupe.models import TupeMaskedLM, TupeBackbone
     from keras_tupe.optimization import create_optimizer
 
+    from keras_tupe.data.shards import file_sha256
+
     strategy = make_strategy(config.strategy)
     validate(config, strategy.num_replicas_in_sync)
+    manifest = _shard_manifest(config)
     # Read the corpora now: a missing or empty corpus fails before anything is written.
     for flag, corpus in (("--corpus", config.corpus), ("--valid-corpus", config.valid_corpus)):
         if corpus:
@@ -310,7 +405,7 @@ def pretrain(config, until_step=None):
         with open(os.path.join(config.out, RUN_CONFIG), "w") as f:
             json.dump({
                 "config": config.resume_key(),
-                "vocabulary_sha256": data.vocabulary_fingerprint(vocab_path),
+                "vocabulary_sha256": file_sha256(vocab_path),
                 "command": " ".join(sys.argv),
                 "versions": versions(),
                 "replicas": strategy.num_replicas_in_sync,
@@ -318,8 +413,11 @@ def pretrain(config, until_step=None):
 
     keras.utils.set_random_seed(config.seed)
     keras.config.set_dtype_policy(config.precision)
-    tokenizer = data.load_tokenizer(vocab_path, lowercase=config.lowercase)
-    vocabulary_size = tokenizer.vocabulary_size()
+    if manifest:
+        vocabulary_size = manifest["vocabulary_size"]
+    else:
+        tokenizer = data.load_tokenizer(vocab_path, lowercase=config.lowercase)
+        vocabulary_size = tokenizer.vocabulary_size()
     steps_per_epoch = config.eval_every
     epochs = config.steps // steps_per_epoch
     if until_step is not None:
@@ -333,13 +431,16 @@ def pretrain(config, until_step=None):
     if consumed and config.verbose:
         print(f"Resuming {config.out} after step {consumed}.", flush=True)
 
-    train = data.mlm_dataset(
-        config.corpus, tokenizer, config.seq_len, config.batch_size, seed=config.seed,
-        mask_rate=config.mask_rate, mask_token_rate=config.mask_token_rate,
-        random_token_rate=config.random_token_rate, shuffle_buffer=config.shuffle_buffer,
-        repeat=True, max_lines=config.max_lines,
-    ).skip(consumed)
-    valid = None
+    if manifest:
+        train, valid = _shard_inputs(config, consumed)
+    else:
+        train = data.mlm_dataset(
+            config.corpus, tokenizer, config.seq_len, config.batch_size, seed=config.seed,
+            mask_rate=config.mask_rate, mask_token_rate=config.mask_token_rate,
+            random_token_rate=config.random_token_rate, shuffle_buffer=config.shuffle_buffer,
+            repeat=True, max_lines=config.max_lines,
+        ).skip(consumed)
+        valid = None
     if config.valid_corpus:
         valid = data.mlm_dataset(
             config.valid_corpus, tokenizer, config.seq_len, config.batch_size,
@@ -375,8 +476,16 @@ def pretrain(config, until_step=None):
     ]
     if config.verbose:  # steps, not fit's "Epoch 1/3" (an epoch is a block of eval_every)
         callbacks.insert(0, StepProgress(config.steps, steps_per_epoch))
-    history = model.fit(
-        train, validation_data=valid, epochs=epochs, steps_per_epoch=steps_per_epoch,
+    try:
+        import tensorflow  # noqa: F401  (TensorBoard writes through tf.summary)
+    except ImportError:  # a JAX machine training from shards: metrics.csv is the log
+        callbacks = [c for c in callbacks if not isinstance(c, keras.callbacks.TensorBoard)]
+    # keras-hub's `PipelineModel.fit` converts any input but a tf.data or grain dataset
+    # to one of those (it has no case for a `keras.utils.PyDataset`); pre-training feeds
+    # finished batches (no preprocessor), so shards go to Keras's own `fit`.
+    fit = keras.Model.fit if manifest else type(model).fit
+    history = fit(
+        model, train, validation_data=valid, epochs=epochs, steps_per_epoch=steps_per_epoch,
         validation_steps=config.valid_batches if valid is not None else None,
         callbacks=callbacks, verbose=0, shuffle=False,  # the dataset shuffles
     )

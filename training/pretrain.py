@@ -9,7 +9,9 @@ linear decay, AdamW β=(0.9, 0.999) ε=1e-6, weight decay 0.01, clip 1.0,
 dropout 0.1, 15% masking 80/10/10). A killed run resumes when the same command
 is run again. `--corpus` takes text files (one paragraph a line, blank line
 between documents), WikiText `.tokens` files, directories of `.txt` files, or
-`tfds:NAME[:SPLIT]` for tensorflow-datasets.
+`tfds:NAME[:SPLIT]` for tensorflow-datasets. `--shards DIR` instead takes the
+token-id shards of `python -m training.shard_corpus`, read with NumPy only (a
+JAX machine without TensorFlow can train from them).
 """
 
 import argparse
@@ -35,8 +37,11 @@ def parse_args(argv=None):
     )
     d = DEFAULTS
     p.add_argument("--preset", required=True, help="backbone preset, e.g. tupe_r_mini")
-    p.add_argument("--corpus", required=True, nargs="+", help="training text (see above)")
+    p.add_argument("--corpus", nargs="+", help="training text (see above); or --shards")
     p.add_argument("--valid-corpus", nargs="+", help="validation text, logged every --eval-every")
+    p.add_argument("--shards", help="token-id shard folder (training.shard_corpus) instead of "
+                                    "--corpus; its vocabulary is the run's")
+    p.add_argument("--valid-shards", help="validation shard folder, with --shards")
     p.add_argument("--out", required=True, help="run directory (created; resumed if unfinished)")
     p.add_argument("--overwrite", action="store_true", help="delete an existing --out first")
     p.add_argument("--vocab", help="WordPiece vocabulary file; trained on --corpus if absent")

@@ -1,7 +1,22 @@
 """Data: corpora, WordPiece vocabularies, the masked-LM pipeline; GLUE and SQuAD
-in `keras_tupe.data.glue` and `keras_tupe.data.squad`."""
+in `keras_tupe.data.glue` and `keras_tupe.data.squad`; token-id shards, read
+without TensorFlow, in `keras_tupe.data.shards`.
 
-from keras_tupe.data import pretraining as _pipeline
-from keras_tupe.data.pretraining import *  # noqa: F401,F403  (the names of __all__)
+The pipeline's names (`data.mlm_dataset`, ... : `keras_tupe.data.pretraining.__all__`)
+are imported on first use: the pipeline needs TensorFlow, and importing
+`keras_tupe.data.shards` on a machine without it must not.
+"""
 
-__all__ = list(_pipeline.__all__)
+import importlib
+
+
+def __getattr__(name):
+    # Other dunders (probed by tools) must not import TensorFlow.
+    if name.startswith("__") and name != "__all__":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    pipeline = importlib.import_module("keras_tupe.data.pretraining")
+    if name == "__all__":
+        return list(pipeline.__all__)
+    if name in pipeline.__all__:
+        return getattr(pipeline, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -5,14 +5,12 @@ One function a step: `line_dataset` (corpus.py) reads the corpus, the tokenizer 
 FULL-SENTENCES sequences, `mlm_dataset` shuffles, masks and batches them.
 """
 
-import math
-import numbers
-
 import keras_hub
 import numpy as np
 import tensorflow as tf
 
 from keras_tupe.data.corpus import line_batches, line_dataset
+from keras_tupe.data.masking import UNSELECTABLE_IDS, check_rate, mask_selection_length
 from keras_tupe.data.vocabulary import (
     SPECIAL_TOKENS,
     load_tokenizer,
@@ -32,36 +30,8 @@ __all__ = [
 ]
 
 PAD, CLS, SEP, UNK, MASK = SPECIAL_TOKENS
-# Never selected for masking. [SEP] is excluded like [CLS], as BERT and keras-hub's
-# BertMaskedLMPreprocessor do: it marks structure, and predicting it teaches little.
-UNSELECTABLE_TOKENS = [PAD, CLS, SEP]
+UNSELECTABLE_TOKENS = [SPECIAL_TOKENS[i] for i in UNSELECTABLE_IDS]
 MIN_SEQUENCE_LENGTH = 8
-
-
-def mask_selection_length(sequence_length, mask_rate=0.15):
-    """P: the number of masked-position slots of a sequence (the MLM targets).
-
-    tf-text's `RandomItemSelector` (inside `keras_hub.layers.MaskedLMMaskGenerator`)
-    selects exactly `ceil(mask_rate * n)` of the `n` selectable tokens of each
-    sequence, not a binomial number. Packed sequences have `n <= sequence_length - 1`
-    selectable tokens ([CLS] is not), so
-
-        P = ceil(mask_rate * (sequence_length - 1))
-
-    (at least 1) is never truncated and wastes no slot on a sequence without
-    [SEP]: 20 for 128 (BERT used 20), 77 for 512 (BERT: 80). The product is also
-    taken in float32, as tf-text does, so rounding cannot make tf-text select one
-    more than P.
-    """
-    if isinstance(sequence_length, bool) or not isinstance(sequence_length, int) or (
-            sequence_length < 2):
-        raise ValueError(
-            f"`sequence_length` must be an int >= 2. Received: sequence_length={sequence_length!r}"
-        )
-    _check_rate("mask_rate", mask_rate)
-    selectable = sequence_length - 1
-    in_float32 = float(np.ceil(np.float32(selectable) * np.float32(mask_rate)))
-    return max(1, math.ceil(selectable * mask_rate), int(in_float32))
 
 
 def packed_sequences(source, tokenizer, sequence_length, max_lines=None):
@@ -185,7 +155,7 @@ def mlm_dataset(
     _check_int("batch_size", batch_size, 1)
     for name, rate in [("mask_rate", mask_rate), ("mask_token_rate", mask_token_rate),
                        ("random_token_rate", random_token_rate)]:
-        _check_rate(name, rate)
+        check_rate(name, rate)
     if mask_token_rate + random_token_rate > 1:
         raise ValueError(
             "`mask_token_rate + random_token_rate` must be <= 1. Received: "
@@ -262,8 +232,3 @@ def _special_ids(tokenizer):
 def _check_int(name, value, minimum):
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise ValueError(f"`{name}` must be an int >= {minimum}. Received: {name}={value!r}")
-
-
-def _check_rate(name, value):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value <= 1:
-        raise ValueError(f"`{name}` must be a number in [0, 1]. Received: {name}={value!r}")

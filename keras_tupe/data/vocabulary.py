@@ -8,9 +8,7 @@ import keras_hub
 import tensorflow as tf
 
 from keras_tupe.data.corpus import line_batches, line_dataset
-
-# Ids 0..4 in every vocabulary keras_tupe trains; the MLM pipeline relies on them.
-SPECIAL_TOKENS = ["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"]
+from keras_tupe.data.masking import SPECIAL_TOKENS  # ids 0..4; the MLM pipelines rely on them
 
 
 # Unicode space separators (no-break space, thin space, ideographic space, ...). keras-hub's

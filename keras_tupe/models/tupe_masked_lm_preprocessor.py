@@ -10,7 +10,7 @@ from keras_tupe.models.tupe_tokenizer import TupeTokenizer
 
 def default_mask_selection_length(sequence_length, mask_selection_rate=0.15):
     """`ceil(rate * (L - 1))`: every selected token gets a slot ([CLS] is never selected)."""
-    from keras_tupe.data.pretraining import mask_selection_length
+    from keras_tupe.data.masking import mask_selection_length
 
     return mask_selection_length(sequence_length, mask_selection_rate)
 

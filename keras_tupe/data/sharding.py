@@ -1,0 +1,60 @@
+"""Corpus -> token-id shards, on a machine with TensorFlow (`python -m training.shard_corpus`).
+
+The sequences are those of `packed_sequences`, in corpus order, so a shard
+folder holds exactly the token stream of today's `mlm_dataset` before its
+shuffle; `keras_tupe.data.shards` reads them back with NumPy only.
+"""
+
+import platform
+import sys
+
+import keras
+import keras_hub
+import numpy as np
+import tensorflow as tf
+
+from keras_tupe.data import shards
+from keras_tupe.data.pretraining import packed_sequences
+from keras_tupe.data.vocabulary import load_tokenizer
+
+# Sequences tokenized and written at a time: bounds the memory of the writer.
+_WRITE_BATCH = 4096
+
+
+def shard_corpus(source, vocabulary_file, out, sequence_length, sequences_per_shard=100_000,
+                 lowercase=True, max_lines=None, overwrite=False, command=None):
+    """Tokenizes and packs a corpus into a shard folder. Returns its manifest (a dict).
+
+    Args:
+        source: a corpus, as for `line_dataset` (a path, a list of paths, `tfds:NAME`).
+        vocabulary_file: a WordPiece vocabulary of `train_vocabulary`.
+        out: the shard folder to create; written as `<out>.partial`, then renamed.
+        sequence_length: int >= 8. `L` of every sequence.
+        sequences_per_shard: int >= 1. Rows of each `.npy` file. Defaults to
+            `100_000` (25.6 MB of uint16 at `L=128`).
+        lowercase: bool. As the vocabulary was trained. Defaults to `True`.
+        max_lines: int or None. Read at most this many lines of the corpus.
+        overwrite: bool. Replace a non-empty `out`. Defaults to `False`.
+        command: str or None. Recorded in the manifest; defaults to `sys.argv`.
+
+    Raises:
+        FileExistsError: `out` is not empty and `overwrite` is false.
+        FileNotFoundError, ValueError: a missing or empty corpus or vocabulary.
+    """
+    if isinstance(sequences_per_shard, bool) or not isinstance(sequences_per_shard, int) or (
+            sequences_per_shard < 1):
+        raise ValueError("`sequences_per_shard` must be an int >= 1. Received: "
+                         f"sequences_per_shard={sequences_per_shard!r}")
+    tokenizer = load_tokenizer(vocabulary_file, lowercase=lowercase)
+    sequences = packed_sequences(source, tokenizer, sequence_length, max_lines=max_lines)
+    batches = (np.asarray(batch) for batch in sequences.batch(_WRITE_BATCH).as_numpy_iterator())
+    return shards.write_shard_folder(
+        out, batches, vocabulary_file, lowercase, sequence_length, sequences_per_shard,
+        overwrite=overwrite,
+        command=command if command is not None else " ".join(sys.argv),
+        corpus=[str(path) for path in (source if isinstance(source, (list, tuple)) else [source])],
+        max_lines=max_lines,
+        versions={"python": platform.python_version(), "tensorflow": tf.__version__,
+                  "keras": keras.__version__, "keras_hub": keras_hub.__version__,
+                  "numpy": np.__version__},
+    )

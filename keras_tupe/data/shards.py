@@ -1,0 +1,361 @@
+"""Token-id shards: the TensorFlow-free pre-training input.
+
+A shard folder holds packed, fixed-length sequences (`[CLS] + chunk`, as
+`packed_sequences` makes them) in `shard_00000.npy`, `shard_00001.npy`, ...
+(uint16 while the vocabulary fits, int32 beyond), the vocabulary (`vocab.txt`)
+and `manifest.json` (format, vocabulary sha256, sequence length, counts, the
+command and versions that made it). `keras_tupe.data.sharding` writes one from a
+corpus on a machine with TensorFlow (`python -m training.shard_corpus`); this
+module reads it with NumPy only, so a JAX machine without TensorFlow can train:
+
+    batches = MaskedLMShards("shards/", batch_size=256, seed=0)
+    x, y, sample_weight = batches[0]          # the structure of `mlm_dataset`
+    model.fit(batches, steps_per_epoch=1000, epochs=10)
+
+Masking is vectorized over a batch and follows tf-text's rule (the one
+`mlm_dataset` uses): exactly `min(P, ceil(rate * n))` of a sequence's `n`
+selectable tokens. Every batch is a pure function of `(seed, batch index)`, so a
+resumed run starts at batch `consumed` directly (`start_batch`), never by
+replaying the stream.
+
+Nothing here imports TensorFlow or tensorflow-text.
+"""
+
+import concurrent.futures
+import hashlib
+import json
+import os
+import shutil
+import threading
+
+import keras
+import numpy as np
+
+from keras_tupe.data.masking import SPECIAL_TOKENS, mask_batch, mask_selection_length
+
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+VOCABULARY = "vocab.txt"
+UINT16_VOCABULARY_LIMIT = 2**16
+
+
+def shard_name(index):
+    """The file name of shard `index`: `shard_00000.npy`, ..."""
+    return f"shard_{index:05d}.npy"
+
+
+def shard_dtype(vocabulary_size):
+    """uint16 while every id fits (vocabulary_size <= 65536), else int32."""
+    return np.uint16 if vocabulary_size <= UINT16_VOCABULARY_LIMIT else np.int32
+
+
+def file_sha256(path):
+    """The sha256 hex digest of a file's bytes: `vocabulary_fingerprint`, without TensorFlow."""
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+class ShardError(ValueError):
+    """A shard folder that is missing, incomplete or made for other settings."""
+
+
+def read_manifest(directory, flag="--shards"):
+    """Checks a shard folder and returns its manifest (a dict).
+
+    Every problem raises one `ShardError` naming `flag` (the command-line flag
+    that gave the folder), the file, what is wrong and what to do.
+    """
+    hint = "Make it with `python -m training.shard_corpus --out DIR ...`."
+    if not os.path.isdir(directory):
+        raise ShardError(f"{flag} {directory} is not a folder. {hint}")
+    path = os.path.join(directory, MANIFEST)
+    if not os.path.isfile(path):
+        raise ShardError(f"{flag} {directory} has no {MANIFEST}, so it is not a shard folder "
+                         f"(or its writing did not finish). {hint}")
+    try:
+        with open(path) as f:
+            manifest = json.load(f)
+    except json.JSONDecodeError as error:
+        raise ShardError(f"{flag}: {path} is not valid JSON ({error}). {hint}") from error
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise ShardError(
+            f"{flag}: {path} has format_version={manifest.get('format_version')!r}; this "
+            f"keras_tupe reads format {FORMAT_VERSION}. Re-make the shards with this version.")
+    vocabulary = os.path.join(directory, VOCABULARY)
+    if not os.path.isfile(vocabulary) or file_sha256(vocabulary) != manifest["vocabulary_sha256"]:
+        raise ShardError(
+            f"{flag}: {vocabulary} is missing or is not the vocabulary the shards were made "
+            f"with (sha256 {manifest['vocabulary_sha256']} in {MANIFEST}). Re-make the shards.")
+    for entry in manifest["shards"]:
+        shard = os.path.join(directory, entry["file"])
+        if not os.path.isfile(shard):
+            raise ShardError(f"{flag}: {shard}, listed in {MANIFEST}, is missing. Re-make "
+                             "the shards.")
+    return manifest
+
+
+def write_shard_folder(out, batches, vocabulary_file, lowercase, sequence_length,
+                       sequences_per_shard, overwrite=False, **record):
+    """Writes sequences as a shard folder, atomically. Returns the manifest.
+
+    The files go to `<out>.partial` first, which is renamed to `out` once
+    complete, so a folder with a manifest is always whole.
+
+    Args:
+        out: the folder to create. A non-empty one is refused unless `overwrite`.
+        batches: an iterable of integer arrays of shape `(n, sequence_length)`,
+            the sequences in order (any `n`).
+        vocabulary_file: the vocabulary the ids refer to; copied into the folder.
+        lowercase: bool. Whether the tokenizer lowercased (recorded).
+        sequence_length: int. `L`.
+        sequences_per_shard: int >= 1. Rows of each shard (the last may have fewer).
+        overwrite: bool. Replace a non-empty `out`. Defaults to `False`.
+        **record: more fields for the manifest (the command, corpus names, versions).
+
+    Raises:
+        FileExistsError: `out` is not empty and `overwrite` is false.
+        ValueError: a batch has the wrong length or an id outside the vocabulary.
+    """
+    out = os.path.normpath(out)
+    if os.path.isdir(out) and os.listdir(out) and not overwrite:
+        raise FileExistsError(f"--out {out} is not empty; refusing to write into it. Choose "
+                              "another --out, or pass --overwrite to replace it.")
+    with open(vocabulary_file, "rb") as f:
+        vocabulary_size = f.read().decode("utf-8").count("\n")
+    dtype = shard_dtype(vocabulary_size)
+    staging = out + ".partial"
+    if os.path.exists(staging):
+        shutil.rmtree(staging)  # left by an interrupted earlier run
+    os.makedirs(staging)
+    shards, pending, num_pending = [], [], 0
+
+    def flush(rows):
+        block = np.concatenate(pending)
+        np.save(os.path.join(staging, shard_name(len(shards))), block[:rows].astype(dtype))
+        shards.append({"file": shard_name(len(shards)), "sequences": rows})
+        return [block[rows:]] if rows < len(block) else []
+
+    for batch in batches:
+        batch = np.asarray(batch)
+        if batch.ndim != 2 or batch.shape[1] != sequence_length:
+            raise ValueError(f"Expected sequences of shape (n, {sequence_length}). "
+                             f"Received: shape={batch.shape}")
+        if batch.size and (batch.min() < 0 or batch.max() >= vocabulary_size):
+            raise ValueError(f"Ids must lie in [0, {vocabulary_size}). Received: "
+                             f"[{batch.min()}, {batch.max()}]")
+        pending.append(batch)
+        num_pending += len(batch)
+        while num_pending >= sequences_per_shard:
+            pending = flush(sequences_per_shard)
+            num_pending -= sequences_per_shard
+    if num_pending:
+        flush(num_pending)
+    if not shards:
+        raise ValueError("No sequence to write: the corpus is shorter than one sequence of "
+                         f"{sequence_length} tokens.")
+    shutil.copyfile(vocabulary_file, os.path.join(staging, VOCABULARY))
+    num_sequences = sum(entry["sequences"] for entry in shards)
+    manifest = {
+        "format_version": FORMAT_VERSION,
+        "vocabulary_sha256": file_sha256(vocabulary_file),
+        "vocabulary_size": vocabulary_size,
+        "special_tokens": SPECIAL_TOKENS,
+        "lowercase": lowercase,
+        "sequence_length": sequence_length,
+        "dtype": np.dtype(dtype).name,
+        "sequences_per_shard": sequences_per_shard,
+        "num_sequences": num_sequences,
+        "num_tokens": num_sequences * sequence_length,
+        "shards": shards,
+        **record,
+    }
+    with open(os.path.join(staging, MANIFEST), "w") as f:
+        json.dump(manifest, f, indent=2)
+    if os.path.exists(out):
+        shutil.rmtree(out)
+    os.replace(staging, out)
+    return manifest
+
+
+class ShardSequences:
+    """The sequences of a shard folder, memory-mapped: `len()` and `gather(indices)`."""
+
+    def __init__(self, directory, flag="--shards"):
+        self.directory = directory
+        self.manifest = read_manifest(directory, flag)
+        self.sequence_length = self.manifest["sequence_length"]
+        self.vocabulary_size = self.manifest["vocabulary_size"]
+        self.arrays = [np.load(os.path.join(directory, entry["file"]), mmap_mode="r")
+                       for entry in self.manifest["shards"]]
+        # Global index -> (shard, row) through the first index of each shard.
+        self.starts = np.cumsum([0] + [len(array) for array in self.arrays])
+
+    def __len__(self):
+        return int(self.starts[-1])
+
+    def gather(self, indices):
+        """The sequences at `indices` (any order), as int32 `(len(indices), L)`."""
+        indices = np.asarray(indices, dtype=np.int64)
+        shard = np.searchsorted(self.starts, indices, side="right") - 1
+        out = np.empty((len(indices), self.sequence_length), np.int32)
+        for s in np.unique(shard):
+            rows = shard == s
+            # Sorted reads of a memory map touch each page once.
+            local = indices[rows] - self.starts[s]
+            order = np.argsort(local)
+            block = np.empty((len(local), self.sequence_length), np.int32)
+            block[order] = self.arrays[s][local[order]]
+            out[rows] = block
+        return out
+
+
+class MaskedLMShards(keras.utils.PyDataset):
+    """Masked-LM batches from a shard folder, for `model.fit` on any backend.
+
+    The NumPy counterpart of `mlm_dataset`: the same batches' structure, the
+    same masking rule and rates (not tf-text's random numbers). Batch `i` is a
+    pure function of `(seed, start_batch + i)`: the sequences it holds come from
+    a seeded permutation of all sequences for each pass (epoch) over the shards
+    (passes follow one another without a gap, so a batch may span two), and its
+    masks from a generator seeded with `(seed, batch)`. Any batch is computed
+    directly, which is how a resumed run seeks (`start_batch`).
+
+    Args:
+        directory: a shard folder (see the module docstring).
+        batch_size: int >= 1. `B`.
+        seed: int >= 0. Seeds the permutations and the masks. Defaults to `0`.
+        mask_rate: float. Fraction of tokens selected. Defaults to `0.15`.
+        mask_token_rate: float. Selected tokens replaced by [MASK]. Defaults to `0.8`.
+        random_token_rate: float. Selected tokens replaced by a random id.
+            Defaults to `0.1`.
+        shuffle: bool. Permute the sequences each pass; `False` keeps corpus
+            order. Defaults to `True`.
+        repeat: bool. Infinite (`num_batches` is `None`); otherwise one pass,
+            the last partial batch dropped. Defaults to `True`.
+        start_batch: int >= 0. The stream's batch that index 0 returns. Defaults to `0`.
+        max_batches: int or None. With `repeat=False`, at most this many batches.
+        threads: int >= 0. Threads that compute the next batches while the
+            caller trains on this one (NumPy releases the GIL in its sorts and
+            gathers); `0` computes each batch in `__getitem__`. The batches are
+            the same either way. Defaults to `min(4, os.cpu_count())`.
+        flag: str. The command-line flag named in errors. Defaults to `"--shards"`.
+        **kwargs: `keras.utils.PyDataset` arguments. Leave `workers` at its
+            default 1 (use `threads`): under `fit` with `steps_per_epoch`, Keras
+            stops its worker pool at each epoch's end and drops the batches it
+            had prepared, so the stream would skip batches.
+    """
+
+    def __init__(self, directory, batch_size, seed=0, mask_rate=0.15, mask_token_rate=0.8,
+                 random_token_rate=0.1, shuffle=True, repeat=True, start_batch=0,
+                 max_batches=None, threads=None, flag="--shards", **kwargs):
+        super().__init__(**kwargs)
+        for name, value, minimum in [("batch_size", batch_size, 1), ("seed", seed, 0),
+                                     ("start_batch", start_batch, 0)]:
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or (
+                    value < minimum):
+                raise ValueError(f"`{name}` must be an int >= {minimum}. Received: "
+                                 f"{name}={value!r}")
+        if mask_token_rate + random_token_rate > 1:
+            raise ValueError(
+                "`mask_token_rate + random_token_rate` must be <= 1. Received: "
+                f"mask_token_rate={mask_token_rate}, random_token_rate={random_token_rate}")
+        self.sequences = ShardSequences(directory, flag)
+        if len(self.sequences) < batch_size:
+            raise ShardError(f"{flag} {directory} holds {len(self.sequences)} sequences, fewer "
+                             f"than one batch of {batch_size}. Shard a larger corpus.")
+        self.directory = directory
+        self.batch_size = batch_size
+        self.seed = seed
+        self.mask_rate = mask_rate
+        self.mask_token_rate = mask_token_rate
+        self.random_token_rate = random_token_rate
+        self.shuffle = shuffle
+        self.repeat = repeat
+        self.start_batch = start_batch
+        self.max_batches = max_batches
+        self.num_slots = mask_selection_length(self.sequences.sequence_length, mask_rate)
+        self.threads = min(4, os.cpu_count() or 1) if threads is None else threads
+        self._permutations = {}
+        self._lock = threading.Lock()
+        self._executor = None
+        self._pending = {}  # index -> Future of batches computed ahead
+
+    @property
+    def manifest(self):
+        """The shard folder's manifest (a dict)."""
+        return self.sequences.manifest
+
+    @property
+    def num_batches(self):
+        if self.repeat:
+            return None
+        full = len(self.sequences) // self.batch_size - self.start_batch
+        return max(0, full if self.max_batches is None else min(full, self.max_batches))
+
+    def __len__(self):
+        if self.repeat:
+            raise TypeError("An infinite MaskedLMShards (repeat=True) has no length.")
+        return self.num_batches
+
+    def permutation(self, epoch):
+        """The order of the sequences in pass `epoch` (the identity without shuffle)."""
+        if not self.shuffle:
+            return None
+        with self._lock:  # threads may ask for the same pass
+            if epoch not in self._permutations:
+                if len(self._permutations) >= 2:  # the batches ahead span at most two passes
+                    self._permutations.pop(min(self._permutations))
+                rng = np.random.default_rng([self.seed, epoch, 0x5EED])
+                self._permutations[epoch] = rng.permutation(len(self.sequences))
+            return self._permutations[epoch]
+
+    def sequence_indices(self, batch):
+        """The indices (into the shards) of the sequences of stream batch `batch`."""
+        total = len(self.sequences)
+        stream = batch * self.batch_size + np.arange(self.batch_size, dtype=np.int64)
+        epochs, offsets = np.divmod(stream, total)
+        if not self.shuffle:
+            return offsets
+        indices = np.empty_like(offsets)
+        for epoch in np.unique(epochs):
+            here = epochs == epoch
+            indices[here] = self.permutation(int(epoch))[offsets[here]]
+        return indices
+
+    def unmasked(self, index):
+        """The sequences of batch `index`, before masking: int32 `(B, L)`."""
+        if self.num_batches is not None and not 0 <= index < self.num_batches:
+            raise IndexError(f"Batch {index} out of range [0, {self.num_batches}).")
+        return self.sequences.gather(self.sequence_indices(self.start_batch + index))
+
+    def batch(self, index):
+        """Batch `index`, computed now: `(x, y, sample_weight)`."""
+        rng = np.random.default_rng([self.seed, self.start_batch + index])
+        return mask_batch(self.unmasked(index), rng, self.sequences.vocabulary_size,
+                          self.num_slots, self.mask_rate, self.mask_token_rate,
+                          self.random_token_rate)
+
+    def __getitem__(self, index):
+        if not self.threads:
+            return self.batch(index)
+        if self._executor is None:
+            self._executor = concurrent.futures.ThreadPoolExecutor(
+                self.threads, thread_name_prefix="MaskedLMShards")
+        end = index + 2 * self.threads
+        if self.num_batches is not None:
+            end = min(end, self.num_batches)
+        for ahead in range(index, end):
+            if ahead not in self._pending:
+                self._pending[ahead] = self._executor.submit(self.batch, ahead)
+        # Batches behind `index` or far ahead of it will not be asked for next.
+        for stale in [i for i in self._pending if not index <= i < end]:
+            self._pending.pop(stale).cancel()
+        return self._pending.pop(index).result()
+
+    def __getstate__(self):  # threads, locks and futures do not pickle
+        state = {**self.__dict__, "_executor": None, "_pending": {}}
+        state.pop("_lock")
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state, _lock=threading.Lock())

@@ -1,0 +1,79 @@
+"""Packs a corpus into token-id shards for pre-training without TensorFlow.
+
+    python -m training.shard_corpus --corpus ../shared/data/enwiki/train.txt \\
+        --vocab runs/vocab.txt --seq-len 128 --out shards/enwiki_128
+
+Run it where TensorFlow and tensorflow-text are installed; then train anywhere,
+e.g. on a JAX machine without TensorFlow:
+
+    KERAS_BACKEND=jax python -m training.pretrain --preset tupe_r_mini \\
+        --shards shards/enwiki_128 --seq-len 128 --out runs/tupe_r_mini
+
+The folder holds `shard_00000.npy`, ... (uint16 ids while the vocabulary has at
+most 65,536 tokens), `vocab.txt` and `manifest.json`. Without `--vocab`, a
+WordPiece vocabulary of `--vocabulary-size` tokens is trained on `--corpus`
+(as `training.pretrain` does).
+"""
+
+import argparse
+import os
+import sys
+import tempfile
+
+DEFAULT_SEQUENCES_PER_SHARD = 100_000
+
+
+def parse_args(argv=None):
+    from keras_tupe.pretraining import PretrainConfig
+
+    defaults = PretrainConfig(preset="", corpus=[], out="")
+    p = argparse.ArgumentParser(prog="python -m training.shard_corpus", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--corpus", required=True, nargs="+",
+                   help="text files, directories of .txt files, or tfds:NAME[:SPLIT]")
+    p.add_argument("--out", required=True, help="shard folder to create")
+    p.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
+    p.add_argument("--vocab", help="WordPiece vocabulary file; trained on --corpus if absent")
+    p.add_argument("--vocabulary-size", type=int, default=defaults.vocabulary_size)
+    p.add_argument("--vocab-lines", type=int, default=defaults.vocab_lines,
+                   help="corpus lines used to train the vocabulary")
+    p.add_argument("--cased", dest="lowercase", action="store_false", help="keep case")
+    p.add_argument("--seq-len", type=int, default=defaults.seq_len)
+    p.add_argument("--sequences-per-shard", type=int, default=DEFAULT_SEQUENCES_PER_SHARD)
+    p.add_argument("--max-lines", type=int, help="read at most this many corpus lines")
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    from keras_tupe import data
+    from keras_tupe.data.sharding import shard_corpus
+
+    out = os.path.normpath(args.out)
+    if os.path.isdir(out) and os.listdir(out) and not args.overwrite:
+        print(f"error: --out {out} is not empty; refusing to write into it. Choose another "
+              "--out, or pass --overwrite to replace it.", file=sys.stderr)
+        return 2
+    try:
+        with tempfile.TemporaryDirectory() as scratch:
+            vocab = args.vocab
+            if vocab is None:
+                print(f"Training a {args.vocabulary_size}-token WordPiece vocabulary on "
+                      f"{args.vocab_lines} lines of {args.corpus} ...", flush=True)
+                vocab = data.train_vocabulary(
+                    args.corpus, args.vocabulary_size, os.path.join(scratch, "vocab.txt"),
+                    lowercase=args.lowercase, max_lines=args.vocab_lines)
+            manifest = shard_corpus(
+                args.corpus, vocab, out, args.seq_len,
+                sequences_per_shard=args.sequences_per_shard, lowercase=args.lowercase,
+                max_lines=args.max_lines, overwrite=args.overwrite)
+    except (FileNotFoundError, FileExistsError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"Wrote {manifest['num_sequences']} sequences of {args.seq_len} tokens "
+          f"({manifest['num_tokens']} tokens) in {len(manifest['shards'])} shards to {out}.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
