@@ -3,6 +3,8 @@
     python -m benchmarks.shard_loader                          # seq 128 and 512, batch 256
     python -m benchmarks.shard_loader --shards DIR             # an existing shard folder
     python -m benchmarks.shard_loader --out docs/results/shard_loader.json
+    python -m benchmarks.shard_loader --tf-corpus ../shared/data/enwiki/train.txt \
+        --tf-vocab VOCAB                                       # and today's tf.data path
 
 What is timed: `MaskedLMShards(...)[i]` for consecutive batches `i` of a shuffled
 infinite stream, i.e. the gather of `B` random sequences from memory-mapped
@@ -10,6 +12,10 @@ shards plus the vectorized masking, in one thread, as `fit` calls it. No model,
 no device transfer. Each repeat times `--batches` batches after two warm-up
 batches; the table gives the median over `--repeats` with min-max. The seek
 column is the time of batch 1,000,000's first call (a resumed run's first batch).
+
+`--tf-corpus` also times today's tf.data path, `keras_tupe.data.mlm_dataset`
+(tokenize, pack, shuffle, mask one sequence a call, batch), the same way (its
+iterator's `next`), for a comparison on the same machine at the same time.
 
 Without `--shards`, synthetic shards are written to a temporary folder:
 `--sequences` sequences of uniform random ids in [5, 30522) (a BERT-sized
@@ -79,6 +85,22 @@ def time_loader(directory, batch_size, batches, repeats, threads):
     return times, time.perf_counter() - start
 
 
+def time_tf_pipeline(corpus, vocab, sequence_length, batch_size, batches, repeats):
+    """Seconds per repeat of `batches` batches of `mlm_dataset` (needs TensorFlow)."""
+    from keras_tupe import data
+
+    tokenizer = data.load_tokenizer(vocab)
+    iterator = iter(data.mlm_dataset(corpus, tokenizer, sequence_length, batch_size))
+    next(iterator), next(iterator)  # warm-up: tracing, the shuffle buffer's first fill
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(batches):
+            next(iterator)
+        times.append(time.perf_counter() - start)
+    return times
+
+
 def machine():
     import keras
 
@@ -87,6 +109,7 @@ def machine():
         "keras": keras.__version__, "backend": keras.backend.backend(),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.platform()}",
         "processor": _processor_name(),
+        "load_average_1min": os.getloadavg()[0],  # other processes on the cores
     }
 
 
@@ -114,6 +137,8 @@ def main(argv=None):
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--threads", type=int, nargs="+", default=[0, None],
                    help="MaskedLMShards(threads=...) to time; 0: in the calling thread only")
+    p.add_argument("--tf-corpus", help="also time mlm_dataset on this corpus")
+    p.add_argument("--tf-vocab", help="the WordPiece vocabulary for --tf-corpus")
     p.add_argument("--out", help="also write the results as JSON here")
     args = p.parse_args(argv)
 
@@ -131,20 +156,32 @@ def main(argv=None):
             rates = sorted(args.batches * args.batch_size / t for t in times)
             if threads is None:
                 threads = f"default ({min(4, os.cpu_count() or 1)})"
-            rows.append({"seq_len": sequence_length, "batch_size": args.batch_size,
-                         "threads": threads,
+            rows.append({"loader": "MaskedLMShards", "seq_len": sequence_length,
+                         "batch_size": args.batch_size, "threads": threads,
                          "sequences_per_s_median": statistics.median(rates),
                          "sequences_per_s_min": rates[0], "sequences_per_s_max": rates[-1],
                          "ms_per_batch_median": 1000 * statistics.median(times) / args.batches,
                          "seek_first_batch_ms": 1000 * seek})
-    print("| seq | batch | threads | sequences/s (median, min-max) | ms / batch | seek: first "
+    if args.tf_corpus:
+        for sequence_length, _ in folders:
+            times = time_tf_pipeline(args.tf_corpus, args.tf_vocab, sequence_length,
+                                     args.batch_size, args.batches, args.repeats)
+            rates = sorted(args.batches * args.batch_size / t for t in times)
+            rows.append({"loader": "mlm_dataset (tf.data)", "seq_len": sequence_length,
+                         "batch_size": args.batch_size, "threads": "tf.data",
+                         "sequences_per_s_median": statistics.median(rates),
+                         "sequences_per_s_min": rates[0], "sequences_per_s_max": rates[-1],
+                         "ms_per_batch_median": 1000 * statistics.median(times) / args.batches,
+                         "seek_first_batch_ms": None})
+    print("| loader | seq | batch | threads | sequences/s (median, min-max) | ms / batch | seek: first "
           "batch |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in rows:
-        print(f"| {r['seq_len']} | {r['batch_size']} | {r['threads']} | "
+        seek = r["seek_first_batch_ms"]
+        print(f"| {r['loader']} | {r['seq_len']} | {r['batch_size']} | {r['threads']} | "
               f"{r['sequences_per_s_median']:,.0f} "
               f"({r['sequences_per_s_min']:,.0f}-{r['sequences_per_s_max']:,.0f}) | "
-              f"{r['ms_per_batch_median']:.1f} | {r['seek_first_batch_ms']:.1f} ms |")
+              f"{r['ms_per_batch_median']:.1f} | {'-' if seek is None else f'{seek:.1f} ms'} |")
     report = {"command": " ".join(["python -m benchmarks.shard_loader", *(argv or sys.argv[1:])]),
               "versions": machine(), "settings": vars(args), "rows": rows}
     print(json.dumps(report["versions"]))

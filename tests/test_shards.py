@@ -221,6 +221,12 @@ def test_bad_shard_input_is_refused_before_training(shard_dir, tmp_path, capsys,
     assert not (tmp_path / "run").exists()
 
 
+def test_seq_len_defaults_to_the_shards_length(shard_dir):
+    args = pretrain_cli.fit_to_preset(vars(pretrain_cli.parse_args(
+        ["--preset", "tupe_r_mini", "--shards", str(shard_dir), "--out", "unused"])))
+    assert args["seq_len"] == SEQ_LEN  # not the preset's 512
+
+
 def test_a_folder_without_manifest_and_a_foreign_vocabulary_are_named(
         shard_dir, vocab, tmp_path, capsys):
     empty = tmp_path / "empty"

@@ -87,11 +87,18 @@ def fit_to_preset(args):
     """Fills the defaults left open: `--seq-len` and `--eval-every` that fit the run.
 
     `--seq-len`: the paper's 512, or the preset's position table when shorter (the
-    `tiny` presets have 128). `--eval-every`: the paper's 1000 when it divides
-    `--steps`, else the largest divisor of `--steps` up to a tenth of it (30 for 300).
+    `tiny` presets have 128); with `--shards`, the shards' length. `--eval-every`: the
+    paper's 1000 when it divides `--steps`, else the largest divisor of `--steps` up to
+    a tenth of it (30 for 300).
     """
+    from keras_tupe.data.shards import ShardError, read_manifest
     from keras_tupe.models.presets import PRESETS
 
+    if args["seq_len"] is None and args.get("shards"):
+        try:
+            args["seq_len"] = read_manifest(args["shards"])["sequence_length"]
+        except ShardError:
+            pass  # `pretrain` reports the folder's problem
     if args["seq_len"] is None:
         table = PRESETS.get(args["preset"], {}).get("max_sequence_length", DEFAULTS.seq_len)
         args["seq_len"] = min(DEFAULTS.seq_len, table)
