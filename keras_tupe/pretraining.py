@@ -16,6 +16,10 @@ epoch as one backup (a kill at any moment leaves the last one whole). A killed r
 started again with the same command restores them and skips the batches it
 already consumed in the (deterministic) data stream, so it ends with the same
 step count and the same weights as a run that was never killed.
+
+Input: text (`--corpus`, the tf.data pipeline of `keras_tupe.data`), or token-id
+shards (`--shards`, `keras_tupe.data.shards`: NumPy only, so a JAX machine
+without TensorFlow can train; a resumed run computes its next batch directly).
 """
 
 import dataclasses

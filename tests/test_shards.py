@@ -241,6 +241,21 @@ def test_a_folder_without_manifest_and_a_foreign_vocabulary_are_named(
     assert f"--vocab {other} is not the vocabulary of --shards" in capsys.readouterr().err
 
 
+def test_a_damaged_shard_folder_is_named(shard_dir, tmp_path):
+    import shutil
+
+    damaged = tmp_path / "damaged"
+    shutil.copytree(shard_dir, damaged)
+    np.save(damaged / "shard_00001.npy", np.ones((3, SEQ_LEN), np.uint16))
+    with pytest.raises(shards.ShardError, match="shard_00001.npy holds an array of shape "
+                                                 r"\(3, 32\), where manifest.json says \(1000, 32\)"):
+        shards.MaskedLMShards(str(damaged), 8)
+    (damaged / "shard_00002.npy").unlink()
+    with pytest.raises(shards.ShardError, match="shard_00002.npy, listed in manifest.json, is "
+                                                 "missing"):
+        shards.read_manifest(str(damaged))
+
+
 def test_resuming_with_shards_made_again_with_another_vocabulary_is_refused(
         shard_dir, tmp_path):
     from keras_tupe.pretraining import RUN_CONFIG, PretrainConfig, PretrainError, pretrain

@@ -10,7 +10,8 @@ module reads it with NumPy only, so a JAX machine without TensorFlow can train:
 
     batches = MaskedLMShards("shards/", batch_size=256, seed=0)
     x, y, sample_weight = batches[0]          # the structure of `mlm_dataset`
-    model.fit(batches, steps_per_epoch=1000, epochs=10)
+    # Keras's fit: keras-hub's `Task.fit` has no case for a `PyDataset`.
+    keras.Model.fit(masked_lm, batches, steps_per_epoch=1000, epochs=10)
 
 Masking is vectorized over a batch and follows tf-text's rule (the one
 `mlm_dataset` uses): exactly `min(P, ceil(rate * n))` of a sequence's `n`
@@ -185,8 +186,15 @@ class ShardSequences:
         self.manifest = read_manifest(directory, flag)
         self.sequence_length = self.manifest["sequence_length"]
         self.vocabulary_size = self.manifest["vocabulary_size"]
-        self.arrays = [np.load(os.path.join(directory, entry["file"]), mmap_mode="r")
-                       for entry in self.manifest["shards"]]
+        self.arrays = []
+        for entry in self.manifest["shards"]:
+            path = os.path.join(directory, entry["file"])
+            array = np.load(path, mmap_mode="r")  # reads the header only
+            if array.shape != (entry["sequences"], self.sequence_length):
+                raise ShardError(
+                    f"{flag}: {path} holds an array of shape {array.shape}, where {MANIFEST} "
+                    f"says ({entry['sequences']}, {self.sequence_length}). Re-make the shards.")
+            self.arrays.append(array)
         # Global index -> (shard, row) through the first index of each shard.
         self.starts = np.cumsum([0] + [len(array) for array in self.arrays])
 
