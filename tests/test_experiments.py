@@ -264,6 +264,7 @@ def test_length_study_numbers_for_relative_models_and_na_for_short_absolute_tabl
                      table)
 
 
+@pytest.mark.slow
 def test_finetune_study_on_the_intermediate_and_final_checkpoints(study):
     assert main(["finetune", "--config", study["configs"]["finetune"]]) == 0
     base = study["runs"] / "finetune" / "pretrain" / "bert_a"
@@ -571,6 +572,7 @@ def test_a_report_keeps_finished_runs_whose_directories_are_gone(study, tmp_path
     assert "tupe_r," not in (results / "pretrain_loss.csv").read_text()
 
 
+@pytest.mark.slow
 def test_a_length_report_keeps_the_rows_of_models_evaluated_elsewhere(study, tmp_path):
     copy = _copy_study(study, tmp_path / "copy")
     results, config = copy["results"], copy["configs"]["length"]
@@ -611,6 +613,7 @@ def test_a_length_report_keeps_the_rows_of_models_evaluated_elsewhere(study, tmp
         length_study.run_study(study_config.load_config(config), "c", "r")
 
 
+@pytest.mark.slow
 def test_a_run_stopped_at_until_step_resumes_to_the_uninterrupted_weights(study, tmp_path,
                                                                           capsys):
     import shutil

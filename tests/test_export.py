@@ -456,6 +456,7 @@ print(json.dumps({
 """
 
 
+@pytest.mark.slow
 def test_reloaded_encoder_fine_tunes_under_mirrored_strategy(sst2_vocab, sst2_encoder, tmp_path):
     # A process of its own: TensorFlow numbers the collective all-reduces of every
     # MirroredStrategy from the same key, so on logical CPUs a second strategy in one

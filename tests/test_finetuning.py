@@ -107,6 +107,7 @@ def test_trimmed_padding_gives_the_classifier_the_same_outputs(encoder_dir):
         np.testing.assert_allclose(outputs[0], outputs[1], rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_a_seed_repeats_its_run_and_another_seed_does_not(encoder_dir):
     """The study's seed spread is only meaningful if a seed's run is a fixed function of
     the seed: the same config twice gives the same dev score, another seed another one."""

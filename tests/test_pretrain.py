@@ -99,6 +99,7 @@ def test_resume_refuses_other_settings_and_another_vocabulary(tmp_path, vocab, c
     assert code == 2 and "does not match the vocabulary of the checkpoint" in err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("precision", ["mixed_float16", "mixed_bfloat16"])
 def test_pretrain_in_mixed_precision(tmp_path, vocab, capsys, precision):
     out = tmp_path / "run"
