@@ -276,7 +276,13 @@ import sys
 if {block_tensorflow}:
     sys.modules["tensorflow"] = None
     sys.modules["tensorflow_text"] = None
+if {until_step} is None:  # the command line, as a user runs it
+    from training.pretrain import main
+
+    sys.exit(main({argv!r}))
 from keras_tupe.pretraining import PretrainConfig, pretrain
+
+# The settings `argv` gives (a difference would be refused on resume).
 config = PretrainConfig(
     preset="tupe_r_tiny", corpus=None, shards={shards!r}, valid_shards={valid!r}, out={out!r},
     seq_len={seq_len}, batch_size=8, steps=6, eval_every=2, learning_rate=1e-3, verbose=0,
@@ -286,7 +292,9 @@ pretrain(config, until_step={until_step})
 
 
 def run_pretraining(backend, shard_dir, valid_dir, out, until_step=None, block_tensorflow=False):
-    script = RUN_SCRIPT.format(block_tensorflow=block_tensorflow, shards=str(shard_dir),
+    argv = tiny_shard_args(out, shard_dir, "--valid-shards", str(valid_dir), "--valid-batches",
+                           "2", "--save-steps", "4", "--learning-rate", "1e-3")
+    script = RUN_SCRIPT.format(block_tensorflow=block_tensorflow, argv=argv, shards=str(shard_dir),
                                valid=str(valid_dir), out=str(out), seq_len=SEQ_LEN,
                                until_step=until_step)
     env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3",
@@ -316,18 +324,20 @@ def valid_shard_dir(vocab, tmp_path_factory):
                                      pytest.param("tensorflow", marks=pytest.mark.slow)])
 def test_pretraining_from_shards_resumes_like_an_uninterrupted_run(
         backend, shard_dir, valid_shard_dir, tmp_path):
-    """Stopped after step 2 and resumed: the weights of a run never stopped. Under JAX
-    the straight run also has TensorFlow blocked: the issue's GPU machine, end to end."""
+    """`training.pretrain --shards DIR`, stopped after step 2 and run again: the weights
+    of a run never stopped. Under JAX every run has TensorFlow blocked: the issue's GPU
+    machine, end to end."""
     if backend == "jax":
         pytest.importorskip("jax")
     elif os.environ.get("KERAS_BACKEND") == "jax":
         pytest.skip("`make test-jax` runs the JAX case; `make test-slow` this one")
+    block = backend == "jax"
     straight, stopped = tmp_path / "straight", tmp_path / "stopped"
-    run_pretraining(backend, shard_dir, valid_shard_dir, straight,
-                    block_tensorflow=backend == "jax")
-    run_pretraining(backend, shard_dir, valid_shard_dir, stopped, until_step=2)
+    run_pretraining(backend, shard_dir, valid_shard_dir, straight, block_tensorflow=block)
+    run_pretraining(backend, shard_dir, valid_shard_dir, stopped, until_step=2,
+                    block_tensorflow=block)
     assert not (stopped / "mlm.keras").exists()
-    run_pretraining(backend, shard_dir, valid_shard_dir, stopped)
+    run_pretraining(backend, shard_dir, valid_shard_dir, stopped, block_tensorflow=block)
 
     steps, got = weights_of(stopped)
     want_steps, want = weights_of(straight)
