@@ -17,7 +17,7 @@ import pytest
 
 from keras_tupe import data
 from keras_tupe.data import shards
-from keras_tupe.data.masking import CLS_ID, MASK_ID, SEP_ID, UNSELECTABLE_IDS
+from keras_tupe.data.masking import MASK_ID, UNSELECTABLE_IDS
 from keras_tupe.data.sharding import shard_corpus
 from training import pretrain as pretrain_cli
 from training import shard_corpus as shard_cli
