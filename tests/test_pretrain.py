@@ -86,8 +86,7 @@ def test_foreign_or_finished_directories_are_not_overwritten(tmp_path, vocab, ca
 
 def test_resume_refuses_other_settings_and_another_vocabulary(tmp_path, vocab, capsys):
     out = tmp_path / "run"
-    args = cli.parse_args(tiny_args(out, vocab))
-    config = cli.PretrainConfig(**vars(args))
+    config = cli.parse_config(tiny_args(out, vocab))
     out.mkdir()
     (out / "run_config.json").write_text(json.dumps({"config": config.resume_key()}))
     (out / "vocab.txt").write_text(Path(vocab).read_text())

@@ -120,10 +120,15 @@ def settings_line(config):
             f"{'XLA' if config.xla else 'no XLA'} -> {config.out}")
 
 
-def _main(argv=None):
+def parse_config(argv=None):
+    """The run's `PretrainConfig` from the command line, defaults fitted to the preset."""
     args = fit_to_preset(vars(parse_args(argv)))
-    del args["tf_logs"], args["traceback"]
-    config = PretrainConfig(**args)
+    del args["tf_logs"], args["traceback"]  # the entry point's own flags, not the run's
+    return PretrainConfig(**args)
+
+
+def _main(argv=None):
+    config = parse_config(argv)
     if config.verbose:
         print(settings_line(config), flush=True)
     pretrain(config)
