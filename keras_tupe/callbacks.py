@@ -9,6 +9,8 @@ import warnings
 import keras
 import numpy as np
 
+from keras_tupe.progress import Heartbeat
+
 WEIGHTS = "model.weights.h5"
 SEEDS = "seed_states.npz"
 
@@ -221,6 +223,11 @@ class StepProgress(keras.callbacks.Callback):
     end of each block (`step 100/300` with the metrics, validation included) and one at
     least every `every` seconds within a block, with steps/s and the time left.
 
+    Waits that end no step (building and XLA-compiling the first step, which `fit`
+    reports only when its first block ends; one slow step; validation) get a
+    heartbeat line (`keras_tupe.progress.Heartbeat`) after `every` seconds of silence.
+    Call `close()` when `fit` raises: Keras then skips `on_train_end`, which stops it.
+
     Args:
         total_steps: int. The run's last step.
         steps_per_epoch: int. Steps in one `fit` epoch (a block).
@@ -233,10 +240,17 @@ class StepProgress(keras.callbacks.Callback):
         self.total_steps, self.steps_per_epoch, self.every = total_steps, steps_per_epoch, every
         self.print_fn = print_fn or (lambda line: print(line, flush=True))
         self.epoch, self.first_step, self.start, self.last = 0, None, None, None
+        self.heartbeat = Heartbeat("  building and compiling the training step", every,
+                                   self.print_fn)
+
+    def _print(self, line):
+        self.heartbeat.touch()
+        self.print_fn(line)
 
     def on_train_begin(self, logs=None):
-        self.print_fn(f"starting at step {self.model.optimizer.iterations.numpy()}/"
-                      f"{self.total_steps}: building and compiling the training step ...")
+        self._print(f"starting at step {self.model.optimizer.iterations.numpy()}/"
+                    f"{self.total_steps}: building and compiling the training step ...")
+        self.heartbeat.start()
 
     def on_epoch_begin(self, epoch, logs=None):
         self.epoch = epoch
@@ -252,12 +266,27 @@ class StepProgress(keras.callbacks.Callback):
         return f"step {step}/{self.total_steps}: {metrics} ({rate:.2f} steps/s{left})"
 
     def on_train_batch_end(self, batch, logs=None):
+        # `batch` is the last step of the call: with steps_per_execution > 1, `fit`
+        # calls the batch hooks once per execution.
         step = self.epoch * self.steps_per_epoch + batch + 1
+        self.heartbeat.what = f"  training after step {step}/{self.total_steps}"
         if self.first_step is None or self.last is None:
             self._line(step, None)  # starts the clock at the first finished step
+            self.heartbeat.touch()
             return
         if time.perf_counter() - self.last >= self.every:
-            self.print_fn(self._line(step, logs))
+            self._print(self._line(step, logs))
+
+    def on_test_begin(self, logs=None):
+        self.heartbeat.what = "  validating"
+        self.heartbeat.touch()
 
     def on_epoch_end(self, epoch, logs=None):
-        self.print_fn(self._line((epoch + 1) * self.steps_per_epoch, logs))
+        self._print(self._line((epoch + 1) * self.steps_per_epoch, logs))
+
+    def on_train_end(self, logs=None):
+        self.close()
+
+    def close(self):
+        """Stops the heartbeat thread (idempotent)."""
+        self.heartbeat.stop()

@@ -1,5 +1,6 @@
 """WordPiece vocabularies: training, loading, fingerprinting."""
 
+import contextlib
 import hashlib
 import time
 from pathlib import Path
@@ -9,6 +10,7 @@ import tensorflow as tf
 
 from keras_tupe.data.corpus import line_batches, line_dataset
 from keras_tupe.data.masking import SPECIAL_TOKENS  # ids 0..4; the MLM pipelines rely on them
+from keras_tupe.progress import Heartbeat
 
 
 # Unicode space separators (no-break space, thin space, ideographic space, ...). keras-hub's
@@ -25,8 +27,8 @@ def _plain_spaces(lines):
 class _Progress:
     """Prints lines read, lines/s and (when the total is known) an ETA, every `every` s."""
 
-    def __init__(self, total=None, every=5.0):
-        self.total, self.every = total, every
+    def __init__(self, total=None, every=5.0, heartbeat=None):
+        self.total, self.every, self.heartbeat = total, every, heartbeat
         self.lines, self.start = 0, time.perf_counter()
         self.last = self.start
 
@@ -41,6 +43,8 @@ class _Progress:
             of = f" of at most {self.total:,}" if self.total else ""
             print(f"  vocabulary: {self.lines:,} lines{of} read, {rate:,.0f} lines/s{eta}",
                   flush=True)
+        if self.heartbeat is not None:
+            self.heartbeat.touch()  # still reading: the heartbeat is for the learning after
         return 0
 
     def watch(self, lines):
@@ -66,8 +70,9 @@ def train_vocabulary(source, vocabulary_size, output_file, lowercase=True, max_l
         lowercase: bool. Lowercase the text first; `load_tokenizer` must be given
             the same value. Defaults to `True`.
         max_lines: int or None. Read at most this many lines of the corpus.
-        verbose: bool. Print progress (lines read, lines/s, ETA) every 5 seconds and
-            when the learning step starts. Defaults to `True`.
+        verbose: bool. Print progress (lines read, lines/s, ETA) every 5 seconds, then
+            a heartbeat line every 5 seconds while the learner runs (it reports
+            nothing itself: about a minute on a large corpus). Defaults to `True`.
 
     Returns:
         `output_file`, as a string.
@@ -90,15 +95,17 @@ def train_vocabulary(source, vocabulary_size, output_file, lowercase=True, max_l
     line_dataset(source, max_lines=max_lines)  # clear errors for missing, empty, non-UTF-8 corpora
     # Batches of lines, document boundaries ("") included: they hold no word.
     lines = line_batches(source, max_lines=max_lines).map(_plain_spaces)
+    heartbeat = Heartbeat("  vocabulary: learning the word pieces", every=5.0)
     if verbose:
-        lines = lines.map(_Progress(max_lines).watch)
+        lines = lines.map(_Progress(max_lines, heartbeat=heartbeat).watch)
     started = time.perf_counter()
-    vocabulary = keras_hub.tokenizers.compute_word_piece_vocabulary(
-        lines,
-        vocabulary_size,
-        lowercase=lowercase,
-        reserved_tokens=SPECIAL_TOKENS,
-    )
+    with heartbeat if verbose else contextlib.nullcontext():
+        vocabulary = keras_hub.tokenizers.compute_word_piece_vocabulary(
+            lines,
+            vocabulary_size,
+            lowercase=lowercase,
+            reserved_tokens=SPECIAL_TOKENS,
+        )
     if verbose:
         print(f"  vocabulary: {len(vocabulary):,} tokens learned in "
               f"{time.perf_counter() - started:.0f}s", flush=True)

@@ -16,11 +16,13 @@ import json
 import math
 import os
 import time
+from contextlib import nullcontext
 
 import keras
 import numpy as np
 
 from keras_tupe.callbacks import StepProgress
+from keras_tupe.progress import Heartbeat
 
 from keras_tupe.finetuning.loading import (
     default_vocabulary,
@@ -108,8 +110,12 @@ def finetune_glue(config):
     )
     start = time.perf_counter()
     progress = [StepProgress(steps, steps // epochs)] if config.progress else []
-    model.fit(train, epochs=epochs, verbose=0 if progress else config.verbose, shuffle=False,
-              callbacks=progress)
+    try:
+        model.fit(train, epochs=epochs, verbose=0 if progress else config.verbose,
+                  shuffle=False, callbacks=progress)
+    finally:
+        for callback in progress:
+            callback.close()  # its heartbeat thread, when fit raised
     seconds = time.perf_counter() - start
     results = {}
     for split in spec.eval_splits:
@@ -117,7 +123,11 @@ def finetune_glue(config):
         lengths[split] = _padded_length(config, tokenizer, examples)
         dataset = glue.glue_dataset(config.task, split, tokenizer, lengths[split],
                                     config.batch_size, examples=examples)
-        outputs = model.predict(dataset, verbose=0)
+        if config.progress:
+            print(f"Evaluating {config.task} on {split} ({len(examples.labels):,} examples) ...",
+                  flush=True)
+        with Heartbeat(f"  evaluating on {split}") if config.progress else nullcontext():
+            outputs = model.predict(dataset, verbose=0)
         predictions = outputs if spec.num_classes == 1 else np.argmax(outputs, axis=-1)
         metrics = glue_metrics(config.task, predictions, examples.labels)
         results[split] = {**metrics, "score": glue_score(config.task, metrics)}

@@ -1,0 +1,77 @@
+"""Heartbeats: a line every few seconds while a blocking call runs, and no thread left after."""
+
+import re
+import threading
+import time
+
+import keras
+import pytest
+
+from keras_tupe.callbacks import StepProgress
+from keras_tupe.progress import Heartbeat
+
+
+def heartbeat_threads():
+    return [t for t in threading.enumerate() if t.name.startswith("heartbeat: ")]
+
+
+def test_heartbeat_prints_while_a_call_blocks_and_stops_after():
+    lines = []
+    with Heartbeat("fake learner", every=1.0, print_fn=lines.append):
+        time.sleep(2.5)
+    assert lines[:2] == ["fake learner: still working, 1s elapsed",
+                         "fake learner: still working, 2s elapsed"]
+    assert len(lines) == 2
+    assert heartbeat_threads() == []
+
+
+def test_heartbeat_stops_on_an_exception():
+    lines = []
+    with pytest.raises(RuntimeError, match="learner failed"):
+        with Heartbeat("fake learner", every=0.2, print_fn=lines.append):
+            time.sleep(0.5)
+            raise RuntimeError("learner failed")
+    count = len(lines)
+    assert count >= 1
+    time.sleep(0.5)
+    assert len(lines) == count
+    assert heartbeat_threads() == []
+
+
+def test_touch_postpones_the_heartbeat():
+    """Other progress printed meanwhile (the vocabulary's lines read): no heartbeat line."""
+    lines = []
+    with Heartbeat("reading", every=0.5, print_fn=lines.append) as heartbeat:
+        for _ in range(6):
+            time.sleep(0.2)
+            heartbeat.touch()
+    assert lines == []
+
+
+def test_heartbeat_refuses_a_nonpositive_interval():
+    with pytest.raises(ValueError, match=r"`every` must be > 0 seconds. Received: every=0"):
+        Heartbeat("x", every=0)
+
+
+def test_step_progress_speaks_while_the_first_step_compiles():
+    """fit calls nothing between on_train_begin and the first on_train_batch_end."""
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    model.optimizer.build(model.trainable_variables)
+    lines = []
+    progress = StepProgress(4, 2, every=0.4, print_fn=lines.append)
+    progress.set_model(model)
+    progress.on_train_begin()
+    progress.on_epoch_begin(0)
+    time.sleep(1.0)  # the compilation
+    progress.on_train_batch_end(0, {"loss": 1.0})
+    assert lines[0] == "starting at step 0/4: building and compiling the training step ..."
+    assert len(lines) >= 3  # at 0.4 s and 0.8 s
+    assert all(re.fullmatch(r"  building and compiling the training step: still working, "
+                            r"[01]s elapsed", line) for line in lines[1:]), lines
+    count = len(lines)
+    time.sleep(0.6)  # a slow second step
+    assert len(lines) > count
+    assert lines[-1].startswith("  training after step 1/4: still working, ")
+    progress.close()  # what the caller does when fit raises
+    assert heartbeat_threads() == []
