@@ -387,10 +387,6 @@ def pretrain(config, until_step=None):
     """
 
     from keras_tupe import data
-    from keras_tupe.models import TupeMaskedLM, TupeBackbone
-    from keras_tupe.optimization import create_optimizer
-
-    from keras_tupe.data.shards import file_sha256
 
     strategy = make_strategy(config.strategy)
     validate(config, strategy.num_replicas_in_sync)
@@ -403,7 +399,34 @@ def pretrain(config, until_step=None):
             except (FileNotFoundError, ValueError) as error:
                 raise PretrainError(f"{flag}: {error}") from error
     mode = prepare_run_dir(config)
+    created = _first_missing(config.out)
     os.makedirs(config.out, exist_ok=True)
+    try:
+        return _train(config, mode, strategy, manifest, until_step)
+    except BaseException:  # KeyboardInterrupt too
+        # Nothing half-made: the folders this call created, when they hold no backup to
+        # resume from (the vocabulary failed, ^C while compiling), go again. A folder
+        # that existed before is never removed.
+        if created and _backed_up_epoch(os.path.join(config.out, "backup")) == 0:
+            shutil.rmtree(created, ignore_errors=True)
+        raise
+
+
+def _first_missing(path):
+    """The outermost folder `os.makedirs(path)` would create, or None if `path` exists."""
+    path, missing = os.path.abspath(path), None
+    while not os.path.exists(path):
+        path, missing = os.path.dirname(path), path
+    return missing
+
+
+def _train(config, mode, strategy, manifest, until_step):
+    """`pretrain` once `config.out` exists: vocabulary, inputs, model, `fit`, saving."""
+    from keras_tupe import data
+    from keras_tupe.data.shards import file_sha256
+    from keras_tupe.models import TupeBackbone, TupeMaskedLM
+    from keras_tupe.optimization import create_optimizer
+
     vocab_path = _vocabulary(config, mode)
     if mode == "new":
         with open(os.path.join(config.out, RUN_CONFIG), "w") as f:
@@ -488,11 +511,16 @@ def pretrain(config, until_step=None):
     # to one of those (it has no case for a `keras.utils.PyDataset`); pre-training feeds
     # finished batches (no preprocessor), so shards go to Keras's own `fit`.
     fit = keras.Model.fit if manifest else type(model).fit
-    history = fit(
-        model, train, validation_data=valid, epochs=epochs, steps_per_epoch=steps_per_epoch,
-        validation_steps=config.valid_batches if valid is not None else None,
-        callbacks=callbacks, verbose=0, shuffle=False,  # the dataset shuffles
-    )
+    try:
+        history = fit(
+            model, train, validation_data=valid, epochs=epochs, steps_per_epoch=steps_per_epoch,
+            validation_steps=config.valid_batches if valid is not None else None,
+            callbacks=callbacks, verbose=0, shuffle=False,  # the dataset shuffles
+        )
+    finally:
+        for callback in callbacks:
+            if isinstance(callback, StepProgress):
+                callback.close()  # its heartbeat thread, when fit raised
     if epochs < config.steps // steps_per_epoch:  # stopped at until_step: not finished
         return history
     backbone.save(os.path.join(config.out, "backbone.keras"))

@@ -253,3 +253,41 @@ def test_offline_tfds_corpus_fails_at_once_naming_the_local_alternative(tmp_path
         "<data folder>/enwiki/train.txt.\n")
     assert not out.exists()
     assert not (tmp_path / "tfds").exists() or not any((tmp_path / "tfds").rglob("*.*"))
+
+
+# --- nothing half-made --------------------------------------------------------------------
+
+
+def pretrain_with_failing_vocabulary(tmp_path, monkeypatch, capsys, error, out):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("some text\n")
+
+    def fail(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(data, "train_vocabulary", fail)
+    return run_main(pretrain_cli.main, [
+        "--preset", "tupe_r_tiny", "--corpus", str(corpus), "--out", str(out),
+        "--steps", "10", "--verbose", "0"], capsys)
+
+
+@pytest.mark.parametrize("error,code,message", [
+    (ValueError("the learner failed"), 2, "error: the learner failed\n"),
+    (KeyboardInterrupt(), 130, "interrupted\n"),
+])
+def test_a_new_run_that_fails_before_its_first_backup_leaves_no_run_folder(
+        tmp_path, monkeypatch, capsys, error, code, message):
+    out = tmp_path / "runs" / "new"
+    result = pretrain_with_failing_vocabulary(tmp_path, monkeypatch, capsys, error, out)
+    assert (result[0], result[2]) == (code, message)
+    assert not (tmp_path / "runs").exists()  # the parent it made too
+    assert (tmp_path / "c.txt").exists()
+
+
+def test_a_failed_run_never_removes_a_folder_that_was_there(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "mine"
+    out.mkdir()  # empty: a new run may use it
+    code, _, err = pretrain_with_failing_vocabulary(
+        tmp_path, monkeypatch, capsys, ValueError("the learner failed"), out)
+    assert (code, err) == (2, "error: the learner failed\n")
+    assert out.is_dir()
