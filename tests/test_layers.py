@@ -129,18 +129,3 @@ def test_untied_correlation_refuses_longer_sequence():
     layer = layers.UntiedPositionalCorrelation(num_heads=H, max_sequence_length=5)
     with pytest.raises(ValueError, match="max_sequence_length=5.*Received: sequence length 7"):
         layer(X)
-
-
-@pytest.mark.parametrize("n", [1, 2, 5])
-@pytest.mark.parametrize("k", [1, 3, 8])  # clipped, and not clipped
-def test_relative_embedding_logits_against_pairwise_gather(n, k):
-    """The skewed matmul equals `x_i·w[clip(j-i)]` (and `x_j·w[...]` transposed) pair by pair."""
-    from keras_tupe.layers.qkr_multiplicative_attention import relative_embedding_logits
-
-    x = RNG.normal(size=(2, n, 3, 4))
-    table = RNG.normal(size=(2 * k + 1, 4))
-    rows = np.clip(np.arange(n)[None, :] - np.arange(n)[:, None], -k, k) + k  # (n, n)
-    for transpose, equation in ((False, "bqhd,qkd->bhqk"), (True, "bkhd,qkd->bhqk")):
-        got = relative_embedding_logits(x.astype("float32"), table.astype("float32"), k, transpose)
-        expected = np.einsum(equation, x, table[rows])
-        np.testing.assert_allclose(keras.ops.convert_to_numpy(got), expected, atol=1e-5)

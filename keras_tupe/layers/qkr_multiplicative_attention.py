@@ -16,59 +16,6 @@ def clipped_relative_positions(query_length, key_length, max_distance):
     return ops.clip(relative_positions(query_length, key_length), -max_distance, max_distance)
 
 
-def relative_skew(scores):
-    """`out[..., i, j] = scores[..., i, j - i + n - 1]`: `(..., n, 2n - 1)` to `(..., n, n)`.
-
-    Column `c` of row `i` of `scores` belongs to distance `c - (n - 1)`; the
-    result puts distance `j - i` in column `j`. Done with a pad, reshapes and
-    slices (the "skewing" of Huang et al. 2018, Music Transformer) instead of a
-    gather: after padding each row to `2n` values, element `(i, j - i + n - 1)`
-    is at flat position `(2n - 1) i + j + (n - 1)`, so dropping the first
-    `n - 1` values and reading rows of `2n - 1` puts it at `(i, j)`. Its
-    gradient is the same pad/reshape/slice backwards, not a scatter.
-    """
-    shape = ops.shape(scores)
-    leading, n = shape[:-2], shape[-2]
-    scores = ops.pad(scores, [[0, 0]] * (len(shape) - 1) + [[0, 1]])  # (..., n, 2n)
-    flat = ops.reshape(scores, (*leading, 2 * n * n))  # (..., 2n²)
-    flat = flat[..., n - 1 : n - 1 + n * (2 * n - 1)]  # (..., n (2n - 1))
-    return ops.reshape(flat, (*leading, n, 2 * n - 1))[..., :n]  # (..., n, n)
-
-
-def relative_embedding_logits(vectors, table, max_distance, transpose=False):
-    """`x_i · w[clip(j - i, k) + k]` for every pair, `(B, h, n, n)`, from `x` = `vectors`.
-
-    With `transpose=True`, `x_j · w[clip(j - i, k) + k]` instead (Huang's key
-    term `k_j·a_ij` of method 4): the same scores, skewed with the distances
-    reversed, then transposed.
-
-    One matrix product of the vectors with the `2n - 1` table rows of the
-    distances `-(n - 1)..n - 1`, then `relative_skew`. The direct form gathers
-    an `(n, n, d_h)` tensor of embeddings and contracts it pair by pair; its
-    gradient scatters `n²` rows into the table. Here the products are one BLAS
-    or GPU matmul, at the price of `2n - 1` instead of `n` columns, and the
-    table's gradient gathers only `2n - 1` rows.
-
-    Args:
-        vectors: `(B, n, h, d_h)` queries or keys.
-        table: `(2k + 1, d_h)`; row `r + k` holds distance `r`.
-        max_distance: int `k`.
-        transpose: bool, see above.
-
-    Returns:
-        `(B, h, n, n)` in the dtype of `vectors`.
-    """
-    n = ops.shape(vectors)[1]
-    distances = ops.arange(-(n - 1), n, dtype="int32")  # (2n - 1,)
-    if transpose:
-        distances = -distances
-    rows = ops.clip(distances, -max_distance, max_distance) + max_distance
-    embeddings = ops.take(table, rows, axis=0)  # (2n - 1, d_h)
-    scores = ops.einsum("bqhd,rd->bhqr", vectors, embeddings)  # (B, h, n, 2n - 1)
-    logits = relative_skew(scores)  # (B, h, n, n)
-    return ops.swapaxes(logits, -1, -2) if transpose else logits
-
-
 # Method 3 runs over chunks of queries; a chunk of `C` queries materializes
 # (B, C, n, h, d_h) products. `C = METHOD3_CHUNK_ELEMENTS // d_h` gives each as
 # many elements as 512 query rows of the (B, h, n, n) logits: from n = 512 on,
@@ -305,17 +252,18 @@ class QKRMultiplicativeAttention(PositionalAttentionBase):
                 k,
                 chunk_size=method3_chunk_size(self.head_dim),
             )  # (B, h, q, k)
+        relative = clipped_relative_positions(ops.shape(query)[1], ops.shape(key)[1], k)
         query = query * (1.0 / math.sqrt(self.head_dim))
         logits = ops.einsum("bqhd,bkhd->bhqk", query, key)  # (B, h, q, k)
         if self.method in ("method1", "method2"):
-            relative = clipped_relative_positions(ops.shape(query)[1], ops.shape(key)[1], k)
             index = ops.abs(relative) if self.method == "method1" else relative + k
             return ops.cast(logits, "float32") * ops.cast(ops.take(table, index), "float32")
-        logits = logits + relative_embedding_logits(query, table, k)  # (B, h, q, k)
+        embeddings = ops.take(table, relative + k, axis=0)  # (q, k, d_h)
+        logits = logits + ops.einsum("bqhd,qkd->bhqk", query, embeddings)
         if self.method == "method4":
             # The key term carries no query: undo the query scaling by scaling here.
             key = key * (1.0 / math.sqrt(self.head_dim))
-            logits = logits + relative_embedding_logits(key, table, k, transpose=True)
+            logits = logits + ops.einsum("bkhd,qkd->bhqk", key, embeddings)
         return ops.cast(logits, "float32")
 
     def get_config(self):
