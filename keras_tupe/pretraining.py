@@ -32,6 +32,7 @@ import sys
 import keras
 
 from keras_tupe.callbacks import AtomicBackupAndRestore, StepCheckpoint, StepLogger, StepProgress
+from keras_tupe.folders import made_folder
 
 RUN_CONFIG = "run_config.json"
 STRATEGIES = ("default", "mirrored", "multiworker")
@@ -399,25 +400,11 @@ def pretrain(config, until_step=None):
             except (FileNotFoundError, ValueError) as error:
                 raise PretrainError(f"{flag}: {error}") from error
     mode = prepare_run_dir(config)
-    created = _first_missing(config.out)
-    os.makedirs(config.out, exist_ok=True)
-    try:
+    # Nothing half-made: the folders this call creates go again if it fails before a
+    # backup to resume from (the vocabulary failed, ^C while compiling).
+    backup_dir = os.path.join(config.out, "backup")
+    with made_folder(config.out, keep=lambda: _backed_up_epoch(backup_dir) > 0):
         return _train(config, mode, strategy, manifest, until_step)
-    except BaseException:  # KeyboardInterrupt too
-        # Nothing half-made: the folders this call created, when they hold no backup to
-        # resume from (the vocabulary failed, ^C while compiling), go again. A folder
-        # that existed before is never removed.
-        if created and _backed_up_epoch(os.path.join(config.out, "backup")) == 0:
-            shutil.rmtree(created, ignore_errors=True)
-        raise
-
-
-def _first_missing(path):
-    """The outermost folder `os.makedirs(path)` would create, or None if `path` exists."""
-    path, missing = os.path.abspath(path), None
-    while not os.path.exists(path):
-        path, missing = os.path.dirname(path), path
-    return missing
 
 
 def _train(config, mode, strategy, manifest, until_step):

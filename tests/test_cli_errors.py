@@ -291,3 +291,37 @@ def test_a_failed_run_never_removes_a_folder_that_was_there(tmp_path, monkeypatc
         tmp_path, monkeypatch, capsys, ValueError("the learner failed"), out)
     assert (code, err) == (2, "error: the learner failed\n")
     assert out.is_dir()
+
+
+def test_a_failed_export_leaves_no_version_and_no_new_model_folder(tmp_path):
+    from keras_tupe.export import write_version
+
+    def fail(path):
+        (Path(path) / "saved_model.pb").write_bytes(b"half")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        write_version(str(tmp_path / "saved_models" / "sst2"), fail)
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "sst2" / "1").mkdir(parents=True)  # a model folder with a version
+    with pytest.raises(KeyboardInterrupt):
+        write_version(str(tmp_path / "sst2"), fail)
+    assert [p.name for p in (tmp_path / "sst2").iterdir()] == ["1"]
+
+
+# --- training.export ----------------------------------------------------------------------
+
+
+def test_export_says_what_it_does_and_the_next_command(tmp_path, monkeypatch, capsys):
+    from training import export as export_cli
+
+    out = tmp_path / "sst2"
+    monkeypatch.setattr(export_cli, "export", lambda args: str(out / "1"))
+    code, stdout, err = run_main(export_cli.main, [
+        "classifier", "--init", str(tmp_path / "clf"), "--out", str(out)], capsys)
+    predict = Path(sys.executable).parent / "keras-tupe-predict"
+    predict = os.path.relpath(predict) if not os.path.relpath(predict).startswith("..") else predict
+    assert (code, err) == (0, "")
+    assert stdout == (f"Exporting the classifier to {out}/<version> ...\n"
+                      f"Saved the classifier to {out / '1'}.\n"
+                      f"Next: {predict} {out} \"a gripping film\"\n")

@@ -107,10 +107,29 @@ def main(argv=None):
 
 
 def _main(argv=None):
+    from keras_tupe.progress import Heartbeat
+
     args = parse_args(argv)
-    path = export(args)
-    print(f"exported {args.command}: {path}")
+    print(f"Exporting the {args.command} to {args.out}/<version> ...", flush=True)
+    with Heartbeat(f"  exporting the {args.command}"):  # loading, tracing, saving: silent
+        path = export(args)
+    print(f"Saved the {args.command} to {path}.\nNext: {next_step(args.command, path)}",
+          flush=True)
     return 0
+
+
+def next_step(command, path):
+    """What to do with an export of `command` at `path`, as a line to copy."""
+    from keras_tupe.pretraining import console_command
+
+    if command == "classifier":
+        return (f"{console_command('keras-tupe-predict')} {os.path.dirname(path)} "
+                '"a gripping film"')
+    if command == "encoder":
+        return (f"fine-tune or embed with it: keras_tupe.hub.load_encoder({path!r}) "
+                "(a Keras layer: token ids in, vectors out)")
+    return (f"tokenize with it: keras_tupe.hub.load_saved_model({path!r})"
+            '(tf.constant(["a sentence"]))')
 
 
 if __name__ == "__main__":

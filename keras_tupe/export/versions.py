@@ -6,6 +6,8 @@ import shutil
 import tempfile
 import time
 
+from keras_tupe.folders import made_folder
+
 
 def existing_versions(base_dir):
     """The integer version directories under `base_dir`, sorted."""
@@ -54,7 +56,13 @@ def write_version(base_dir, write, version=None, overwrite=False, metadata=None)
             f"version {next_version(base_dir)} (the next free one; leave the version unset), "
             "or pass overwrite=True (--overwrite) to replace it."
         )
-    os.makedirs(base_dir, exist_ok=True)
+    # A new model folder goes again if its first export fails.
+    with made_folder(base_dir):
+        return _write_staged(base_dir, final, write, version, metadata)
+
+
+def _write_staged(base_dir, final, write, version, metadata):
+    """`write_version` once `base_dir` exists: stage, add the metadata, rename."""
     staging = tempfile.mkdtemp(prefix=f".tmp-{version}-", dir=base_dir)
     umask = os.umask(0)
     os.umask(umask)
