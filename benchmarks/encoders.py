@@ -1122,4 +1122,11 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # training.cli's one-line errors, without the TensorFlow import of `training`'s quiet
+    # start (which sets the quiet log level and CUDA devices its workers inherit): the
+    # parent process imports no framework.
+    sys.modules["tensorflow"] = None  # quiet_tensorflow skips its import
+    from training.cli import run
+
+    del sys.modules["tensorflow"]
+    sys.exit(run(main))

@@ -192,4 +192,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from training.cli import run  # importing `training` quiets TensorFlow's start
+
+    sys.exit(run(main))

@@ -17,7 +17,7 @@ import os
 import sys
 import time
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from training.cli import add_common_flags, run  # importing `training` quiets TensorFlow
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
 
@@ -39,7 +39,7 @@ def parse_args(argv=None):
         where = sub.add_mutually_exclusive_group(required=True)
         where.add_argument("--config", help="the study's JSON config")
         where.add_argument("--study", help="shorthand for --config experiments/configs/STUDY.json")
-        return sub
+        return add_common_flags(sub)
 
     sub = with_config("pretrain", "pre-train every variant of a study (resumable)")
     sub.add_argument("--variants", nargs="+", help="only these variants (default: all)")
@@ -61,29 +61,35 @@ def parse_args(argv=None):
                      help="a pre-training run directory or a .keras file (backbone or task)")
     sub.add_argument("--out", required=True, help="PNG file to write")
     sub.add_argument("--length", type=int, default=64, help="positions drawn (default 64)")
+    add_common_flags(sub)
     return parser.parse_args(argv)
 
 
 def main(argv=None):
+    """`training.cli.run`: a study's, a flag's or a path's error is one line, exit 2."""
+    return run(_main, argv)
+
+
+def _main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
     from experiments import config as study_config
     from experiments import records
-    from keras_tupe.pretraining import PretrainError
 
     command = records.command_line(argv)
     start = time.perf_counter()
-    try:
-        if args.command == "maps":
-            from experiments.maps import draw_maps
+    if args.command == "maps":
+        from experiments.maps import draw_maps
 
-            paths = draw_maps(args.init, args.out, length=args.length, command=command)
-        else:
-            path = args.config or _study_path(args.study)
-            paths = _run_study(args, study_config.load_config(path), command)
-    except (study_config.StudyError, PretrainError, FileNotFoundError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        paths = draw_maps(args.init, args.out, length=args.length, command=command)
+    else:
+        path = args.config or _study_path(args.study)
+        if args.study and not os.path.exists(path):
+            studies = sorted(name[:-5] for name in os.listdir(CONFIG_DIR) if name.endswith(".json"))
+            raise study_config.StudyError(
+                f"--study {args.study}: there is no {path}. Choose one of {', '.join(studies)}, "
+                "or pass --config FILE.")
+        paths = _run_study(args, study_config.load_config(path), command)
     for name, path in (paths or {}).items():
         print(f"wrote {path}" if name != "status" else f"status: {path}")
     print(f"done in {records.format_seconds(time.perf_counter() - start)}: {command}")

@@ -325,3 +325,66 @@ def test_export_says_what_it_does_and_the_next_command(tmp_path, monkeypatch, ca
     assert stdout == (f"Exporting the classifier to {out}/<version> ...\n"
                       f"Saved the classifier to {out / '1'}.\n"
                       f"Next: {predict} {out} \"a gripping film\"\n")
+
+
+def test_a_scripts_system_exit_message_is_a_user_error(capsys):
+    def bad(argv):
+        raise SystemExit("results.json exists: pass --overwrite to replace it, or another --out.")
+
+    code, _, err = run_main(lambda argv: cli.run(bad, argv), [], capsys)
+    assert (code, err) == (2, "error: results.json exists: pass --overwrite to replace it, or "
+                              "another --out.\n")
+    with pytest.raises(SystemExit) as exit:  # argparse's exit(2) has already said why
+        cli.run(lambda argv: sys.exit(2), [])
+    assert exit.value.code == 2
+
+
+# --- experiments.run and the benchmarks ---------------------------------------------------
+
+
+def test_experiments_run_names_an_unknown_study_and_the_choices(tmp_path, capsys):
+    from experiments import run as experiments_run
+
+    studies = sorted(p.stem for p in (REPO / "experiments" / "configs").glob("*.json"))
+    code, _, err = run_main(experiments_run.main, ["report", "--study", "nope"], capsys)
+    path = experiments_run._study_path("nope")
+    assert (code, err) == (2, f"error: --study nope: there is no {path}. Choose one of "
+                              f"{', '.join(studies)}, or pass --config FILE.\n")
+    code, _, err = run_main(experiments_run.main,
+                            ["report", "--config", str(tmp_path / "x.json")], capsys)
+    assert (code, err) == (2, f"error: Study config {tmp_path / 'x.json'} does not exist.\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_shard_loader_benchmark_names_a_folder_that_is_not_shards(tmp_path, capsys):
+    from benchmarks import shard_loader
+
+    code, out, err = run_main(lambda argv: cli.run(shard_loader.main, argv),
+                              ["--shards", str(tmp_path)], capsys)
+    assert code == 2 and out == ""
+    assert err.startswith(f"error: --shards {tmp_path} has no manifest.json")
+    assert len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("module,argv,message", [
+    ("benchmarks.encoders", ["--batch-size", "0"], "error: --batch-size must be >= 1. Received: 0"),
+    pytest.param("benchmarks.method3_memory", ["--seq-len", "many"],
+                 "error: argument --seq-len: invalid int value: 'many'",
+                 marks=pytest.mark.slow),  # imports TensorFlow (its quiet start): ~15 s
+])
+def test_benchmark_entry_points_exit_2_and_the_encoders_parent_imports_no_framework(
+        module, argv, message):
+    """As `python -m <module>` runs it (its `__main__` block), in a fresh process."""
+    script = ("import runpy, sys\n"
+              f"sys.argv = ['{module}', *{argv!r}]\n"
+              "try:\n"
+              f"    runpy.run_module('{module}', run_name='__main__', alter_sys=True)\n"
+              "except SystemExit as exit:\n"
+              "    print(exit.code, 'tensorflow' in sys.modules, 'keras' in sys.modules)\n")
+    result = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True,
+                            text=True, timeout=120)
+    assert result.stderr.splitlines()[-1].endswith(message), result.stderr
+    if module == "benchmarks.encoders":
+        assert result.stdout == "2 False False\n"
+    else:
+        assert result.stdout.startswith("2 ")

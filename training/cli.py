@@ -18,7 +18,8 @@ this as TensorFlow does it.
 `run(main, argv)` turns the user's mistakes (`ValueError`, and the `OSError`s of paths
 they gave) into `error: <message>` on stderr (a line per problem, when one error lists
 several conflicting flags) and exit status 2, argparse's
-convention; any other exception is a bug and keeps its traceback (`--traceback`, or
+convention (so does `SystemExit("message")`, the benchmarks' idiom); any other
+exception is a bug and keeps its traceback (`--traceback`, or
 `KERAS_TUPE_TRACEBACK=1`, shows it for user errors too).
 """
 
@@ -96,6 +97,12 @@ def run(main, argv=None):
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except SystemExit as exit:  # `raise SystemExit("message")`, a script's user error
+        if not isinstance(exit.code, str):
+            raise  # argparse's (already reported) and sys.exit(n)
+        for line in error_lines(exit.code):
+            print(f"error: {line}", file=sys.stderr)
+        return 2
 
 
 def error_lines(error):
