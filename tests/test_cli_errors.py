@@ -388,3 +388,28 @@ def test_benchmark_entry_points_exit_2_and_the_encoders_parent_imports_no_framew
         assert result.stdout == "2 False False\n"
     else:
         assert result.stdout.startswith("2 ")
+
+
+@pytest.mark.parametrize("loader,what", [
+    ("glue", "GLUE task 'sst2' (tensorflow-datasets 'glue/sst2')"),
+    ("squad", "SQuAD v1.1 'validation' (tensorflow-datasets 'squad/v1.1')"),
+])
+def test_offline_glue_and_squad_fail_at_once_leaving_the_tfds_folder_empty(
+        tmp_path, monkeypatch, loader, what):
+    import socket
+
+    from keras_tupe.data import glue, squad
+
+    load = {"glue": lambda: glue.load_glue("sst2", "validation"),
+            "squad": lambda: squad.load_squad("validation")}[loader]
+
+    def no_network(*args, **kwargs):
+        raise OSError("Network is unreachable")
+
+    monkeypatch.setattr(socket, "create_connection", no_network)
+    monkeypatch.setenv("TFDS_DATA_DIR", str(tmp_path))
+    with pytest.raises(ConnectionError) as error:
+        load()
+    assert str(error.value).startswith(
+        f"{what} is not prepared locally and storage.googleapis.com cannot be reached")
+    assert list(tmp_path.rglob("*")) == []
