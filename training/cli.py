@@ -3,7 +3,7 @@
 `quiet_tensorflow()` runs when the `training` package is imported (`training/__init__.py`),
 so before any entry point imports Keras or TensorFlow. It hides:
 
-- TensorFlow's C++ log lines (`TF_CPP_MIN_LOG_LEVEL=3` unless already set: the oneDNN
+- TensorFlow's C++ log lines (`TF_CPP_MIN_LOG_LEVEL=3`, also over a lower level: the oneDNN
   notice, the XLA and device-placement info lines);
 - the CUDA probe of a machine that has no NVIDIA GPU (`E0000 ... failed call to cuInit`):
   `CUDA_VISIBLE_DEVICES=""` is set only when no GPU device node exists (`/dev/nvidia*`,
@@ -52,7 +52,10 @@ def quiet_tensorflow(verbose=None):
         verbose = TF_LOGS_FLAG in sys.argv[1:] or os.environ.get("KERAS_TUPE_TF_LOGS") == "1"
     if verbose:
         return
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    # 3, also over a lower level set in the environment (the Makefile's 2 let the
+    # cuInit error through, which TensorFlow logs at its first device query, after import).
+    if os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0") < "3":
+        os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
     if "CUDA_VISIBLE_DEVICES" not in os.environ and not has_gpu_device_nodes():
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
     if "tensorflow" in sys.modules:
