@@ -231,11 +231,11 @@ class StepProgress(keras.callbacks.Callback):
     Args:
         total_steps: int. The run's last step.
         steps_per_epoch: int. Steps in one `fit` epoch (a block).
-        every: float. Seconds between lines within a block. Defaults to 10.
+        every: float. Seconds between lines within a block. Defaults to 5.
         print_fn: callable. Defaults to `print` (flushed).
     """
 
-    def __init__(self, total_steps, steps_per_epoch, every=10.0, print_fn=None):
+    def __init__(self, total_steps, steps_per_epoch, every=5.0, print_fn=None):
         super().__init__()
         self.total_steps, self.steps_per_epoch, self.every = total_steps, steps_per_epoch, every
         self.print_fn = print_fn or (lambda line: print(line, flush=True))

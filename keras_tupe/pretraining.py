@@ -22,6 +22,7 @@ shards (`--shards`, `keras_tupe.data.shards`: NumPy only, so a JAX machine
 without TensorFlow can train; a resumed run computes its next batch directly).
 """
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -33,6 +34,7 @@ import keras
 
 from keras_tupe.callbacks import AtomicBackupAndRestore, StepCheckpoint, StepLogger, StepProgress
 from keras_tupe.folders import made_folder
+from keras_tupe.progress import Heartbeat
 
 RUN_CONFIG = "run_config.json"
 STRATEGIES = ("default", "mirrored", "multiworker")
@@ -111,7 +113,6 @@ class KerasDataParallel:
     """
 
     def __init__(self):
-        import contextlib
 
         devices = keras.distribution.list_devices()
         self.distribution = keras.distribution.DataParallel(devices=devices)
@@ -445,38 +446,41 @@ def _train(config, mode, strategy, manifest, until_step):
     if consumed and config.verbose:
         print(f"Resuming {config.out} after step {consumed}.", flush=True)
 
-    if manifest:
-        train, valid = _shard_inputs(config, consumed)
-    else:
-        train = data.mlm_dataset(
-            config.corpus, tokenizer, config.seq_len, config.batch_size, seed=config.seed,
-            mask_rate=config.mask_rate, mask_token_rate=config.mask_token_rate,
-            random_token_rate=config.random_token_rate, shuffle_buffer=config.shuffle_buffer,
-            repeat=True, max_lines=config.max_lines,
-        ).skip(consumed)
-        valid = None
-    if config.valid_corpus:
-        valid = data.mlm_dataset(
-            config.valid_corpus, tokenizer, config.seq_len, config.batch_size,
-            seed=config.seed + 1, mask_rate=config.mask_rate,
-            mask_token_rate=config.mask_token_rate, random_token_rate=config.random_token_rate,
-            shuffle_buffer=0, repeat=False, max_lines=config.max_lines,
-        ).take(config.valid_batches).cache()
+    # Tracing the input pipeline and building the model: silent for tens of seconds.
+    building = Heartbeat("  building the input pipeline and the model", every=5.0)
+    with building if config.verbose else contextlib.nullcontext():
+        if manifest:
+            train, valid = _shard_inputs(config, consumed)
+        else:
+            train = data.mlm_dataset(
+                config.corpus, tokenizer, config.seq_len, config.batch_size, seed=config.seed,
+                mask_rate=config.mask_rate, mask_token_rate=config.mask_token_rate,
+                random_token_rate=config.random_token_rate, shuffle_buffer=config.shuffle_buffer,
+                repeat=True, max_lines=config.max_lines,
+            ).skip(consumed)
+            valid = None
+        if config.valid_corpus:
+            valid = data.mlm_dataset(
+                config.valid_corpus, tokenizer, config.seq_len, config.batch_size,
+                seed=config.seed + 1, mask_rate=config.mask_rate,
+                mask_token_rate=config.mask_token_rate, random_token_rate=config.random_token_rate,
+                shuffle_buffer=0, repeat=False, max_lines=config.max_lines,
+            ).take(config.valid_batches).cache()
 
-    with strategy.scope():
-        backbone = TupeBackbone.from_preset(
-            config.preset, vocabulary_size=vocabulary_size, dropout=config.dropout
-        )
-        model = TupeMaskedLM(backbone)
-        optimizer = create_optimizer(
-            model, config.learning_rate, total_steps=config.steps,
-            warmup_steps=int(config.warmup_ratio * config.steps),
-            weight_decay=config.weight_decay, beta_1=config.adam_beta1,
-            beta_2=config.adam_beta2, epsilon=config.adam_epsilon, clip_norm=config.clip_norm,
-        )
-        if config.precision == "mixed_float16":
-            optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
-        model.compile(optimizer=optimizer, jit_compile=config.xla)
+        with strategy.scope():
+            backbone = TupeBackbone.from_preset(
+                config.preset, vocabulary_size=vocabulary_size, dropout=config.dropout
+            )
+            model = TupeMaskedLM(backbone)
+            optimizer = create_optimizer(
+                model, config.learning_rate, total_steps=config.steps,
+                warmup_steps=int(config.warmup_ratio * config.steps),
+                weight_decay=config.weight_decay, beta_1=config.adam_beta1,
+                beta_2=config.adam_beta2, epsilon=config.adam_epsilon, clip_norm=config.clip_norm,
+            )
+            if config.precision == "mixed_float16":
+                optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+            model.compile(optimizer=optimizer, jit_compile=config.xla)
 
     callbacks = [
         StepCheckpoint(os.path.join(config.out, "checkpoints"), config.save_steps),

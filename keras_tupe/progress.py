@@ -26,11 +26,11 @@ class Heartbeat:
 
     Args:
         what: str. What is being waited for (the line's start).
-        every: float. Seconds of silence before a line. Defaults to 10.
+        every: float. Seconds of silence before a line. Defaults to 5.
         print_fn: callable taking a line. Defaults to `print` (flushed).
     """
 
-    def __init__(self, what, every=10.0, print_fn=None):
+    def __init__(self, what, every=5.0, print_fn=None):
         if not every > 0:
             raise ValueError(f"`every` must be > 0 seconds. Received: every={every!r}")
         self.what, self.every = what, every

@@ -74,6 +74,7 @@ def _main(argv=None):
     from keras_tupe.export import export_classifier, export_encoder, export_preprocessor
     from keras_tupe.finetuning import FinetuneConfig, finetune_glue, load_classifier
     from keras_tupe.pretraining import PretrainConfig, console_command, pretrain
+    from keras_tupe.progress import Heartbeat
 
     run = os.path.join(args.out, time.strftime("%Y%m%d-%H%M%S"))
     train_corpus, valid_corpus = corpora(args.data_dir)
@@ -108,22 +109,25 @@ def _main(argv=None):
 
     from keras_tupe.models.preset_folders import VOCABULARY_ASSET
 
-    # The masked LM (encoder + head) straight from the preset folder, as keras-hub loads it.
-    encoder = export_encoder(keras_hub.models.MaskedLM.from_preset(preset),
-                             os.path.join(args.export_dir, f"{name}_encoder"))
-    preprocessor = export_preprocessor(os.path.join(preset, VOCABULARY_ASSET),
-                                       os.path.join(args.export_dir, f"{name}_preprocessor"))
-    classifier, vocab, info = load_classifier(classifier_dir)
-    served = export_classifier(classifier, vocab, os.path.join(args.export_dir, f"{name}_sst2"),
-                               seq_length=info["seq_len"], label_names=info["label_names"])
+    with Heartbeat("  exporting"):  # loading, tracing and saving print nothing
+        # The masked LM (encoder + head) straight from the preset folder, as keras-hub loads it.
+        encoder = export_encoder(keras_hub.models.MaskedLM.from_preset(preset),
+                                 os.path.join(args.export_dir, f"{name}_encoder"))
+        preprocessor = export_preprocessor(os.path.join(preset, VOCABULARY_ASSET),
+                                           os.path.join(args.export_dir, f"{name}_preprocessor"))
+        classifier, vocab, info = load_classifier(classifier_dir)
+        served = export_classifier(classifier, vocab,
+                                   os.path.join(args.export_dir, f"{name}_sst2"),
+                                   seq_length=info["seq_len"], label_names=info["label_names"])
     for kind, path in (("encoder (+ .mlm)", encoder), ("preprocessor", preprocessor),
                        ("classifier", served)):
         print(f"{kind:<17} {path}")
     print(f"[{time.perf_counter() - began:.0f}s]")
 
     began = step("4. The classifier SavedModel in a fresh process (no keras_tupe)")
-    answer = subprocess.run([sys.executable, "-m", "training.predict", served, *SENTENCES],
-                            capture_output=True, text=True)
+    with Heartbeat("  loading the SavedModel in a new process"):
+        answer = subprocess.run([sys.executable, "-m", "training.predict", served, *SENTENCES],
+                                capture_output=True, text=True)
     print(answer.stdout, end="")
     if answer.returncode:
         print(answer.stderr[-3000:], file=sys.stderr)
