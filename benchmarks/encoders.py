@@ -37,6 +37,11 @@ Method:
   latter is the step figure where the backend keeps no statistics (JAX, CPU).
 - `--interleave` instead times the variants of a configuration in one process,
   their steps alternating (robust on a busy machine; no memory figures).
+- Throughput: tokens/s = batch x sequence / median step; model TFLOP/s from
+  `model_flops_per_token`; MFU against `--peak-tflops` or the dense bfloat16
+  peak of a known GPU (`PEAK_BF16_TFLOPS`). `--flash` sets the keras_tupe
+  models' `attention_implementation` ("fused" / "einsum"); each row records it,
+  the path the step ran and the `flash_attention` asked (never on a CPU).
 
 Results: `OUT.json` (machine, versions, command, every measurement) and
 `OUT.md` (headline against the issue's thresholds, then one table per
@@ -86,6 +91,111 @@ SPEED_THRESHOLD = 1.05  # tupe_r train step / bert_a and / keras_hub_bert, with 
 MEMORY_THRESHOLD = 2.0  # huang_m3 / huang_m4 peak memory at the longest sequence
 HEADLINE_SEQ_LENS = (128, 512)
 MiB = 1024 * 1024
+# The issue's GPU targets: training step, base size, sequence 512, mixed_bfloat16, XLA.
+GPU_TARGET = dict(size="base", seq_len=512, precision="mixed_bfloat16")
+GPU_TARGETS = (  # (name, numerator, denominator or None for MFU, "<=" / ">=", threshold)
+    ("tupe_r / bert_a step time", "tupe_r", "bert_a", "<=", 1.05),
+    ("tupe_r / keras_hub_bert step time", "tupe_r", KERAS_HUB_BERT, "<=", 1.0),
+    ("bert_a MFU", "bert_a", None, ">=", 0.40),
+    ("huang_m4 / bert_a step time", "huang_m4", "bert_a", "<=", 1.3),
+)
+# Dense bfloat16 tensor-core peaks (TFLOP/s, no sparsity), matched against the
+# device kind in this order. float32 rows get no MFU unless --peak-tflops is
+# given (their TF32 peak depends on settings this benchmark does not record).
+PEAK_BF16_TFLOPS = (("H100 PCIe", 756.0), ("H100", 989.4), ("H200", 989.4), ("A100", 312.0))
+FLASH = {"off": [False], "on": [True], "both": [False, True]}
+
+
+# === Model FLOPs ===
+def model_flops_per_token(num_layers, hidden_dim, intermediate_dim, num_heads, seq_len,
+                          relative_position="none", absolute_correlation="none",
+                          batch_size=1, training=True):
+    """Model FLOPs per token of one step (multiply and add counted as 2).
+
+    Training step = 3 x forward (the backward pass costs 2 x forward). Forward,
+    per layer and token, with d = `hidden_dim`, d_ff = `intermediate_dim`,
+    n = `seq_len`, h = `num_heads`:
+
+        2 x (4 d² [Q, K, V, O projections] + 2 d d_ff [feed-forward])
+        + 2 x 2 n d [QKᵀ and PV]
+
+    (24 d² + 4 n d with d_ff = 4 d), plus the variant's positional logits,
+    per layer and token:
+
+        shaw:    + 2 n d      q_i·a_ij (keys only: this Shaw has no value-side term)
+        method4: + 2 x 2 n d  q_i·a_ij and k_j·a_ij
+        method3: + n d        Σ_c q_ic k_jc a_ijc: one more multiply per term than QKᵀ
+        method1, method2: + h n  the logits multiplied by a scalar per pair
+        t5_bias (bert_r, tupe_r): 0  a gathered bias, added
+
+    and, once per forward pass for the whole batch (not per layer: the encoder
+    computes it once and every layer shares it), divided by the batch's B n
+    tokens:
+
+        untied (tupe_a, tupe_a_tie_cls, tupe_r): 2 x 2 n d² [U_Q, U_K projections
+            of the positions] + 2 n² d [their correlation, (h, n, n)]
+        untied_cross (bert_a_d): 2 x 2 n d² [the position projections]
+
+    Not counted: embeddings (gathers), additions (biases, residuals), softmax,
+    layer norms, the pooler (one d x d product per sequence, < 0.1 % at mini,
+    n = 128), the benchmark's loss; this benchmark has no MLM head. Inference:
+    `training=False`, the forward pass alone.
+    """
+    d, d_ff, n, h = hidden_dim, intermediate_dim, seq_len, num_heads
+    layer = 2 * (4 * d * d + 2 * d * d_ff) + 2 * 2 * n * d
+    layer += {"shaw": 2 * n * d, "method4": 2 * 2 * n * d, "method3": n * d,
+              "method1": h * n, "method2": h * n}.get(relative_position, 0)
+    shared = {"untied": 2 * 2 * n * d * d + 2 * n * n * d,
+              "untied_cross": 2 * 2 * n * d * d}.get(absolute_correlation, 0)
+    forward = num_layers * layer + shared / (batch_size * n)
+    return 3 * forward if training else forward
+
+
+def variant_flops_per_token(variant, size, seq_len, batch_size, training=True):
+    """`model_flops_per_token` for a preset (keras_hub_bert: bert_a's)."""
+    presets = _presets_module()
+    fields = presets.VARIANTS["bert_a" if variant == KERAS_HUB_BERT else variant]
+    size_config = presets.SIZES[size]
+    return model_flops_per_token(
+        size_config["num_layers"], size_config["hidden_dim"], size_config["intermediate_dim"],
+        size_config["num_heads"], seq_len,
+        relative_position=fields.get("relative_position", "none"),
+        absolute_correlation=fields.get("absolute_correlation", "none"),
+        batch_size=batch_size, training=training,
+    )
+
+
+def peak_tflops(override, gpus, precision):
+    """(peak TFLOP/s or None, where it came from) for the MFU of `precision` rows."""
+    if override:
+        return override, "--peak-tflops"
+    if not gpus:
+        return None, "n/a: no GPU (pass --peak-tflops)"
+    if precision != "mixed_bfloat16":
+        return None, f"n/a: no {precision} peak in the table (pass --peak-tflops)"
+    kind = gpus[0]["name"]
+    for pattern, value in PEAK_BF16_TFLOPS:
+        if pattern.lower() in kind.lower():
+            return value, f"dense bfloat16 peak of {pattern} (device kind {kind!r})"
+    return None, f"n/a: {kind!r} not in the peak table (pass --peak-tflops)"
+
+
+def add_throughput(rows, settings, gpus, override=None):
+    """Per ok row: tokens/s, model FLOPs per step, achieved TFLOP/s, MFU and its peak."""
+    for row in rows:
+        if row["status"] != "ok":
+            continue
+        tokens = row["batch_size"] * row["seq_len"]
+        seconds = row["median_ms"] / 1000
+        per_token = variant_flops_per_token(row["variant"], row["size"], row["seq_len"],
+                                            row["batch_size"], training=row["mode"] == "train")
+        row["tokens_per_s"] = tokens / seconds
+        row["model_flops_per_step"] = per_token * tokens
+        row["model_tflops_per_s"] = per_token * tokens / seconds / 1e12
+        peak, source = peak_tflops(override, gpus, row["precision"])
+        row["peak_tflops"], row["peak_tflops_source"] = peak, source
+        row["mfu"] = row["model_tflops_per_s"] / peak if peak else None
+    return rows
 
 
 # === Arguments ===
@@ -109,6 +219,18 @@ def parse_args(argv=None):
     parser.add_argument("--precisions", nargs="+", choices=PRECISIONS, default=None,
                         help="dtype policies (default: float32, plus mixed_bfloat16 and "
                              "mixed_float16 where a GPU supports them)")
+    parser.add_argument("--flash", choices=tuple(FLASH), default="off",
+                        help="the keras_tupe models' attention_implementation: 'fused' "
+                             "(keras.ops.dot_product_attention, a flash kernel where the backend "
+                             "has one) for on, 'einsum' for off, or both (default: off); "
+                             "keras_hub_bert: keras.config.enable_flash_attention() on a GPU")
+    parser.add_argument("--dropout", type=float, default=None,
+                        help="dropout of every model (default: the preset's 0.1); the fused "
+                             "attention has no attention dropout, so a training step with "
+                             "dropout > 0 takes the einsum path whatever --flash says")
+    parser.add_argument("--peak-tflops", type=float, default=None,
+                        help="peak TFLOP/s for the MFU column of every row (default: the dense "
+                             "bfloat16 peak of a known GPU for mixed_bfloat16 rows, else n/a)")
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES),
                         help="train: forward + backward + AdamW update; infer: forward "
                              "(default: both)")
@@ -151,6 +273,10 @@ def parse_args(argv=None):
         value = getattr(args, name)
         if value is not None and value < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1. Received: {value}")
+    if args.dropout is not None and not 0 <= args.dropout < 1:
+        parser.error(f"--dropout must be in [0, 1). Received: {args.dropout}")
+    if args.peak_tflops is not None and args.peak_tflops <= 0:
+        parser.error(f"--peak-tflops must be > 0. Received: {args.peak_tflops}")
     if args.warmup is not None and args.warmup < 0:
         parser.error(f"--warmup must be >= 0. Received: {args.warmup}")
     if args.seq_lens is not None and min(args.seq_lens) < 2:
@@ -203,6 +329,9 @@ def resolve_settings(args, probe):
         activation=args.activation,
         job_timeout_s=args.job_timeout,
         interleave=args.interleave,
+        flash=FLASH[args.flash],
+        dropout=args.dropout,
+        peak_tflops=args.peak_tflops,
     )
     if not probe["keras_hub"] and KERAS_HUB_BERT in settings["variants"]:
         notes.append("keras_hub_bert skipped: keras_hub cannot be imported "
@@ -233,21 +362,24 @@ def plan_jobs(settings):
             for xla in settings["xla"]:
                 for mode in settings["modes"]:
                     for seq_len in settings["seq_lens"]:
-                        shift = round_index % len(variants)
-                        for variant in variants[shift:] + variants[:shift]:
-                            jobs.append(dict(
-                                variant=variant, size=settings["size"], seq_len=seq_len,
-                                mode=mode, xla=xla, precision=precision,
-                                batch_size=settings["batch_size"], repeats=repeats,
-                                warmup=settings["warmup"], round=round_index,
-                                vocabulary_size=settings["vocabulary_size"],
-                                activation=settings["activation"],
-                            ))
+                        # Flash off and on side by side (one --interleave process).
+                        for flash in settings.get("flash", [False]):
+                            shift = round_index % len(variants)
+                            for variant in variants[shift:] + variants[:shift]:
+                                jobs.append(dict(
+                                    variant=variant, size=settings["size"], seq_len=seq_len,
+                                    mode=mode, xla=xla, precision=precision, flash=flash,
+                                    batch_size=settings["batch_size"], repeats=repeats,
+                                    warmup=settings["warmup"], round=round_index,
+                                    vocabulary_size=settings["vocabulary_size"],
+                                    activation=settings["activation"],
+                                    dropout=settings.get("dropout"),
+                                ))
     return jobs
 
 
 def config_key(row):
-    return (row["seq_len"], row["mode"], row["xla"], row["precision"])
+    return (row["seq_len"], row["mode"], row["xla"], row["precision"], row.get("flash", False))
 
 
 # === Statistics ===
@@ -285,6 +417,7 @@ def merge_rounds(results):
         first = parts[0]
         row = {key: first[key] for key in ("variant", "size", "seq_len", "mode", "xla",
                                            "precision", "batch_size")}
+        row["flash"] = first.get("flash", False)
         failed = [p for p in parts if p["status"] != "ok"]
         row["rounds"] = len(parts)
         row["order"] = [p["order"] for p in parts]
@@ -310,6 +443,8 @@ def merge_rounds(results):
                  if p.get(k) is not None]
         row["load_average_range"] = [min(loads), max(loads)] if loads else None
         row["activation"] = first.get("activation")
+        for key in ("attention_implementation", "attention_path", "flash_attention"):
+            row[key] = first.get(key)
         rows.append(row)
     return rows
 
@@ -328,10 +463,11 @@ def add_ratios(rows):
     return rows
 
 
-def _find(rows, variant, seq_len, mode, xla, precision):
+def _find(rows, variant, seq_len, mode, xla, precision, flash=False, size=None):
     for row in rows:
-        if (row["variant"], row["seq_len"], row["mode"], row["xla"], row["precision"]) == (
-            variant, seq_len, mode, xla, precision
+        if (row["variant"], row["seq_len"], row["mode"], row["xla"], row["precision"],
+            row.get("flash", False)) == (variant, seq_len, mode, xla, precision, flash) and (
+            size is None or row["size"] == size
         ) and row["status"] == "ok":
             return row
     return None
@@ -343,15 +479,18 @@ def headline(rows, settings):
     Speed: `tupe_r` training-step median over `bert_a`'s and keras-hub BERT's,
     with XLA, at every sequence length run. XLA speed-up: `tupe_r`'s median
     without XLA over with, per mode. Memory: `huang_m3` over `huang_m4` peak at
-    the longest sequence (training step, XLA on if run, else off).
+    the longest sequence (training step, XLA on if run, else off). These use
+    the first `--flash` setting run. Then the issue's GPU targets
+    (`gpu_targets`), per flash setting.
     """
     checks = []
     seq_lens = sorted(settings["seq_lens"])
+    flash = settings.get("flash", [False])[0]
     for precision in settings["precisions"]:
         for reference in ("bert_a", KERAS_HUB_BERT):
             for seq_len in seq_lens:
-                a = _find(rows, "tupe_r", seq_len, "train", True, precision)
-                b = _find(rows, reference, seq_len, "train", True, precision)
+                a = _find(rows, "tupe_r", seq_len, "train", True, precision, flash)
+                b = _find(rows, reference, seq_len, "train", True, precision, flash)
                 check = dict(kind="speed", name=f"tupe_r / {reference}", seq_len=seq_len,
                              mode="train", xla=True, precision=precision,
                              threshold=SPEED_THRESHOLD, value=None, verdict="n/a")
@@ -366,8 +505,8 @@ def headline(rows, settings):
                 checks.append(check)
         for mode in settings["modes"]:
             for seq_len in seq_lens:
-                on = _find(rows, "tupe_r", seq_len, mode, True, precision)
-                off = _find(rows, "tupe_r", seq_len, mode, False, precision)
+                on = _find(rows, "tupe_r", seq_len, mode, True, precision, flash)
+                off = _find(rows, "tupe_r", seq_len, mode, False, precision, flash)
                 check = dict(kind="xla_speedup", name="tupe_r XLA speed-up (off / on)",
                              seq_len=seq_len, mode=mode, precision=precision,
                              threshold=None, value=None, verdict="reported")
@@ -376,8 +515,8 @@ def headline(rows, settings):
                 checks.append(check)
         longest = seq_lens[-1]
         xla = True in settings["xla"]
-        m3 = _find(rows, "huang_m3", longest, "train", xla, precision)
-        m4 = _find(rows, "huang_m4", longest, "train", xla, precision)
+        m3 = _find(rows, "huang_m3", longest, "train", xla, precision, flash)
+        m4 = _find(rows, "huang_m4", longest, "train", xla, precision, flash)
         check = dict(kind="memory", name="huang_m3 / huang_m4 peak memory", seq_len=longest,
                      mode="train", xla=xla, precision=precision, threshold=MEMORY_THRESHOLD,
                      value=None, verdict="n/a")
@@ -393,6 +532,41 @@ def headline(rows, settings):
     for check in checks:
         if check["seq_len"] not in HEADLINE_SEQ_LENS:
             check["note"] = f"the issue's thresholds are for sequences {list(HEADLINE_SEQ_LENS)}"
+    return checks + gpu_targets(rows, settings)
+
+
+def gpu_targets(rows, settings):
+    """The issue's GPU targets at base size, sequence 512, mixed_bfloat16, training, XLA.
+
+    One check per target and flash setting run (flash off only when none was
+    run); "n/a (not measured)" where a row is missing.
+    """
+    checks = []
+    t = GPU_TARGET
+    for flash in settings.get("flash", [False]):
+        for name, variant, reference, direction, threshold in GPU_TARGETS:
+            a = _find(rows, variant, t["seq_len"], "train", True, t["precision"], flash,
+                      t["size"])
+            b = reference and _find(rows, reference, t["seq_len"], "train", True,
+                                    t["precision"], flash, t["size"])
+            check = dict(kind="gpu_target", name=name, size=t["size"], seq_len=t["seq_len"],
+                         mode="train", xla=True, precision=t["precision"], flash=flash,
+                         direction=direction, threshold=threshold, value=None,
+                         verdict="n/a (not measured)")
+            if reference is None and a and a.get("mfu") is not None:
+                check["value"] = a["mfu"]
+                check["detail"] = (f"{a['model_tflops_per_s']:,.1f} / {a['peak_tflops']:,.1f} "
+                                   "TFLOP/s")
+            elif reference is None and a:
+                check["verdict"] = "n/a (no peak: pass --peak-tflops)"
+            elif a and b:
+                check["value"] = a["median_ms"] / b["median_ms"]
+                check["range"] = [a["min_ms"] / b["max_ms"], a["max_ms"] / b["min_ms"]]
+            if check["value"] is not None:
+                passed = (check["value"] <= threshold if direction == "<="
+                          else check["value"] >= threshold)
+                check["verdict"] = "PASS" if passed else "FAIL"
+            checks.append(check)
     return checks
 
 
@@ -598,10 +772,11 @@ def _versions():
     return versions
 
 
-def _preset_variants():
-    """`keras_tupe.models.presets.VARIANTS`, read without importing the package.
+def _presets_module():
+    """`keras_tupe.models.presets`, read without importing the package.
 
-    (The package needs keras_hub; its absence is reported per measurement.)
+    (The package needs keras_hub, and the parent imports no framework; the
+    absence of keras_hub is reported per measurement.)
     """
     import importlib.util
 
@@ -609,7 +784,12 @@ def _preset_variants():
     spec = importlib.util.spec_from_file_location("_keras_tupe_presets", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.VARIANTS
+    return module
+
+
+def _preset_variants():
+    """`keras_tupe.models.presets.VARIANTS`."""
+    return _presets_module().VARIANTS
 
 
 def probe():
@@ -660,7 +840,55 @@ def probe():
                 preset_variants=list(_preset_variants()))
 
 
-def build_encoder(variant, size, vocabulary_size=None, activation=None):
+def _on_gpu():
+    import keras
+
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+
+        return jax.devices()[0].platform == "gpu"
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return bool(tf.config.list_physical_devices("GPU"))
+    if backend == "torch":
+        import torch
+
+        return torch.cuda.is_available()
+    return False
+
+
+def attention_choice(variant, flash, mode, dropout, on_gpu):
+    """What `--flash` sets and what the attention then runs, for one measurement.
+
+    Returns `attention_implementation` (the keras_tupe setting; keras_hub_bert:
+    Keras's `MultiHeadAttention`), `attention_path` (what a step runs) and
+    `flash_attention` (what `keras.ops.dot_product_attention` is asked: never
+    True on a CPU, where the flash kernels do not exist; "backend" where the
+    backend chooses). keras_tupe's "fused" is refused for BERT-A^d and Shaw /
+    methods 1-4 (no scaled dot product plus bias), so those run "einsum"; both
+    fused paths (keras_tupe's and keras-hub's, i.e. Keras's MultiHeadAttention)
+    fall back to einsums while attention dropout is active.
+    """
+    fields = {} if variant == KERAS_HUB_BERT else _presets_module().VARIANTS[variant]
+    if variant == KERAS_HUB_BERT:
+        implementation = "keras MultiHeadAttention"
+        # Keras's MultiHeadAttention calls dot_product_attention whenever its
+        # dropout is 0, even in inference (it checks the rate, not `training`).
+        fused = dropout == 0
+        flash_attention = bool(flash and on_gpu and fused)
+        return implementation, "dot_product_attention" if fused else "einsum", flash_attention
+    applies = not (fields.get("absolute_correlation") == "untied_cross"
+                   or fields.get("relative_position", "none") not in ("none", "t5_bias"))
+    implementation = "fused" if flash and applies else "einsum"
+    fused = implementation == "fused" and not (mode == "train" and dropout > 0)
+    # keras_tupe passes flash_attention=None: the backend picks a flash kernel on a GPU.
+    return implementation, "fused" if fused else "einsum", "backend" if fused and on_gpu else False
+
+
+def build_encoder(variant, size, vocabulary_size=None, activation=None,
+                  attention_implementation=None, dropout=None):
     """The backbone and a function mapping TF-Hub-named inputs to its inputs.
 
     keras-hub's BERT gets every size field of `bert_a_<size>`, read from the
@@ -671,9 +899,13 @@ def build_encoder(variant, size, vocabulary_size=None, activation=None):
     overrides = {}
     if vocabulary_size:
         overrides["vocabulary_size"] = vocabulary_size
+    if dropout is not None:
+        overrides["dropout"] = dropout
     if variant != KERAS_HUB_BERT:
         if activation:
             overrides["activation"] = activation
+        if attention_implementation:  # keras_hub_bert: set by keras.config (_set_attention)
+            overrides["attention_implementation"] = attention_implementation
         backbone = TupeBackbone.from_preset(f"{variant}_{size}", **overrides)
         return backbone, (lambda inputs: inputs), backbone.activation
     import keras_hub
@@ -711,7 +943,8 @@ def build_benchmark_model(job):
     from keras_tupe.optimization import create_optimizer
 
     backbone, adapt, activation = build_encoder(
-        job["variant"], job["size"], job["vocabulary_size"], job["activation"]
+        job["variant"], job["size"], job["vocabulary_size"], job["activation"],
+        job.get("attention_implementation"), job.get("dropout"),
     )
     n = job["seq_len"]
     inputs = {name: keras.Input(shape=(n,), dtype="int32", name=name) for name in INPUT_NAMES}
@@ -788,11 +1021,28 @@ def _usable_cpus():
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
+def _set_attention(job):
+    """Fills the job's attention fields (see `attention_choice`) and Keras's flash flag."""
+    import keras
+
+    dropout = 0.1 if job.get("dropout") is None else job["dropout"]  # the presets' dropout
+    implementation, path, flash_attention = attention_choice(
+        job["variant"], job.get("flash", False), job["mode"], dropout, _on_gpu())
+    job.update(attention_implementation=implementation, attention_path=path,
+               flash_attention=flash_attention)
+    if flash_attention is True:
+        keras.config.enable_flash_attention()
+    else:
+        keras.config.disable_flash_attention()
+    return job
+
+
 def worker(job):
     """One measurement alone in this process: builds, compiles, warms up, times, memory."""
     import keras
 
     keras.config.set_dtype_policy(job["precision"])
+    job = _set_attention(dict(job))
     keras.utils.set_random_seed(0)
     backend = keras.backend.backend()
     cpus = _usable_cpus()
@@ -847,6 +1097,7 @@ def worker_interleaved(jobs):
     results, steps = [], []
     for job in jobs:
         keras.utils.set_random_seed(0)
+        job = _set_attention(dict(job))
         result = dict(job, status="ok", backend=backend, load_average_start=_load_average(),
                       memory_kind="not measured (--interleave)", peak_mb=None, cpu_ms=[])
         try:
@@ -905,6 +1156,13 @@ def _fmt(value, digits=1, suffix=""):
 
 def _percent(fraction):
     return None if fraction is None else 100 * fraction
+
+
+def _attention_text(row):
+    if not row.get("attention_implementation"):
+        return "–"
+    return (f"{row['attention_implementation']} → {row['attention_path']}, flash_attention "
+            f"{row['flash_attention']}")
 
 
 def render_markdown(report):
@@ -970,14 +1228,20 @@ def render_markdown(report):
         what = c["name"]
         if c["kind"] == "speed":
             what += ", training step, XLA"
+        elif c["kind"] == "gpu_target":
+            what += (f", target, {c['size']}, training step, XLA, flash "
+                     f"{'on' if c['flash'] else 'off'}")
         elif c["kind"] == "xla_speedup":
             what += f", {c['mode']}"
         else:
             what += f", training step, XLA {'on' if c['xla'] else 'off'}"
         value = _fmt(c["value"], 3) if c["value"] is not None else "–"
+        if c["kind"] == "gpu_target" and c["name"].endswith("MFU") and c["value"] is not None:
+            value = _fmt(_percent(c["value"]), 1, "%")
         spread = (f"{c['range'][0]:.3f}–{c['range'][1]:.3f}" if c.get("range")
                   else c.get("detail", ""))
-        threshold = f"≤ {c['threshold']}" if c["threshold"] else ""
+        threshold = (f"{'≥' if c.get('direction') == '>=' else '≤'} {c['threshold']}"
+                     if c["threshold"] else "")
         verdict = c["verdict"] + (" *" if c.get("note") else "")
         lines.append(f"| {what} | {c['seq_len']} | {c['precision']} | {value} | {spread} | "
                      f"{_fmt(c.get('ratio_of_min'), 3)} | {_fmt(c.get('ratio_of_cpu_time'), 3)} | "
@@ -991,33 +1255,51 @@ def render_markdown(report):
                   "this run used others."]
     lines += ["", "## Results", ""]
     keys = sorted({config_key(r) for r in rows},
-                  key=lambda k: (PRECISIONS.index(k[3]), k[1] != "train", not k[2], k[0]))
+                  key=lambda k: (PRECISIONS.index(k[3]), k[1] != "train", not k[2], k[4], k[0]))
     order = {name: i for i, name in enumerate(s["variants"])}
+    peaks = sorted({f"{r['precision']}: {r['peak_tflops_source']}" for r in rows
+                    if r.get("peak_tflops_source")})
+    if peaks:
+        lines += ["Throughput: tokens/s = batch × sequence / median step; TFLOP/s = model FLOPs "
+                  "of the step (`benchmarks.encoders.model_flops_per_token`: 3 × forward for "
+                  "training, encoder layers and positional terms, no embeddings) / median step; "
+                  "MFU = TFLOP/s / peak. Peak: " + "; ".join(peaks) + ". Device peak MB: the "
+                  "backend allocator's whole-life peak (JAX: "
+                  "`memory_stats()['peak_bytes_in_use']` on a GPU; – where it keeps none). "
+                  "Attention: the implementation set, → the path a step runs, and "
+                  "flash_attention asked of dot_product_attention.", ""]
     for key in keys:
-        seq_len, mode, xla, precision = key
-        lines += [f"### {'training step' if mode == 'train' else 'inference'}, sequence {seq_len}, "
-                  f"XLA {'on' if xla else 'off'}, {precision}", "",
+        seq_len, mode, xla, precision, flash = key
+        lines += [f"### {'training step' if mode == 'train' else 'inference'}, "
+                  f"sequence {seq_len}, XLA {'on' if xla else 'off'}, {precision}, "
+                  f"flash {'on' if flash else 'off'}",
+                  "",
                   "| variant | params | median ms | min–max ms | IQR ms | × bert_a | "
-                  "× keras_hub_bert | step Δ MB | Δ build MB | abs MB | compile s | CPU busy |",
+                  "× keras_hub_bert | tokens/s | TFLOP/s | MFU | step Δ MB | Δ build MB | abs MB "
+                  "| device peak MB | compile s | CPU busy | attention |",
                   "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
-                  "| ---: |"]
+                  "| ---: | ---: | ---: | ---: | ---: | --- |"]
         group = sorted((r for r in rows if config_key(r) == key),
                        key=lambda r: order.get(r["variant"], len(order)))
         for r in group:
             params_text = f"{r['params']:,}" if r.get("params") else "–"
             if r["status"] != "ok":
                 lines.append(f"| {r['variant']} | {params_text} | {r['status'].upper()}: "
-                             f"{r.get('error', '')[:120].replace('|', '/')} | | | | | | | | | |")
+                             f"{r.get('error', '')[:120].replace('|', '/')} "
+                             "| | | | | | | | | | | | | | |")
                 continue
             xla_mark = "" if r["xla_effective"] == r["xla"] else " (XLA not applied)"
             lines.append(
                 f"| {r['variant']}{xla_mark} | {params_text} | {_fmt(r['median_ms'])} | "
                 f"{_fmt(r['min_ms'])}–{_fmt(r['max_ms'])} | {_fmt(r['iqr_ms'])} | "
                 f"{_fmt(r['ratio_bert_a'], 3)} | {_fmt(r['ratio_keras_hub_bert'], 3)} | "
+                f"{_fmt(r.get('tokens_per_s'), 0)} | {_fmt(r.get('model_tflops_per_s'), 3)} | "
+                f"{_fmt(_percent(r.get('mfu')), 1, '%') if r.get('mfu') is not None else 'n/a'} | "
                 f"{_fmt(r.get('peak_mb'), 0)} | {_fmt(r.get('peak_build_delta_mb'), 0)} | "
-                f"{_fmt(r.get('peak_abs_mb'), 0)} | "
+                f"{_fmt(r.get('peak_abs_mb'), 0)} | {_fmt(r.get('allocator_peak_mb'), 0)} | "
                 f"{_fmt(r['compile_s'], 1)} | "
-                f"{_fmt(_percent(r.get('cpu_utilization')), 0, '%')} |")
+                f"{_fmt(_percent(r.get('cpu_utilization')), 0, '%')} | "
+                f"{_attention_text(r)} |")
         lines.append("")
     return "\n".join(lines)
 
@@ -1066,11 +1348,11 @@ def main(argv=None):
           file=sys.stderr, flush=True)
     results = []
     groups = [[job] for job in jobs]
-    if settings["interleave"]:  # one process per configuration and round
+    if settings["interleave"]:  # one process per configuration (flash off and on) and round
         groups = []
         for job in jobs:
-            if groups and (groups[-1][0]["round"],) + config_key(groups[-1][0]) == (
-                (job["round"],) + config_key(job)
+            if groups and (groups[-1][0]["round"],) + config_key(groups[-1][0])[:4] == (
+                (job["round"],) + config_key(job)[:4]
             ):
                 groups[-1].append(job)
             else:
@@ -1094,7 +1376,8 @@ def main(argv=None):
                   f"xla={'on ' if result['xla'] else 'off'} {result['precision']}: "
                   f"{status}  [{result['wall_s']:.0f} s, ETA {eta / 60:.0f} min]",
                   file=sys.stderr, flush=True)
-    rows = add_ratios(merge_rounds(results))
+    rows = add_throughput(add_ratios(merge_rounds(results)), settings, probe_result["gpus"],
+                          settings["peak_tflops"])
     machine["load_average_end"] = ([round(x, 2) for x in os.getloadavg()]
                                    if hasattr(os, "getloadavg") else None)
     report = dict(

@@ -231,3 +231,52 @@ def test_tupe_positional_term_is_computed_once_and_broadcast_over_the_batch():
         assert len(biases) == 4
         assert all(bias is biases[0] for bias in biases)  # the same tensor in every layer
         assert tuple(biases[0].shape) == (1, heads, length, length)  # not per example
+
+
+def test_model_flops_against_a_hand_count():
+    # tiny: L = 2, d = 64, d_ff = 128, h = 4; n = 32, batch B = 2.
+    # Per layer and token: 2 (4 d² + 2 d d_ff) = 2 (16,384 + 16,384) = 65,536
+    #   + 2 x 2 n d = 4 · 32 · 64 = 8,192 -> 73,728; x 2 layers = 147,456.
+    # tupe_r, once per batch: 2 x 2 n d² = 524,288 + 2 n² d = 131,072 -> 655,360,
+    #   over B n = 64 tokens = 10,240. Forward 157,696; training x 3 = 473,088.
+    # huang_m4: + 2 x 2 n d = 8,192 per layer -> 2 (73,728 + 8,192) = 163,840; x 3 = 491,520.
+    # shaw: + 2 n d = 4,096 per layer -> 2 · 77,824 = 155,648; x 3 = 466,944.
+    # bert_a: 147,456 x 3 = 442,368; inference (forward only) 147,456.
+    flops = encoders.variant_flops_per_token
+    assert flops("tupe_r", "tiny", 32, 2) == 473_088
+    assert flops("huang_m4", "tiny", 32, 2) == 491_520
+    assert flops("shaw", "tiny", 32, 2) == 466_944
+    assert flops("bert_a", "tiny", 32, 2) == 442_368
+    assert flops("keras_hub_bert", "tiny", 32, 2) == 442_368
+    assert flops("bert_a", "tiny", 32, 2, training=False) == 147_456
+    # mini (d = 256, d_ff = 1024), n = 512: (24 d² + 8 n d) / (24 d² + 4 n d) = 1.25.
+    assert flops("huang_m4", "mini", 512, 8) / flops("bert_a", "mini", 512, 8) == 1.25
+
+
+def test_throughput_mfu_and_gpu_targets():
+    rows = encoders.add_ratios(encoders.merge_rounds(_synthetic_results()))
+    gpus = [dict(name="NVIDIA H100 80GB HBM3", compute_capability="9.0")]
+    encoders.add_throughput(rows, SETTINGS, gpus)
+    row = next(r for r in rows if r["variant"] == "bert_a" and r["seq_len"] == 512
+               and r["mode"] == "train" and r["xla"])
+    assert row["tokens_per_s"] == pytest.approx(2 * 512 / 0.010)
+    assert row["mfu"] is None and row["peak_tflops_source"].startswith("n/a: no float32")
+    assert encoders.peak_tflops(None, gpus, "mixed_bfloat16")[0] == 989.4
+    assert encoders.peak_tflops(None, [dict(name="NVIDIA A100-SXM4-40GB")],
+                                "mixed_bfloat16")[0] == 312.0
+    assert encoders.peak_tflops(None, [], "mixed_bfloat16")[0] is None
+    encoders.add_throughput(rows, SETTINGS, [], override=2.0)
+    assert row["mfu"] == pytest.approx(row["model_tflops_per_s"] / 2.0)
+    targets = encoders.gpu_targets(rows, SETTINGS)  # tiny, float32: none measured
+    assert [c["verdict"] for c in targets] == ["n/a (not measured)"] * 4
+    base = []
+    for r in rows:
+        if r["seq_len"] == 512 and r["mode"] == "train" and r["xla"]:
+            base.append(dict(r, size="base", precision="mixed_bfloat16", mfu=0.5,
+                             model_tflops_per_s=500.0, peak_tflops=1000.0))
+    targets = {c["name"]: c for c in encoders.gpu_targets(base, SETTINGS)}
+    assert targets["tupe_r / bert_a step time"]["value"] == pytest.approx(1.04)
+    assert targets["tupe_r / bert_a step time"]["verdict"] == "PASS"
+    assert targets["tupe_r / keras_hub_bert step time"]["verdict"] == "FAIL"  # 1.3 > 1.0
+    assert targets["bert_a MFU"]["verdict"] == "PASS"
+    assert targets["huang_m4 / bert_a step time"]["value"] == pytest.approx(0.5)
