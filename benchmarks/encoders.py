@@ -205,6 +205,9 @@ def parse_args(argv=None):
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    from training.cli import one_line_errors  # no framework: `training` blocks TensorFlow
+
+    one_line_errors(parser)  # the parser's own errors: one line
     parser.add_argument("--size", choices=SIZES, default=None,
                         help="preset size (default: mini on CPU, base on GPU)")
     parser.add_argument("--variants", nargs="+", choices=ALL_VARIANTS, default=list(ALL_VARIANTS),

@@ -61,7 +61,11 @@ CHILD_TIMEOUT_S = 1800
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.method3_memory",
+                                     description=__doc__.splitlines()[0])
+    from training.cli import one_line_errors
+
+    one_line_errors(parser)  # the parser's own errors: one line
     parser.add_argument("--batch-size", type=int, default=BATCH_SIZE)
     parser.add_argument("--num-heads", type=int, default=NUM_HEADS)
     parser.add_argument("--hidden-dim", type=int, default=HIDDEN_DIM)

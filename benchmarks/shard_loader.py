@@ -127,6 +127,9 @@ def _processor_name():
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m benchmarks.shard_loader", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    from training.cli import one_line_errors
+
+    one_line_errors(p)  # the parser's own errors: one line
     p.add_argument("--shards", help="an existing shard folder (default: synthetic ones)")
     p.add_argument("--seq-len", type=int, nargs="+", default=[128, 512],
                    help="sequence lengths of the synthetic shards")

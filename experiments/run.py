@@ -5,6 +5,7 @@
     python -m experiments.run finetune --config experiments/configs/finetune.json
     python -m experiments.run length   --config experiments/configs/length.json
     python -m experiments.run maps     --init runs/study/pretrain/tupe_a --out docs/results/maps/tupe_a.png
+    python -m experiments.run compare  --name speed --studies speed_f32_xla speed_bf16_xla
 
 Every command can be stopped and started again: finished runs are skipped and
 an interrupted one continues where it was. Outputs go to the config's
@@ -17,7 +18,7 @@ import os
 import sys
 import time
 
-from training.cli import add_common_flags, run  # importing `training` quiets TensorFlow
+from training.cli import add_common_flags, one_line_errors, run  # importing `training` quiets TensorFlow
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
 
@@ -28,10 +29,26 @@ def _study_path(name):
     return relative if not relative.startswith("..") else path
 
 
+def _resolve_study(name, flag="--studies"):
+    """A study's config file: `name` itself when it is a .json path, else configs/NAME.json."""
+    from experiments.config import StudyError
+
+    if name.endswith(".json"):
+        return name
+    path = _study_path(name)
+    if not os.path.exists(path):
+        studies = sorted(n[:-5] for n in os.listdir(CONFIG_DIR) if n.endswith(".json"))
+        alternative = "--config FILE" if flag == "--study" else "a config file (.json)"
+        raise StudyError(f"{flag} {name}: there is no {path}. Choose one of "
+                         f"{', '.join(studies)}, or pass {alternative}.")
+    return path
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(
         prog="python -m experiments.run", description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter)
+    one_line_errors(parser)  # the parser's own errors: one line
     commands = parser.add_subparsers(dest="command", required=True)
 
     def with_config(name, help_text):
@@ -56,6 +73,15 @@ def parse_args(argv=None):
     sub = with_config("length", "masked-LM loss at longer sequences (Huang Table 4)")
     sub.add_argument("--variants", nargs="+", help="only these variants (default: all)")
     with_config("report", "collect a study's results into docs/results (no training)")
+    sub = commands.add_parser("compare", help="pre-training studies that differ only in their "
+                              "overrides, side by side (the speed study, the tuning sweep)")
+    sub.add_argument("--name", required=True,
+                     help="names the outputs: <results_dir>/NAME_compare.{csv,png,md}")
+    sub.add_argument("--studies", nargs="+", required=True,
+                     help="study names (experiments/configs/NAME.json) or config files; the "
+                          "first is the reference the others are measured against")
+    sub.add_argument("--variants", nargs="+", help="only these variants (default: all)")
+    add_common_flags(sub)
     sub = commands.add_parser("maps", help="per-head positional maps of one encoder")
     sub.add_argument("--init", required=True,
                      help="a pre-training run directory or a .keras file (backbone or task)")
@@ -82,13 +108,14 @@ def _main(argv=None):
         from experiments.maps import draw_maps
 
         paths = draw_maps(args.init, args.out, length=args.length, command=command)
+    elif args.command == "compare":
+        from experiments.compare import compare
+
+        configs = [study_config.load_config(_resolve_study(name), kind="pretrain")
+                   for name in args.studies]
+        paths = compare(configs, args.name, command, only=args.variants)
     else:
-        path = args.config or _study_path(args.study)
-        if args.study and not os.path.exists(path):
-            studies = sorted(name[:-5] for name in os.listdir(CONFIG_DIR) if name.endswith(".json"))
-            raise study_config.StudyError(
-                f"--study {args.study}: there is no {path}. Choose one of {', '.join(studies)}, "
-                "or pass --config FILE.")
+        path = args.config or _resolve_study(args.study, flag="--study")
         paths = _run_study(args, study_config.load_config(path), command)
     for name, path in (paths or {}).items():
         print(f"wrote {path}" if name != "status" else f"status: {path}")

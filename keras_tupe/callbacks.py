@@ -201,7 +201,10 @@ class StepCheckpoint(keras.callbacks.Callback):
             if not os.path.exists(path):  # a resumed run keeps the first one
                 os.makedirs(self.directory, exist_ok=True)
                 partial = path[: -len(".keras")] + ".partial.keras"
-                self.model.save(partial)
+                from keras_tupe.models.task import without_training_state
+
+                with without_training_state(self.model):  # for fine-tuning, not resuming
+                    self.model.save(partial)
                 os.replace(partial, path)  # a kill mid-save leaves no half-written checkpoint
 
 

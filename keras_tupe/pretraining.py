@@ -34,6 +34,7 @@ import keras
 
 from keras_tupe.callbacks import AtomicBackupAndRestore, StepCheckpoint, StepLogger, StepProgress
 from keras_tupe.folders import made_folder
+from keras_tupe.models.task import without_training_state
 from keras_tupe.progress import Heartbeat
 
 RUN_CONFIG = "run_config.json"
@@ -516,7 +517,8 @@ def _train(config, mode, strategy, manifest, until_step):
         return history
     backbone.save(os.path.join(config.out, "backbone.keras"))
     write_preset(model, vocab_path, config, os.path.join(config.out, PRESET_DIR))
-    model.save(os.path.join(config.out, "mlm.keras"))  # last: marks the run finished
+    with without_training_state(model):  # the state to resume from is in backup/
+        model.save(os.path.join(config.out, "mlm.keras"))  # last: marks the run finished
     if config.verbose:
         print(f"Saved the pre-trained model to {config.out}: {PRESET_DIR}/ (keras-hub preset "
               "folder), backbone.keras, mlm.keras, vocab.txt, metrics.csv. (Masked-LM accuracy "

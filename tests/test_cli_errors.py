@@ -56,6 +56,40 @@ def test_traceback_flag_shows_user_errors_raw():
         cli.run(bad, ["--traceback"])
 
 
+ENTRY_POINTS = ["training.pretrain", "training.finetune_glue", "training.finetune_squad",
+                "training.export", "training.predict", "training.presets", "training.demo",
+                "training.plot_metrics", "training.shard_corpus", "experiments.run",
+                "benchmarks.encoders", "benchmarks.shard_loader", "benchmarks.method3_memory"]
+
+
+@pytest.mark.parametrize("module", ENTRY_POINTS)
+def test_argument_errors_are_one_line_naming_the_flag_and_help(module, capsys, tmp_path,
+                                                               monkeypatch):
+    import importlib
+
+    monkeypatch.chdir(tmp_path)
+    entry = importlib.import_module(module)
+    with pytest.raises(SystemExit) as exit:
+        # argparse reports the unknown flag (after the missing required ones, if any).
+        (getattr(entry, "parse_args", None) or entry.main)(["--no-such-flag", "x"])
+    assert exit.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and "usage:" not in err
+    assert err.endswith(f"(`python -m {module} --help` lists the flags)\n")
+    assert "--no-such-flag" in err or "required" in err or "invalid choice" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_wrong_value_names_the_flag_value_and_choices(capsys):
+    with pytest.raises(SystemExit):
+        pretrain_cli.parse_args(["--preset", "tupe_r_tiny", "--corpus", "c.txt", "--out", "o",
+                                 "--precision", "float64"])
+    assert capsys.readouterr().err == (
+        "error: argument --precision: invalid choice: 'float64' (choose from 'float32', "
+        "'mixed_bfloat16', 'mixed_float16') (`python -m training.pretrain --help` lists the "
+        "flags)\n")
+
+
 @pytest.mark.slow  # a fresh process importing TensorFlow: ~20 s on the 2-core CI machine
 def test_entry_point_starts_quietly():
     """No cuInit probe, oneDNN notice or absl pre-init lines on a fresh `--help`."""
@@ -367,9 +401,11 @@ def test_shard_loader_benchmark_names_a_folder_that_is_not_shards(tmp_path, caps
 
 
 @pytest.mark.parametrize("module,argv,message", [
-    ("benchmarks.encoders", ["--batch-size", "0"], "error: --batch-size must be >= 1. Received: 0"),
+    ("benchmarks.encoders", ["--batch-size", "0"], "error: --batch-size must be >= 1. "
+     "Received: 0 (`python -m benchmarks.encoders --help` lists the flags)"),
     pytest.param("benchmarks.method3_memory", ["--seq-len", "many"],
-                 "error: argument --seq-len: invalid int value: 'many'",
+                 "error: argument --seq-len: invalid int value: 'many' (`python -m "
+                 "benchmarks.method3_memory --help` lists the flags)",
                  marks=pytest.mark.slow),  # imports TensorFlow (its quiet start): ~15 s
 ])
 def test_benchmark_entry_points_exit_2_and_the_encoders_parent_imports_no_framework(

@@ -701,3 +701,76 @@ def test_span_qa_bad_input():
         qa.answer(QUESTIONS, CONTEXTS[:1])
     with pytest.raises(ValueError, match="`questions` must be a list of strings"):
         qa.answer("where ?", CONTEXTS[:1])
+
+
+def _trained_classifier(tokenizer):
+    """A classifier compiled with Adam and fitted one step: its optimizer has state."""
+    model = classifier(tokenizer, "tupe_r", seed=2)
+    model.compile(optimizer=keras.optimizers.Adam(1e-3),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.fit(SENTENCES, np.array(LABELS), batch_size=4, epochs=1, verbose=0)
+    assert model.optimizer.variables and int(model.optimizer.iterations.numpy()) == 1
+    return model
+
+
+def _optimizer_warnings(load):
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = load()
+    return model, [str(w.message) for w in caught if "optimizer" in str(w.message)]
+
+
+def test_saved_models_and_presets_carry_no_optimizer_state(tokenizer, tmp_path):
+    """Issue 23: loading a saved task warned "Skipping variable loading for optimizer"."""
+    import h5py
+    import zipfile
+
+    from keras_tupe.finetuning import load_classifier, save_classifier
+    from keras_tupe.models.task import without_training_state
+
+    model = _trained_classifier(tokenizer)
+    optimizer = model.optimizer
+    # The control: Keras's own save keeps the optimizer, and loading it without compiling warns.
+    model.save(tmp_path / "plain.keras")
+    _, warned = _optimizer_warnings(lambda: keras.saving.load_model(
+        tmp_path / "plain.keras", compile=False))
+    assert warned and "Skipping variable loading for optimizer" in warned[0]
+
+    with without_training_state(model):
+        model.save(tmp_path / "model.keras")
+    assert model.optimizer is optimizer and model.compiled  # restored for more training
+    with zipfile.ZipFile(tmp_path / "model.keras") as archive:
+        assert not json.loads(archive.read("config.json")).get("compile_config")
+        archive.extract("model.weights.h5", tmp_path)
+    with h5py.File(tmp_path / "model.weights.h5") as weights:
+        assert "optimizer" not in weights and "layers" in weights
+    # A keras-hub task compiles itself (2 optimizer variables) when it is built; the file
+    # has none, which Keras reports; keras_tupe's loaders leave that one warning out.
+    from keras_tupe.models.task import load_saved_model
+
+    restored, warned = _optimizer_warnings(lambda: load_saved_model(tmp_path / "model.keras"))
+    assert warned == []
+    strings = ["a fine film", "the plot was long"]
+    np.testing.assert_allclose(to_numpy(restored.predict(strings, verbose=0)),
+                               to_numpy(model.predict(strings, verbose=0)), atol=1e-6, rtol=0)
+
+    preset = str(tmp_path / "preset")
+    model.save_to_preset(preset)
+    with h5py.File(os.path.join(preset, "task.weights.h5")) as weights:
+        assert "optimizer" not in weights
+    _, warned = _optimizer_warnings(lambda: keras_hub.models.TextClassifier.from_preset(preset))
+    assert warned == []
+    path = save_classifier(model, str(tmp_path / "clf"), _vocab(tmp_path), {"task": "x"})
+    _, warned = _optimizer_warnings(lambda: load_classifier(path))
+    assert warned == []
+    # Training goes on from the same optimizer state after every save.
+    model.fit(SENTENCES, np.array(LABELS), batch_size=4, epochs=1, verbose=0)
+    assert int(model.optimizer.iterations.numpy()) == 2
+
+
+def _vocab(tmp_path):
+    path = tmp_path / "vocab.txt"
+    path.write_text("".join(token + "\n" for token in VOCABULARY), encoding="utf-8")
+    return str(path)

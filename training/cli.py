@@ -23,6 +23,7 @@ exception is a bug and keeps its traceback (`--traceback`, or
 `KERAS_TUPE_TRACEBACK=1`, shows it for user errors too).
 """
 
+import functools
 import glob
 import os
 import sys
@@ -78,12 +79,30 @@ def quiet_tensorflow(verbose=None):
 
 
 def add_common_flags(parser):
-    """`--tf-logs` and `--traceback`, which every entry point accepts."""
+    """`--tf-logs` and `--traceback`, which every entry point accepts.
+
+    Also makes the parser's own errors (an unknown flag, a value of the wrong
+    type, a missing required flag) one line, `error: ...` and where to read the
+    flags, with argparse's status 2, instead of the usage block first.
+    """
+    one_line_errors(parser)
     parser.add_argument(TF_LOGS_FLAG, action="store_true",
                         help="show TensorFlow's C++ start-up and device logs")
     parser.add_argument(TRACEBACK_FLAG, action="store_true",
                         help="show the Python traceback of an error instead of one line")
     return parser
+
+
+def one_line_errors(parser):
+    """The parser's own errors become one line, `error: ... (`PROG --help` lists the flags)`."""
+    parser.error = functools.partial(_one_line_error, parser)
+    return parser
+
+
+def _one_line_error(parser, message):
+    print(f"error: {' '.join(message.split())} (`{parser.prog} --help` lists the flags)",
+          file=sys.stderr)
+    sys.exit(2)
 
 
 def run(main, argv=None):

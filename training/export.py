@@ -20,12 +20,13 @@ import argparse
 import os
 import sys
 
-from training.cli import add_common_flags, run
+from training.cli import add_common_flags, one_line_errors, run
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="python -m training.export", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    one_line_errors(p)  # the parser's own errors: one line
     commands = p.add_subparsers(dest="command", required=True)
 
     def command(name, help, init_help):
@@ -75,7 +76,9 @@ def _encoder_model(init, with_mlm):
     path = os.path.join(init, "mlm.keras") if os.path.isdir(init) else init
     if not os.path.exists(path):
         raise FileNotFoundError(f"--with-mlm needs a masked-LM model: no {path}.")
-    model = keras.saving.load_model(path, compile=False)
+    from keras_tupe.models.task import load_saved_model
+
+    model = load_saved_model(path)
     if not isinstance(model, keras_tupe.models.TupeMaskedLM):
         raise ValueError(f"{path} holds a {type(model).__name__}, not a TupeMaskedLM (--with-mlm).")
     return model

@@ -20,6 +20,8 @@ import os
 import sys
 import tempfile
 
+from training.cli import add_common_flags
+
 DEFAULT_SEQUENCES_PER_SHARD = 100_000
 
 
@@ -29,6 +31,7 @@ def parse_args(argv=None):
     defaults = PretrainConfig(preset="", corpus=[], out="")
     p = argparse.ArgumentParser(prog="python -m training.shard_corpus", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_flags(p)  # --tf-logs, --traceback; the parser's own errors in one line
     p.add_argument("--corpus", required=True, nargs="+",
                    help="text files, directories of .txt files, or tfds:NAME[:SPLIT]")
     p.add_argument("--out", required=True, help="shard folder to create")

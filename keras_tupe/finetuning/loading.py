@@ -32,7 +32,9 @@ def load_backbone(init):
             f"No encoder at {init}: give a preset folder (with config.json), a pre-training "
             "run directory (with preset/ or backbone.keras) or a .keras file."
         )
-    model = keras.saving.load_model(path, compile=False)
+    from keras_tupe.models.task import load_saved_model
+
+    model = load_saved_model(path)
     backbone = model if isinstance(model, TupeBackbone) else getattr(model, "backbone", None)
     if not isinstance(backbone, TupeBackbone):
         raise ValueError(f"{path} holds a {type(model).__name__}, not a keras_tupe encoder.")
@@ -74,7 +76,10 @@ def save_classifier(model, save_dir, vocabulary_file, info):
     staging = save_dir.rstrip("/") + ".partial"
     shutil.rmtree(staging, ignore_errors=True)  # a previous interrupted save
     os.makedirs(staging)
-    model.save(os.path.join(staging, CLASSIFIER_FILE))
+    from keras_tupe.models.task import without_training_state
+
+    with without_training_state(model):  # architecture and weights, for serving
+        model.save(os.path.join(staging, CLASSIFIER_FILE))
     shutil.copyfile(vocabulary_file, os.path.join(staging, "vocab.txt"))
     with open(os.path.join(staging, CLASSIFIER_INFO), "w") as f:
         json.dump(info, f, indent=2)
@@ -92,7 +97,9 @@ def load_classifier(save_dir):
                                 "fine-tuning with --save-models (or save_classifier).")
     with open(os.path.join(save_dir, CLASSIFIER_INFO)) as f:
         info = json.load(f)
-    model = keras.saving.load_model(path, compile=False)
+    from keras_tupe.models.task import load_saved_model
+
+    model = load_saved_model(path)
     return model, os.path.join(save_dir, "vocab.txt"), info
 
 

@@ -1,5 +1,7 @@
 """What keras_tupe's tasks add to keras-hub's: XLA that works under tf.distribute."""
 
+import contextlib
+
 import keras
 
 _TENSORFLOW = keras.backend.backend() == "tensorflow"
@@ -55,7 +57,16 @@ class ReplicaXLAStep:
         refuse_overwrite(preset_dir, ["task.json", "task.weights.h5", "config.json",
                                       "model.weights.h5", "model.weights.json",
                                       "preprocessor.json", "tokenizer.json"], overwrite)
-        super().save_to_preset(preset_dir, max_shard_size=max_shard_size)
+        with without_training_state(self):
+            super().save_to_preset(preset_dir, max_shard_size=max_shard_size)
+
+    def load_task_weights(self, filepath):
+        """keras-hub's, without the optimizer warning of `load_saved_model` (same cause)."""
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Skipping variable loading for optimizer")
+            super().load_task_weights(filepath)
 
     def compile(self, *args, jit_compile="auto", **kwargs):
         # tf.distribute exists on the TensorFlow backend only.
@@ -154,3 +165,41 @@ class ReplicaXLAStep:
                 )
                 scaled = self.optimizer.scale_loss(loss)
             return loss, y_pred, tape.gradient(scaled, self.trainable_weights)
+
+
+@contextlib.contextmanager
+def without_training_state(model):
+    """Meanwhile, saving `model` writes its architecture and weights only.
+
+    The optimizer's state (Adam's moments) and the compile settings are left
+    out, as keras-hub presets leave them out: a saved model is loaded to be
+    fine-tuned, evaluated or served, and compiled anew for that (a keras-hub
+    task compiles itself with a default optimizer when built, so a loaded one
+    never had a use for the saved moments: Keras warned it skipped them, issue
+    23; `load_saved_model` and `load_task_weights` leave out the warning that
+    the absent state now gives). Resuming an interrupted run reads the run's
+    `backup/`, which keeps the full state.
+    """
+    optimizer = getattr(model, "optimizer", None)
+    compiled = getattr(model, "compiled", False)
+    model.optimizer, model.compiled = None, False
+    try:
+        yield model
+    finally:
+        model.optimizer, model.compiled = optimizer, compiled
+
+
+def load_saved_model(path):
+    """`keras.saving.load_model(path, compile=False)` of a saved keras_tupe model or task.
+
+    A keras-hub task compiles itself with a default optimizer when it is built, so
+    loading one always meets an optimizer of 2 variables (iterations, learning rate)
+    that the file, saved `without_training_state`, does not hold: Keras then warns
+    "Skipping variable loading for optimizer ...", about a state that is meant to be
+    absent. That one warning is not shown; every other one is.
+    """
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Skipping variable loading for optimizer")
+        return keras.saving.load_model(path, compile=False)
