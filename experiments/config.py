@@ -16,7 +16,9 @@ A study is one JSON file (see `experiments/configs/`). Three kinds:
   Such a study may set one thing more, `seed` (an integer): a replicate of
   its base with another seed for every variant (initialization, data order
   and masking), the way to measure how much of a difference between variants
-  is seed noise. Optional `references` (`{"pretrain.json": ["bert_a", "tupe_r"]}`)
+  is seed noise. And `overrides` (`{"learning_rate": 0.001}`): settings of
+  `OVERRIDABLE_FIELDS` changed for every variant alike (a grid point of the
+  tuning sweep, or another precision / XLA setting for the speed study). Optional `references` (`{"pretrain.json": ["bert_a", "tupe_r"]}`)
   names runs of other pre-training studies, trained with the same settings (the
   seed may differ), that the report draws and tabulates beside the study's own
   runs, marked as references.
@@ -53,6 +55,11 @@ PER_RUN_FIELDS = ("preset", "out", "vocab", "overwrite", "verbose")
 VOCABULARY_FIELDS = {"vocabulary_size": "vocabulary_size", "lines": "vocab_lines",
                      "lowercase": "lowercase"}
 INHERITED_KEYS = ("size", "vocabulary", "settings", "runs_dir", "results_dir")
+# The settings a study with a base may change (`overrides`), the same for all its variants:
+# how a step is computed (precision, XLA: the speed study, which checks that the curves stay
+# the same) and the optimizer's tuning (the learning-rate x warm-up sweep, one study a grid
+# point). Data, budget, model and everything else stay the base's.
+OVERRIDABLE_FIELDS = ("precision", "xla", "learning_rate", "warmup_ratio")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_]*$")
 
 
@@ -97,6 +104,18 @@ def load_config(path, kind=None):
                 _fail(path, f"`seed` {seed} is its base's own seed: a replicate needs another "
                             f"one (the runs would be copies of {base_path}'s).")
             config["settings"]["seed"] = seed
+        overrides = config.get("overrides", {})
+        if not isinstance(overrides, dict) or not overrides and "overrides" in config:
+            _fail(path, f"`overrides` maps settings to new values, e.g. "
+                        f"{{\"learning_rate\": 0.001}}. Received: {overrides!r}")
+        bad = sorted(set(overrides) - set(OVERRIDABLE_FIELDS))
+        if bad:
+            _fail(path, f"`overrides` may change only {list(OVERRIDABLE_FIELDS)} (data, budget "
+                        f"and model stay the base's). Received: {bad}")
+        same = sorted(k for k, v in overrides.items() if base["settings"].get(k) == v)
+        if same:
+            _fail(path, f"`overrides` sets {same} to the base's own values; remove them.")
+        config["settings"].update(copy.deepcopy(overrides))
         config.setdefault("kind", "pretrain")
         sources.update(base["_sources"])
     config["_path"] = path
@@ -121,6 +140,9 @@ def _check(config, path):
     if config["kind"] == "pretrain" and "seed" in config and "base" not in config:
         _fail(path, "`seed` (a replicate's seed) is only for a study with a `base`; a study of "
                     "its own sets `settings.seed`.")
+    if "overrides" in config and "base" not in config:
+        _fail(path, "`overrides` (settings changed from a base) is only for a study with a "
+                    "`base`; a study of its own sets `settings` directly.")
     if not _NAME.match(str(config["study"])):
         _fail(path, f"`study` must be lowercase letters, digits and _. Received: {config['study']!r}")
     if config["kind"] == "pretrain":

@@ -14,7 +14,10 @@ the config's grid, so a moved or widened grid reuses the runs it shares.
 `report` (also run at the end of `run_study`) writes `<study>_glue.csv`,
 `<study>_table.md` (median over seeds at the best learning rate per task, and the
 average, as the papers report, with each task's majority-class score: the floor an
-encoder must clear) and `<study>_config.json`.
+encoder must clear), `<study>_config.json` and `<study>_runs.csv`: every fine-tuning
+run's full result row, the record that `runs/` (not in git) is not. A job whose
+`results.jsonl` is gone (a new workspace) is reported from that record, and a job whose
+whole grid is recorded is not fine-tuned again; a row on disk wins over a recorded one.
 """
 
 import hashlib
@@ -30,6 +33,41 @@ from experiments.config import StudyError
 TASK_NAMES = {"cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "stsb": "STS-B", "rte": "RTE",
               "qnli": "QNLI", "mnli": "MNLI", "qqp": "QQP", "wnli": "WNLI"}
 SETTINGS_FILE = "finetune_settings.json"
+RUNS_COLUMNS = ("pretrain_study", "variant", "step", "task", "learning_rate", "seed", "score",
+                "wall_seconds", "result")
+
+
+def _job_key(job):
+    return (job["pretrain_study"], job["variant"], int(job["step"]))
+
+
+def recorded_rows(config):
+    """`{(pretrain study, variant, step): [result row, ...]}` from `<study>_runs.csv`."""
+    path = os.path.join(config["results_dir"], f"{config['study']}_runs.csv")
+    if not os.path.exists(path):
+        return {}
+    result = {}
+    for line in records.read_csv_rows(path):
+        key = (line["pretrain_study"], line["variant"], int(line["step"]))
+        result.setdefault(key, []).append(json.loads(line["result"]))
+    return result
+
+
+def job_rows(job, recorded):
+    """`(rows, how many came from the record)`: `results.jsonl` on disk, completed by the
+    committed record for the (task, learning rate, seed) it lacks."""
+    on_disk = records.read_jsonl(os.path.join(job["out"], "results.jsonl"))
+    seen = {(r["task"], r["learning_rate"], r["seed"]) for r in on_disk}
+    kept = [r for r in recorded.get(_job_key(job), [])
+            if (r["task"], r["learning_rate"], r["seed"]) not in seen]
+    return on_disk + kept, len(kept)
+
+
+def _grid_recorded(config, job, recorded):
+    rows = recorded.get(_job_key(job), [])
+    done = {(r["task"], r["learning_rate"], r["seed"]) for r in rows}
+    return all((t, lr, seed) in done for t in config["tasks"] for lr in config["learning_rates"]
+               for seed in config["seeds"])
 
 
 def plan(config, only_variants=None, only_checkpoints=None):
@@ -80,6 +118,13 @@ def run_study(config, command, report_command, only_variants=None, only_checkpoi
     from keras_tupe.finetuning import run_protocol
 
     jobs = plan(config, only_variants, only_checkpoints)
+    recorded = recorded_rows(config)
+    for job in [job for job in jobs if not os.path.exists(job["out"])
+                and _grid_recorded(config, job, recorded)]:
+        print(f"[{config['study']}] {job['pretrain_study']}/{job['variant']} step {job['step']}: "
+              f"every run is in {config['study']}_runs.csv (an earlier workspace), skipped",
+              flush=True)
+        jobs.remove(job)
     missing = [job["init"] for job in jobs if not os.path.exists(job["init"])]
     if missing:
         raise StudyError("Not pre-trained yet (run the pre-training studies first):\n  "
@@ -140,10 +185,16 @@ def report(config, command):
     jobs = plan(config)
     tasks = config["tasks"]
     rates, seeds = config["learning_rates"], config["seeds"]
-    csv_rows, table_rows, job_records = [], [], []
+    csv_rows, table_rows, job_records, run_rows = [], [], [], []
     expected_runs = len(tasks) * len(rates) * len(seeds)
+    recorded = recorded_rows(config)
     for job in jobs:
-        rows = [r for r in records.read_jsonl(os.path.join(job["out"], "results.jsonl"))
+        every_row, from_record = job_rows(job, recorded)
+        run_rows += [{**{k: job[k] for k in ("pretrain_study", "variant", "step")},
+                      **{k: r.get(k) for k in ("task", "learning_rate", "seed", "wall_seconds")},
+                      "score": 100 * _score(r), "result": json.dumps(r, sort_keys=True)}
+                     for r in every_row]
+        rows = [r for r in every_row
                 if r["learning_rate"] in rates and r["seed"] in seeds and r["task"] in tasks]
         summary = {row["task"]: row for row in summarize(rows, tasks)}
         wall, timed = _wall_time(rows)
@@ -163,8 +214,10 @@ def report(config, command):
         ranges = [(summary[t]["seed_min"], summary[t]["seed_max"]) if t in summary else None
                   for t in tasks]
         table_rows.append({"job": job, "scores": scores, "average": average, "done": len(rows),
+                           "from_record": from_record,
                            "wall": wall, "timed": timed, "complete": complete, "ranges": ranges})
         job_records.append({**job, "runs_done": len(rows), "runs_expected": expected_runs,
+                            "runs_from_record": from_record,
                             "wall_seconds": wall, "timed_runs": timed,
                             "train_seconds": sum(r.get("train_seconds", 0) for r in rows)})
     if not any(row["done"] for row in table_rows):
@@ -179,6 +232,10 @@ def report(config, command):
         os.path.join(out_dir, f"{study}_glue.csv"),
         ("pretrain_study", "variant", "step", "task", "score", "best_learning_rate", "seeds",
          "seed_min", "seed_max", "complete", "medians_by_learning_rate"), csv_rows, header)}
+    paths["runs"] = records.write_csv(
+        os.path.join(out_dir, f"{study}_runs.csv"), RUNS_COLUMNS, run_rows,
+        header + ["every fine-tuning run, one row each: score (x100) as above; result: the "
+                  "run's full record (results.jsonl), from which this table regenerates"])
     floor = majority_class(config)
     paths["table"] = records.write_text(os.path.join(out_dir, f"{study}_table.md"),
                                         _table(config, table_rows, command, expected_runs, floor))
@@ -186,6 +243,10 @@ def report(config, command):
         "command": command, "generated": records.now(), "study_config": config["_sources"],
         "machine": records.machine(), "jobs": job_records, "majority_class": floor})
     return paths
+
+
+def _score(row):
+    return float(np.mean([split["score"] for split in row["dev"].values()]))
 
 
 def _wall_time(rows):
@@ -224,7 +285,8 @@ def _table(config, table_rows, command, expected_runs, floor):
                  for t, s in zip(tasks, row["scores"])]
         lines.append(
             f"| {job['pretrain_study']}/{job['variant']} | {job['step']} | " + " | ".join(cells)
-            + f" | {'–' if average is None else f'**{average:.2f}**'} | {done}/{expected_runs} | "
+            + f" | {'–' if average is None else f'**{average:.2f}**'} | {done}/{expected_runs}"
+            + (" †" if row["from_record"] else "") + " | "
             f"{records.format_seconds(wall)}"
             + ("" if wall is None or timed >= done else f" ({timed} of {done} runs)") + " |")
     floor_scores = [floor[t] or 0.0 for t in tasks]
@@ -246,6 +308,8 @@ def _table(config, table_rows, command, expected_runs, floor):
     lines += ["", ("Time: wall time of the checkpoint's fine-tuning runs in the table (data, "
                   "training and evaluation), summed. Runs fine-tuned before runs recorded their "
                   "own time are not in it; the time then says how many of the runs it covers."),
+              "", (f"†: some or all of the runs are from `{config['study']}_runs.csv`, the record "
+                   "an earlier workspace committed (its `runs/` folder is gone)."),
               "", ("*Majority class*: the dev score of always giving the dev set's most "
                    "frequent label, the most a classifier that ignores its input can score. "
                    "For a regression (STS-B) a constant has no correlation; it counts as 0 "

@@ -197,7 +197,9 @@ def run_study(config, command, report_command, only_variants=None):
                   f"{job['step']}: done, skipped", flush=True)
             continue
         keras.backend.clear_session()
-        model = keras.saving.load_model(job["model"], compile=False)
+        from keras_tupe.models.task import load_saved_model
+
+        model = load_saved_model(job["model"])
         for length in todo:
             start = time.perf_counter()
             ok, note = _note(model.backbone, length, job["trained_seq_len"])
@@ -311,23 +313,25 @@ def _label(job):
 def _plot(config, jobs, by_key, path):
     plt = records.pyplot()
     figure, axis = plt.subplots(figsize=(7, 4.5))
+    drawn = 0
     for job in jobs:
         points = [(n, by_key[k]["loss"]) for n in config["lengths"]
                   if (k := (job["pretrain_study"], job["variant"], job["step"], n)) in by_key
                   and by_key[k]["loss"] is not None]
         if points and job["pretrain_study"] == UNIGRAM["pretrain_study"]:
-            axis.plot(*zip(*points), "--", color="grey", lw=1.2, label=_label(job))
+            axis.plot(*zip(*points), "--", color="black", lw=1.2, label=_label(job))
         elif points:
-            axis.plot(*zip(*points), "-o", ms=3, lw=1.2, label=_label(job))
+            axis.plot(*zip(*points), ms=3.5, lw=1.2, label=_label(job),
+                      **records.line_style(drawn))
+            drawn += 1
     axis.set_xscale("log", base=2)
     axis.set_xticks(config["lengths"], [str(n) for n in config["lengths"]])
     axis.set_xlabel("evaluation sequence length (pre-trained at "
                     f"{sorted({j['trained_seq_len'] for j in jobs} - {None})})")
     axis.set_ylabel("validation masked-LM loss")
     axis.grid(alpha=0.3)
-    axis.legend(fontsize=7, ncol=2)
-    figure.tight_layout()
-    figure.savefig(path, dpi=130)
+    records.legend_outside(axis, fontsize=7)
+    figure.savefig(path, dpi=130, bbox_inches="tight")
     plt.close(figure)
     return path
 

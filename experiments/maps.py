@@ -74,23 +74,37 @@ def draw_maps(init, out, length=64, command=None):
     columns = min(heads, 4)
     rows = math.ceil(heads / columns)
     figure, axes = plt.subplots(rows, columns, figsize=(3.2 * columns, 3.0 * rows), squeeze=False)
+    # One colour scale for every head, set by the positions after [CLS] (the reset's θ1/θ2
+    # can lie far outside it: the colour bar then extends); [CLS]'s row and column outlined.
+    body = bias[:, 1:, 1:] if length > 1 else bias
+    vmin, vmax = float(body.min()), float(body.max())
+    extend = {(False, False): "neither", (True, False): "min", (False, True): "max",
+              (True, True): "both"}[(bool(bias.min() < vmin), bool(bias.max() > vmax))]
     for head, axis in enumerate(axes.flat):
         if head >= heads:
             axis.axis("off")
             continue
-        image = axis.imshow(bias[head], cmap="viridis", interpolation="nearest")
+        image = axis.imshow(bias[head], cmap="viridis", interpolation="nearest", vmin=vmin,
+                            vmax=vmax)
+        for line in (axis.axhline, axis.axvline):
+            line(0.5, color="white", lw=0.8)  # [CLS] (position 0) above / left of the lines
         axis.set_title(f"head {head}", fontsize=9)
         axis.set_xlabel("key position j", fontsize=8)
         axis.set_ylabel("query position i", fontsize=8)
-        axis.tick_params(labelsize=7)
-        figure.colorbar(image, ax=axis, fraction=0.046, pad=0.04).ax.tick_params(labelsize=7)
+        ticks = [0, *range(16, length, 16)]
+        axis.set_xticks(ticks, ["[CLS]", *map(str, ticks[1:])], fontsize=7, rotation=90)
+        axis.set_yticks(ticks, ["[CLS]", *map(str, ticks[1:])], fontsize=7)
+    colorbar = figure.colorbar(image, ax=axes.ravel().tolist(), fraction=0.03, pad=0.02,
+                               extend=extend)
+    colorbar.set_label("positional logit term (shared scale)", fontsize=8)
+    colorbar.ax.tick_params(labelsize=7)
     terms = [name for name, present in (
         ("untied correlation", backbone.absolute_correlation == "untied"),
         ("T5 bias", backbone.relative_bias is not None),
         ("[CLS] reset", backbone.cls_reset)) if present]
     figure.suptitle(f"{os.path.normpath(init)}: content-free positional term "
-                    f"({' + '.join(terms)}), first {length} positions", fontsize=9)
-    figure.tight_layout()
+                    f"({' + '.join(terms)}), first {length} positions; [CLS] is position 0, "
+                    "outlined", fontsize=9)
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     figure.savefig(out, dpi=130, bbox_inches="tight")
     plt.close(figure)
@@ -105,7 +119,8 @@ def draw_maps(init, out, length=64, command=None):
         figure, axis = plt.subplots(figsize=(9, 4))
         positions = np.arange(len(order))
         for head in range(table.shape[1]):
-            axis.plot(positions, table[order, head], "-o", ms=3, label=f"head {head}")
+            axis.plot(positions, table[order, head], ms=3, label=f"head {head}",
+                      **records.line_style(head))
         axis.axhline(0, color="grey", lw=0.6)
         axis.set_xticks(positions, [f"{labels[b]} (#{b})" for b in order], rotation=90,
                         fontsize=7)
@@ -115,8 +130,7 @@ def draw_maps(init, out, length=64, command=None):
                        f"({layer.num_buckets} buckets, max_distance {layer.max_distance})",
                        fontsize=9)
         axis.grid(alpha=0.3)
-        axis.legend(fontsize=8)
-        figure.tight_layout()
+        records.legend_outside(axis)
         paths["t5_buckets"] = stem + "_t5_buckets.png"
         figure.savefig(paths["t5_buckets"], dpi=130, bbox_inches="tight")
         plt.close(figure)

@@ -345,24 +345,26 @@ def _plot(config, runs, path, references=()):
     plt = records.pyplot()
     settings = config["settings"]
     figure, axis = plt.subplots(figsize=(7, 4.5))
-    curves = [(run, "-o", 1.3, run["variant"].name) for run in runs] + [
-        (run, "--", 1.0, _reference_label(config, other, run)) for other, run in references]
-    colors = {}  # one color per variant name: a reference of the same variant shares it
-    for run, style, width, label in curves:
+    curves = [(run, False, run["variant"].name) for run in runs] + [
+        (run, True, _reference_label(config, other, run)) for other, run in references]
+    styles = {}  # one colour and marker per variant name: a reference of it shares them
+    for run, is_reference, label in curves:
         name = run["variant"].name
-        colors.setdefault(name, f"C{len(colors) % 10}")
+        style = dict(styles.setdefault(name, records.line_style(len(styles))))
+        if is_reference:
+            style.update(linestyle=":")
         points = [(r["step"], r["val_loss"]) for r in run["rows"] if r["val_loss"] is not None]
         if points:
-            axis.plot(*zip(*points), style, ms=2.5, lw=width, label=label, color=colors[name])
+            axis.plot(*zip(*points), ms=2.5, lw=1.0 if is_reference else 1.3, label=label,
+                      **style)
     axis.set_xlabel(f"pre-training step (× {settings['batch_size'] * settings['seq_len']:,} tokens)")
     axis.set_ylabel("validation masked-LM loss")
     axis.set_title(f"{config['study']}: {config['size']} encoders, identical data and settings",
                    fontsize=10)
     axis.grid(alpha=0.3)
-    axis.legend(fontsize=8)
-    figure.tight_layout()
+    records.legend_outside(axis)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    figure.savefig(path, dpi=130)
+    figure.savefig(path, dpi=130, bbox_inches="tight")
     plt.close(figure)
     return path
 

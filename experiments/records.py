@@ -179,3 +179,32 @@ def pyplot():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+# 20 colours that are told apart at a glance (tab10, then tab20's lighter shades), and line
+# styles and markers that change with them, so that no two of up to 20 lines look alike.
+_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+            "#7f7f7f", "#bcbd22", "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896",
+            "#c5b0d5", "#c49c94", "#f7b6d2", "#c7c7c7", "#dbdb8d", "#9edae5")
+_LINESTYLES = ("-", "--", "-.", ":")
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
+
+
+def line_style(index):
+    """`plot` keywords of the `index`-th line of a figure: colour, line style and marker.
+
+    The first 10 lines get tab10's colours with solid lines, the next 10 lighter colours
+    with dashed lines; markers cycle too, so lines stay apart in greyscale as well.
+    """
+    if not 0 <= index < len(_COLOURS):
+        raise ValueError(f"A figure draws at most {len(_COLOURS)} lines with distinct styles. "
+                         f"Received line {index}; split the figure.")
+    return {"color": _COLOURS[index], "linestyle": _LINESTYLES[index // 10],
+            "marker": _MARKERS[index % len(_MARKERS)]}
+
+
+def legend_outside(axis_or_figure, handles=None, labels=None, fontsize=8):
+    """A legend to the right of the axes, off the data (save with `bbox_inches="tight"`)."""
+    args = () if handles is None else (handles, labels)
+    return axis_or_figure.legend(*args, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                                 fontsize=fontsize, borderaxespad=0.0)

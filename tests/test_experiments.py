@@ -290,13 +290,20 @@ def test_finetune_study_on_the_intermediate_and_final_checkpoints(study):
     assert f"| *majority class* | – | {share:.2f} | {share:.2f} | – | – |" in table
 
 
-def test_a_task_is_complete_only_when_its_whole_grid_has_run(study):
+def _two_by_two_finetune_study(study, name):
+    """`(config, its path, bert_a's final job folder)`: the fixture's fine-tuning study as
+    `name`, the final checkpoint only, learning rates 1e-4 and 5e-5 x seeds 0 and 1."""
     config = json.loads(Path(study["configs"]["finetune"]).read_text())
-    config.update(study="partial", checkpoints=[1.0], learning_rates=[1e-4, 5e-5], seeds=[0, 1])
-    path = Path(study["configs"]["finetune"]).parent / "partial.json"
+    config.update(study=name, checkpoints=[1.0], learning_rates=[1e-4, 5e-5], seeds=[0, 1])
+    path = Path(study["configs"]["finetune"]).parent / f"{name}.json"
     path.write_text(json.dumps(config))
-    out = study["runs"] / "partial" / "pretrain" / "bert_a" / "step_0000004"
+    out = study["runs"] / name / "pretrain" / "bert_a" / "step_0000004"
     out.mkdir(parents=True)
+    return config, path, out
+
+
+def test_a_task_is_complete_only_when_its_whole_grid_has_run(study):
+    _, path, out = _two_by_two_finetune_study(study, "partial")
 
     def row(rate, seed, score):
         return {"task": "rte", "learning_rate": rate, "seed": seed,
@@ -318,6 +325,46 @@ def test_a_task_is_complete_only_when_its_whole_grid_has_run(study):
     # 5e-5: the median of 0.5 and 0.8 wins now.
     assert "| pretrain/bert_a | 4 | 65.00 | **65.00** | 4/4 | 1.5 min (1 of 4 runs) |" in table
     assert "| pretrain/bert_a | 4 | 50.0–80.0 |" in table  # the seed range at 5e-5
+
+
+def test_a_finetune_report_regenerates_from_its_runs_record_without_runs(study, tmp_path,
+                                                                         capsys):
+    """Issue 21 item 7: the fine-tuning tables regenerate without `runs/`."""
+    study = _copy_study(study, tmp_path / "copy")
+    config, path, out = _two_by_two_finetune_study(study, "recorded")
+    scores = {(1e-4, 0): 0.6, (1e-4, 1): 0.7, (5e-5, 0): 0.5, (5e-5, 1): 0.55}
+    for (rate, seed), score in scores.items():
+        records.append_jsonl(str(out / "results.jsonl"), {
+            "task": "rte", "learning_rate": rate, "seed": seed, "wall_seconds": 30.0,
+            "dev": {"validation": {"accuracy": score, "score": score}}})
+    assert main(["report", "--config", str(path)]) == 0
+    results = study["results"]
+    table = (results / "recorded_table.md").read_text()
+    assert "| pretrain/bert_a | 4 | 65.00 | **65.00** | 4/4 | 2.0 min |" in table
+    runs = records.read_csv_rows(results / "recorded_runs.csv")
+    assert [(r["learning_rate"], r["seed"], r["score"]) for r in runs] == [
+        ("0.0001", "0", "60"), ("0.0001", "1", "70"), ("5e-05", "0", "50"), ("5e-05", "1", "55")]
+    assert json.loads(runs[1]["result"])["dev"]["validation"]["score"] == 0.7
+
+    # A new workspace: runs/ is gone. The report is the same, marked as from the record,
+    # and fine-tuning skips the recorded job instead of asking for its checkpoint.
+    import shutil
+
+    shutil.rmtree(study["runs"])
+    csv_before = (results / "recorded_glue.csv").read_text()
+    assert main(["report", "--config", str(path)]) == 0
+    table = (results / "recorded_table.md").read_text()
+    assert "| pretrain/bert_a | 4 | 65.00 | **65.00** | 4/4 † | 2.0 min |" in table
+    assert (results / "recorded_glue.csv").read_text() == csv_before
+    capsys.readouterr()
+    assert main(["finetune", "--config", str(path)]) == 0
+    assert "every run is in recorded_runs.csv (an earlier workspace), skipped" in (
+        capsys.readouterr().out)
+    assert not study["runs"].exists()
+    # A grid point the record lacks: that job must be fine-tuned, and its checkpoint is gone.
+    path.write_text(json.dumps({**config, "seeds": [0, 1, 2]}))
+    assert main(["finetune", "--config", str(path)]) == 2
+    assert "Not pre-trained yet" in capsys.readouterr().err
 
 
 def test_majority_class_is_the_best_constant_answer_on_dev():
@@ -466,6 +513,100 @@ def test_a_replicate_study_changes_the_seed_and_nothing_else(study, tmp_path):
         study_config.load_config(str(own))
 
 
+def test_an_overrides_study_changes_only_the_settings_it_names(study, tmp_path):
+    folder = Path(study["configs"]["pretrain"]).parent
+    path = folder / "overrides.json"
+    path.write_text(json.dumps({"study": "overrides", "base": "pretrain.json",
+                                "overrides": {"learning_rate": 3e-3, "warmup_ratio": 0.5,
+                                              "precision": "mixed_bfloat16"},
+                                "variants": {"bert_a": {}}}))
+    base = study_config.load_config(study["configs"]["pretrain"])
+    config = study_config.load_config(str(path))
+    assert config["settings"] == {**base["settings"], "learning_rate": 3e-3,
+                                  "warmup_ratio": 0.5, "precision": "mixed_bfloat16"}
+    assert base["settings"]["learning_rate"] == 1e-3  # the base is left as it was
+    run = study_config.pretrain_config(config, study_config.variants(config)[0])
+    assert (run.learning_rate, run.warmup_ratio, run.precision) == (3e-3, 0.5, "mixed_bfloat16")
+
+    for content, message in [
+        ({"overrides": {"steps": 8}}, r"may change only \['precision', 'xla', "
+                                      r"'learning_rate', 'warmup_ratio'\].*\['steps'\]"),
+        ({"overrides": {"learning_rate": 1e-3}}, r"sets \['learning_rate'\] to the base's own"),
+        ({"overrides": {}}, r"`overrides` maps settings to new values"),
+        ({"overrides": [1]}, r"`overrides` maps settings to new values"),
+    ]:
+        path.write_text(json.dumps({"study": "overrides", "base": "pretrain.json",
+                                    "variants": {"bert_a": {}}, **content}))
+        with pytest.raises(study_config.StudyError, match=message):
+            study_config.load_config(str(path))
+    own = tmp_path / "own.json"
+    own.write_text(json.dumps({**json.loads(Path(study["configs"]["pretrain"]).read_text()),
+                               "overrides": {"learning_rate": 3e-3}}))
+    with pytest.raises(study_config.StudyError, match=r"`overrides`.*only for a study with a"):
+        study_config.load_config(str(own))
+
+
+def test_compare_puts_studies_that_differ_in_their_overrides_side_by_side(study, tmp_path,
+                                                                        capsys):
+    study = _copy_study(study, tmp_path / "copy")
+    folder = Path(study["configs"]["pretrain"]).parent
+    faster = folder / "faster.json"
+    faster.write_text(json.dumps({"study": "faster", "base": "pretrain.json",
+                                  "overrides": {"learning_rate": 3e-3},
+                                  "variants": {"bert_a": {}}}))
+    assert main(["pretrain", "--config", str(faster), "--verbose", "0"]) == 0
+    capsys.readouterr()
+    assert main(["compare", "--name", "lr", "--studies", study["configs"]["pretrain"],
+                 str(faster)]) == 0
+    results = study["results"]
+    base_rows, _ = records.read_metrics(study["runs"] / "pretrain" / "bert_a")
+    fast_rows, fast_wall = records.read_metrics(study["runs"] / "faster" / "bert_a")
+    rows = records.read_csv_rows(results / "lr_compare.csv")
+    assert [(r["study"], r["variant"], r["step"]) for r in rows] == [
+        ("pretrain", "bert_a", "2"), ("pretrain", "bert_a", "4"),
+        ("pretrain", "tupe_r", "2"), ("pretrain", "tupe_r", "4"),
+        ("faster", "bert_a", "2"), ("faster", "bert_a", "4")]
+    assert {r["overrides"] for r in rows if r["study"] == "faster"} == {"learning_rate=0.003"}
+    assert float(rows[5]["val_loss"]) == pytest.approx(fast_rows[-1]["val_loss"], rel=1e-5)
+
+    table = (results / "lr_compare.md").read_text()
+    base_loss = {r["step"]: r["val_loss"] for r in base_rows}
+    fast_loss = {r["step"]: r["val_loss"] for r in fast_rows}
+    diffs = [fast_loss[s] - base_loss[s] for s in (2, 4)]
+    largest = max(diffs, key=abs)
+    speed = records.median_tokens_per_second(fast_rows)
+    base_speed = records.median_tokens_per_second(base_rows)
+    row = [cell.strip() for cell in next(
+        line for line in table.splitlines() if line.startswith("| bert_a | faster |")
+    ).split("|")[1:-1]]
+    assert row == ["bert_a", "faster", "learning_rate=0.003", "4", f"{speed:,.0f}",
+                   f"{speed / base_speed:.2f}x", f"{fast_loss[4]:.3f} (step 4)",
+                   f"{largest:+.3f} (2 evaluations)", records.format_seconds(fast_wall)]
+    winner = "faster" if fast_loss[4] < base_loss[4] else "pretrain"
+    assert f"bert_a: `{winner}` ({min(fast_loss[4], base_loss[4]):.3f} at step 4)" in table
+    # tupe_r ran in the first study only: its row has no comparison.
+    tupe_row = next(line for line in table.splitlines() if line.startswith("| tupe_r |"))
+    assert "| pretrain | base settings |" in tupe_row and tupe_row.count("| – |") == 1
+    assert (results / "lr_compare.png").stat().st_size > 10_000
+
+    # Studies that differ in more than their overrides, or a study named twice, are refused.
+    other = folder / "other.json"
+    other.write_text(json.dumps({**json.loads(Path(study["configs"]["pretrain"]).read_text()),
+                                 "study": "other", "settings": {
+                                     **json.loads(Path(study["configs"]["pretrain"]).read_text())[
+                                         "settings"], "steps": 6}}))
+    for studies, message in [
+        ([study["configs"]["pretrain"], str(other)], r"differ in \['steps'\]: only studies"),
+        ([str(faster), str(faster)], r"names a study twice"),
+        ([str(faster)], r"at least two studies"),
+    ]:
+        with pytest.raises(study_config.StudyError, match=message):
+            from experiments.compare import compare
+
+            compare([study_config.load_config(p) for p in studies], "x", "cmd")
+    assert not (results / "x_compare.md").exists()
+
+
 def test_the_shipped_study_configs_load_and_share_their_settings():
     folder = REPO / "experiments" / "configs"
     pretrain = study_config.load_config(str(folder / "pretrain.json"))
@@ -485,6 +626,33 @@ def test_the_shipped_study_configs_load_and_share_their_settings():
     for fraction in intermediate["checkpoints"]:  # a checkpoint the pre-training writes
         study_config.checkpoint_path(pretrain, study_config.variants(pretrain)[0], fraction)
     study_config.load_config(str(folder / "length.json"), kind="length")
+
+
+def test_the_sweep_is_one_grid_for_every_variant_and_the_speed_studies_change_one_thing():
+    """Issue 21: the configs prove the tuning grid was the same for every variant."""
+    folder = REPO / "experiments" / "configs"
+    sweep = [study_config.load_config(str(path)) for path in sorted(folder.glob("sweep_*.json"))]
+    base = study_config.load_config(str(folder / "sweep_lr5e4_wu05.json"))
+    grid = {(c["settings"]["learning_rate"], c["settings"]["warmup_ratio"]) for c in sweep}
+    assert grid == {(lr, wu) for lr in (2e-4, 5e-4, 1e-3) for wu in (0.05, 0.2)}
+    assert len(sweep) == len(grid) == 6
+    for config in sweep:
+        assert list(config["variants"]) == ["bert_a", "tupe_a", "bert_r", "tupe_r"]
+        assert {**config["settings"], "learning_rate": 0, "warmup_ratio": 0} == {
+            **base["settings"], "learning_rate": 0, "warmup_ratio": 0}, config["study"]
+        assert config["vocabulary"] == base["vocabulary"]
+    # The sweep's base is the pretrain study's setting (5e-4, 5%), the vocabulary file too.
+    pretrain = study_config.load_config(str(folder / "pretrain.json"))
+    assert {k: v for k, v in base["settings"].items() if k != "precision"} == {
+        k: v for k, v in pretrain["settings"].items() if k != "precision"}
+    speed = {path.stem: study_config.load_config(str(path))
+             for path in folder.glob("speed_*.json")}
+    assert {name: (c["settings"]["precision"], c["settings"]["xla"])
+            for name, c in speed.items()} == {
+        "speed_f32_xla": ("float32", True), "speed_bf16_xla": ("mixed_bfloat16", True),
+        "speed_f32_noxla": ("float32", False), "speed_bf16_noxla": ("mixed_bfloat16", False)}
+    for config in speed.values():
+        assert {**config["settings"], "precision": "float32", "xla": True} == pretrain["settings"]
 
 
 def _copy_study(study, target):

@@ -1,0 +1,169 @@
+"""Several pre-training studies side by side: the speed study and the tuning sweep.
+
+Studies that share a base and differ only in their `overrides` (precision and
+XLA for the speed study, learning rate and warm-up for the sweep; see
+`experiments.config.OVERRIDABLE_FIELDS`) are compared run by run:
+
+    python -m experiments.run compare --name speed \\
+        --studies speed_f32_xla speed_bf16_xla speed_f32_noxla speed_bf16_noxla
+
+writes into the results folder `<name>_compare.csv` (every logged evaluation of
+every run), `<name>_compare.png` (validation loss against steps, one panel a
+variant, one colour a study) and `<name>_compare.md`: per study and variant the
+median tokens/s, its ratio to the first study's (measured in the same sitting
+when the runs were), the validation loss at the last step every compared run
+reached and its largest difference from the first study's curve; and per
+variant the study with the lowest loss there (the sweep's choice).
+"""
+
+import os
+
+from experiments import config as study_config
+from experiments import pretrain_study, records
+from experiments.config import StudyError
+
+COLUMNS = ("study", "overrides", "variant", "step", "val_loss", "val_accuracy", "loss",
+           "tokens_per_second", "elapsed_seconds")
+# Settings that may differ between the compared studies: what they vary, and the seed.
+FREE_SETTINGS = (*study_config.OVERRIDABLE_FIELDS, "seed")
+
+
+def _describe(config):
+    overrides = config.get("overrides", {})
+    return ", ".join(f"{k}={v}" for k, v in overrides.items()) or "base settings"
+
+
+def check_comparable(configs):
+    """Raises `StudyError` unless the studies differ only in `FREE_SETTINGS`."""
+    first = configs[0]
+    for other in configs[1:]:
+        differing = sorted(
+            k for k in set(first["settings"]) | set(other["settings"])
+            if k not in FREE_SETTINGS and first["settings"].get(k) != other["settings"].get(k))
+        differing += [k for k in ("size", "vocabulary") if other[k] != first[k]]
+        if differing:
+            raise StudyError(
+                f"{other['_path']} and {first['_path']} differ in {differing}: only studies "
+                f"that differ in {list(FREE_SETTINGS)} can be compared (give them one base).")
+
+
+def compare(configs, name, command, only=None):
+    """Writes the comparison's CSV, plot and table; returns their paths."""
+    if len(configs) < 2:
+        raise StudyError("compare needs at least two studies (--studies A B ...).")
+    studies = [c["study"] for c in configs]
+    if len(set(studies)) != len(studies):
+        raise StudyError(f"--studies names a study twice: {studies}")
+    check_comparable(configs)
+    runs = {}  # (study, variant) -> run
+    for config in configs:
+        for run in pretrain_study.collect(config)[0]:
+            if run["rows"] and (not only or run["variant"].name in only):
+                runs[config["study"], run["variant"].name] = run
+    variants = sorted({v for _, v in runs}, key=lambda v: min(
+        i for i, c in enumerate(configs) for r in study_config.variants(c) if r.name == v))
+    if only:
+        missing = sorted(set(only) - set(variants))
+        if missing:
+            raise StudyError(f"no compared study has a logged run of {missing}.")
+    if not variants:
+        raise StudyError(f"None of the studies {studies} has logged a step yet: pre-train "
+                         "them first.")
+    out_dir = configs[0]["results_dir"]
+    header = [f"command: {command}", f"generated: {records.now()}",
+              "studies: " + "; ".join(f"{c['study']} ({_describe(c)})" for c in configs)]
+    rows = [{"study": study, "overrides": _describe(config), "variant": variant, **row}
+            for config in configs for study in [config["study"]] for variant in variants
+            for row in runs.get((study, variant), {"rows": []})["rows"]]
+    paths = {"csv": records.write_csv(os.path.join(out_dir, f"{name}_compare.csv"), COLUMNS,
+                                      rows, header)}
+    paths["png"] = _plot(configs, variants, runs, os.path.join(out_dir, f"{name}_compare.png"))
+    paths["table"] = records.write_text(os.path.join(out_dir, f"{name}_compare.md"),
+                                        _table(configs, variants, runs, name, command))
+    return paths
+
+
+def _losses(run):
+    return {r["step"]: r["val_loss"] for r in run["rows"] if r["val_loss"] is not None}
+
+
+def _table(configs, variants, runs, name, command):
+    first = configs[0]
+    settings = first["settings"]
+    lines = [f"# Compared studies: `{name}`", "", f"This table, the CSV and the plot: `{command}`",
+             "", (f"`{first['size']}` encoders, {settings['batch_size']} × {settings['seq_len']} "
+                  f"tokens a step, the shared vocabulary; the studies differ only in the "
+                  f"settings named (checked). Runs: `python -m experiments.run pretrain --study "
+                  f"STUDY` (`--until-step N` for a partial run)."), ""]
+    lines += ["| variant | study | settings | steps run | median tokens/s | speed vs "
+              f"`{first['study']}` | val. loss at the common step | largest val. loss "
+              f"difference from `{first['study']}` | wall time |",
+              "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    best = {}
+    for variant in variants:
+        present = [c for c in configs if (c["study"], variant) in runs]
+        curves = {c["study"]: _losses(runs[c["study"], variant]) for c in present}
+        common = set.intersection(*(set(curve) for curve in curves.values()))
+        step = max(common) if common else None
+        base_run = runs.get((first["study"], variant))
+        base_speed = base_run and records.median_tokens_per_second(base_run["rows"])
+        for config in present:
+            run = runs[config["study"], variant]
+            curve = curves[config["study"]]
+            speed = records.median_tokens_per_second(run["rows"])
+            ratio = (f"{speed / base_speed:.2f}x" if speed and base_speed else "–")
+            if base_run is not None and config is not first:
+                shared = sorted(set(curve) & set(_losses(base_run)))
+                diffs = [curve[s] - _losses(base_run)[s] for s in shared]
+                largest = (f"{max(diffs, key=abs):+.3f} ({len(shared)} evaluations)"
+                           if diffs else "–")
+            else:
+                largest = "–"
+            loss = curve.get(step) if step is not None else None
+            if loss is not None and (variant not in best or loss < best[variant][1]):
+                best[variant] = (config["study"], loss, step)
+            last = run["rows"][-1]["step"]
+            lines.append(
+                f"| {variant} | {config['study']} | {_describe(config)} | {last:,} | "
+                f"{'–' if speed is None else f'{speed:,.0f}'} | {ratio} | "
+                f"{'–' if loss is None else f'{loss:.3f} (step {step:,})'} | {largest} | "
+                f"{records.format_seconds(run['wall_seconds'])} |")
+    lines += ["", "Lowest validation loss at the common step, per variant: "
+              + "; ".join(f"{v}: `{s}` ({loss:.3f} at step {step:,})"
+                          for v, (s, loss, step) in best.items()) + "."]
+    machines = sorted({run["run_config"]["versions"]["machine"] for run in runs.values()
+                       if run.get("run_config")})
+    lines += ["", "Tokens/s: median over the run's logged blocks of `eval_every` steps "
+                  "(validation and, in the first block, compilation included). Machine: "
+              + "; ".join(machines) + ".", ""]
+    return "\n".join(lines)
+
+
+def _plot(configs, variants, runs, path):
+    plt = records.pyplot()
+    figure, axes = plt.subplots(1, len(variants), figsize=(4.2 * len(variants) + 2.6, 4),
+                                squeeze=False, sharey=True)
+    for axis, variant in zip(axes[0], variants):
+        for i, config in enumerate(configs):
+            run = runs.get((config["study"], variant))
+            if run is None:
+                continue
+            points = sorted(_losses(run).items())
+            axis.plot(*zip(*points), ms=3.5, lw=1.4, **records.line_style(i),
+                      label=f"{config['study']} ({_describe(config)})")
+        axis.set_title(variant, fontsize=10)
+        axis.set_xlabel("pre-training step")
+        axis.grid(alpha=0.3)
+    axes[0][0].set_ylabel("validation masked-LM loss")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    for axis in axes[0][1:]:
+        for handle, label in zip(*axis.get_legend_handles_labels()):
+            if label not in labels:
+                handles.append(handle)
+                labels.append(label)
+    figure.tight_layout()
+    records.legend_outside(axes[0][-1], handles, labels)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    figure.savefig(path, dpi=130, bbox_inches="tight")
+    plt.close(figure)
+    return path
