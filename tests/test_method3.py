@@ -180,7 +180,8 @@ class OneEinsumMethod3(layers.QKRMultiplicativeAttention):
         return ops.cast(logits, "float32")
 
 
-def _weight_gradients(layer, inputs, mask, cotangent):
+def layer_weight_gradients(layer, inputs, mask, cotangent):
+    """The gradients of a layer's trainable weights for `cotangent` on its outputs."""
     if BACKEND == "tensorflow":
         import tensorflow as tf
 
@@ -218,8 +219,8 @@ def test_layer_weight_gradients_match_the_one_einsum_layer(monkeypatch):
         layer(inputs, padding_mask=mask)
     randomize_weights(chunked_layer, seed=11)
     einsum_layer.set_weights(chunked_layer.get_weights())
-    got = _weight_gradients(chunked_layer, inputs, mask, cotangent)
-    want = _weight_gradients(einsum_layer, inputs, mask, cotangent)
+    got = layer_weight_gradients(chunked_layer, inputs, mask, cotangent)
+    want = layer_weight_gradients(einsum_layer, inputs, mask, cotangent)
     names = [v.path for v in chunked_layer.trainable_variables]
     assert any(name.endswith("relative_embeddings") for name in names)
     for name, got_grad, want_grad in zip(names, got, want):
