@@ -341,6 +341,17 @@ def test_serving_model_answers_saved_model_cli(sst2_vocab, sst2_classifier, tmp_
     labels = np.load(tmp_path / "answer" / "label.npy", allow_pickle=True)
     expected = np.array(["negative", "positive"])[probabilities.argmax(-1)]
     assert [label.decode() for label in labels] == list(expected)
+    # The console script (keras-tupe-saved-model-cli) answers without TensorFlow's INFO
+    # lines and deprecation warnings (issue 23), the answer on stdout.
+    quiet = subprocess.run(
+        [sys.executable, "-m", "training.saved_model_cli", "run", "--dir", path,
+         "--tag_set", "serve", "--signature_def", "serving_default",
+         "--input_exprs", 'sentence=["dull and lifeless"]'],
+        capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
+    assert quiet.returncode == 0, quiet.stderr[-3000:]
+    assert "Result for output key label:" in quiet.stdout
+    assert "deprecated" not in quiet.stderr and "INFO:tensorflow" not in quiet.stderr
+    assert "Restoring parameters" not in quiet.stderr, quiet.stderr
 
 
 def test_pair_serving_model_takes_two_sentences(sst2_vocab, sst2_classifier, tmp_path):

@@ -17,8 +17,17 @@ def main():
     import tensorflow_text  # noqa: F401  (registers the ops before any graph is loaded)
     from tensorflow.python.tools import saved_model_cli
 
-    # `run` goes through TF1 session code that logs and warns about its own deprecation.
-    tf.get_logger().setLevel("ERROR")
+    # `run` goes through TF1 session code that logs and warns about its own deprecation,
+    # and the tool's `main` sets TensorFlow's log level to INFO first: it keeps ERROR here
+    # (this process is only the tool), `--tf-logs` gives the tool's own INFO back.
+    from tensorflow.python.platform import tf_logging
+
+    level = tf_logging.INFO if "--tf-logs" in sys.argv else tf_logging.ERROR
+    if "--tf-logs" in sys.argv:
+        sys.argv.remove("--tf-logs")
+    set_verbosity = tf_logging.set_verbosity
+    tf_logging.set_verbosity = lambda _: set_verbosity(level)
+    tf.get_logger().setLevel(level)
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     sys.argv[0] = "saved_model_cli"
     return saved_model_cli.main()
