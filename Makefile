@@ -8,7 +8,7 @@ JAX_STAMP := $(VENV)/.installed-jax
 DATA_DIR ?= $(if $(wildcard ../shared/data),../shared/data,)
 PYTEST_WORKERS ?= 2
 
-.PHONY: install test test-slow test-all test-jax demo clean
+.PHONY: install install-jax test test-slow test-all test-jax demo clean
 
 # constraints.txt: the exact tested set (pyproject.toml declares ranges).
 $(STAMP): pyproject.toml constraints.txt
@@ -18,6 +18,9 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# jax[cpu] beside TensorFlow: the JAX backend (KERAS_BACKEND=jax) for .venv/bin/python.
+install-jax: $(JAX_STAMP)
 
 # jax[cpu] beside TensorFlow, once (the `jax` extra of pyproject.toml).
 $(JAX_STAMP): $(STAMP) pyproject.toml constraints.txt
