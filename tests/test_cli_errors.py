@@ -223,6 +223,13 @@ def test_space_separators_become_plain_spaces_before_pretokenizing():
     text = ["a\u00a0b c\u2009d e\u3000f g\u202fh"]
     words = pretokenize(_plain_spaces(text), True, True, True, True)
     assert words.to_list() == [[b"a", b"b", b"c", b"d", b"e", b"f", b"g", b"h"]]
+    # Spacing accents inside a word: NFKC gives a space and a combining mark, which
+    # lowercasing strips after the split (the README walk's enwiki vocabulary had " ").
+    accents = ["i\u00b4j x\u00a8y c\u00b8d e\u203ef"]
+    words = pretokenize(_plain_spaces(accents), True, True, True, True)
+    assert words.to_list() == [[b"i", b"j", b"x", b"y", b"c", b"d", b"e", b"f"]]
+    words = pretokenize(_plain_spaces(accents, lowercase=False), False, False, True, True)
+    assert not any(b" " in word for word in words.to_list()[0])
 
 
 @pytest.mark.slow
@@ -230,7 +237,8 @@ def test_space_separators_become_plain_spaces_before_pretokenizing():
 def test_vocabulary_has_no_whitespace_tokens(tmp_path):
     """Real text with no-break spaces (and other separators) gives no " " or "## " token."""
     odd = tmp_path / "odd.txt"
-    odd.write_text("a\u00a0b c\u2009d e\u3000f g\u202fh 1\u00a0000 km\n" * 50, encoding="utf-8")
+    odd.write_text("a\u00a0b c\u2009d e\u3000f g\u202fh 1\u00a0000 km i\u00b4j x\u00a8y\n" * 50,
+                   encoding="utf-8")
     for lowercase in (True, False):
         vocabulary = tmp_path / f"vocab_{lowercase}.txt"
         data.train_vocabulary([str(odd), str(ENWIKI_VALID)], 300, vocabulary,
