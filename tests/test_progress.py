@@ -75,3 +75,33 @@ def test_step_progress_speaks_while_the_first_step_compiles():
     assert lines[-1].startswith("  training after step 1/4: still working, ")
     progress.close()  # what the caller does when fit raises
     assert heartbeat_threads() == []
+
+
+def test_finetune_glue_says_which_run_it_starts_and_turns_progress_on(tmp_path, monkeypatch,
+                                                                     capsys):
+    """Issue 23: `training.finetune_glue` printed nothing for minutes while a run trained."""
+    from keras_tupe.finetuning import glue as protocol
+    from training import finetune_glue
+
+    seen = []
+
+    def fake_run(config):
+        seen.append(config)
+        return {"task": config.task, "learning_rate": config.learning_rate, "seed": config.seed,
+                "dev": {"validation": {"accuracy": 0.5, "score": 0.5}}}
+
+    monkeypatch.setattr(protocol, "_preflight", lambda *args: None)
+    monkeypatch.setattr(protocol, "finetune_glue", fake_run)
+    out = tmp_path / "glue"
+    assert finetune_glue.main(["--init", "run", "--tasks", "rte", "--out", str(out),
+                               "--learning-rates", "1e-4", "--seeds", "0", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "rte lr=0.0001 seed=0: loading and fine-tuning (run 1 of 2) ..."
+    assert lines[2] == "rte lr=0.0001 seed=1: loading and fine-tuning (run 2 of 2) ..."
+    assert [config.progress for config in seen] == [True, True]
+    # --verbose 1: Keras's own progress bar instead, and a resumed grid counts from its place.
+    assert finetune_glue.main(["--init", "run", "--tasks", "rte", "--out", str(out),
+                               "--learning-rates", "1e-4", "--seeds", "0", "1", "2",
+                               "--verbose", "1"]) == 0
+    assert [config.progress for config in seen[2:]] == [False]
+    assert "loading and fine-tuning" not in capsys.readouterr().out

@@ -58,6 +58,8 @@ def _main(argv=None):
     del args["tf_logs"], args["traceback"]
     tasks, init, out = args.pop("tasks"), args.pop("init"), args.pop("out")
     learning_rates, seeds = args.pop("learning_rates"), args.pop("seeds")
+    # Progress lines (steps, metrics, time left, evaluation) unless Keras's own (--verbose).
+    args["progress"] = args["verbose"] == 0
     table = run_protocol(tasks, init, out, learning_rates=learning_rates, seeds=seeds, **args)
     for row in table:
         print(f"{row['task']}: {row['score']:.2f} (lr {row['best_learning_rate']:g}, "

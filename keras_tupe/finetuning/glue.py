@@ -207,22 +207,24 @@ def run_protocol(tasks, init, out_dir, learning_rates=PAPER_LEARNING_RATES, seed
         with open(results_path) as f:
             rows = [json.loads(line) for line in f if line.strip()]
     done = {(r["task"], r["learning_rate"], r["seed"]) for r in rows}
-    for task in tasks:
-        for rate in learning_rates:
-            for seed in seeds:
-                if (task, rate, seed) in done:
-                    continue
-                save_dir = (os.path.join(out_dir, "models", f"{task}_lr{rate:g}_seed{seed}")
-                            if save_models else None)
-                start = time.perf_counter()
-                row = finetune_glue(FinetuneConfig(task=task, init=init, learning_rate=rate,
-                                                   seed=seed, save_dir=save_dir, **config_kwargs))
-                row["wall_seconds"] = time.perf_counter() - start  # data, training, evaluation
-                rows.append(row)
-                with open(results_path, "a") as f:
-                    f.write(json.dumps(row) + "\n")
-                print(f"{task} lr={rate:g} seed={seed}: "
-                      f"{ {s: round(100 * m['score'], 2) for s, m in row['dev'].items()} }", flush=True)
+    grid = [(task, rate, seed) for task in tasks for rate in learning_rates for seed in seeds]
+    for number, (task, rate, seed) in enumerate(grid, 1):
+        if (task, rate, seed) in done:
+            continue
+        save_dir = (os.path.join(out_dir, "models", f"{task}_lr{rate:g}_seed{seed}")
+                    if save_models else None)
+        if config_kwargs.get("progress"):
+            print(f"{task} lr={rate:g} seed={seed}: loading and fine-tuning "
+                  f"(run {number} of {len(grid)}) ...", flush=True)
+        start = time.perf_counter()
+        row = finetune_glue(FinetuneConfig(task=task, init=init, learning_rate=rate,
+                                           seed=seed, save_dir=save_dir, **config_kwargs))
+        row["wall_seconds"] = time.perf_counter() - start  # data, training, evaluation
+        rows.append(row)
+        with open(results_path, "a") as f:
+            f.write(json.dumps(row) + "\n")
+        print(f"{task} lr={rate:g} seed={seed}: "
+              f"{ {s: round(100 * m['score'], 2) for s, m in row['dev'].items()} }", flush=True)
     table = summarize([r for r in rows if r["learning_rate"] in learning_rates
                        and r["seed"] in seeds], tasks)
     write_tables(table, out_dir, f"GLUE dev, {os.path.basename(os.path.normpath(init))}")

@@ -1,5 +1,6 @@
 """SQuAD v1.1 fine-tuning: the library behind `training.finetune_squad`."""
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -7,7 +8,9 @@ import os
 import keras
 import numpy as np
 
+from keras_tupe.callbacks import StepProgress
 from keras_tupe.finetuning.loading import default_vocabulary, load_backbone, load_matching_tokenizer
+from keras_tupe.progress import Heartbeat
 
 
 @dataclasses.dataclass
@@ -58,6 +61,10 @@ def finetune_squad(config):
     else:
         train_articles, eval_articles = squad.load_squad(config.train), squad.load_squad(config.eval)
         label = f"train={config.train}, eval={config.eval}"
+    talk = config.verbose == 0  # progress lines of our own instead of Keras's
+    if talk:
+        print(f"Windowing the questions into {config.seq_len}-token features ({label}) ...",
+              flush=True)
     featurize = dict(sequence_length=config.seq_len, doc_stride=config.doc_stride,
                      max_query_length=config.max_query_length, lowercase=config.lowercase)
     train_features = squad.featurize(train_articles, vocab, training=True, **featurize)
@@ -72,9 +79,18 @@ def finetune_squad(config):
                                              warmup_steps=int(config.warmup_ratio * steps),
                                              weight_decay=config.weight_decay),
                   jit_compile=config.xla)
-    model.fit(train, epochs=config.epochs, verbose=config.verbose, shuffle=False)
-    outputs = model.predict(squad.squad_dataset(eval_features, config.batch_size, training=False),
-                            verbose=0)
+    progress = ([StepProgress(steps, steps // config.epochs)] if talk else [])
+    try:
+        model.fit(train, epochs=config.epochs, verbose=config.verbose, shuffle=False,
+                  callbacks=progress)
+    finally:
+        for callback in progress:
+            callback.close()  # its heartbeat thread, when fit raised
+    if talk:
+        print(f"Evaluating on {len(eval_features.token_ids):,} features ...", flush=True)
+    with Heartbeat("  evaluating") if talk else contextlib.nullcontext():
+        outputs = model.predict(
+            squad.squad_dataset(eval_features, config.batch_size, training=False), verbose=0)
     predictions = squad.postprocess(eval_features, outputs["start_positions"],
                                     outputs["end_positions"], eval_articles)
     result = {"data": label, **squad_evaluate(eval_articles, predictions),
