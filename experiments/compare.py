@@ -60,8 +60,8 @@ def compare(configs, name, command, only=None):
         for run in pretrain_study.collect(config)[0]:
             if run["rows"] and (not only or run["variant"].name in only):
                 runs[config["study"], run["variant"].name] = run
-    variants = sorted({v for _, v in runs}, key=lambda v: min(
-        i for i, c in enumerate(configs) for r in study_config.variants(c) if r.name == v))
+    order = [r.name for c in configs for r in study_config.variants(c)]  # first study first
+    variants = sorted({v for _, v in runs}, key=order.index)
     if only:
         missing = sorted(set(only) - set(variants))
         if missing:
