@@ -113,8 +113,9 @@ def _table(configs, variants, runs, name, command):
             speed = records.median_tokens_per_second(run["rows"])
             ratio = (f"{speed / base_speed:.2f}x" if speed and base_speed else "–")
             if base_run is not None and config is not first:
-                shared = sorted(set(curve) & set(_losses(base_run)))
-                diffs = [curve[s] - _losses(base_run)[s] for s in shared]
+                base_curve = curves[first["study"]]
+                shared = sorted(set(curve) & set(base_curve))
+                diffs = [curve[s] - base_curve[s] for s in shared]
                 largest = (f"{max(diffs, key=abs):+.3f} ({len(shared)} evaluations)"
                            if diffs else "–")
             else:

@@ -62,10 +62,7 @@ class ReplicaXLAStep:
 
     def load_task_weights(self, filepath):
         """keras-hub's, without the optimizer warning of `load_saved_model` (same cause)."""
-        import warnings
-
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="Skipping variable loading for optimizer")
+        with _absent_optimizer_state_expected():
             super().load_task_weights(filepath)
 
     def compile(self, *args, jit_compile="auto", **kwargs):
@@ -198,8 +195,15 @@ def load_saved_model(path):
     "Skipping variable loading for optimizer ...", about a state that is meant to be
     absent. That one warning is not shown; every other one is.
     """
+    with _absent_optimizer_state_expected():
+        return keras.saving.load_model(path, compile=False)
+
+
+@contextlib.contextmanager
+def _absent_optimizer_state_expected():
+    """Meanwhile, Keras's "Skipping variable loading for optimizer" warning is not shown."""
     import warnings
 
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Skipping variable loading for optimizer")
-        return keras.saving.load_model(path, compile=False)
+        yield
