@@ -9,11 +9,11 @@ import sys
 import time
 from pathlib import Path
 
-import keras
 import numpy as np
 import pytest
 
 from keras_tupe import data
+from keras_tupe.models.task import load_saved_model
 from training import pretrain as cli
 
 REPO = Path(__file__).resolve().parents[1]
@@ -110,11 +110,9 @@ def test_pretrain_in_mixed_precision(tmp_path, vocab, capsys, precision):
     rows = (out / "metrics.csv").read_text().splitlines()[1:]
     losses = [float(row.split(",")[1]) for row in rows]
     assert len(rows) == 2 and all(np.isfinite(losses))
-    model = keras.saving.load_model(out / "mlm.keras")
+    assert _steps_trained(out) == 4
+    model = load_saved_model(out / "mlm.keras")
     assert model.backbone.dtype_policy.name == precision
-    assert int(model.optimizer.iterations.numpy()) == 4
-    if precision == "mixed_float16":
-        assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
 
 
 def _subprocess_run(argv, env=None):
@@ -126,8 +124,14 @@ def _subprocess_run(argv, env=None):
 
 
 def _final_weights(out):
-    model = keras.saving.load_model(Path(out) / "mlm.keras")
+    model = load_saved_model(Path(out) / "mlm.keras")
     return model, [w.numpy() for w in model.weights]
+
+
+def _steps_trained(out):
+    """The last step of the run's metrics.csv (mlm.keras holds no optimizer state)."""
+    rows = (Path(out) / "metrics.csv").read_text().splitlines()[1:]
+    return int(rows[-1].split(",")[0])
 
 
 @pytest.mark.slow
@@ -150,8 +154,8 @@ def test_killed_run_resumes_to_the_same_weights(tmp_path, vocab):
     output = resumed.communicate(timeout=600)[0]
     assert resumed.returncode == 0, output
 
-    model, weights = _final_weights(tmp_path / "killed")
-    assert int(model.optimizer.iterations.numpy()) == 6
+    _, weights = _final_weights(tmp_path / "killed")
+    assert _steps_trained(tmp_path / "killed") == 6
     _, want = _final_weights(tmp_path / "straight")
     for got, expected in zip(weights, want):
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
@@ -180,7 +184,7 @@ def test_multiworker_workers_end_with_identical_weights(tmp_path, vocab):
     outputs = [worker.communicate(timeout=600)[0] for worker in workers]
     assert [worker.returncode for worker in workers] == [0, 0], outputs
     _, first = _final_weights(tmp_path / "worker0")
-    model, second = _final_weights(tmp_path / "worker1")
-    assert int(model.optimizer.iterations.numpy()) == 4
+    _, second = _final_weights(tmp_path / "worker1")
+    assert _steps_trained(tmp_path / "worker0") == _steps_trained(tmp_path / "worker1") == 4
     for a, b in zip(first, second):
         np.testing.assert_array_equal(a, b)
