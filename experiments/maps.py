@@ -15,6 +15,7 @@ summary (`offset_profile`: the mean term at each offset j - i, the peak offset,
 the [CLS] row and column) to `<out stem>.json`.
 """
 
+import json
 import math
 import os
 import time
@@ -25,19 +26,20 @@ from experiments import records
 from experiments.config import StudyError
 
 
-def _bucket_labels(layer, span):
+def _bucket_labels(bidirectional, num_buckets, max_distance):
     """`(labels, order)`: `{bucket: "lo…hi"}`, the relative distances `j - i` each bucket
     holds, and the used buckets sorted by distance (far left … 0 … far right)."""
     from keras import ops
 
     from keras_tupe.layers.relative_bucket_bias import t5_relative_position_bucket
 
+    span = 2 * max_distance
     distances = np.arange(-span, span + 1)
     buckets = ops.convert_to_numpy(t5_relative_position_bucket(
-        distances, bidirectional=layer.bidirectional, num_buckets=layer.num_buckets,
-        max_distance=layer.max_distance))
+        distances, bidirectional=bidirectional, num_buckets=num_buckets,
+        max_distance=max_distance))
     labels, centers = {}, {}
-    for bucket in range(layer.num_buckets):
+    for bucket in range(num_buckets):
         members = distances[buckets == bucket]
         if not len(members):
             labels[bucket] = "unused"  # e.g. "distance 0, key after the query"
@@ -58,8 +60,7 @@ def draw_maps(init, out, length=64, command=None):
     from keras_tupe.finetuning import load_backbone
 
     start = time.perf_counter()
-    if not out.lower().endswith(".png"):
-        raise StudyError(f"--out must be a .png file. Received: {out}")
+    _check_png(out)
     backbone = load_backbone(init)
     try:
         backbone.check_sequence_length(length)
@@ -68,9 +69,64 @@ def draw_maps(init, out, length=64, command=None):
         raise StudyError(
             f"{init}: no positional map to draw. {error} Positional maps exist for tupe_a, "
             "tupe_a_tie_cls, tupe_r and bert_r.") from error
-    stem = os.path.splitext(out)[0]
+    encoder = {k: getattr(backbone, k) for k in ENCODER_FIELDS}
+    arrays = {"positional_bias": bias}
+    if backbone.relative_bias is not None:
+        layer = backbone.relative_bias
+        arrays["t5_bias"] = np.asarray(layer.relative_attention_bias.numpy(), dtype=np.float32)
+        labels, _ = _bucket_labels(layer.bidirectional, layer.num_buckets, layer.max_distance)
+        arrays["t5_bucket_labels"] = np.array([labels[b] for b in range(layer.num_buckets)])
+    paths = _plot(arrays, encoder, init, out)
+    paths["npz"] = os.path.splitext(out)[0] + ".npz"
+    np.savez(paths["npz"], **arrays)
+    paths["json"] = records.write_json(os.path.splitext(out)[0] + ".json", {
+        "command": command, "init": init, "length": length, "created": records.now(),
+        "encoder": encoder, "summary": offset_profile(bias),
+        "files": paths, "seconds": time.perf_counter() - start, "machine": records.machine()})
+    return paths
+
+
+def redraw_maps(npz, out=None, command=None):
+    """Draws the maps again from the arrays a `draw_maps` run saved (`<stem>.npz` and its
+    `<stem>.json`), without the model: the figures of a study whose runs are gone.
+
+    Writes `out` (default `<stem>.png`) and the T5 bucket plot beside it; the arrays and
+    the summary are not touched, the JSON records the redraw (`redrawn`).
+    """
+    stem = os.path.splitext(npz)[0]
+    if not npz.endswith(".npz") or not os.path.exists(npz):
+        raise StudyError(f"--from-npz {npz}: not a maps .npz file (a `maps` run writes "
+                         "<out stem>.npz beside its PNG).")
+    if not os.path.exists(stem + ".json"):
+        raise StudyError(f"--from-npz {npz}: {stem}.json, written with it, is missing; the "
+                         "maps cannot be redrawn without it (the encoder it describes).")
+    out = out or stem + ".png"
+    _check_png(out)
+    with open(stem + ".json") as f:
+        info = json.load(f)
+    with np.load(npz) as saved:
+        arrays = {name: saved[name] for name in saved.files}
+    paths = _plot(arrays, info["encoder"], info["init"], out)
+    info["redrawn"] = {"command": command, "created": records.now(), "files": paths}
+    records.write_json(stem + ".json", info)
+    return {**paths, "json": stem + ".json"}
+
+
+ENCODER_FIELDS = ("num_layers", "num_heads", "hidden_dim", "absolute_position",
+                  "absolute_correlation", "relative_position", "cls_reset", "num_buckets",
+                  "max_distance")
+
+
+def _check_png(out):
+    if not out.lower().endswith(".png"):
+        raise StudyError(f"--out must be a .png file. Received: {out}")
+
+
+def _plot(arrays, encoder, init, out):
+    """The heatmaps into `out` and, with a T5 table, its bucket plot; returns the paths."""
+    bias = arrays["positional_bias"]
+    heads, length, _ = bias.shape
     plt = records.pyplot()
-    heads = bias.shape[0]
     columns = min(heads, 4)
     rows = math.ceil(heads / columns)
     figure, axes = plt.subplots(rows, columns, figsize=(3.2 * columns, 3.0 * rows), squeeze=False)
@@ -90,7 +146,8 @@ def draw_maps(init, out, length=64, command=None):
             line(0.5, color="white", lw=0.8)  # [CLS] (position 0) above / left of the lines
         axis.set_title(f"head {head}", fontsize=9)
         axis.set_xlabel("key position j", fontsize=8)
-        axis.set_ylabel("query position i", fontsize=8)
+        if head % columns == 0:  # one label a row: beside a neighbour it overlaps its image
+            axis.set_ylabel("query position i", fontsize=8)
         ticks = [0, *range(16, length, 16)]
         axis.set_xticks(ticks, ["[CLS]", *map(str, ticks[1:])], fontsize=7, rotation=90)
         axis.set_yticks(ticks, ["[CLS]", *map(str, ticks[1:])], fontsize=7)
@@ -99,9 +156,9 @@ def draw_maps(init, out, length=64, command=None):
     colorbar.set_label("positional logit term (shared scale)", fontsize=8)
     colorbar.ax.tick_params(labelsize=7)
     terms = [name for name, present in (
-        ("untied correlation", backbone.absolute_correlation == "untied"),
-        ("T5 bias", backbone.relative_bias is not None),
-        ("[CLS] reset", backbone.cls_reset)) if present]
+        ("untied correlation", encoder["absolute_correlation"] == "untied"),
+        ("T5 bias", "t5_bias" in arrays),
+        ("[CLS] reset", encoder["cls_reset"])) if present]
     figure.suptitle(f"{os.path.normpath(init)}: content-free positional term "
                     f"({' + '.join(terms)}), first {length} positions; [CLS] is position 0, "
                     "outlined", fontsize=9)
@@ -109,13 +166,10 @@ def draw_maps(init, out, length=64, command=None):
     figure.savefig(out, dpi=130, bbox_inches="tight")
     plt.close(figure)
     paths = {"png": out}
-    arrays = {"positional_bias": bias}
 
-    if backbone.relative_bias is not None:
-        layer = backbone.relative_bias
-        table = np.asarray(layer.relative_attention_bias.numpy(), dtype=np.float32)  # (buckets, h)
-        arrays["t5_bias"] = table
-        labels, order = _bucket_labels(layer, span=2 * layer.max_distance)
+    if "t5_bias" in arrays:
+        table = arrays["t5_bias"]  # (buckets, heads)
+        labels, order = _bucket_labels(True, encoder["num_buckets"], encoder["max_distance"])
         figure, axis = plt.subplots(figsize=(9, 4))
         positions = np.arange(len(order))
         for head in range(table.shape[1]):
@@ -127,25 +181,13 @@ def draw_maps(init, out, length=64, command=None):
         axis.set_xlabel("relative distance j − i (bucket #), in distance order")
         axis.set_ylabel("learned bias b[bucket]")
         axis.set_title(f"{os.path.normpath(init)}: T5 relative bias per bucket "
-                       f"({layer.num_buckets} buckets, max_distance {layer.max_distance})",
-                       fontsize=9)
+                       f"({encoder['num_buckets']} buckets, max_distance "
+                       f"{encoder['max_distance']})", fontsize=9)
         axis.grid(alpha=0.3)
         records.legend_outside(axis)
-        paths["t5_buckets"] = stem + "_t5_buckets.png"
+        paths["t5_buckets"] = os.path.splitext(out)[0] + "_t5_buckets.png"
         figure.savefig(paths["t5_buckets"], dpi=130, bbox_inches="tight")
         plt.close(figure)
-        arrays["t5_bucket_labels"] = np.array([labels[b] for b in range(layer.num_buckets)])
-
-    summary = offset_profile(bias)
-    paths["npz"] = stem + ".npz"
-    np.savez(paths["npz"], **arrays)
-    paths["json"] = records.write_json(stem + ".json", {
-        "command": command, "init": init, "length": length, "created": records.now(),
-        "encoder": {k: getattr(backbone, k) for k in (
-            "num_layers", "num_heads", "hidden_dim", "absolute_position", "absolute_correlation",
-            "relative_position", "cls_reset", "num_buckets", "max_distance")},
-        "summary": summary,
-        "files": paths, "seconds": time.perf_counter() - start, "machine": records.machine()})
     return paths
 
 

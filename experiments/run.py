@@ -5,6 +5,7 @@
     python -m experiments.run finetune --config experiments/configs/finetune.json
     python -m experiments.run length   --config experiments/configs/length.json
     python -m experiments.run maps     --init runs/study/pretrain/tupe_a --out docs/results/maps/tupe_a.png
+    python -m experiments.run maps     --from-npz docs/results/maps/pretrain_tupe_a.npz
     python -m experiments.run compare  --name speed --studies speed_f32_xla speed_bf16_xla
 
 Every command can be stopped and started again: finished runs are skipped and
@@ -83,9 +84,14 @@ def parse_args(argv=None):
     sub.add_argument("--variants", nargs="+", help="only these variants (default: all)")
     add_common_flags(sub)
     sub = commands.add_parser("maps", help="per-head positional maps of one encoder")
-    sub.add_argument("--init", required=True,
-                     help="a pre-training run directory or a .keras file (backbone or task)")
-    sub.add_argument("--out", required=True, help="PNG file to write")
+    source = sub.add_mutually_exclusive_group(required=True)
+    source.add_argument("--init",
+                        help="a pre-training run directory or a .keras file (backbone or task)")
+    source.add_argument("--from-npz", metavar="NPZ",
+                        help="draw again from the arrays an earlier maps run saved (its .npz "
+                             "and .json), without the model: e.g. after a plotting change")
+    sub.add_argument("--out", help="PNG file to write (required with --init; default with "
+                                   "--from-npz: the .npz's name as .png)")
     sub.add_argument("--length", type=int, default=64, help="positions drawn (default 64)")
     add_common_flags(sub)
     return parser.parse_args(argv)
@@ -105,9 +111,14 @@ def _main(argv=None):
     command = records.command_line(argv)
     start = time.perf_counter()
     if args.command == "maps":
-        from experiments.maps import draw_maps
+        from experiments.maps import draw_maps, redraw_maps
 
-        paths = draw_maps(args.init, args.out, length=args.length, command=command)
+        if args.from_npz:
+            paths = redraw_maps(args.from_npz, args.out, command=command)
+        elif not args.out:
+            raise study_config.StudyError("maps --init needs --out (the PNG file to write).")
+        else:
+            paths = draw_maps(args.init, args.out, length=args.length, command=command)
     elif args.command == "compare":
         from experiments.compare import compare
 

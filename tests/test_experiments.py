@@ -408,6 +408,36 @@ def test_maps_draw_tupe_r_and_refuse_bert_a_clearly(study, tmp_path, capsys):
     assert not bad.exists()
 
 
+def test_maps_redraw_from_their_arrays_without_the_model(study, tmp_path, capsys):
+    """`maps --from-npz`: the figures of a study whose runs are gone, drawn again from the
+    saved arrays, pixel for pixel those drawn from the model."""
+    import matplotlib.image
+
+    first = tmp_path / "first" / "tupe_r.png"
+    run = study["runs"] / "pretrain" / "tupe_r"
+    assert main(["maps", "--init", str(run), "--out", str(first), "--length", "16"]) == 0
+    again = tmp_path / "again.png"
+    npz = first.with_suffix(".npz")
+    before = npz.read_bytes()
+    assert main(["maps", "--from-npz", str(npz), "--out", str(again)]) == 0
+    for drawn, redrawn in ((first, again), (tmp_path / "first" / "tupe_r_t5_buckets.png",
+                                            tmp_path / "again_t5_buckets.png")):
+        np.testing.assert_array_equal(matplotlib.image.imread(redrawn),
+                                      matplotlib.image.imread(drawn))
+    assert npz.read_bytes() == before  # the arrays are kept as they were
+    info = json.loads(first.with_suffix(".json").read_text())
+    assert info["command"].startswith("python -m experiments.run maps --init")
+    assert info["redrawn"]["command"].startswith("python -m experiments.run maps --from-npz")
+    capsys.readouterr()
+    first.with_suffix(".json").unlink()
+    assert main(["maps", "--from-npz", str(npz)]) == 2
+    assert "tupe_r.json, written with it, is missing" in capsys.readouterr().err
+    assert main(["maps", "--from-npz", str(tmp_path / "none.npz")]) == 2
+    assert "not a maps .npz file" in capsys.readouterr().err
+    assert main(["maps", "--init", str(run)]) == 2
+    assert "maps --init needs --out" in capsys.readouterr().err
+
+
 def test_wall_time_sums_the_processes_of_a_resumed_run(tmp_path):
     (tmp_path / "metrics.csv").write_text(
         "step,loss,accuracy,val_loss,val_accuracy,learning_rate,tokens_per_second,elapsed_seconds\n"
