@@ -110,15 +110,17 @@ def _sha256(path):
     return digest.hexdigest()
 
 
-def run_study(config, command, report_command, only_variants=None, only_checkpoints=None):
+def run_study(config, command, report_command, only_variants=None, only_checkpoints=None,
+              fresh=False):
     """Fine-tunes every planned checkpoint (resumable); then writes the report, which names
-    `report_command` as the command that regenerates it."""
+    `report_command` as the command that regenerates it. `fresh`: a checkpoint whose grid
+    the committed record holds is fine-tuned too (its runs on disk replace the record)."""
     import keras
 
     from keras_tupe.finetuning import run_protocol
 
     jobs = plan(config, only_variants, only_checkpoints)
-    recorded = recorded_rows(config)
+    recorded = {} if fresh else recorded_rows(config)
     for job in [job for job in jobs if not os.path.exists(job["out"])
                 and _grid_recorded(config, job, recorded)]:
         print(f"[{config['study']}] {job['pretrain_study']}/{job['variant']} step {job['step']}: "

@@ -168,13 +168,15 @@ def _note(backbone, length, trained):
     return True, "; ".join(notes)
 
 
-def run_study(config, command, report_command, only_variants=None):
+def run_study(config, command, report_command, only_variants=None, fresh=False):
+    """Evaluates every planned model on disk (resumable); then the report. `fresh`: the
+    committed rows do not stand in for a model that is not on disk (it must be)."""
     import keras
 
     import keras_tupe  # noqa: F401  (registers the classes for loading)
 
     jobs = plan(config, only_variants)
-    recorded = {_key(row) for row in recorded_rows(config)}
+    recorded = set() if fresh else {_key(row) for row in recorded_rows(config)}
     on_disk = [job for job in jobs if os.path.exists(job["model"])]
     elsewhere = [job for job in jobs if not os.path.exists(job["model"])]
     missing = [job["model"] for job in elsewhere if any(

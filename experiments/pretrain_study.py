@@ -26,17 +26,18 @@ FRACTIONS = (0.25, 0.5, 1.0)
 FREE_FIELDS = ("preset", "out")
 
 
-def run_study(config, command, only=None, verbose=2, until_step=None):
+def run_study(config, command, only=None, verbose=2, until_step=None, fresh=False):
     """Trains (or resumes, or skips) every variant; returns `{name: "trained" | "skipped"}`
     (`"trained to step N"` with `until_step`, which stops each run there: see
-    `keras_tupe.pretraining.pretrain`)."""
+    `keras_tupe.pretraining.pretrain`). `fresh`: a run the committed report records but
+    that is not on disk is trained too."""
     import keras
 
     from keras_tupe.pretraining import pretrain
 
     selected = _select(config, only)
     study_config.ensure_vocabulary(config, command=command)
-    kept = recorded_runs(config)[0]
+    kept = {} if fresh else recorded_runs(config)[0]
     status = {}
     with study_config.registered_presets(config):
         for variant in selected:

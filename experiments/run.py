@@ -7,6 +7,7 @@
     python -m experiments.run maps     --init runs/study/pretrain/tupe_a --out docs/results/maps/tupe_a.png
     python -m experiments.run maps     --from-npz docs/results/maps/pretrain_tupe_a.npz
     python -m experiments.run compare  --name speed --studies speed_f32_xla speed_bf16_xla
+    python -m experiments.run estimate pretrain relative length finetune speed_f32_xla:bert_a@300
 
 Every command can be stopped and started again: finished runs are skipped and
 an interrupted one continues where it was. Outputs go to the config's
@@ -59,8 +60,12 @@ def parse_args(argv=None):
         where.add_argument("--study", help="shorthand for --config experiments/configs/STUDY.json")
         return add_common_flags(sub)
 
+    fresh_help = ("do not skip what the committed reports record (runs of earlier "
+                  "workspaces): make every run that is not finished on disk here "
+                  "(run_all.sh --all)")
     sub = with_config("pretrain", "pre-train every variant of a study (resumable)")
     sub.add_argument("--variants", nargs="+", help="only these variants (default: all)")
+    sub.add_argument("--fresh", action="store_true", help=fresh_help)
     sub.add_argument("--verbose", type=int, default=2, choices=(0, 1, 2),
                      help="Keras progress output (2: one line per block of eval_every steps)")
     sub.add_argument("--until-step", type=int,
@@ -69,10 +74,18 @@ def parse_args(argv=None):
                           "finetune_intermediate reads")
     sub = with_config("finetune", "the reduced GLUE protocol on the pre-trained checkpoints")
     sub.add_argument("--variants", nargs="+", help="only these variants (default: all)")
+    sub.add_argument("--fresh", action="store_true", help=fresh_help)
     sub.add_argument("--checkpoints", nargs="+", type=float,
                      help="only these fractions of the budget (default: the config's)")
     sub = with_config("length", "masked-LM loss at longer sequences (Huang Table 4)")
     sub.add_argument("--variants", nargs="+", help="only these variants (default: all)")
+    sub.add_argument("--fresh", action="store_true", help=fresh_help)
+    sub = commands.add_parser(
+        "estimate", help="the time studies take to run again, from their reports' records")
+    sub.add_argument("studies", nargs="+", metavar="STUDY[:VARIANT,...][@STEPS]",
+                     help="study names (or config files), optionally only some variants and "
+                          "a step to stop at, e.g. speed_f32_xla:bert_a@300")
+    add_common_flags(sub)
     with_config("report", "collect a study's results into docs/results (no training)")
     sub = commands.add_parser("compare", help="pre-training studies that differ only in their "
                               "overrides, side by side (the speed study, the tuning sweep)")
@@ -119,6 +132,16 @@ def _main(argv=None):
             raise study_config.StudyError("maps --init needs --out (the PNG file to write).")
         else:
             paths = draw_maps(args.init, args.out, length=args.length, command=command)
+    elif args.command == "estimate":
+        from experiments.estimate import estimate, format_estimate, parse_spec
+
+        specs = [parse_spec(text) for text in args.studies]
+        rows = estimate([study_config.load_config(_resolve_study(name, flag="estimate"))
+                         for name, _, _ in specs],
+                        only=[variants for _, variants, _ in specs],
+                        until_steps=[steps for _, _, steps in specs])
+        print(format_estimate(rows))
+        paths = None
     elif args.command == "compare":
         from experiments.compare import compare
 
@@ -149,7 +172,8 @@ def _run_study(args, config, command):
     if kind == "pretrain":
         start = time.perf_counter()
         status = pretrain_study.run_study(config, command, only=args.variants,
-                                          verbose=args.verbose, until_step=args.until_step)
+                                          verbose=args.verbose, until_step=args.until_step,
+                                          fresh=args.fresh)
         records.append_jsonl(os.path.join(study_dir(config), "commands.jsonl"), {
             "command": command, "finished": records.now(), "status": status,
             "seconds": time.perf_counter() - start})
@@ -160,9 +184,9 @@ def _run_study(args, config, command):
     if kind == "finetune":
         return finetune_study.run_study(config, command, report_command(args),
                                         only_variants=args.variants,
-                                        only_checkpoints=args.checkpoints)
+                                        only_checkpoints=args.checkpoints, fresh=args.fresh)
     return length_study.run_study(config, command, report_command(args),
-                                  only_variants=args.variants)
+                                  only_variants=args.variants, fresh=args.fresh)
 
 
 def report_command(args):

@@ -361,10 +361,67 @@ def test_a_finetune_report_regenerates_from_its_runs_record_without_runs(study, 
     assert "every run is in recorded_runs.csv (an earlier workspace), skipped" in (
         capsys.readouterr().out)
     assert not study["runs"].exists()
+    # --fresh (run_all.sh --all): the record does not stand in for the runs; the checkpoint
+    # they need is gone, so it is asked for.
+    assert main(["finetune", "--config", str(path), "--fresh"]) == 2
+    assert "Not pre-trained yet" in capsys.readouterr().err
     # A grid point the record lacks: that job must be fine-tuned, and its checkpoint is gone.
     path.write_text(json.dumps({**config, "seeds": [0, 1, 2]}))
     assert main(["finetune", "--config", str(path)]) == 2
     assert "Not pre-trained yet" in capsys.readouterr().err
+
+
+def test_fresh_trains_what_the_records_hold_and_estimate_reads_their_times(study, tmp_path,
+                                                                          capsys):
+    """Issue 21 item 7, `run_all.sh --all`: `--fresh` makes again the runs an earlier
+    workspace recorded, and `estimate` gives the time from the recorded wall times."""
+    import shutil
+
+    from experiments import config as study_config
+    from experiments.estimate import estimate
+
+    copy = _copy_study(study, tmp_path / "copy")
+    results, configs = copy["results"], copy["configs"]
+    for stale in results.glob("relative_*"):  # another test may have reported it
+        stale.unlink()
+    assert main(["report", "--config", configs["pretrain"]]) == 0
+    walls = {v: r["wall_seconds"] for v, r in
+             json.loads((results / "pretrain_config.json").read_text())["runs"].items()}
+    pretrain, relative = (study_config.load_config(configs[n]) for n in ("pretrain", "relative"))
+    (row,) = estimate([pretrain])
+    assert row["seconds"] == pytest.approx(sum(walls.values())) and row["runs"] == 2
+    (row,) = estimate([pretrain], only=[["tupe_r"]], until_steps=[2])  # 2 of 4 steps
+    assert row["seconds"] == pytest.approx(walls["tupe_r"] / 2) and row["runs"] == 1
+    # relative has no report: its run takes its 4 steps at the median recorded s/step.
+    rows = estimate([pretrain, relative])
+    assert rows[1]["seconds"] == pytest.approx(np.median([w / 4 for w in walls.values()]) * 4)
+    assert "huang_m4_k8 not recorded" in rows[1]["basis"]
+    capsys.readouterr()
+    assert main(["estimate", configs["pretrain"], f"{configs['pretrain']}:zz"]) == 2
+    assert "no variant ['zz']; the study has bert_a, tupe_r" in capsys.readouterr().err
+
+    # The length study with the records of every model, then tupe_r's run is gone.
+    assert main(["length", "--config", configs["length"]]) == 0
+    logged = read_val_loss(copy["runs"] / "pretrain" / "tupe_r")
+    shutil.rmtree(copy["runs"] / "pretrain" / "tupe_r")
+    shutil.rmtree(copy["runs"] / "length")
+    capsys.readouterr()
+    assert main(["length", "--config", configs["length"]]) == 0  # its recorded rows kept
+    assert "pretrain/tupe_r step 4: not on disk, its recorded rows are kept" in (
+        capsys.readouterr().out)
+    assert main(["length", "--config", configs["length"], "--fresh"]) == 2
+    assert re.search(r"Not pre-trained yet.*\n.*pretrain/tupe_r/mlm\.keras",
+                     capsys.readouterr().err)
+    # Without --fresh the recorded run is skipped; with it, trained again: the same numbers.
+    assert main(["pretrain", "--config", configs["pretrain"], "--verbose", "0"]) == 0
+    assert not (copy["runs"] / "pretrain" / "tupe_r").exists()
+    assert main(["pretrain", "--config", configs["pretrain"], "--verbose", "0", "--fresh"]) == 0
+    log = records.read_jsonl(str(copy["runs"] / "pretrain" / "commands.jsonl"))
+    assert log[-1]["status"] == {"bert_a": "skipped", "tupe_r": "trained"}
+    again = read_val_loss(copy["runs"] / "pretrain" / "tupe_r")
+    assert again.keys() == logged.keys()
+    np.testing.assert_allclose(list(again.values()), list(logged.values()), rtol=1e-5)
+    assert main(["length", "--config", configs["length"], "--fresh"]) == 0
 
 
 def test_majority_class_is_the_best_constant_answer_on_dev():

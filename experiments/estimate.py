@@ -1,0 +1,147 @@
+"""How long studies take to run again from scratch, from the times their reports recorded.
+
+`estimate(configs)` gives one row a study:
+
+- a pre-training study: the wall time its report recorded for each run
+  (`<study>_config.json`, `runs.<variant>.wall_seconds`); a run with no record (a
+  study not run yet) takes its steps at the median seconds a step of the recorded
+  runs of the same encoder size;
+- a fine-tuning study: for each planned checkpoint, the recorded wall time a timed
+  run (`jobs[].wall_seconds / timed_runs`) times the runs its grid needs; a
+  checkpoint with no record takes the median of the recorded ones;
+- a length study: the seconds its report recorded (every evaluated row, summed).
+
+The records come from whatever machine made them (the 2-core CPU of this project:
+2,045 to 4,560 tokens/s were measured on different days), so the estimate is that
+of a machine as fast as the recorded ones, and says which rows were scaled.
+"""
+
+import json
+import os
+import statistics
+
+from experiments import config as study_config
+from experiments import records
+
+
+def _record(config):
+    path = os.path.join(config["results_dir"], f"{config['study']}_config.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def _pretrain_seconds_per_step(configs):
+    """`{size: median seconds a step}` over every recorded run of the pre-training studies."""
+    by_size = {}
+    for config in configs:
+        runs = (_record(config) or {}).get("runs", {})
+        for run in runs.values():
+            if run.get("wall_seconds"):
+                by_size.setdefault(config["size"], []).append(
+                    run["wall_seconds"] / config["settings"]["steps"])
+    return {size: statistics.median(values) for size, values in by_size.items()}
+
+
+def parse_spec(text):
+    """`"STUDY[:VARIANT,...][@STEPS]"` -> `(study, [variants] or None, steps or None)`."""
+    from experiments.config import StudyError
+
+    study, _, steps = text.partition("@")
+    study, _, variants = study.partition(":")
+    if steps and not steps.isdigit():
+        raise StudyError(f"estimate {text}: the step after @ must be a whole number, e.g. "
+                         "speed_f32_xla:bert_a@300.")
+    return study, (variants.split(",") if variants else None), (int(steps) if steps else None)
+
+
+def estimate(configs, only=None, until_steps=None):
+    """One row a config: `{"study", "kind", "runs", "seconds", "basis"}`, in the given order.
+
+    `configs` are loaded study configs; the pre-training ones among them (and those
+    the fine-tuning and length studies name) give the seconds a step of runs not
+    recorded yet. `only[i]` (variant names) and `until_steps[i]` restrict the i-th
+    pre-training study as `pretrain --variants ... --until-step N` does; a run not
+    recorded at that length takes that share of its recorded time.
+    """
+    only = only or [None] * len(configs)
+    until_steps = until_steps or [None] * len(configs)
+    pretrain_configs = [c for c in configs if c["kind"] == "pretrain"]
+    for config in configs:
+        if config["kind"] != "pretrain":
+            key = "pretrain_configs"
+            pretrain_configs += study_config.related_configs(config, key)
+    per_step = _pretrain_seconds_per_step(pretrain_configs)
+    rows = []
+    for config, names, until in zip(configs, only, until_steps):
+        kind, record = config["kind"], _record(config) or {}
+        if kind == "pretrain":
+            selected = [v for v in study_config.variants(config) if not names or v.name in names]
+            unknown = set(names or ()) - {v.name for v in selected}
+            if unknown:
+                raise study_config.StudyError(
+                    f"estimate {config['study']}: no variant {sorted(unknown)}; the study has "
+                    f"{', '.join(config['variants'])}.")
+            steps = config["settings"]["steps"]
+            share = min(until, steps) / steps if until else 1.0
+            seconds, scaled = 0.0, []
+            recorded = record.get("runs", {})
+            for variant in selected:
+                wall = recorded.get(variant.name, {}).get("wall_seconds")
+                if wall is None:
+                    if config["size"] not in per_step:
+                        raise study_config.StudyError(
+                            f"{config['_path']}: no recorded run of size {config['size']!r} "
+                            "to estimate its time from.")
+                    wall = per_step[config["size"]] * steps
+                    scaled.append(variant.name)
+                seconds += wall * share
+            runs = len(selected)
+            basis = ("recorded wall times" if not scaled else
+                     f"{', '.join(scaled)} not recorded: {steps} steps at "
+                     f"{per_step[config['size']]:.2f} s a step (median of the recorded "
+                     f"{config['size']} runs)")
+            if until:
+                basis += f", to step {until} of {steps}"
+        elif kind == "finetune":
+            from experiments import finetune_study
+
+            jobs = finetune_study.plan(config)
+            grid = (len(config["tasks"]) * len(config["learning_rates"])
+                    * len(config["seeds"]))
+            timed = {(j["pretrain_study"], j["variant"], int(j["step"])):
+                     j["wall_seconds"] / j["timed_runs"]
+                     for j in record.get("jobs", []) if j.get("timed_runs")}
+            if not timed:
+                raise study_config.StudyError(
+                    f"{config['_path']}: no recorded fine-tuning time to estimate from.")
+            fallback = statistics.median(timed.values())
+            keys = [(j["pretrain_study"], j["variant"], int(j["step"])) for j in jobs]
+            seconds = sum(timed.get(key, fallback) * grid for key in keys)
+            runs = len(jobs) * grid
+            missing = [f"{k[0]}/{k[1]}@{k[2]}" for k in keys if k not in timed]
+            basis = (f"recorded seconds a run x {grid} runs a checkpoint" if not missing else
+                     f"{', '.join(missing)} not recorded: the median recorded checkpoint")
+        else:
+            if record.get("seconds") is None:
+                raise study_config.StudyError(
+                    f"{config['_path']}: no recorded evaluation time to estimate from.")
+            seconds, runs, basis = record["seconds"], len(record.get("evaluated", [])), \
+                "recorded evaluation seconds"
+        rows.append({"study": config["study"], "kind": kind, "runs": runs,
+                     "seconds": seconds, "basis": basis})
+    return rows
+
+
+def format_estimate(rows):
+    """The rows as a table and a total, for a person about to start them."""
+    width = max(len(r["study"]) for r in rows)
+    lines = [f"{'study':<{width}}  {'kind':<8}  {'runs':>4}  {'time':>12}  basis"]
+    for r in rows:
+        lines.append(f"{r['study']:<{width}}  {r['kind']:<8}  {r['runs']:>4}  "
+                     f"{records.format_seconds(r['seconds']):>12}  {r['basis']}")
+    total = sum(r["seconds"] for r in rows)
+    lines.append(f"total: {records.format_seconds(total)} ({total / 3600:.1f} h) on a machine as "
+                 "fast as the recorded runs'")
+    return "\n".join(lines)
