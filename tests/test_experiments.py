@@ -371,6 +371,7 @@ def test_a_finetune_report_regenerates_from_its_runs_record_without_runs(study, 
     assert "Not pre-trained yet" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_fresh_trains_what_the_records_hold_and_estimate_reads_their_times(study, tmp_path,
                                                                           capsys):
     """Issue 21 item 7, `run_all.sh --all`: `--fresh` makes again the runs an earlier
