@@ -20,6 +20,9 @@ def _tasks():
     }
 
 
+# Keras's own `save`/`load_model` round trip: the task compiles itself when built, so the
+# loaded optimizer meets the saved one unbuilt; Keras says so, as it should, for this path.
+@pytest.mark.filterwarnings("ignore:Skipping variable loading for optimizer")
 @pytest.mark.parametrize("name", sorted(_tasks()))
 def test_task_round_trip(name, tmp_path):
     make, inputs = _tasks()[name]
