@@ -140,9 +140,9 @@ def test_one_step_is_the_same_on_tensorflow_and_jax(tmp_path):
         # slightly between the backends; in this regime the step is ~ g / epsilon, which
         # amplifies them: 2% failed once under CI-like load, on 17 of the 65,536
         # token-embedding steps, by 8.6e-6 where 5.6e-6 was allowed), plus two float32
-        # ulps at 1.0 (a step is a difference of rounded weights). A wrong clip (the unclipped step is > 2x) or decay on an
-        # excluded LayerNorm gamma (lr * decay * 1 = 1e-3, over 4% of any Adam step here, which
-        # is at most the rate, 1e-2) still fails.
+        # ulps at 1.0 (a step is a difference of rounded weights). A wrong clip (the
+        # unclipped step is > 2x) or decay on an excluded LayerNorm gamma (lr * decay * 1 =
+        # 1e-3, over 4% of any Adam step here, which is at most the rate, 1e-2) still fails.
         scale = np.abs(tf_step[name]).max()
         np.testing.assert_allclose(jax_step[name], tf_step[name], atol=0.04 * scale + 2.4e-7,
                                    rtol=0, err_msg=name)
