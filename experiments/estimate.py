@@ -70,8 +70,7 @@ def estimate(configs, only=None, until_steps=None):
     pretrain_configs = [c for c in configs if c["kind"] == "pretrain"]
     for config in configs:
         if config["kind"] != "pretrain":
-            key = "pretrain_configs"
-            pretrain_configs += study_config.related_configs(config, key)
+            pretrain_configs += study_config.related_configs(config, "pretrain_configs")
     per_step = _pretrain_seconds_per_step(pretrain_configs)
     rows = []
     for config, names, until in zip(configs, only, until_steps):
