@@ -25,7 +25,8 @@ A study is one JSON file (see `experiments/configs/`). Three kinds:
 - `"finetune"`: the reduced GLUE protocol on checkpoints of pre-training studies.
   Keys: `pretrain_configs` (the studies whose runs are fine-tuned), optional
   `variants` (a list; default all), `checkpoints` (fractions of the pre-training
-  budget: 1.0 is the final model, others must be in its `save_steps`), `tasks`,
+  budget: 1.0 is the final model, others must be in its `save_steps`; 0.0, with 0
+  in `save_steps`, is the run's random initialization: the control row), `tasks`,
   `data_dir`, `learning_rates`, `seeds` and `settings` (`FinetuneConfig` fields
   shared by every run: epochs, batch_size, seq_len, max_train_examples, ...).
 - `"length"`: masked-LM loss at several sequence lengths on checkpoints of
@@ -173,8 +174,9 @@ def _check(config, path):
 
 def _check_fractions(config, path):
     for fraction in config["checkpoints"]:
-        if not 0 < fraction <= 1:
-            _fail(path, f"`checkpoints` are fractions of the pre-training budget in (0, 1]. "
+        if not 0 <= fraction <= 1:
+            _fail(path, f"`checkpoints` are fractions of the pre-training budget in [0, 1] "
+                        f"(0: the random initialization, 1: the final model). "
                         f"Received: {fraction}")
 
 
@@ -323,7 +325,7 @@ def checkpoint_path(config, variant, fraction):
     """`(step, path)` of a variant's masked-LM model at `fraction` of the budget.
 
     The final model is `mlm.keras`; earlier ones are `checkpoints/step_NNNNNNN.keras`
-    (the study's `save_steps`).
+    (the study's `save_steps`), step 0 the initialization the run started from.
     """
     step = checkpoint_step(config, fraction)
     if step == config["settings"]["steps"]:
@@ -332,7 +334,8 @@ def checkpoint_path(config, variant, fraction):
         raise StudyError(
             f"{config['_path']}: no checkpoint at {fraction:g} of the budget (step {step}); "
             f"`save_steps` is {config['settings'].get('save_steps', [])}. Add {step} to "
-            "`save_steps` before pre-training, or choose another fraction."
+            "`save_steps` before pre-training (0: the initialization), or choose another "
+            "fraction."
         )
     return step, os.path.join(variant.run_dir, "checkpoints", f"step_{step:07d}.keras")
 

@@ -263,6 +263,12 @@ def _wall_time(rows):
     return (sum(timed), len(timed)) if timed else (None, 0)
 
 
+def _encoder(job):
+    """The table's name of a job's encoder; step 0 is the run's random initialization."""
+    name = f"{job['pretrain_study']}/{job['variant']}"
+    return f"{name}, random init" if job["step"] == 0 else name
+
+
 def _table(config, table_rows, command, expected_runs, floor):
     tasks, settings = config["tasks"], config["settings"]
     lines = [
@@ -286,7 +292,7 @@ def _table(config, table_rows, command, expected_runs, floor):
         cells = ["–" if s is None else f"{s:.2f}" + ("" if t in row["complete"] else "*")
                  for t, s in zip(tasks, row["scores"])]
         lines.append(
-            f"| {job['pretrain_study']}/{job['variant']} | {job['step']} | " + " | ".join(cells)
+            f"| {_encoder(job)} | {job['step']} | " + " | ".join(cells)
             + f" | {'–' if average is None else f'**{average:.2f}**'} | {done}/{expected_runs}"
             + (" †" if row["from_record"] else "") + " | "
             f"{records.format_seconds(wall)}"
@@ -303,7 +309,7 @@ def _table(config, table_rows, command, expected_runs, floor):
         if row["done"]:
             job = row["job"]
             lines.append(
-                f"| {job['pretrain_study']}/{job['variant']} | {job['step']} | " + " | ".join(
+                f"| {_encoder(job)} | {job['step']} | " + " | ".join(
                     "–" if r is None else f"{r[0]:.1f}–{r[1]:.1f}"
                     + ("" if t in row["complete"] else "*") for t, r in zip(tasks, row["ranges"]))
                 + " |")
@@ -312,6 +318,10 @@ def _table(config, table_rows, command, expected_runs, floor):
                   "own time are not in it; the time then says how many of the runs it covers."),
               "", (f"†: some or all of the runs are from `{config['study']}_runs.csv`, the record "
                    "an earlier workspace committed (its `runs/` folder is gone)."),
+              *(["", ("*Random init* (step 0): the encoder the pre-training run started "
+                      "from, fine-tuned with the same grid: the control that shows what "
+                      "pre-training adds.")]
+                if any(row["job"]["step"] == 0 for row in table_rows) else []),
               "", ("*Majority class*: the dev score of always giving the dev set's most "
                    "frequent label, the most a classifier that ignores its input can score. "
                    "For a regression (STS-B) a constant has no correlation; it counts as 0 "

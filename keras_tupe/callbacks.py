@@ -187,25 +187,40 @@ def _csv_value(value):
 
 
 class StepCheckpoint(keras.callbacks.Callback):
-    """Saves the masked-LM model as `.keras` after the chosen optimizer steps."""
+    """Saves the masked-LM model as `.keras` after the chosen optimizer steps.
+
+    Step 0 is the initialization, saved before the first step of a run that starts
+    from scratch: the untrained encoder of the same seed, a control for fine-tuning.
+    """
 
     def __init__(self, directory, steps):
         super().__init__()
         self.directory = directory
         self.steps = set(steps)
+        self._first_batch = True
+
+    def on_train_batch_begin(self, batch, logs=None):
+        # After BackupAndRestore's `on_train_begin`: a resumed run is past step 0 here.
+        if self._first_batch and 0 in self.steps:
+            if int(self.model.optimizer.iterations.numpy()) == 0:
+                self._save(0)
+        self._first_batch = False
 
     def on_train_batch_end(self, batch, logs=None):
         step = int(self.model.optimizer.iterations.numpy())
         if step in self.steps:
-            path = os.path.join(self.directory, f"step_{step:07d}.keras")
-            if not os.path.exists(path):  # a resumed run keeps the first one
-                os.makedirs(self.directory, exist_ok=True)
-                partial = path[: -len(".keras")] + ".partial.keras"
-                from keras_tupe.models.task import without_training_state
+            self._save(step)
 
-                with without_training_state(self.model):  # for fine-tuning, not resuming
-                    self.model.save(partial)
-                os.replace(partial, path)  # a kill mid-save leaves no half-written checkpoint
+    def _save(self, step):
+        path = os.path.join(self.directory, f"step_{step:07d}.keras")
+        if not os.path.exists(path):  # a resumed run keeps the first one
+            os.makedirs(self.directory, exist_ok=True)
+            partial = path[: -len(".keras")] + ".partial.keras"
+            from keras_tupe.models.task import without_training_state
+
+            with without_training_state(self.model):  # for fine-tuning, not resuming
+                self.model.save(partial)
+            os.replace(partial, path)  # a kill mid-save leaves no half-written checkpoint
 
 
 def _replace_text(path, text):

@@ -195,10 +195,10 @@ def validate(config, num_replicas):
             f"({config.eval_every}): training runs, validates and backs up in blocks of "
             "--eval-every steps."
         )
-    bad_saves = [s for s in config.save_steps if not 0 < s <= config.steps]
+    bad_saves = [s for s in config.save_steps if not 0 <= s <= config.steps]
     if bad_saves:
-        problems.append(f"--save-steps must lie in [1, --steps={config.steps}]. "
-                        f"Received: {bad_saves}")
+        problems.append(f"--save-steps must lie in [0, --steps={config.steps}] (0: the "
+                        f"initialization, before the first step). Received: {bad_saves}")
     if not 0 <= config.warmup_ratio < 1:
         problems.append(f"--warmup-ratio must be in [0, 1). Received: {config.warmup_ratio}")
     if problems:

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from experiments import config as study_config
-from experiments import length_study, pretrain_study, records
+from experiments import finetune_study, length_study, pretrain_study, records
 from keras_tupe import data
 from keras_tupe.data import glue
 from experiments.run import main
@@ -48,7 +48,7 @@ def study(tmp_path_factory):
                        "lines": 400, "lowercase": True},
         "settings": {"corpus": [train], "valid_corpus": [valid], "steps": 4, "batch_size": 8,
                      "seq_len": 32, "learning_rate": 1e-3, "warmup_ratio": 0.25,
-                     "eval_every": 2, "valid_batches": 2, "save_steps": [2], "seed": 0,
+                     "eval_every": 2, "valid_batches": 2, "save_steps": [0, 2], "seed": 0,
                      "shuffle_buffer": 64, "xla": False},
         "variants": {"bert_a": {}, "tupe_r": {}},
     }
@@ -288,6 +288,52 @@ def test_finetune_study_on_the_intermediate_and_final_checkpoints(study):
     labels = glue.load_glue("rte", "validation", str(GLUE)).labels
     share = 100 * max(np.mean(labels == 0), np.mean(labels == 1))
     assert f"| *majority class* | – | {share:.2f} | {share:.2f} | – | – |" in table
+
+
+def test_step_0_is_the_initialization_and_fine_tunes_as_the_random_init_control(study):
+    import keras
+
+    from keras_tupe.models import TupeBackbone
+
+    run = study["runs"] / "pretrain" / "tupe_r"
+    initial = keras.saving.load_model(run / "checkpoints" / "step_0000000.keras", compile=False)
+    trained = keras.saving.load_model(run / "checkpoints" / "step_0000002.keras", compile=False)
+    # The encoder the run started from: the preset built under the run's seed, as
+    # pre-training builds it, before any step.
+    keras.utils.set_random_seed(0)
+    vocabulary_size = len((run / "vocab.txt").read_text().splitlines())
+    fresh = TupeBackbone.from_preset("tupe_r_tiny", vocabulary_size=vocabulary_size, dropout=0.1)
+    weights = {w.path: keras.ops.convert_to_numpy(w) for w in initial.backbone.weights}
+    assert len(weights) == len(fresh.weights)
+    for w in fresh.weights:
+        np.testing.assert_array_equal(weights[w.path], keras.ops.convert_to_numpy(w),
+                                      err_msg=w.path)
+    moved = [a.path for a, b in zip(initial.trainable_weights, trained.trainable_weights,
+                                    strict=True)
+             if not np.array_equal(keras.ops.convert_to_numpy(a), keras.ops.convert_to_numpy(b))]
+    assert len(moved) == len(initial.trainable_weights)  # two steps changed every weight
+
+    config = json.loads(Path(study["configs"]["finetune"]).read_text())
+    config.update(study="control", variants=["tupe_r"], checkpoints=[0.0, 1.0])
+    path = Path(study["configs"]["finetune"]).parent / "control.json"
+    path.write_text(json.dumps(config))
+    assert main(["finetune", "--config", str(path)]) == 0
+    [row] = records.read_jsonl(
+        str(study["runs"] / "control" / "pretrain" / "tupe_r" / "step_0000000" / "results.jsonl"))
+    assert row["task"] == "rte" and 0 <= row["dev"]["validation"]["score"] <= 1
+    settings = json.loads((study["runs"] / "control" / "pretrain" / "tupe_r" / "step_0000000"
+                           / "finetune_settings.json").read_text())
+    assert settings["init"] == str(run / "checkpoints" / "step_0000000.keras")
+    table = (study["results"] / "control_table.md").read_text()
+    assert re.search(r"\| pretrain/tupe_r, random init \| 0 \| \d+\.\d\d \|", table)
+    assert re.search(r"\| pretrain/tupe_r \| 4 \| \d+\.\d\d \|", table)
+
+    # A fraction the pre-training kept no checkpoint for, or outside [0, 1]: clear errors.
+    for fraction, message in [(0.25, r"no checkpoint at 0.25 of the budget \(step 1\)"),
+                              (1.5, r"fractions of the pre-training budget in \[0, 1\]")]:
+        path.write_text(json.dumps({**config, "checkpoints": [fraction]}))
+        with pytest.raises(study_config.StudyError, match=message):
+            finetune_study.plan(study_config.load_config(str(path)))
 
 
 def _two_by_two_finetune_study(study, name):
@@ -887,6 +933,9 @@ def test_a_run_stopped_at_until_step_resumes_to_the_uninterrupted_weights(study,
                  "--verbose", "0"]) == 0
     # Stopped after step 2: the 50% checkpoint is there, the run is not finished.
     assert (run / "checkpoints" / "step_0000002.keras").exists()
+    # Removed, the initialization is not saved again by the resumed run: its model is
+    # at step 2 then, not the initialization.
+    (run / "checkpoints" / "step_0000000.keras").unlink()
     assert not (run / "mlm.keras").exists() and not (run / "backbone.keras").exists()
     assert list(read_val_loss(run)) == [2]
     log = records.read_jsonl(str(copy["runs"] / "pretrain" / "commands.jsonl"))
@@ -900,3 +949,4 @@ def test_a_run_stopped_at_until_step_resumes_to_the_uninterrupted_weights(study,
     for a, b in zip(resumed.weights, uninterrupted.weights, strict=True):
         np.testing.assert_array_equal(keras.ops.convert_to_numpy(a),
                                       keras.ops.convert_to_numpy(b), err_msg=a.path)
+    assert not (run / "checkpoints" / "step_0000000.keras").exists()

@@ -49,7 +49,9 @@ def run_cli(argv, capsys):
         (["--seq-len", "256"], "--seq-len 256 is longer than the absolute position table.*128"),
         (["--strategy", "mirrored", "--batch-size", "9"], "--batch-size 9.*multiple.*replicas \\(2\\)"),
         (["--steps", "7"], "--steps \\(7\\) must be a positive multiple of --eval-every \\(2\\)"),
-        (["--save-steps", "0,100"], "--save-steps must lie in"),
+        # 0 (the initialization) is a step to save; 100 is past --steps.
+        (["--save-steps", "0,100"],
+         r"--save-steps must lie in \[0, --steps=6\].*Received: \[100\]"),
         (["--preset", "tupe_r_huge"], "Unknown preset 'tupe_r_huge'.*tupe_r_tiny"),
     ],
 )

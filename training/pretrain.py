@@ -70,7 +70,8 @@ def parse_args(argv=None):
                         "when it divides --steps, else about a tenth of --steps)")
     p.add_argument("--valid-batches", type=int, default=d.valid_batches)
     p.add_argument("--save-steps", type=_int_list, default=[],
-                   help="steps at which to keep a .keras checkpoint, e.g. 100000,300000")
+                   help="steps at which to keep a .keras checkpoint, e.g. 100000,300000; 0 keeps "
+                        "the random initialization (a control for fine-tuning)")
     p.add_argument("--strategy", choices=STRATEGIES, default=d.strategy)
     p.add_argument("--precision", choices=PRECISIONS, default=d.precision)
     p.add_argument("--no-xla", dest="xla", action="store_false", help="turn XLA off")
