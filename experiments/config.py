@@ -28,7 +28,12 @@ A study is one JSON file (see `experiments/configs/`). Three kinds:
   budget: 1.0 is the final model, others must be in its `save_steps`; 0.0, with 0
   in `save_steps`, is the run's random initialization: the control row), `tasks`,
   `data_dir`, `learning_rates`, `seeds` and `settings` (`FinetuneConfig` fields
-  shared by every run: epochs, batch_size, seq_len, max_train_examples, ...).
+  shared by every run: epochs, batch_size, seq_len, max_train_examples, ...); optional
+  `task_settings` changes some of them for one task, the same for every encoder
+  (`{"sst2": {"max_train_examples": 20000}}`). A SQuAD study has `tasks: ["squad"]`
+  and `squad_file` (a SQuAD v1.1 json split by article into train and evaluation,
+  `keras_tupe.data.squad.split_articles`); its `settings` are `SquadConfig` fields
+  (`split_seed` fixes the split for every fine-tuning seed).
 - `"length"`: masked-LM loss at several sequence lengths on checkpoints of
   pre-training studies. Keys: `pretrain_configs`, optional `variants`,
   `checkpoints` (default `[1.0]`), `lengths`, `valid_corpus`, `tokens_per_batch`
@@ -151,14 +156,31 @@ def _check(config, path):
     elif config["kind"] == "finetune":
         _require(config, path, ("pretrain_configs", "checkpoints", "tasks", "learning_rates",
                                 "seeds", "settings"))
-        from keras_tupe.finetuning import FinetuneConfig
+        from keras_tupe.finetuning import FinetuneConfig, SquadConfig
 
-        allowed = {f.name for f in dataclasses.fields(FinetuneConfig)} - {
-            "task", "init", "learning_rate", "seed", "data_dir", "vocab", "lowercase",
-            "verbose", "save_dir"}
+        if "squad" in config["tasks"]:
+            if config["tasks"] != ["squad"] or config.get("task_settings"):
+                _fail(path, "a SQuAD study fine-tunes SQuAD alone: `tasks` must be [\"squad\"] "
+                            "without `task_settings` (GLUE tasks go in a study of their own). "
+                            f"Received tasks {config['tasks']}")
+            _require(config, path, ("squad_file",))
+            fields, fixed = SquadConfig, {"init", "out", "train", "eval", "offline_split",
+                                          "learning_rate", "seed", "vocab", "lowercase",
+                                          "verbose"}
+        else:
+            fields, fixed = FinetuneConfig, {"task", "init", "learning_rate", "seed",
+                                             "data_dir", "vocab", "lowercase", "verbose",
+                                             "save_dir"}
+        allowed = {f.name for f in dataclasses.fields(fields)} - fixed
         unknown = sorted(set(config["settings"]) - allowed)
         if unknown:
             _fail(path, f"unknown fine-tuning settings {unknown}. Allowed: {sorted(allowed)}")
+        from keras_tupe.finetuning.glue import check_task_settings
+
+        try:
+            check_task_settings(config["tasks"], config.get("task_settings", {}))
+        except ValueError as error:
+            _fail(path, str(error))
         _check_fractions(config, path)
     else:
         _require(config, path, ("pretrain_configs", "lengths", "valid_corpus",

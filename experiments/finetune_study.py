@@ -30,7 +30,8 @@ from experiments import config as study_config
 from experiments import records
 from experiments.config import StudyError
 
-TASK_NAMES = {"cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "stsb": "STS-B", "rte": "RTE",
+TASK_NAMES = {"squad": "SQuAD F1 (EM)",
+              "cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "stsb": "STS-B", "rte": "RTE",
               "qnli": "QNLI", "mnli": "MNLI", "qqp": "QQP", "wnli": "WNLI"}
 SETTINGS_FILE = "finetune_settings.json"
 RUNS_COLUMNS = ("pretrain_study", "variant", "step", "task", "learning_rate", "seed", "score",
@@ -98,8 +99,12 @@ def plan(config, only_variants=None, only_checkpoints=None):
 
 
 def _settings(config, job):
-    return {"init": job["init"], "vocab": job["vocab"], "lowercase": job["lowercase"],
-            "data_dir": config.get("data_dir"), "settings": config["settings"]}
+    pinned = {"init": job["init"], "vocab": job["vocab"], "lowercase": job["lowercase"],
+              "data_dir": config.get("data_dir"), "settings": config["settings"]}
+    for key in ("task_settings", "squad_file"):  # absent: older records still match
+        if config.get(key):
+            pinned[key] = config[key]
+    return pinned
 
 
 def _sha256(path):
@@ -117,7 +122,7 @@ def run_study(config, command, report_command, only_variants=None, only_checkpoi
     the committed record holds is fine-tuned too (its runs on disk replace the record)."""
     import keras
 
-    from keras_tupe.finetuning import run_protocol
+    from keras_tupe.finetuning import run_protocol, run_squad_protocol
 
     jobs = plan(config, only_variants, only_checkpoints)
     recorded = {} if fresh else recorded_rows(config)
@@ -149,11 +154,22 @@ def run_study(config, command, report_command, only_variants=None, only_checkpoi
               f"{config['tasks']} x lr {config['learning_rates']} x seeds {config['seeds']}",
               flush=True)
         keras.backend.clear_session()
+        if is_squad(config):
+            run_squad_protocol(job["init"], job["out"], config["learning_rates"],
+                               config["seeds"], vocab=job["vocab"], lowercase=job["lowercase"],
+                               offline_split=config["squad_file"], **config["settings"])
+            continue
         run_protocol(config["tasks"], job["init"], job["out"],
                      learning_rates=config["learning_rates"], seeds=config["seeds"],
                      vocab=job["vocab"], lowercase=job["lowercase"],
-                     data_dir=config.get("data_dir"), **config["settings"])
+                     data_dir=config.get("data_dir"),
+                     task_settings=config.get("task_settings"), **config["settings"])
     return report(config, report_command)
+
+
+def is_squad(config):
+    """A SQuAD study: `tasks` is `["squad"]`, fine-tuned on an article split of `squad_file`."""
+    return config["tasks"] == ["squad"]
 
 
 def majority_class(config):
@@ -168,6 +184,9 @@ def majority_class(config):
 
     scores = {}
     for task in config["tasks"]:
+        if task == "squad":  # span extraction: no constant answer
+            scores[task] = None
+            continue
         spec = glue.get_task(task)
         if spec.num_classes == 1:
             scores[task] = None
@@ -215,8 +234,12 @@ def report(config, command):
         average = (sum(scores) / len(scores)) if len(complete) == len(tasks) else None
         ranges = [(summary[t]["seed_min"], summary[t]["seed_max"]) if t in summary else None
                   for t in tasks]
+        edges = [_grid_edge(rates, summary[t]["best_learning_rate"]) if t in summary else ""
+                 for t in tasks]
+        extras = [_exact_match(rows, summary[t]) if t == "squad" and t in summary else ""
+                  for t in tasks]
         table_rows.append({"job": job, "scores": scores, "average": average, "done": len(rows),
-                           "from_record": from_record,
+                           "from_record": from_record, "edges": edges, "extras": extras,
                            "wall": wall, "timed": timed, "complete": complete, "ranges": ranges})
         job_records.append({**job, "runs_done": len(rows), "runs_expected": expected_runs,
                             "runs_from_record": from_record,
@@ -263,6 +286,20 @@ def _wall_time(rows):
     return (sum(timed), len(timed)) if timed else (None, 0)
 
 
+def _exact_match(rows, summary):
+    """" (EM x)": SQuAD's median exact match over the seeds at the best-F1 learning rate."""
+    exact = [r["dev"]["eval"]["exact_match"] for r in rows
+             if r["task"] == "squad" and r["learning_rate"] == summary["best_learning_rate"]]
+    return f" ({float(np.median(exact)):.2f})"
+
+
+def _grid_edge(rates, best):
+    """"↑" when the best learning rate is the grid's highest, "↓" its lowest, else ""."""
+    if len(rates) < 2:
+        return ""
+    return "↑" if best == max(rates) else "↓" if best == min(rates) else ""
+
+
 def _encoder(job):
     """The table's name of a job's encoder; step 0 is the run's random initialization."""
     name = f"{job['pretrain_study']}/{job['variant']}"
@@ -272,15 +309,23 @@ def _encoder(job):
 def _table(config, table_rows, command, expected_runs, floor):
     tasks, settings = config["tasks"], config["settings"]
     lines = [
-        f"# Study `{config['study']}`: GLUE dev (TUPE Table 2 at small scale)",
+        (f"# Study `{config['study']}`: SQuAD v1.1, an article split of "
+         f"`{config['squad_file']}` (Huang Table 2 at small scale; not the official split)"
+         if is_squad(config) else
+         f"# Study `{config['study']}`: GLUE dev (TUPE Table 2 at small scale)"),
         "",
         f"Regenerate: `{command}`",
         "",
         *([config["description"], ""] if config.get("description") else []),
         (f"Grid, identical for every encoder: learning rates {config['learning_rates']} x seeds "
-        f"{config['seeds']}; settings {json.dumps(settings)}. Score: median over the seeds at the "
+        f"{config['seeds']}; settings {json.dumps(settings)}"
+        + (f", by task {json.dumps(config['task_settings'])}" if config.get("task_settings")
+           else "") + ". Score: median over the seeds at the "
         "task's best learning rate (x100); Matthews corr. (CoLA), Pearson (STS-B), accuracy "
-        "(others). `*`: not all runs of the task are done yet."),
+        "(others); SQuAD: F1, the learning rate chosen by F1, and in parentheses the median "
+        "exact match at that rate. `*`: not all runs of the task are done yet. ↑ / ↓: the best "
+        "learning rate is the highest / lowest of the grid, which then does not bracket it "
+        "(widen the grid)."),
         "",
         "| encoder | step | " + " | ".join(TASK_NAMES.get(t, t) for t in tasks)
         + " | average | runs | time |",
@@ -289,18 +334,20 @@ def _table(config, table_rows, command, expected_runs, floor):
     for row in table_rows:
         job, average, done, wall, timed = (row[k] for k in ("job", "average", "done", "wall",
                                                              "timed"))
-        cells = ["–" if s is None else f"{s:.2f}" + ("" if t in row["complete"] else "*")
-                 for t, s in zip(tasks, row["scores"])]
+        cells = ["–" if s is None else f"{s:.2f}" + extra + edge
+                 + ("" if t in row["complete"] else "*")
+                 for t, s, edge, extra in zip(tasks, row["scores"], row["edges"], row["extras"])]
         lines.append(
             f"| {_encoder(job)} | {job['step']} | " + " | ".join(cells)
             + f" | {'–' if average is None else f'**{average:.2f}**'} | {done}/{expected_runs}"
             + (" †" if row["from_record"] else "") + " | "
             f"{records.format_seconds(wall)}"
             + ("" if wall is None or timed >= done else f" ({timed} of {done} runs)") + " |")
-    floor_scores = [floor[t] or 0.0 for t in tasks]
-    lines.append("| *majority class* | – | " + " | ".join(
-        "(0)" if floor[t] is None else f"{floor[t]:.2f}" for t in tasks)
-        + f" | {sum(floor_scores) / len(tasks):.2f} | – | – |")
+    if not is_squad(config):
+        floor_scores = [floor[t] or 0.0 for t in tasks]
+        lines.append("| *majority class* | – | " + " | ".join(
+            "(0)" if floor[t] is None else f"{floor[t]:.2f}" for t in tasks)
+            + f" | {sum(floor_scores) / len(tasks):.2f} | – | – |")
     lines += ["", (f"Seed range: the lowest and highest of the {len(config['seeds'])} seeds at "
                   "the learning rate the table reports."), "",
               "| encoder | step | " + " | ".join(TASK_NAMES.get(t, t) for t in tasks) + " |",
@@ -322,8 +369,9 @@ def _table(config, table_rows, command, expected_runs, floor):
                       "from, fine-tuned with the same grid: the control that shows what "
                       "pre-training adds.")]
                 if any(row["job"]["step"] == 0 for row in table_rows) else []),
-              "", ("*Majority class*: the dev score of always giving the dev set's most "
-                   "frequent label, the most a classifier that ignores its input can score. "
-                   "For a regression (STS-B) a constant has no correlation; it counts as 0 "
-                   "in the average."), ""]
+              *([] if is_squad(config) else [
+                  "", ("*Majority class*: the dev score of always giving the dev set's most "
+                       "frequent label, the most a classifier that ignores its input can score. "
+                       "For a regression (STS-B) a constant has no correlation; it counts as 0 "
+                       "in the average.")]), ""]
     return "\n".join(lines)

@@ -7,6 +7,7 @@
     python -m experiments.run maps     --init runs/study/pretrain/tupe_a --out docs/results/maps/tupe_a.png
     python -m experiments.run maps     --from-npz docs/results/maps/pretrain_tupe_a.npz
     python -m experiments.run compare  --name speed --studies speed_f32_xla speed_bf16_xla
+    python -m experiments.run seeds    --name long --studies long long_seed1
     python -m experiments.run estimate pretrain relative length finetune speed_f32_xla:bert_a@300
 
 Every command can be stopped and started again: finished runs are skipped and
@@ -96,6 +97,14 @@ def parse_args(argv=None):
                           "first is the reference the others are measured against")
     sub.add_argument("--variants", nargs="+", help="only these variants (default: all)")
     add_common_flags(sub)
+    sub = commands.add_parser("seeds", help="pre-training studies that differ only in their "
+                              "seed: mean losses with seed bands, gaps against the seed spread")
+    sub.add_argument("--name", required=True,
+                     help="names the outputs: <results_dir>/NAME_seeds.{csv,png,md}")
+    sub.add_argument("--studies", nargs="+", required=True,
+                     help="a study and its seed replicates (names or config files)")
+    sub.add_argument("--variants", nargs="+", help="only these variants (default: all)")
+    add_common_flags(sub)
     sub = commands.add_parser("maps", help="per-head positional maps of one encoder")
     source = sub.add_mutually_exclusive_group(required=True)
     source.add_argument("--init",
@@ -148,6 +157,12 @@ def _main(argv=None):
         configs = [study_config.load_config(_resolve_study(name), kind="pretrain")
                    for name in args.studies]
         paths = compare(configs, args.name, command, only=args.variants)
+    elif args.command == "seeds":
+        from experiments.replicates import replicates
+
+        configs = [study_config.load_config(_resolve_study(name), kind="pretrain")
+                   for name in args.studies]
+        paths = replicates(configs, args.name, command, only=args.variants)
     else:
         path = args.config or _resolve_study(args.study, flag="--study")
         paths = _run_study(args, study_config.load_config(path), command)

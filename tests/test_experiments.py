@@ -336,6 +336,78 @@ def test_step_0_is_the_initialization_and_fine_tunes_as_the_random_init_control(
             finetune_study.plan(study_config.load_config(str(path)))
 
 
+def test_task_settings_change_one_task_and_are_pinned_with_the_study(study, capsys):
+    config = json.loads(Path(study["configs"]["finetune"]).read_text())
+    config.update(study="capped", checkpoints=[1.0], tasks=["rte", "mrpc"],
+                  task_settings={"rte": {"max_train_examples": 8}})
+    path = Path(study["configs"]["finetune"]).parent / "capped.json"
+    path.write_text(json.dumps(config))
+    assert main(["finetune", "--config", str(path)]) == 0
+    out = study["runs"] / "capped" / "pretrain" / "bert_a" / "step_0000004"
+    rows = {r["task"]: r for r in records.read_jsonl(str(out / "results.jsonl"))}
+    assert rows["rte"]["train_examples"] == 8  # its own cap
+    assert rows["mrpc"]["train_examples"] == 16  # the shared setting
+    table = (study["results"] / "capped_table.md").read_text()
+    assert 'by task {"rte": {"max_train_examples": 8}}' in table
+    # Another cap, with the runs of the first on disk: refused, nothing mixed.
+    path.write_text(json.dumps({**config, "task_settings": {"rte": {"max_train_examples": 4}}}))
+    assert main(["finetune", "--config", str(path)]) == 2
+    assert "holds results fine-tuned with other settings" in capsys.readouterr().err
+    for task_settings, message in [
+            ({"cola": {"epochs": 1}}, r"'cola' is not one of the tasks \['rte', 'mrpc'\]"),
+            ({"rte": {"learning_rate": 1e-3}}, r"rte: 'learning_rate' cannot change by task "
+                                               r"\(valid: \['epochs', 'batch_size'")]:
+        path.write_text(json.dumps({**config, "task_settings": task_settings}))
+        with pytest.raises(study_config.StudyError, match=message):
+            study_config.load_config(str(path))
+
+
+def test_squad_study_fine_tunes_every_seed_on_one_article_split(study, capsys):
+    from keras_tupe.data import squad
+
+    dev = json.loads((DATA_DIR / "squad" / "dev-v1.1.json").read_text())
+    small = {"version": dev["version"],
+             "data": [{**a, "paragraphs": a["paragraphs"][:2]} for a in dev["data"][:5]]}
+    squad_file = study["root"] / "squad_small.json"
+    squad_file.write_text(json.dumps(small))
+    config = {"study": "squad", "kind": "finetune", "runs_dir": str(study["runs"]),
+              "results_dir": str(study["results"]), "pretrain_configs": ["pretrain.json"],
+              "variants": ["bert_a"], "checkpoints": [1.0], "tasks": ["squad"],
+              "squad_file": str(squad_file), "learning_rates": [1e-4], "seeds": [0, 1],
+              "settings": {"epochs": 1, "batch_size": 8, "seq_len": 64, "doc_stride": 32,
+                           "max_query_length": 16, "eval_fraction": 0.4, "split_seed": 0,
+                           "xla": False}}
+    path = Path(study["configs"]["finetune"]).parent / "squad.json"
+    path.write_text(json.dumps(config))
+    assert main(["finetune", "--config", str(path)]) == 0
+    rows = records.read_jsonl(
+        str(study["runs"] / "squad" / "pretrain" / "bert_a" / "step_0000004" / "results.jsonl"))
+    assert [(r["task"], r["learning_rate"], r["seed"]) for r in rows] == [
+        ("squad", 1e-4, 0), ("squad", 1e-4, 1)]
+    # Both seeds evaluate on the split of split_seed 0, not on a split of their own.
+    _, held_out = squad.split_articles(small["data"], eval_fraction=0.4, seed=0)
+    questions = sum(len(p["qas"]) for a in held_out for p in a["paragraphs"])
+    assert [r["eval_questions"] for r in rows] == [questions, questions]
+    assert all("seed 0); NOT the official" in r["data"] for r in rows)
+    f1 = [r["dev"]["eval"]["f1"] for r in rows]
+    exact = [r["dev"]["eval"]["exact_match"] for r in rows]
+    assert all(0 <= e <= f <= 100 for e, f in zip(exact, f1))
+    table = (study["results"] / "squad_table.md").read_text()
+    assert "| encoder | step | SQuAD F1 (EM) | average | runs | time |" in table
+    assert (f"| pretrain/bert_a | 4 | {np.median(f1):.2f} ({np.median(exact):.2f}) | "
+            f"**{np.median(f1):.2f}** | 2/2 |") in table
+    assert "majority class" not in table and "article split" in table
+    # A SQuAD study fine-tunes SQuAD alone, from a file, with SquadConfig's settings.
+    for change, message in [({"tasks": ["squad", "rte"]}, r"must be \[\"squad\"\]"),
+                            ({"squad_file": None}, "squad_file"),
+                            ({"settings": {"pad_to_longest": True}},
+                             r"unknown fine-tuning settings \['pad_to_longest'\]")]:
+        changed = {k: v for k, v in {**config, **change}.items() if v is not None}
+        path.write_text(json.dumps(changed))
+        with pytest.raises(study_config.StudyError, match=message):
+            study_config.load_config(str(path))
+
+
 def _two_by_two_finetune_study(study, name):
     """`(config, its path, bert_a's final job folder)`: the fixture's fine-tuning study as
     `name`, the final checkpoint only, learning rates 1e-4 and 5e-5 x seeds 0 and 1."""
@@ -361,7 +433,8 @@ def test_a_task_is_complete_only_when_its_whole_grid_has_run(study):
         records.append_jsonl(str(out / "results.jsonl"), r)
     assert main(["report", "--config", str(path)]) == 0
     table = (study["results"] / "partial_table.md").read_text()
-    assert "| pretrain/bert_a | 4 | 60.00* | – | 3/4 |" in table
+    # ↑: the best rate is the grid's highest.
+    assert "| pretrain/bert_a | 4 | 60.00↑* | – | 3/4 |" in table
     # The first three runs are from before runs recorded their time; the last one has it.
     records.append_jsonl(str(out / "results.jsonl"), {**row(5e-5, 1, 0.8), "wall_seconds": 90.0})
     # A run of a grid point the config does not hold: neither scored nor timed.
@@ -369,7 +442,7 @@ def test_a_task_is_complete_only_when_its_whole_grid_has_run(study):
     assert main(["report", "--config", str(path)]) == 0
     table = (study["results"] / "partial_table.md").read_text()
     # 5e-5: the median of 0.5 and 0.8 wins now.
-    assert "| pretrain/bert_a | 4 | 65.00 | **65.00** | 4/4 | 1.5 min (1 of 4 runs) |" in table
+    assert "| pretrain/bert_a | 4 | 65.00↓ | **65.00** | 4/4 | 1.5 min (1 of 4 runs) |" in table
     assert "| pretrain/bert_a | 4 | 50.0–80.0 |" in table  # the seed range at 5e-5
 
 
@@ -386,7 +459,7 @@ def test_a_finetune_report_regenerates_from_its_runs_record_without_runs(study, 
     assert main(["report", "--config", str(path)]) == 0
     results = study["results"]
     table = (results / "recorded_table.md").read_text()
-    assert "| pretrain/bert_a | 4 | 65.00 | **65.00** | 4/4 | 2.0 min |" in table
+    assert "| pretrain/bert_a | 4 | 65.00↑ | **65.00** | 4/4 | 2.0 min |" in table
     runs = records.read_csv_rows(results / "recorded_runs.csv")
     assert [(r["learning_rate"], r["seed"], r["score"]) for r in runs] == [
         ("0.0001", "0", "60"), ("0.0001", "1", "70"), ("5e-05", "0", "50"), ("5e-05", "1", "55")]
@@ -400,7 +473,7 @@ def test_a_finetune_report_regenerates_from_its_runs_record_without_runs(study, 
     csv_before = (results / "recorded_glue.csv").read_text()
     assert main(["report", "--config", str(path)]) == 0
     table = (results / "recorded_table.md").read_text()
-    assert "| pretrain/bert_a | 4 | 65.00 | **65.00** | 4/4 † | 2.0 min |" in table
+    assert "| pretrain/bert_a | 4 | 65.00↑ | **65.00** | 4/4 † | 2.0 min |" in table
     assert (results / "recorded_glue.csv").read_text() == csv_before
     capsys.readouterr()
     assert main(["finetune", "--config", str(path)]) == 0
@@ -645,6 +718,50 @@ def test_a_replicate_study_changes_the_seed_and_nothing_else(study, tmp_path):
                                "seed": 3}))
     with pytest.raises(study_config.StudyError, match=r"only for a study with a `base`"):
         study_config.load_config(str(own))
+
+
+def test_seeds_puts_replicates_together_with_their_spread(study, capsys):
+    folder = Path(study["configs"]["pretrain"]).parent
+    replicate = folder / "seed1.json"
+    replicate.write_text(json.dumps({"study": "seed1", "base": "pretrain.json", "seed": 1,
+                                     "variants": {"bert_a": {}, "tupe_r": {}}}))
+    assert main(["pretrain", "--config", str(replicate), "--verbose", "0"]) == 0
+    studies = [study["configs"]["pretrain"], str(replicate)]
+    assert main(["seeds", "--name", "rep", "--studies", *studies]) == 0
+    loss = {(v, seed): read_val_loss(study["runs"] / name / v)
+            for v in ("bert_a", "tupe_r") for seed, name in ((0, "pretrain"), (1, "seed1"))}
+    results = study["results"]
+    lines = (results / "rep_seeds.csv").read_text().splitlines()
+    rows = {(r["variant"], int(r["step"])): r
+            for r in csv.DictReader(line for line in lines if not line.startswith("#"))}
+    assert set(rows) == {(v, s) for v in ("bert_a", "tupe_r") for s in (2, 4)}
+    for (v, step), row in rows.items():
+        values = [loss[v, 0][step], loss[v, 1][step]]
+        assert float(row["mean"]) == pytest.approx(np.mean(values), abs=2e-5)
+        assert float(row["lowest"]) == pytest.approx(min(values), abs=2e-5)
+        assert float(row["highest"]) == pytest.approx(max(values), abs=2e-5)
+        assert int(row["tokens"]) == step * 8 * 32 and row["seeds"] == "2"
+    assert (results / "rep_seeds.png").read_bytes()[:4] == b"\x89PNG"
+    table = (results / "rep_seeds.md").read_text()
+    final = [loss["tupe_r", 0][4], loss["tupe_r", 1][4]]
+    assert (f"| tupe_r | " in table and f"{np.mean(final):.3f} ({min(final):.3f}–"
+            f"{max(final):.3f}) | 2 |" in table)
+    # The gap at 100%, seed by seed, and bert_a at 50% (step 2) against tupe_r at 100%.
+    gaps = [loss["bert_a", s][4] - loss["tupe_r", s][4] for s in (0, 1)]
+    assert (f"| bert_a − tupe_r | 4 | {np.mean(gaps):+.3f} | {gaps[0]:+.3f}, {gaps[1]:+.3f} |"
+            in table)
+    early = [loss["bert_a", s][2] - loss["tupe_r", s][4] for s in (0, 1)]
+    assert (f"| bert_a at 50% − tupe_r at 100% | 2 vs 4 | {np.mean(early):+.3f} | "
+            f"{early[0]:+.3f}, {early[1]:+.3f} |" in table)
+
+    capsys.readouterr()
+    for argv, message in [
+            ([studies[0], studies[0]], "names a study twice"),
+            ([studies[0]], "at least two studies"),
+            ([studies[0], str(folder / "relative.json")], "seeds are \\[0, 0\\]")]:
+        assert main(["seeds", "--name", "bad", "--studies", *argv]) == 2
+        assert re.search(message, capsys.readouterr().err)
+    assert not (results / "bad_seeds.md").exists()
 
 
 def test_an_overrides_study_changes_only_the_settings_it_names(study, tmp_path):

@@ -33,7 +33,7 @@ def parse_args(argv=None):
             p.add_argument("--cased", dest="lowercase", action="store_false")
         else:
             kind = type(default) if default is not None else (
-                int if field.name == "max_train_examples" else str)
+                int if field.name in ("max_train_examples", "split_seed") else str)
             p.add_argument(flag, type=kind, default=default)
     add_common_flags(p)
     return p.parse_args(argv)

@@ -6,7 +6,8 @@
 - `keras_tupe.finetuning.glue`: one GLUE run (`FinetuneConfig`, `finetune_glue`) and
   the papers' protocol over learning rates and seeds (`run_protocol`, `PAPER_*`).
 - `keras_tupe.finetuning.summary`: the protocol's table (`summarize`, `write_tables`).
-- `keras_tupe.finetuning.squad`: SQuAD v1.1 (`SquadConfig`, `finetune_squad`).
+- `keras_tupe.finetuning.squad`: SQuAD v1.1 (`SquadConfig`, `finetune_squad`) and its
+  grid over learning rates and seeds (`run_squad_protocol`).
 """
 
 from keras_tupe.finetuning.glue import (
@@ -27,7 +28,7 @@ from keras_tupe.finetuning.loading import (
     load_matching_tokenizer,
     save_classifier,
 )
-from keras_tupe.finetuning.squad import SquadConfig, finetune_squad
+from keras_tupe.finetuning.squad import SquadConfig, finetune_squad, run_squad_protocol
 from keras_tupe.finetuning.summary import summarize, write_tables
 
 __all__ = [
@@ -46,6 +47,7 @@ __all__ = [
     "load_matching_tokenizer",
     "paper_epochs",
     "run_protocol",
+    "run_squad_protocol",
     "save_classifier",
     "summarize",
     "write_tables",

@@ -12,7 +12,6 @@ where it stopped.
 """
 
 import dataclasses
-import json
 import math
 import os
 import time
@@ -30,7 +29,7 @@ from keras_tupe.finetuning.loading import (
     load_matching_tokenizer,
     save_classifier,
 )
-from keras_tupe.finetuning.summary import summarize, write_tables
+from keras_tupe.finetuning.summary import append_result, read_results, summarize, write_tables
 
 PAPER_LEARNING_RATES = (2e-5, 3e-5, 4e-5, 5e-5)
 PAPER_SEEDS = (0, 1, 2, 3, 4)
@@ -174,12 +173,14 @@ def _with_dropout(backbone, dropout):
 
 
 
-def _preflight(tasks, init, config_kwargs):
+def _preflight(tasks, init, config_kwargs, task_settings):
     """Loads the encoder, vocabulary and every split once: errors before any training."""
     from keras_tupe.data import glue
 
     backbone = load_backbone(init)
-    backbone.check_sequence_length(config_kwargs.get("seq_len", FinetuneConfig.seq_len))
+    for task in tasks:
+        backbone.check_sequence_length({**config_kwargs, **task_settings.get(task, {})}.get(
+            "seq_len", FinetuneConfig.seq_len))
     load_matching_tokenizer(backbone, config_kwargs.get("vocab") or default_vocabulary(init),
                             config_kwargs.get("lowercase", True))
     for task in tasks:
@@ -187,25 +188,42 @@ def _preflight(tasks, init, config_kwargs):
             glue.load_glue(task, split, config_kwargs.get("data_dir"))
 
 
+TASK_SETTINGS = ("epochs", "batch_size", "seq_len", "max_train_examples", "warmup_ratio",
+                 "weight_decay", "dropout")
+
+
+def check_task_settings(tasks, task_settings):
+    """Raises ValueError for a task not in `tasks` or a setting not in `TASK_SETTINGS`."""
+    problems = [f"{task!r} is not one of the tasks {list(tasks)}"
+                for task in task_settings if task not in tasks]
+    problems += [f"{task}: {key!r} cannot change by task (valid: {list(TASK_SETTINGS)})"
+                 for task, settings in task_settings.items() for key in settings
+                 if key not in TASK_SETTINGS]
+    if problems:
+        raise ValueError("task_settings: " + "; ".join(problems))
+
+
 def run_protocol(tasks, init, out_dir, learning_rates=PAPER_LEARNING_RATES, seeds=PAPER_SEEDS,
-                 save_models=False, **config_kwargs):
+                 save_models=False, task_settings=None, **config_kwargs):
     """The papers' grid over tasks x learning rates x seeds, resumable; returns the table.
 
-    With `save_models`, each run's classifier is kept in
-    `out_dir/models/<task>_lr<rate>_seed<seed>/` (`save_classifier`), ready for export.
+    `task_settings` (`{task: {setting: value}}`) changes `FinetuneConfig` settings for
+    one task, e.g. `{"sst2": {"max_train_examples": 20000}}` to cap SST-2's training
+    set; the names in `TASK_SETTINGS` may change. With `save_models`, each run's
+    classifier is kept in `out_dir/models/<task>_lr<rate>_seed<seed>/`
+    (`save_classifier`), ready for export.
     """
     from keras_tupe.data import glue
 
     unknown = [t for t in tasks if t not in glue.GLUE_TASKS]
     if unknown:
         raise ValueError(f"Unknown GLUE task(s) {unknown}. Valid tasks: {sorted(glue.GLUE_TASKS)}")
-    _preflight(tasks, init, config_kwargs)  # every input checked before anything is written
+    task_settings = task_settings or {}
+    check_task_settings(tasks, task_settings)
+    # every input checked before anything is written
+    _preflight(tasks, init, config_kwargs, task_settings)
     os.makedirs(out_dir, exist_ok=True)
-    results_path = os.path.join(out_dir, "results.jsonl")
-    rows = []
-    if os.path.exists(results_path):
-        with open(results_path) as f:
-            rows = [json.loads(line) for line in f if line.strip()]
+    results_path, rows = read_results(out_dir)
     done = {(r["task"], r["learning_rate"], r["seed"]) for r in rows}
     grid = [(task, rate, seed) for task in tasks for rate in learning_rates for seed in seeds]
     for number, (task, rate, seed) in enumerate(grid, 1):
@@ -218,11 +236,11 @@ def run_protocol(tasks, init, out_dir, learning_rates=PAPER_LEARNING_RATES, seed
                   f"(run {number} of {len(grid)}) ...", flush=True)
         start = time.perf_counter()
         row = finetune_glue(FinetuneConfig(task=task, init=init, learning_rate=rate,
-                                           seed=seed, save_dir=save_dir, **config_kwargs))
+                                           seed=seed, save_dir=save_dir,
+                                           **{**config_kwargs, **task_settings.get(task, {})}))
         row["wall_seconds"] = time.perf_counter() - start  # data, training, evaluation
         rows.append(row)
-        with open(results_path, "a") as f:
-            f.write(json.dumps(row) + "\n")
+        append_result(results_path, row)
         print(f"{task} lr={rate:g} seed={seed}: "
               f"{ {s: round(100 * m['score'], 2) for s, m in row['dev'].items()} }", flush=True)
     table = summarize([r for r in rows if r["learning_rate"] in learning_rates

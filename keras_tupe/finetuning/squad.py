@@ -4,12 +4,14 @@ import contextlib
 import dataclasses
 import json
 import os
+import time
 
 import keras
 import numpy as np
 
 from keras_tupe.callbacks import StepProgress
 from keras_tupe.finetuning.loading import default_vocabulary, load_backbone, load_matching_tokenizer
+from keras_tupe.finetuning.summary import append_result, read_results
 from keras_tupe.progress import Heartbeat
 
 
@@ -23,6 +25,9 @@ class SquadConfig:
     eval: str = "validation"
     offline_split: str = None  # a SQuAD json to split by article into train/eval (not official)
     eval_fraction: float = 0.2
+    # The offline split's seed; None: `seed`. A study with several fine-tuning seeds
+    # fixes it, so every seed trains and evaluates on the same articles.
+    split_seed: int = None
     learning_rate: float = 3e-5
     seed: int = 0
     epochs: int = 2
@@ -53,10 +58,11 @@ def finetune_squad(config):
     load_matching_tokenizer(backbone, vocab, config.lowercase)
     if config.offline_split:
         articles = squad.load_squad(config.offline_split)
+        split_seed = config.seed if config.split_seed is None else config.split_seed
         train_articles, eval_articles = squad.split_articles(
-            articles, eval_fraction=config.eval_fraction, seed=config.seed)
+            articles, eval_fraction=config.eval_fraction, seed=split_seed)
         label = (f"article-level split of {config.offline_split} "
-                 f"({1 - config.eval_fraction:.0%}/{config.eval_fraction:.0%}, seed {config.seed}); "
+                 f"({1 - config.eval_fraction:.0%}/{config.eval_fraction:.0%}, seed {split_seed}); "
                  "NOT the official SQuAD train/dev split")
     else:
         train_articles, eval_articles = squad.load_squad(config.train), squad.load_squad(config.eval)
@@ -80,12 +86,14 @@ def finetune_squad(config):
                                              weight_decay=config.weight_decay),
                   jit_compile=config.xla)
     progress = ([StepProgress(steps, steps // config.epochs)] if talk else [])
+    start = time.perf_counter()
     try:
         model.fit(train, epochs=config.epochs, verbose=config.verbose, shuffle=False,
                   callbacks=progress)
     finally:
         for callback in progress:
             callback.close()  # its heartbeat thread, when fit raised
+    train_seconds = time.perf_counter() - start
     if talk:
         print(f"Evaluating on {len(eval_features.token_ids):,} features ...", flush=True)
     with Heartbeat("  evaluating") if talk else contextlib.nullcontext():
@@ -95,6 +103,7 @@ def finetune_squad(config):
                                     outputs["end_positions"], eval_articles)
     result = {"data": label, **squad_evaluate(eval_articles, predictions),
               "train_features": int(len(train_features.token_ids)),
+              "train_seconds": train_seconds,
               "eval_questions": len(predictions)}
     if config.out:
         os.makedirs(config.out, exist_ok=True)
@@ -103,3 +112,37 @@ def finetune_squad(config):
         with open(os.path.join(config.out, "squad_predictions.json"), "w") as f:
             json.dump(predictions, f)
     return result
+
+
+def run_squad_protocol(init, out_dir, learning_rates, seeds, **config_kwargs):
+    """`finetune_squad` over learning rates x seeds, resumable, as `run_protocol` for GLUE.
+
+    Each finished run is appended to `out_dir/results.jsonl` as a row of the GLUE
+    protocol's form (`task` "squad", `learning_rate`, `seed`, `dev`: `{"eval":
+    {"exact_match", "f1", "score"}}`, score = F1 / 100), so the GLUE summaries and
+    study reports read it; a run already there is skipped. Returns every row.
+    """
+    os.makedirs(out_dir, exist_ok=True)
+    results_path, rows = read_results(out_dir)
+    done = {(r["learning_rate"], r["seed"]) for r in rows}
+    grid = [(rate, seed) for rate in learning_rates for seed in seeds]
+    for number, (rate, seed) in enumerate(grid, 1):
+        if (rate, seed) in done:
+            continue
+        print(f"squad lr={rate:g} seed={seed}: fine-tuning (run {number} of {len(grid)}) ...",
+              flush=True)
+        start = time.perf_counter()
+        config = SquadConfig(init=init, learning_rate=rate, seed=seed, **config_kwargs)
+        result = finetune_squad(config)
+        row = {"task": "squad", "learning_rate": rate, "seed": seed, "epochs": config.epochs,
+               "data": result["data"], "train_features": result["train_features"],
+               "eval_questions": result["eval_questions"],
+               "train_seconds": result["train_seconds"],
+               "dev": {"eval": {"exact_match": result["exact_match"], "f1": result["f1"],
+                                "score": result["f1"] / 100}},
+               "wall_seconds": time.perf_counter() - start}
+        rows.append(row)
+        append_result(results_path, row)
+        print(f"squad lr={rate:g} seed={seed}: EM {result['exact_match']:.2f}, "
+              f"F1 {result['f1']:.2f}", flush=True)
+    return rows

@@ -2,13 +2,29 @@
 
 `summarize` takes the median over seeds per (task, learning rate) and keeps each
 task's best learning rate; `write_tables` writes that table, with the average, to
-`summary.md` and `summary.csv`.
+`summary.md` and `summary.csv`. `read_results` and `append_result` keep a protocol's
+`results.jsonl`, one finished run a line (GLUE's and SQuAD's alike).
 """
 
+import json
 import os
 import statistics
 
 import numpy as np
+
+
+def read_results(out_dir):
+    """`(path of out_dir/results.jsonl, its rows)`; no rows when it does not exist yet."""
+    path = os.path.join(out_dir, "results.jsonl")
+    if not os.path.exists(path):
+        return path, []
+    with open(path) as f:
+        return path, [json.loads(line) for line in f if line.strip()]
+
+
+def append_result(path, row):
+    with open(path, "a") as f:
+        f.write(json.dumps(row) + "\n")
 
 
 def summarize(rows, tasks):
