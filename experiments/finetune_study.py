@@ -286,6 +286,61 @@ def _wall_time(rows):
     return (sum(timed), len(timed)) if timed else (None, 0)
 
 
+def _seed_spread(config, table_rows):
+    """The table across pre-training seeds: for a variant fine-tuned from the same step
+    of several pre-training studies with different seeds (a study and its replicates),
+    each task's score per pre-training seed, and the gaps between variants judged
+    against that spread. `[]` when no variant has two pre-training seeds."""
+    seeds = {p["study"]: p["settings"]["seed"]
+             for p in study_config.related_configs(config, "pretrain_configs")}
+    groups = {}  # (variant, step) -> {pre-training seed: row}
+    for row in table_rows:
+        job = row["job"]
+        if row["average"] is not None:  # every task complete
+            groups.setdefault((job["variant"], job["step"]), {})[
+                seeds[job["pretrain_study"]]] = row
+    groups = {key: rows for key, rows in groups.items() if len(rows) > 1}
+    if not groups:
+        return []
+    tasks = config["tasks"]
+    names = [TASK_NAMES.get(t, t) for t in tasks] + ["average"]
+
+    def scores(row):
+        return list(row["scores"]) + [row["average"]]
+
+    lines = ["", ("**Across pre-training seeds.** Each cell: the score of every pre-training "
+                  "seed (each the median over the fine-tuning seeds, as above), lowest to "
+                  "highest, and their mean in parentheses."), "",
+             "| variant | step | pre-training seeds | " + " | ".join(names) + " |",
+             "| --- | ---: | --- | " + " | ".join("---:" for _ in names) + " |"]
+    for (variant, step), by_seed in groups.items():
+        columns = list(zip(*(scores(by_seed[seed]) for seed in sorted(by_seed))))
+        lines.append(f"| {variant}{', random init' if step == 0 else ''} | {step} | "
+                     + ", ".join(str(seed) for seed in sorted(by_seed)) + " | " + " | ".join(
+                         f"{min(c):.2f}–{max(c):.2f} ({np.mean(c):.2f})" for c in columns)
+                     + " |")
+    pairs = [(a, b) for a in groups for b in groups
+             if a < b and a[1] == b[1] and set(groups[a]) == set(groups[b])]
+    if pairs:
+        lines += ["", ("Gaps between variants fine-tuned from the same step: the mean over the "
+                       "pre-training seeds of one minus the other's; `!` marks a gap beyond the "
+                       "spread (seed by seed, every difference has the same sign, and the mean "
+                       "gap is larger than either variant's range across seeds)."), "",
+                  "| pair | step | " + " | ".join(names) + " |",
+                  "| --- | ---: | " + " | ".join("---:" for _ in names) + " |"]
+        for a, b in pairs:
+            cells = []
+            for column in range(len(names)):
+                by_seed = [(scores(groups[a][s])[column], scores(groups[b][s])[column])
+                           for s in sorted(groups[a])]
+                diffs = [x - y for x, y in by_seed]
+                spread = max(max(v) - min(v) for v in zip(*by_seed))
+                beyond = len({d > 0 for d in diffs}) == 1 and abs(np.mean(diffs)) > spread
+                cells.append(f"{np.mean(diffs):+.2f}" + (" !" if beyond else ""))
+            lines.append(f"| {a[0]} − {b[0]} | {a[1]} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def _exact_match(rows, summary):
     """" (EM x)": SQuAD's median exact match over the seeds at the best-F1 learning rate."""
     exact = [r["dev"]["eval"]["exact_match"] for r in rows
@@ -360,6 +415,7 @@ def _table(config, table_rows, command, expected_runs, floor):
                     "–" if r is None else f"{r[0]:.1f}–{r[1]:.1f}"
                     + ("" if t in row["complete"] else "*") for t, r in zip(tasks, row["ranges"]))
                 + " |")
+    lines += _seed_spread(config, table_rows)
     lines += ["", ("Time: wall time of the checkpoint's fine-tuning runs in the table (data, "
                   "training and evaluation), summed. Runs fine-tuned before runs recorded their "
                   "own time are not in it; the time then says how many of the runs it covers."),

@@ -408,6 +408,38 @@ def test_squad_study_fine_tunes_every_seed_on_one_article_split(study, capsys):
             study_config.load_config(str(path))
 
 
+def test_finetune_report_judges_variants_against_the_pretraining_seed_spread(study):
+    folder = Path(study["configs"]["pretrain"]).parent
+    (folder / "seedrep.json").write_text(json.dumps({
+        "study": "seedrep", "base": "pretrain.json", "seed": 1,
+        "variants": {"bert_a": {}, "tupe_r": {}}}))
+    config = json.loads(Path(study["configs"]["finetune"]).read_text())
+    config.update(study="spread", pretrain_configs=["pretrain.json", "seedrep.json"],
+                  variants=["bert_a", "tupe_r"], checkpoints=[1.0], tasks=["rte", "mrpc"],
+                  learning_rates=[1e-4], seeds=[0])
+    path = folder / "spread.json"
+    path.write_text(json.dumps(config))
+    scores = {("pretrain", "bert_a"): (0.50, 0.60), ("seedrep", "bert_a"): (0.54, 0.70),
+              ("pretrain", "tupe_r"): (0.60, 0.63), ("seedrep", "tupe_r"): (0.62, 0.69)}
+    for (pretrain, variant), by_task in scores.items():
+        out = study["runs"] / "spread" / pretrain / variant / "step_0000004"
+        out.mkdir(parents=True)
+        for task, score in zip(("rte", "mrpc"), by_task):
+            split = "validation"
+            records.append_jsonl(str(out / "results.jsonl"), {
+                "task": task, "learning_rate": 1e-4, "seed": 0,
+                "dev": {split: {"accuracy": score, "score": score}}})
+    assert main(["report", "--config", str(path)]) == 0
+    table = (study["results"] / "spread_table.md").read_text()
+    assert ("| bert_a | 4 | 0, 1 | 50.00–54.00 (52.00) | 60.00–70.00 (65.00) | "
+            "55.00–62.00 (58.50) |") in table
+    assert ("| tupe_r | 4 | 0, 1 | 60.00–62.00 (61.00) | 63.00–69.00 (66.00) | "
+            "61.50–65.50 (63.50) |") in table
+    # RTE: -10 and -8, beyond both ranges (4, 2); MRPC: the signs differ; the average:
+    # -6.5 and -3.5, within bert_a's range of 7.
+    assert "| bert_a − tupe_r | 4 | -9.00 ! | -1.00 | -5.00 |" in table
+
+
 def _two_by_two_finetune_study(study, name):
     """`(config, its path, bert_a's final job folder)`: the fixture's fine-tuning study as
     `name`, the final checkpoint only, learning rates 1e-4 and 5e-5 x seeds 0 and 1."""
