@@ -63,6 +63,7 @@ if [ "$ALL" -eq 1 ]; then
     run pretrain --study "$study" --fresh
     run report --study "$study"
   done
+  run seeds --name pretrain --studies pretrain pretrain_seed1 --variants bert_a tupe_r
   for v in tupe_a tupe_a_tie_cls tupe_r bert_r; do
     run maps --init "runs/study/pretrain/$v" --out "docs/results/maps/pretrain_$v.png" --length 128
   done
@@ -113,5 +114,6 @@ for v in tupe_a tupe_a_tie_cls tupe_r bert_r; do
 done
 run pretrain --study pretrain_seed1 --variants bert_a tupe_r
 run report --study pretrain_seed1
+run seeds --name pretrain --studies pretrain pretrain_seed1 --variants bert_a tupe_r
 run finetune --study finetune
 echo "=== $(date -u +%FT%TZ) all studies done"
