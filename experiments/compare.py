@@ -99,7 +99,7 @@ def _table(configs, variants, runs, name, command):
               f"`{first['study']}` | val. loss at the common step | largest val. loss "
               f"difference from `{first['study']}` | wall time |",
               "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    best = {}
+    best, at_common = {}, {}  # at_common: variant -> {study: val. loss at its common step}
     for variant in variants:
         present = [c for c in configs if (c["study"], variant) in runs]
         curves = {c["study"]: _losses(runs[c["study"], variant]) for c in present}
@@ -121,6 +121,8 @@ def _table(configs, variants, runs, name, command):
             else:
                 largest = "–"
             loss = curve.get(step) if step is not None else None
+            if loss is not None:
+                at_common.setdefault(variant, {})[config["study"]] = loss
             if loss is not None and (variant not in best or loss < best[variant][1]):
                 best[variant] = (config["study"], loss, step)
             last = run["rows"][-1]["step"]
@@ -132,6 +134,16 @@ def _table(configs, variants, runs, name, command):
     lines += ["", "Lowest validation loss at the common step, per variant: "
               + "; ".join(f"{v}: `{s}` ({loss:.3f} at step {step:,})"
                           for v, (s, loss, step) in best.items()) + "."]
+    shared = [v for v in variants if len(at_common.get(v, {})) == len(configs)]
+    if shared:
+        means = {c["study"]: sum(at_common[v][c["study"]] for v in shared) / len(shared)
+                 for c in configs}
+        choice = min(means, key=means.get)
+        lines += ["", (f"One shared setting for {', '.join(shared)} (the variants every study "
+                       f"ran): `{choice}`, the lowest mean of their losses at the common step "
+                       f"({means[choice]:.3f}; "
+                       + ", ".join(f"`{study}` {mean:.3f}" for study, mean in means.items())
+                       + ").")]
     machines = sorted({run["run_config"]["versions"]["machine"] for run in runs.values()
                        if run.get("run_config")})
     lines += ["", "Tokens/s: median over the run's logged blocks of `eval_every` steps "

@@ -867,6 +867,11 @@ def test_compare_puts_studies_that_differ_in_their_overrides_side_by_side(study,
                    f"{largest:+.3f} (2 evaluations)", records.format_seconds(fast_wall)]
     winner = "faster" if fast_loss[4] < base_loss[4] else "pretrain"
     assert f"bert_a: `{winner}` ({min(fast_loss[4], base_loss[4]):.3f} at step 4)" in table
+    # The shared setting: over bert_a, the one variant both studies ran.
+    lowest = min(fast_loss[4], base_loss[4])
+    assert (f"One shared setting for bert_a (the variants every study ran): `{winner}`, the "
+            f"lowest mean of their losses at the common step ({lowest:.3f}; "
+            f"`pretrain` {base_loss[4]:.3f}, `faster` {fast_loss[4]:.3f}).") in table
     # tupe_r ran in the first study only: its row has no comparison.
     tupe_row = next(line for line in table.splitlines() if line.startswith("| tupe_r |"))
     assert "| pretrain | base settings |" in tupe_row and tupe_row.count("| – |") == 1
