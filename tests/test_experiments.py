@@ -294,10 +294,11 @@ def test_step_0_is_the_initialization_and_fine_tunes_as_the_random_init_control(
     import keras
 
     from keras_tupe.models import TupeBackbone
+    from keras_tupe.models.task import load_saved_model
 
     run = study["runs"] / "pretrain" / "tupe_r"
-    initial = keras.saving.load_model(run / "checkpoints" / "step_0000000.keras", compile=False)
-    trained = keras.saving.load_model(run / "checkpoints" / "step_0000002.keras", compile=False)
+    initial = load_saved_model(run / "checkpoints" / "step_0000000.keras")
+    trained = load_saved_model(run / "checkpoints" / "step_0000002.keras")
     # The encoder the run started from: the preset built under the run's seed, as
     # pre-training builds it, before any step.
     keras.utils.set_random_seed(0)

@@ -286,14 +286,14 @@ from keras_tupe.pretraining import PretrainConfig, pretrain
 config = PretrainConfig(
     preset="tupe_r_tiny", corpus=None, shards={shards!r}, valid_shards={valid!r}, out={out!r},
     seq_len={seq_len}, batch_size=8, steps=6, eval_every=2, learning_rate=1e-3, verbose=0,
-    valid_batches=2, save_steps=[4])
+    valid_batches=2, save_steps=[0, 4])
 pretrain(config, until_step={until_step})
 """
 
 
 def run_pretraining(backend, shard_dir, valid_dir, out, until_step=None, block_tensorflow=False):
     argv = tiny_shard_args(out, shard_dir, "--valid-shards", str(valid_dir), "--valid-batches",
-                           "2", "--save-steps", "4", "--learning-rate", "1e-3")
+                           "2", "--save-steps", "0,4", "--learning-rate", "1e-3")
     script = RUN_SCRIPT.format(block_tensorflow=block_tensorflow, argv=argv, shards=str(shard_dir),
                                valid=str(valid_dir), out=str(out), seq_len=SEQ_LEN,
                                until_step=until_step)
@@ -347,6 +347,14 @@ def test_pretraining_from_shards_resumes_like_an_uninterrupted_run(
     rows = (stopped / "metrics.csv").read_text().splitlines()[1:]
     assert [int(row.split(",")[0]) for row in rows] == [2, 4, 6]
     assert (stopped / "checkpoints" / "step_0000004.keras").exists()
+    # Step 0, the initialization: the same in both runs (one seed), not the trained model.
+    from keras_tupe.models.task import load_saved_model
+
+    initial = [[np.asarray(w) for w in load_saved_model(
+        run / "checkpoints" / "step_0000000.keras").weights] for run in (straight, stopped)]
+    for a, b in zip(*initial, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert not all(np.array_equal(a, t) for a, t in zip(initial[0], want))
     assert (straight / "preset" / "config.json").exists()
     config = json.loads((straight / "run_config.json").read_text())
     assert config["vocabulary_sha256"] == json.loads(
