@@ -577,6 +577,35 @@ def test_fresh_trains_what_the_records_hold_and_estimate_reads_their_times(study
     assert main(["length", "--config", configs["length"], "--fresh"]) == 0
 
 
+def test_estimate_reads_the_committed_records(tmp_path):
+    """`estimate` on the committed records of the 8.2M-token study, recomputed here from
+    the records' JSON: recorded runs, a share of them, a study never run, fine-tuning."""
+    from experiments.estimate import estimate
+
+    configs = REPO / "experiments" / "configs"
+    results = REPO / "docs" / "results"
+    pretrain = study_config.load_config(str(configs / "pretrain.json"))
+    walls = [run["wall_seconds"] for run in json.loads(
+        (results / "pretrain_config.json").read_text())["runs"].values()]
+    assert len(walls) == 6
+    unrun = tmp_path / "never_run.json"
+    unrun.write_text(json.dumps({"study": "never_run", "base": str(configs / "pretrain.json"),
+                                 "seed": 5, "variants": {"bert_a": {}, "tupe_r": {}}}))
+    finetune = study_config.load_config(str(configs / "finetune.json"))
+    rows = estimate([pretrain, pretrain, study_config.load_config(str(unrun)), finetune],
+                    only=[None, ["bert_a"], None, None], until_steps=[None, 1000, None, None])
+    assert rows[0]["seconds"] == pytest.approx(sum(walls))
+    bert_a = json.loads((results / "pretrain_config.json").read_text())["runs"]["bert_a"]
+    assert rows[1]["seconds"] == pytest.approx(bert_a["wall_seconds"] / 2)
+    # Never run: its steps at the median recorded seconds a step of the mini runs.
+    assert rows[2]["seconds"] == pytest.approx(2 * 2000 * np.median([w / 2000 for w in walls]))
+    assert "not recorded" in rows[2]["basis"]
+    jobs = json.loads((results / "finetune_config.json").read_text())["jobs"]
+    grid = len(finetune["tasks"]) * len(finetune["learning_rates"]) * len(finetune["seeds"])
+    assert rows[3]["seconds"] == pytest.approx(
+        sum(j["wall_seconds"] / j["timed_runs"] * grid for j in jobs))
+
+
 def test_majority_class_is_the_best_constant_answer_on_dev():
     from experiments import finetune_study
 
