@@ -29,6 +29,7 @@ import numpy as np
 from experiments import config as study_config
 from experiments import records
 from experiments.config import StudyError
+from experiments.replicates import beyond_seed_spread
 
 TASK_NAMES = {"squad": "SQuAD F1 (EM)",
               "cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "stsb": "STS-B", "rte": "RTE",
@@ -315,7 +316,8 @@ def _seed_spread(config, table_rows):
              "| --- | ---: | --- | " + " | ".join("---:" for _ in names) + " |"]
     for (variant, step), by_seed in groups.items():
         columns = list(zip(*(scores(by_seed[seed]) for seed in sorted(by_seed))))
-        lines.append(f"| {variant}{', random init' if step == 0 else ''} | {step} | "
+        label = _encoder({"pretrain_study": None, "variant": variant, "step": step})
+        lines.append(f"| {label} | {step} | "
                      + ", ".join(str(seed) for seed in sorted(by_seed)) + " | " + " | ".join(
                          f"{min(c):.2f}–{max(c):.2f} ({np.mean(c):.2f})" for c in columns)
                      + " |")
@@ -335,7 +337,7 @@ def _seed_spread(config, table_rows):
                            for s in sorted(groups[a])]
                 diffs = [x - y for x, y in by_seed]
                 spread = max(max(v) - min(v) for v in zip(*by_seed))
-                beyond = len({d > 0 for d in diffs}) == 1 and abs(np.mean(diffs)) > spread
+                beyond = beyond_seed_spread(diffs, spread)
                 cells.append(f"{np.mean(diffs):+.2f}" + (" !" if beyond else ""))
             lines.append(f"| {a[0]} − {b[0]} | {a[1]} | " + " | ".join(cells) + " |")
     return lines
@@ -356,8 +358,10 @@ def _grid_edge(rates, best):
 
 
 def _encoder(job):
-    """The table's name of a job's encoder; step 0 is the run's random initialization."""
-    name = f"{job['pretrain_study']}/{job['variant']}"
+    """The table's name of a job's encoder (without its pre-training study when that is
+    None); step 0 is the run's random initialization."""
+    name = (f"{job['pretrain_study']}/{job['variant']}" if job["pretrain_study"]
+            else job["variant"])
     return f"{name}, random init" if job["step"] == 0 else name
 
 

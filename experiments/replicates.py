@@ -173,14 +173,19 @@ def _table(configs, variants, curves, summaries, name, command):
     return "\n".join(lines)
 
 
+def beyond_seed_spread(diffs, spread):
+    """Whether seed-by-seed differences decide a gap: every one has the same sign and their
+    mean is larger than `spread` (the widest range across seeds of either side)."""
+    return len({d > 0 for d in diffs}) == 1 and abs(statistics.fmean(diffs)) > spread
+
+
 def _gap_row(curves, summaries, a, step_a, b, step_b, label, steps):
     mean, diffs = _gap(curves, a, step_a, b, step_b)
     if mean is None:
         return f"| {label} | {steps} | – | – | – |"
     ranges = [summaries[a][step_a]["highest"] - summaries[a][step_a]["lowest"],
               summaries[b][step_b]["highest"] - summaries[b][step_b]["lowest"]]
-    beyond = (len(diffs) > 1 and len({d > 0 for d in diffs}) == 1
-              and abs(mean) > max(ranges))
+    beyond = len(diffs) > 1 and beyond_seed_spread(diffs, max(ranges))
     verdict = ("yes" if beyond else "no") if len(diffs) > 1 else "one seed"
     return (f"| {label} | {steps} | {mean:+.3f} | "
             + ", ".join(f"{d:+.3f}" for d in diffs) + f" | {verdict} |")
