@@ -38,8 +38,10 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     random state has no public accessor).
     """
 
-    def __init__(self, backup_dir):
-        super().__init__(backup_dir, save_freq="epoch", delete_checkpoint=True)
+    def __init__(self, backup_dir, delete_checkpoint=True):
+        # delete_checkpoint=False for a run stopped early on purpose (`until_step`):
+        # Keras removes the backup at the end of `fit`, and the next call would start over.
+        super().__init__(backup_dir, save_freq="epoch", delete_checkpoint=delete_checkpoint)
 
     def _seed_states(self):
         # `_flatten_layers`: Keras 3 has no public recursive walk over sublayers.

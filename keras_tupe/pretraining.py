@@ -491,7 +491,9 @@ def _train(config, mode, strategy, manifest, until_step):
         # the dropout masks depend on the log path (seen with XLA on TF 2.21).
         keras.callbacks.TensorBoard(os.path.join(config.out, "tensorboard"), update_freq="epoch"),
         # Last: an epoch is committed only after the other callbacks have written it.
-        AtomicBackupAndRestore(backup_dir),
+        # A run stopped at `until_step` keeps its backup: the next call resumes from it.
+        AtomicBackupAndRestore(backup_dir,
+                               delete_checkpoint=epochs == config.steps // steps_per_epoch),
     ]
     if config.verbose:  # steps, not fit's "Epoch 1/3" (an epoch is a block of eval_every)
         callbacks.insert(0, StepProgress(config.steps, steps_per_epoch))

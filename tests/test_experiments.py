@@ -1117,6 +1117,8 @@ def test_a_run_stopped_at_until_step_resumes_to_the_uninterrupted_weights(study,
                  "--verbose", "0"]) == 0
     # Stopped after step 2: the 50% checkpoint is there, the run is not finished.
     assert (run / "checkpoints" / "step_0000002.keras").exists()
+    # Its backup is kept: the next call resumes after step 2 instead of starting over.
+    assert json.loads((run / "backup" / "training_metadata.json").read_text())["step"] == 2
     # Removed, the initialization is not saved again by the resumed run: its model is
     # at step 2 then, not the initialization.
     (run / "checkpoints" / "step_0000000.keras").unlink()

@@ -337,6 +337,8 @@ def test_pretraining_from_shards_resumes_like_an_uninterrupted_run(
     run_pretraining(backend, shard_dir, valid_shard_dir, stopped, until_step=2,
                     block_tensorflow=block)
     assert not (stopped / "mlm.keras").exists()
+    # The backup is kept: the second call resumes after step 2 rather than starting over.
+    assert json.loads((stopped / "backup" / "training_metadata.json").read_text())["step"] == 2
     run_pretraining(backend, shard_dir, valid_shard_dir, stopped, block_tensorflow=block)
 
     steps, got = weights_of(stopped)
