@@ -442,6 +442,7 @@ def _train(config, mode, strategy, manifest, until_step):
                 f"until_step must be a positive multiple of eval_every ({steps_per_epoch}) "
                 f"and at most steps ({config.steps}). Received: {until_step}")
         epochs = until_step // steps_per_epoch
+    finishes = epochs == config.steps // steps_per_epoch  # not stopped early at until_step
     backup_dir = os.path.join(config.out, "backup")
     consumed = _backed_up_epoch(backup_dir) * steps_per_epoch
     if consumed and config.verbose:
@@ -492,8 +493,7 @@ def _train(config, mode, strategy, manifest, until_step):
         keras.callbacks.TensorBoard(os.path.join(config.out, "tensorboard"), update_freq="epoch"),
         # Last: an epoch is committed only after the other callbacks have written it.
         # A run stopped at `until_step` keeps its backup: the next call resumes from it.
-        AtomicBackupAndRestore(backup_dir,
-                               delete_checkpoint=epochs == config.steps // steps_per_epoch),
+        AtomicBackupAndRestore(backup_dir, delete_checkpoint=finishes),
     ]
     if config.verbose:  # steps, not fit's "Epoch 1/3" (an epoch is a block of eval_every)
         callbacks.insert(0, StepProgress(config.steps, steps_per_epoch))
@@ -515,7 +515,7 @@ def _train(config, mode, strategy, manifest, until_step):
         for callback in callbacks:
             if isinstance(callback, StepProgress):
                 callback.close()  # its heartbeat thread, when fit raised
-    if epochs < config.steps // steps_per_epoch:  # stopped at until_step: not finished
+    if not finishes:  # stopped at until_step
         return history
     backbone.save(os.path.join(config.out, "backbone.keras"))
     write_preset(model, vocab_path, config, os.path.join(config.out, PRESET_DIR))
