@@ -5,7 +5,8 @@
 - a pre-training study: the wall time its report recorded for each run
   (`<study>_config.json`, `runs.<variant>.wall_seconds`); a run with no record (a
   study not run yet) takes its steps at the median seconds a step of the recorded
-  runs of the same encoder size;
+  runs of the same encoder size (those of the studies estimated, or, when none of
+  them has one, those of every pre-training config beside it);
 - a fine-tuning study: for each planned checkpoint, the recorded wall time a timed
   run (`jobs[].wall_seconds / timed_runs`) times the runs its grid needs; a
   checkpoint with no record takes the median of the recorded ones;
@@ -44,6 +45,20 @@ def _pretrain_seconds_per_step(configs):
     return {size: statistics.median(values) for size, values in by_size.items()}
 
 
+def _sibling_pretrain_configs(configs):
+    """Every pre-training config in the folders of `configs` (unreadable ones skipped)."""
+    found = []
+    for folder in sorted({os.path.dirname(os.path.abspath(c["_path"])) for c in configs}):
+        for name in sorted(os.listdir(folder)):
+            if name.endswith(".json"):
+                try:
+                    found.append(study_config.load_config(os.path.join(folder, name),
+                                                          kind="pretrain"))
+                except study_config.StudyError:  # another kind, or broken: not a record
+                    continue
+    return found
+
+
 def parse_spec(text):
     """`"STUDY[:VARIANT,...][@STEPS]"` -> `(study, [variants] or None, steps or None)`."""
     from experiments.config import StudyError
@@ -72,6 +87,11 @@ def estimate(configs, only=None, until_steps=None):
         if config["kind"] != "pretrain":
             pretrain_configs += study_config.related_configs(config, "pretrain_configs")
     per_step = _pretrain_seconds_per_step(pretrain_configs)
+    sizes = {c["size"] for c in configs if c["kind"] == "pretrain"}
+    beside = sizes - set(per_step)  # sizes none of them recorded: from the configs beside them
+    if beside:
+        per_step = {**_pretrain_seconds_per_step(_sibling_pretrain_configs(configs)),
+                    **per_step}
     rows = []
     for config, names, until in zip(configs, only, until_steps):
         kind, record = config["kind"], _record(config) or {}
@@ -100,7 +120,8 @@ def estimate(configs, only=None, until_steps=None):
             basis = ("recorded wall times" if not scaled else
                      f"{', '.join(scaled)} not recorded: {steps} steps at "
                      f"{per_step[config['size']]:.2f} s a step (median of the recorded "
-                     f"{config['size']} runs)")
+                     f"{config['size']} runs"
+                     + (" of every config beside it)" if config["size"] in beside else ")"))
             if until:
                 basis += f", to step {until} of {steps}"
         elif kind == "finetune":

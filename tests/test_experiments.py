@@ -606,6 +606,37 @@ def test_estimate_reads_the_committed_records(tmp_path):
         sum(j["wall_seconds"] / j["timed_runs"] * grid for j in jobs))
 
 
+def test_estimate_of_a_study_alone_takes_its_speed_from_the_configs_beside_it(tmp_path):
+    """The long study has no record and names no recorded study: its steps take the median
+    recorded seconds a step of every mini pre-training config in its folder; a config
+    alone in a folder without records gets a clear error instead."""
+    from experiments.estimate import estimate
+
+    configs = REPO / "experiments" / "configs"
+    results = REPO / "docs" / "results"
+    per_step = []
+    for path in sorted(configs.glob("*.json")):
+        raw = json.loads(path.read_text())
+        if raw.get("kind", "pretrain") != "pretrain":
+            continue
+        config = study_config.load_config(str(path))
+        record = results / f"{config['study']}_config.json"
+        if record.exists():
+            per_step += [run["wall_seconds"] / config["settings"]["steps"]
+                         for run in json.loads(record.read_text())["runs"].values()
+                         if run.get("wall_seconds")]
+    assert len(per_step) >= 10
+    long = study_config.load_config(str(configs / "long.json"))
+    (row,) = estimate([long], only=[["bert_a", "tupe_a"]])
+    assert row["seconds"] == pytest.approx(2 * 16000 * np.median(per_step))
+    assert "of every config beside it" in row["basis"]
+    alone = tmp_path / "alone.json"
+    alone.write_text(json.dumps({"study": "alone", "base": str(configs / "long.json"),
+                                 "seed": 7, "variants": {"bert_a": {}}}))
+    with pytest.raises(study_config.StudyError, match="no recorded run of size 'mini'"):
+        estimate([study_config.load_config(str(alone))])
+
+
 def test_majority_class_is_the_best_constant_answer_on_dev():
     from experiments import finetune_study
 
@@ -971,6 +1002,27 @@ def test_the_sweep_is_one_grid_for_every_variant_and_the_speed_studies_change_on
         "speed_f32_noxla": ("float32", False), "speed_bf16_noxla": ("mixed_bfloat16", False)}
     for config in speed.values():
         assert {**config["settings"], "precision": "float32", "xla": True} == pretrain["settings"]
+
+
+def test_the_long_runs_are_the_sweep_base_trained_8x_longer_with_two_seeds():
+    """Issue 21 item 2: >= 65M tokens, checkpoints at 0, 30% and 50%, at a grid point of
+    the sweep, the sweep's data and vocabulary; the seed replicate differs only in seed."""
+    folder = REPO / "experiments" / "configs"
+    base = study_config.load_config(str(folder / "sweep_lr5e4_wu05.json"))
+    long, seed1 = (study_config.load_config(str(folder / f"{name}.json"))
+                   for name in ("long", "long_seed1"))
+    settings = long["settings"]
+    assert settings["steps"] * settings["batch_size"] * settings["seq_len"] >= 65_000_000
+    assert settings["steps"] >= 8 * base["settings"]["steps"]
+    assert settings["save_steps"] == [0, int(0.3 * settings["steps"]), settings["steps"] // 2]
+    changed = ("steps", "eval_every", "save_steps", "learning_rate", "warmup_ratio")
+    assert {k: v for k, v in settings.items() if k not in changed} == {
+        k: v for k, v in base["settings"].items() if k not in changed}
+    assert settings["learning_rate"] in (2e-4, 5e-4, 1e-3)
+    assert settings["warmup_ratio"] in (0.05, 0.2)
+    assert long["vocabulary"] == seed1["vocabulary"] == base["vocabulary"]
+    assert seed1["settings"] == {**settings, "seed": 1} and settings["seed"] == 0
+    assert list(seed1["variants"]) == ["bert_a", "tupe_a"] == list(long["variants"])[:2]
 
 
 def _copy_study(study, target):
