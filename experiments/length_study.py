@@ -328,8 +328,9 @@ def _plot(config, jobs, by_key, path):
             drawn += 1
     axis.set_xscale("log", base=2)
     axis.set_xticks(config["lengths"], [str(n) for n in config["lengths"]])
+    trained = sorted({j["trained_seq_len"] for j in jobs} - {None})
     axis.set_xlabel("evaluation sequence length (pre-trained at "
-                    f"{sorted({j['trained_seq_len'] for j in jobs} - {None})})")
+                    f"{', '.join(map(str, trained))})")
     axis.set_ylabel("validation masked-LM loss")
     axis.grid(alpha=0.3)
     records.legend_outside(axis, fontsize=7)

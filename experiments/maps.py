@@ -143,7 +143,7 @@ def _plot(arrays, encoder, init, out):
         image = axis.imshow(bias[head], cmap="viridis", interpolation="nearest", vmin=vmin,
                             vmax=vmax)
         for line in (axis.axhline, axis.axvline):
-            line(0.5, color="white", lw=0.8)  # [CLS] (position 0) above / left of the lines
+            line(0.5, color="white", lw=2.0)  # [CLS] (position 0) above / left of the lines
         axis.set_title(f"head {head}", fontsize=9)
         axis.set_xlabel("key position j", fontsize=8)
         if head % columns == 0:  # one label a row: beside a neighbour it overlaps its image

@@ -51,10 +51,9 @@ def _main(argv=None):
     axis.set_xlabel("optimizer step")
     axis.set_ylabel("masked-LM loss (cross-entropy)")
     axis.grid(alpha=0.3)
-    axis.legend()
-    figure.tight_layout()
+    axis.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, borderaxespad=0.0)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    figure.savefig(args.out, dpi=120)
+    figure.savefig(args.out, dpi=120, bbox_inches="tight")  # the legend outside the axes
     print(f"wrote {args.out}")
     return 0
 
