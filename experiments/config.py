@@ -30,7 +30,11 @@ A study is one JSON file (see `experiments/configs/`). Three kinds:
   `data_dir`, `learning_rates`, `seeds` and `settings` (`FinetuneConfig` fields
   shared by every run: epochs, batch_size, seq_len, max_train_examples, ...); optional
   `task_settings` changes some of them for one task, the same for every encoder
-  (`{"sst2": {"max_train_examples": 20000}}`). A SQuAD study has `tasks: ["squad"]`
+  (`{"sst2": {"max_train_examples": 20000}}`); optional `checkpoint_variants` fine-tunes
+  a checkpoint of only some encoders (`{"0.0": ["long/bert_a"], "0.3": ["tupe_a"]}`: a
+  fraction of `checkpoints` -> variant names, or `study/variant` for one pre-training
+  study's; a fraction not named: every variant), so one table holds the final models, a
+  few intermediate ones and one random-init control. A SQuAD study has `tasks: ["squad"]`
   and `squad_file` (a SQuAD v1.1 json split by article into train and evaluation,
   `keras_tupe.data.squad.split_articles`); its `settings` are `SquadConfig` fields
   (`split_seed` fixes the split for every fine-tuning seed).
@@ -182,6 +186,7 @@ def _check(config, path):
         except ValueError as error:
             _fail(path, str(error))
         _check_fractions(config, path)
+        _check_checkpoint_variants(config, path)
     else:
         _require(config, path, ("pretrain_configs", "lengths", "valid_corpus",
                                 "tokens_per_batch", "batches", "seed"))
@@ -200,6 +205,34 @@ def _check_fractions(config, path):
             _fail(path, f"`checkpoints` are fractions of the pre-training budget in [0, 1] "
                         f"(0: the random initialization, 1: the final model). "
                         f"Received: {fraction}")
+
+
+def _check_checkpoint_variants(config, path):
+    chosen = config.get("checkpoint_variants", {})
+    example = '{"0.0": ["long/bert_a"], "0.3": ["tupe_a"]}'
+    if not isinstance(chosen, dict) or not all(
+            isinstance(names, list) and names and all(
+                isinstance(n, str) and all(_NAME.match(part) for part in n.split("/"))
+                and n.count("/") <= 1 for n in names)
+            for names in chosen.values()):
+        _fail(path, "`checkpoint_variants` maps a checkpoint fraction to a non-empty list of "
+                    f"variant names (or study/variant), e.g. {example}. Received: {chosen!r}")
+    for key in chosen:
+        try:
+            fraction = float(key)
+        except ValueError:
+            fraction = None
+        if fraction not in config["checkpoints"]:
+            _fail(path, f"`checkpoint_variants` names checkpoint {key!r}, which is not one of "
+                        f"`checkpoints` {config['checkpoints']}.")
+
+
+def checkpoint_variants(config, fraction):
+    """The names (`variant` or `study/variant`) fine-tuned at `fraction`, or None: all."""
+    for key, names in config.get("checkpoint_variants", {}).items():
+        if float(key) == fraction:
+            return names
+    return None
 
 
 def _check_pretrain(config, path):

@@ -76,7 +76,9 @@ def plan(config, only_variants=None, only_checkpoints=None):
     """Every (pre-trained checkpoint, output directory) the study fine-tunes."""
     jobs = []
     wanted = config.get("variants")
-    for pretrain in study_config.related_configs(config, "pretrain_configs"):
+    pretrains = study_config.related_configs(config, "pretrain_configs")
+    _check_chosen_variants(config, pretrains)
+    for pretrain in pretrains:
         for variant in study_config.variants(pretrain):
             if wanted and variant.name not in wanted:
                 continue
@@ -84,6 +86,10 @@ def plan(config, only_variants=None, only_checkpoints=None):
                 continue
             for fraction in config["checkpoints"]:
                 if only_checkpoints and fraction not in only_checkpoints:
+                    continue
+                chosen = study_config.checkpoint_variants(config, fraction)
+                if chosen is not None and variant.name not in chosen and (
+                        f"{pretrain['study']}/{variant.name}" not in chosen):
                     continue
                 step, init = study_config.checkpoint_path(pretrain, variant, fraction)
                 jobs.append({
@@ -97,6 +103,20 @@ def plan(config, only_variants=None, only_checkpoints=None):
     if not jobs:
         raise StudyError(f"{config['_path']}: nothing to fine-tune with these filters.")
     return jobs
+
+
+def _check_chosen_variants(config, pretrains):
+    """Every name in `checkpoint_variants` is a fine-tuned variant (of the study it names)."""
+    wanted = config.get("variants")
+    known = {(p["study"], v.name) for p in pretrains for v in study_config.variants(p)
+             if not wanted or v.name in wanted}
+    for key, names in config.get("checkpoint_variants", {}).items():
+        for name in names:
+            study, _, variant = name.rpartition("/")
+            if not any((s, v) == (study or s, variant) for s, v in known):
+                choices = sorted({v for _, v in known} | {f"{s}/{v}" for s, v in known})
+                raise StudyError(f"{config['_path']}: `checkpoint_variants` {key}: no variant "
+                                 f"{name!r} among the fine-tuned ones. Valid: {choices}")
 
 
 def _settings(config, job):

@@ -290,6 +290,42 @@ def test_finetune_study_on_the_intermediate_and_final_checkpoints(study):
     assert f"| *majority class* | – | {share:.2f} | {share:.2f} | – | – |" in table
 
 
+def test_checkpoint_variants_fine_tune_a_checkpoint_of_only_the_encoders_named(tmp_path):
+    """One fine-tuning table with the final models of two pre-training seeds, TUPE-A at 30%
+    and one random-init control: `checkpoint_variants` (a plan, nothing trained)."""
+    from experiments import finetune_study
+
+    configs = REPO / "experiments" / "configs"
+    spec = {"study": "x", "kind": "finetune", "runs_dir": str(tmp_path / "runs"),
+            "results_dir": str(tmp_path / "results"),
+            "pretrain_configs": [str(configs / "long.json"), str(configs / "long_seed1.json")],
+            "variants": ["bert_a", "tupe_a"], "checkpoints": [1.0, 0.3, 0.0],
+            "checkpoint_variants": {"0.3": ["tupe_a"], "0.0": ["long/bert_a"]},
+            "tasks": ["rte"], "data_dir": str(GLUE), "learning_rates": [1e-4], "seeds": [0],
+            "settings": {"epochs": 1}}
+
+    def load(**changes):
+        path = tmp_path / "x.json"
+        path.write_text(json.dumps({**spec, **changes}))
+        return study_config.load_config(str(path))
+
+    jobs = finetune_study.plan(load())
+    assert sorted((j["pretrain_study"], j["variant"], j["step"]) for j in jobs) == sorted([
+        ("long", "bert_a", 16000), ("long", "tupe_a", 16000), ("long_seed1", "bert_a", 16000),
+        ("long_seed1", "tupe_a", 16000), ("long", "tupe_a", 4800),
+        ("long_seed1", "tupe_a", 4800), ("long", "bert_a", 0)])
+    assert {j["init"] for j in jobs if j["step"] == 0} == {
+        "runs/study/long/bert_a/checkpoints/step_0000000.keras"}
+    with pytest.raises(study_config.StudyError, match=r"checkpoint '0.5', which is not one"):
+        load(checkpoint_variants={"0.5": ["tupe_a"]})
+    with pytest.raises(study_config.StudyError, match="maps a checkpoint fraction"):
+        load(checkpoint_variants={"0.3": []})
+    for name in ("bert_r", "long/bert_x", "pretrain/bert_a"):
+        with pytest.raises(study_config.StudyError,
+                           match=rf"no variant '{name}'.*Valid: \['bert_a', 'long/bert_a'"):
+            finetune_study.plan(load(checkpoint_variants={"0.0": [name]}))
+
+
 def test_step_0_is_the_initialization_and_fine_tunes_as_the_random_init_control(study):
     import keras
 
