@@ -1040,7 +1040,7 @@ def test_the_sweep_is_one_grid_for_every_variant_and_the_speed_studies_change_on
         assert {**config["settings"], "precision": "float32", "xla": True} == pretrain["settings"]
 
 
-def test_the_long_runs_are_the_sweep_base_trained_8x_longer_with_two_seeds():
+def test_the_long_and_relative_studies_share_the_sweep_base():
     """Issue 21 item 2: >= 65M tokens, checkpoints at 0, 30% and 50%, at a grid point of
     the sweep, the sweep's data and vocabulary; the seed replicate differs only in seed."""
     folder = REPO / "experiments" / "configs"
@@ -1059,6 +1059,20 @@ def test_the_long_runs_are_the_sweep_base_trained_8x_longer_with_two_seeds():
     assert long["vocabulary"] == seed1["vocabulary"] == base["vocabulary"]
     assert seed1["settings"] == {**settings, "seed": 1} and settings["seed"] == 0
     assert list(seed1["variants"]) == ["bert_a", "tupe_a"] == list(long["variants"])[:2]
+    # Item 4: the relative methods again on the sweep's base, k = 8 and 512 with two seeds.
+    relative, relative1 = (study_config.load_config(str(folder / f"{name}.json"))
+                           for name in ("relative_v2", "relative_v2_seed1"))
+    assert relative["settings"] == base["settings"] == {**relative1["settings"], "seed": 0}
+    assert relative1["settings"]["seed"] == 1
+    assert relative["vocabulary"] == relative1["vocabulary"] == base["vocabulary"]
+    assert {v.name: (v.variant, v.overrides) for v in study_config.variants(relative)} == {
+        **{name: (name, {}) for name in ("shaw", "huang_m1", "huang_m2", "huang_m3",
+                                         "huang_m4")},
+        "huang_m4_k8": ("huang_m4", {"max_relative_distance": 8})}
+    assert {v.name: (v.variant, v.overrides) for v in study_config.variants(relative1)} == {
+        "huang_m4": ("huang_m4", {}), "huang_m4_k8": ("huang_m4", {"max_relative_distance": 8})}
+    for config in (relative, relative1):
+        assert pretrain_study.collect_references(config), config["study"]
 
 
 def _copy_study(study, target):
