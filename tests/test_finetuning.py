@@ -107,6 +107,49 @@ def test_trimmed_padding_gives_the_classifier_the_same_outputs(encoder_dir):
         np.testing.assert_allclose(outputs[0], outputs[1], rtol=1e-4, atol=1e-5)
 
 
+def test_pad_each_batch_trims_every_batch_to_its_longest_example(encoder_dir):
+    """The same examples in the same batches, each only as long as its longest example
+    (rounded up to 16, at most the split's length), and the classifier's outputs equal
+    those of the batches padded to 128; fine-tuning runs on the varying shapes (XLA)."""
+    from keras_tupe.finetuning import load_backbone
+    from keras_tupe.models import TupeTextClassifier
+
+    tokenizer = data.load_tokenizer(str(encoder_dir / "vocab.txt"))
+    full = glue.load_glue("stsb", "validation", DATA_DIR)  # pairs of varied lengths
+    dev = glue.GlueExamples(full.sentence1[:200], full.sentence2[:200], full.labels[:200],
+                            "stsb", "validation")
+    fixed = list(glue.glue_dataset("stsb", "validation", tokenizer, 128, 32, examples=dev))
+    trimmed = list(glue.glue_dataset("stsb", "validation", tokenizer, 128, 32, examples=dev,
+                                     pad_multiple=16))
+    assert len(fixed) == len(trimmed) == 7
+    widths = []
+    for (x, y), (x_trim, y_trim) in zip(fixed, trimmed):
+        real = int(x["padding_mask"].numpy().sum(axis=1).max())  # the packer's own mask
+        width = min(128, 16 * -(-real // 16))
+        widths.append(width)
+        np.testing.assert_array_equal(y_trim, y)
+        for name in ("token_ids", "padding_mask", "segment_ids"):
+            assert x_trim[name].shape == (len(y), width)
+            np.testing.assert_array_equal(x_trim[name], x[name][:, :width])
+            assert not x[name].numpy()[:, width:].any()  # only padding was cut
+    assert len(set(widths)) > 1 and max(widths) < 128  # the batches really differ
+    capped = list(glue.glue_dataset("stsb", "validation", tokenizer, 24, 32, examples=dev,
+                                    pad_multiple=16))
+    assert {x["token_ids"].shape[1] for x, _ in capped} == {24}
+    for name in ("backbone.keras", "m4.keras"):  # absolute TUPE-R and relative method 4
+        model = TupeTextClassifier(load_backbone(str(encoder_dir / name)), num_classes=1)
+        outputs = [np.concatenate([model.predict_on_batch(x) for x, _ in batches])
+                   for batches in (fixed, trimmed)]
+        np.testing.assert_allclose(outputs[1], outputs[0], rtol=1e-4, atol=1e-5)
+    result = finetune_glue(FinetuneConfig(
+        task="stsb", init=str(encoder_dir / "backbone.keras"), vocab=str(encoder_dir / "vocab.txt"),
+        data_dir=str(DATA_DIR), epochs=1, max_train_examples=96, batch_size=32,
+        learning_rate=1e-3, pad_each_batch=True, xla=True))
+    assert -1.0 <= result["dev"]["validation"]["pearson"] <= 1.0
+    with pytest.raises(ValueError, match="pad_multiple"):
+        glue.glue_dataset("stsb", "validation", tokenizer, 128, 32, examples=dev, pad_multiple=0)
+
+
 @pytest.mark.slow
 def test_a_seed_repeats_its_run_and_another_seed_does_not(encoder_dir):
     """The study's seed spread is only meaningful if a seed's run is a fixed function of
@@ -151,3 +194,5 @@ def test_cli_pad_to_longest_flag():
     base = ["--init", "run", "--tasks", "cola", "--out", "o"]
     assert cli.parse_args(base + ["--pad-to-longest"]).pad_to_longest is True
     assert cli.parse_args(base).pad_to_longest is False
+    assert cli.parse_args(base + ["--pad-each-batch"]).pad_each_batch is True
+    assert cli.parse_args(base).pad_each_batch is False

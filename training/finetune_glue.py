@@ -40,6 +40,9 @@ def parse_args(argv=None):
     p.add_argument("--pad-to-longest", action="store_true",
                    help="pad each split only to its longest example (multiple of 8, at most "
                         "--seq-len): same outputs, faster on short-sentence tasks")
+    p.add_argument("--pad-each-batch", action="store_true",
+                   help="pad each batch only to its longest example (multiple of 16, at most "
+                        "the split's length): same batches and outputs, less work on [PAD]")
     p.add_argument("--no-xla", dest="xla", action="store_false")
     p.add_argument("--save-models", action="store_true",
                    help="keep every fine-tuned classifier in OUT/models/<task>_lr<lr>_seed<seed>/ "
