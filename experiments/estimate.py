@@ -9,7 +9,11 @@
   them has one, those of every pre-training config beside it);
 - a fine-tuning study: for each planned checkpoint, the recorded wall time a timed
   run (`jobs[].wall_seconds / timed_runs`) times the runs its grid needs; a
-  checkpoint with no record takes the median of the recorded ones;
+  checkpoint with no record takes the median of the recorded ones; a study with no
+  record at all takes its training steps (tasks x learning rates x seeds x epochs x
+  batches of its training sets) at the median recorded wall seconds a training step of
+  the fine-tuning studies beside it (evaluation and compilation included, padding not
+  modelled);
 - a length study: the seconds its report recorded (every evaluated row, summed).
 
 The records come from whatever machine made them (the 2-core CPU of this project:
@@ -57,6 +61,47 @@ def _sibling_pretrain_configs(configs):
                 except study_config.StudyError:  # another kind, or broken: not a record
                     continue
     return found
+
+
+def _finetune_steps(config):
+    """Training steps of one (learning rate, seed) over the study's GLUE tasks."""
+    import math
+
+    from keras_tupe.data import glue
+    from keras_tupe.finetuning.glue import paper_epochs
+
+    steps = 0
+    for task in config["tasks"]:
+        settings = {**config["settings"], **config.get("task_settings", {}).get(task, {})}
+        examples = len(glue.load_glue(task, "train", config.get("data_dir")))
+        if settings.get("max_train_examples"):
+            examples = min(examples, settings["max_train_examples"])
+        epochs = settings.get("epochs") or paper_epochs(task)  # None: the paper's
+        steps += epochs * math.ceil(examples / settings.get("batch_size", 32))
+    return steps
+
+
+def _finetune_seconds_per_step(config):
+    """Median wall seconds a training step over the recorded GLUE studies beside `config`."""
+    folder = os.path.dirname(os.path.abspath(config["_path"]))
+    values = []
+    for name in sorted(os.listdir(folder)):
+        if not name.endswith(".json"):
+            continue
+        try:
+            other = study_config.load_config(os.path.join(folder, name), kind="finetune")
+        except study_config.StudyError:  # another kind, or broken: not a record
+            continue
+        record = _record(other) or {}
+        timed = [j for j in record.get("jobs", []) if j.get("timed_runs")]
+        if not timed or other["tasks"] == ["squad"]:
+            continue
+        steps = _finetune_steps(other) / len(other["tasks"])  # a run: one task
+        values += [j["wall_seconds"] / j["timed_runs"] / steps for j in timed]
+    if not values:
+        raise study_config.StudyError(
+            f"{config['_path']}: no recorded fine-tuning time to estimate from.")
+    return statistics.median(values)
 
 
 def parse_spec(text):
@@ -133,13 +178,21 @@ def estimate(configs, only=None, until_steps=None):
             timed = {(j["pretrain_study"], j["variant"], int(j["step"])):
                      j["wall_seconds"] / j["timed_runs"]
                      for j in record.get("jobs", []) if j.get("timed_runs")}
+            runs = len(jobs) * grid
             if not timed:
-                raise study_config.StudyError(
-                    f"{config['_path']}: no recorded fine-tuning time to estimate from.")
+                per_step = _finetune_seconds_per_step(config)
+                steps = _finetune_steps(config)
+                seconds = len(jobs) * len(config["learning_rates"]) * len(config["seeds"]) \
+                    * steps * per_step
+                rows.append({"study": config["study"], "kind": kind, "runs": runs,
+                             "seconds": seconds, "basis": (
+                                 f"not recorded: {len(jobs)} checkpoints x {steps:,} training "
+                                 f"steps a grid point at {per_step:.2f} s a step (median of "
+                                 "the recorded fine-tuning studies beside it)")})
+                continue
             fallback = statistics.median(timed.values())
             keys = [(j["pretrain_study"], j["variant"], int(j["step"])) for j in jobs]
             seconds = sum(timed.get(key, fallback) * grid for key in keys)
-            runs = len(jobs) * grid
             missing = [f"{k[0]}/{k[1]}@{k[2]}" for k in keys if k not in timed]
             basis = (f"recorded seconds a run x {grid} runs a checkpoint" if not missing else
                      f"{', '.join(missing)} not recorded: the median recorded checkpoint")

@@ -666,6 +666,20 @@ def test_estimate_of_a_study_alone_takes_its_speed_from_the_configs_beside_it(tm
     (row,) = estimate([long], only=[["bert_a", "tupe_a"]])
     assert row["seconds"] == pytest.approx(2 * 16000 * np.median(per_step))
     assert "of every config beside it" in row["basis"]
+    # A fine-tuning study never run: its steps (every task's training set, SST-2 capped)
+    # at the median seconds a step of the recorded 1,000-example runs (3 epochs x 32
+    # batches of 32 a run).
+    glue_full = study_config.load_config(str(configs / "glue_full.json"))
+    sizes = {"cola": 8551, "mrpc": 3668, "rte": 2490, "stsb": 5749, "sst2": 10000}
+    steps = sum(3 * -(-n // 32) for n in sizes.values())
+    per_run = [job["wall_seconds"] / job["timed_runs"]
+               for name in ("finetune", "finetune_intermediate")
+               for job in json.loads((results / f"{name}_config.json").read_text())["jobs"]
+               if job.get("timed_runs")]
+    (row,) = estimate([glue_full])
+    assert row["runs"] == 7 * 5 * 3 * 3
+    assert row["seconds"] == pytest.approx(7 * 3 * 3 * steps * np.median(per_run) / (3 * 32))
+    assert "not recorded: 7 checkpoints x 2,862 training steps" in row["basis"]
     alone = tmp_path / "alone.json"
     alone.write_text(json.dumps({"study": "alone", "base": str(configs / "long.json"),
                                  "seed": 7, "variants": {"bert_a": {}}}))
