@@ -180,14 +180,14 @@ def estimate(configs, only=None, until_steps=None):
                      for j in record.get("jobs", []) if j.get("timed_runs")}
             runs = len(jobs) * grid
             if not timed:
-                per_step = _finetune_seconds_per_step(config)
+                step_seconds = _finetune_seconds_per_step(config)
                 steps = _finetune_steps(config)
                 seconds = len(jobs) * len(config["learning_rates"]) * len(config["seeds"]) \
-                    * steps * per_step
+                    * steps * step_seconds
                 rows.append({"study": config["study"], "kind": kind, "runs": runs,
                              "seconds": seconds, "basis": (
                                  f"not recorded: {len(jobs)} checkpoints x {steps:,} training "
-                                 f"steps a grid point at {per_step:.2f} s a step (median of "
+                                 f"steps a grid point at {step_seconds:.2f} s a step (median of "
                                  "the recorded fine-tuning studies beside it)")})
                 continue
             fallback = statistics.median(timed.values())

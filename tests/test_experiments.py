@@ -676,7 +676,8 @@ def test_estimate_of_a_study_alone_takes_its_speed_from_the_configs_beside_it(tm
                for name in ("finetune", "finetune_intermediate")
                for job in json.loads((results / f"{name}_config.json").read_text())["jobs"]
                if job.get("timed_runs")]
-    (row,) = estimate([glue_full])
+    row, after = estimate([glue_full, long], only=[None, ["bert_a", "tupe_a"]])
+    assert after["seconds"] == pytest.approx(2 * 16000 * np.median(per_step))  # any order
     assert row["runs"] == 7 * 5 * 3 * 3
     assert row["seconds"] == pytest.approx(7 * 3 * 3 * steps * np.median(per_run) / (3 * 32))
     assert "not recorded: 7 checkpoints x 2,862 training steps" in row["basis"]
