@@ -12,7 +12,8 @@
 # retrains and re-evaluates every committed number from scratch, in dependency order: every
 # pre-training run (each report after its study), the positional maps, the length study of
 # all those models, the fine-tuning of their checkpoints, then the speed comparison (and the
-# tuning sweep, once its comparison is committed). `--fresh` makes each step ignore the
+# tuning sweep, once its comparison is committed; then each of issue 21's later studies whose
+# report is committed: long, long_seed1, relative_v2, relative_v2_seed1, glue_full). `--fresh` makes each step ignore the
 # committed records, so nothing is taken from an earlier workspace; runs finished on disk in
 # this workspace are still skipped, so a stopped `--all` resumes. It prints the expected time
 # first (`experiments.run estimate`, from the wall times the reports recorded).
@@ -55,10 +56,16 @@ if [ "$ALL" -eq 1 ]; then
   for s in $SPEED; do SPEED_SPECS="$SPEED_SPECS $s:bert_a@300"; done
   SWEEP_SPECS=""
   [ "$SWEEP_COMMITTED" -eq 1 ] && SWEEP_SPECS="$SWEEP"
+  # Issue 21's later studies, each once its report is committed (in dependency order): the
+  # long runs and their seed replicate, the relative methods again, the full-set GLUE.
+  LATER=""
+  for s in long long_seed1 relative_v2 relative_v2_seed1 glue_full; do
+    [ -f "docs/results/${s}_config.json" ] && LATER="$LATER $s"
+  done
   echo "=== $(date -u +%FT%TZ) run_all.sh --all: every study from scratch. Expected time:"
   # shellcheck disable=SC2086
   "$PY" -m experiments.run estimate pretrain pretrain_seed1 relative clip_sweep length \
-      finetune finetune_intermediate $SPEED_SPECS $SWEEP_SPECS
+      finetune finetune_intermediate $SPEED_SPECS $SWEEP_SPECS $LATER
   for study in pretrain pretrain_seed1 relative clip_sweep; do
     run pretrain --study "$study" --fresh
     run report --study "$study"
@@ -83,6 +90,16 @@ if [ "$ALL" -eq 1 ]; then
     # shellcheck disable=SC2086
     run compare --name sweep --studies $SWEEP
   fi
+  for s in $LATER; do
+    case "$s" in
+      glue_full) run finetune --study "$s" --fresh ;;  # after the long runs it reads
+      *) run pretrain --study "$s" --fresh
+         run report --study "$s" ;;
+    esac
+  done
+  case " $LATER " in
+    *" long_seed1 "*) run seeds --name long --studies long long_seed1 --variants bert_a tupe_a ;;
+  esac
   echo "=== $(date -u +%FT%TZ) all studies done"
   exit 0
 fi

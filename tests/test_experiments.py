@@ -1253,3 +1253,48 @@ def test_a_run_stopped_at_until_step_resumes_to_the_uninterrupted_weights(study,
         np.testing.assert_array_equal(keras.ops.convert_to_numpy(a),
                                       keras.ops.convert_to_numpy(b), err_msg=a.path)
     assert not (run / "checkpoints" / "step_0000000.keras").exists()
+
+
+def test_run_all_all_runs_every_committed_study_in_dependency_order(tmp_path):
+    """`run_all.sh --all` with a stand-in for Python that only records its arguments: the
+    estimate first, then every study whose report is committed, each pre-training study
+    followed by its report, and nothing read before it is made."""
+    import subprocess
+
+    log = tmp_path / "calls.txt"
+    fake = tmp_path / "python"
+    fake.write_text(f"#!/usr/bin/env bash\necho \"$*\" >> {log}\n")
+    fake.chmod(0o755)
+    result = subprocess.run(["bash", str(REPO / "experiments" / "run_all.sh"), "--all"],
+                            env={**os.environ, "PY": str(fake)}, capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    calls = [line.split()[2:] for line in log.read_text().splitlines()]  # after -m experiments.run
+    assert calls[0][0] == "estimate"
+    estimated = set(calls[0][1:])
+    made = []  # studies in the order they are made
+    for call in calls[1:]:
+        command, study = call[0], call[call.index("--study") + 1] if "--study" in call else None
+        if command in ("pretrain", "finetune", "length"):
+            assert "--fresh" in call, call
+            made.append(study)
+        if command == "report":
+            assert made[-1] == study, call  # right after its own run
+    committed = {path.name[:-len("_config.json")]
+                 for path in (REPO / "docs" / "results").glob("*_config.json")}
+    if (REPO / "docs" / "results" / "speed_compare.csv").exists():  # reported by compare
+        committed |= {path.stem for path in (REPO / "experiments" / "configs").glob("speed_*")}
+    estimated = {spec.split(":")[0].split("@")[0] for spec in estimated}
+    for study in made:
+        assert study in committed, study  # only studies with a committed report
+        assert study in estimated, study  # and the expected time counted it
+    for name in committed & {"long", "long_seed1", "relative_v2", "relative_v2_seed1",
+                             "glue_full", "pretrain", "relative", "clip_sweep", "finetune",
+                             "length"}:
+        assert name in made, name
+    # A study is made after every pre-training study it reads.
+    for study in made:
+        config = study_config.load_config(str(REPO / "experiments" / "configs" / f"{study}.json"))
+        if config["kind"] != "pretrain":
+            for pretrain in study_config.related_configs(config, "pretrain_configs"):
+                assert made.index(pretrain["study"]) < made.index(study), (study, pretrain)
