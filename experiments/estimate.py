@@ -179,6 +179,10 @@ def estimate(configs, only=None, until_steps=None):
                      j["wall_seconds"] / j["timed_runs"]
                      for j in record.get("jobs", []) if j.get("timed_runs")}
             runs = len(jobs) * grid
+            if not timed and finetune_study.is_squad(config):
+                raise study_config.StudyError(
+                    f"{config['_path']}: no recorded SQuAD fine-tuning time to estimate from "
+                    "(its first runs record one: `report` after a few).")
             if not timed:
                 step_seconds = _finetune_seconds_per_step(config)
                 steps = _finetune_steps(config)

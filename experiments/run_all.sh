@@ -13,7 +13,8 @@
 # pre-training run (each report after its study), the positional maps, the length study of
 # all those models, the fine-tuning of their checkpoints, then the speed comparison (and the
 # tuning sweep, once its comparison is committed; then each of issue 21's later studies whose
-# report is committed: long, long_seed1, relative_v2, relative_v2_seed1, glue_full). `--fresh` makes each step ignore the
+# report is committed: long, long_seed1, relative_v2, relative_v2_seed1, glue_full,
+# glue_relative, squad_relative). `--fresh` makes each step ignore the
 # committed records, so nothing is taken from an earlier workspace; runs finished on disk in
 # this workspace are still skipped, so a stopped `--all` resumes. It prints the expected time
 # first (`experiments.run estimate`, from the wall times the reports recorded).
@@ -57,9 +58,10 @@ if [ "$ALL" -eq 1 ]; then
   SWEEP_SPECS=""
   [ "$SWEEP_COMMITTED" -eq 1 ] && SWEEP_SPECS="$SWEEP"
   # Issue 21's later studies, each once its report is committed (in dependency order): the
-  # long runs and their seed replicate, the relative methods again, the full-set GLUE.
+  # long runs and their seed replicate, the relative methods again, the full-set GLUE of
+  # both, SQuAD.
   LATER=""
-  for s in long long_seed1 relative_v2 relative_v2_seed1 glue_full; do
+  for s in long long_seed1 relative_v2 relative_v2_seed1 glue_full glue_relative squad_relative; do
     [ -f "docs/results/${s}_config.json" ] && LATER="$LATER $s"
   done
   echo "=== $(date -u +%FT%TZ) run_all.sh --all: every study from scratch. Expected time:"
@@ -92,7 +94,7 @@ if [ "$ALL" -eq 1 ]; then
   fi
   for s in $LATER; do
     case "$s" in
-      glue_full) run finetune --study "$s" --fresh ;;  # after the long runs it reads
+      glue_*|squad_*) run finetune --study "$s" --fresh ;;  # after the runs they read
       *) run pretrain --study "$s" --fresh
          run report --study "$s" ;;
     esac

@@ -681,6 +681,12 @@ def test_estimate_of_a_study_alone_takes_its_speed_from_the_configs_beside_it(tm
     assert row["runs"] == 7 * 5 * 3 * 3
     assert row["seconds"] == pytest.approx(7 * 3 * 3 * steps * np.median(per_run) / (3 * 32))
     assert "not recorded: 7 checkpoints x 2,862 training steps" in row["basis"]
+    relative = study_config.load_config(str(configs / "glue_relative.json"))
+    for key in ("tasks", "data_dir", "learning_rates", "seeds", "settings", "task_settings"):
+        assert relative[key] == glue_full[key], key  # Huang Table 3 on glue_full's grid
+    squad = study_config.load_config(str(configs / "squad_relative.json"))
+    with pytest.raises(study_config.StudyError, match="no recorded SQuAD fine-tuning time"):
+        estimate([squad])
     alone = tmp_path / "alone.json"
     alone.write_text(json.dumps({"study": "alone", "base": str(configs / "long.json"),
                                  "seed": 7, "variants": {"bert_a": {}}}))
@@ -1289,8 +1295,8 @@ def test_run_all_all_runs_every_committed_study_in_dependency_order(tmp_path):
         assert study in committed, study  # only studies with a committed report
         assert study in estimated, study  # and the expected time counted it
     for name in committed & {"long", "long_seed1", "relative_v2", "relative_v2_seed1",
-                             "glue_full", "pretrain", "relative", "clip_sweep", "finetune",
-                             "length"}:
+                             "glue_full", "glue_relative", "squad_relative", "pretrain",
+                             "relative", "clip_sweep", "finetune", "length"}:
         assert name in made, name
     # A study is made after every pre-training study it reads.
     for study in made:
