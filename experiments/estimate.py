@@ -21,6 +21,7 @@ The records come from whatever machine made them (the 2-core CPU of this project
 of a machine as fast as the recorded ones, and says which rows were scaled.
 """
 
+import functools
 import json
 import os
 import statistics
@@ -49,49 +50,46 @@ def _pretrain_seconds_per_step(configs):
     return {size: statistics.median(values) for size, values in by_size.items()}
 
 
-def _sibling_pretrain_configs(configs):
-    """Every pre-training config in the folders of `configs` (unreadable ones skipped)."""
+def _configs_beside(configs, kind):
+    """Every study config of `kind` in the folders of `configs` (other kinds skipped)."""
     found = []
     for folder in sorted({os.path.dirname(os.path.abspath(c["_path"])) for c in configs}):
         for name in sorted(os.listdir(folder)):
             if name.endswith(".json"):
                 try:
                     found.append(study_config.load_config(os.path.join(folder, name),
-                                                          kind="pretrain"))
+                                                          kind=kind))
                 except study_config.StudyError:  # another kind, or broken: not a record
                     continue
     return found
 
 
+@functools.lru_cache(maxsize=None)
+def _train_examples(task, data_dir):
+    from keras_tupe.data import glue
+
+    return len(glue.load_glue(task, "train", data_dir))
+
+
 def _finetune_steps(config):
     """Training steps of one (learning rate, seed) over the study's GLUE tasks."""
-    import math
-
-    from keras_tupe.data import glue
     from keras_tupe.finetuning.glue import paper_epochs
 
     steps = 0
     for task in config["tasks"]:
         settings = {**config["settings"], **config.get("task_settings", {}).get(task, {})}
-        examples = len(glue.load_glue(task, "train", config.get("data_dir")))
+        examples = _train_examples(task, config.get("data_dir"))
         if settings.get("max_train_examples"):
             examples = min(examples, settings["max_train_examples"])
         epochs = settings.get("epochs") or paper_epochs(task)  # None: the paper's
-        steps += epochs * math.ceil(examples / settings.get("batch_size", 32))
+        steps += epochs * -(-examples // settings.get("batch_size", 32))
     return steps
 
 
 def _finetune_seconds_per_step(config):
     """Median wall seconds a training step over the recorded GLUE studies beside `config`."""
-    folder = os.path.dirname(os.path.abspath(config["_path"]))
     values = []
-    for name in sorted(os.listdir(folder)):
-        if not name.endswith(".json"):
-            continue
-        try:
-            other = study_config.load_config(os.path.join(folder, name), kind="finetune")
-        except study_config.StudyError:  # another kind, or broken: not a record
-            continue
+    for other in _configs_beside([config], "finetune"):
         record = _record(other) or {}
         timed = [j for j in record.get("jobs", []) if j.get("timed_runs")]
         if not timed or other["tasks"] == ["squad"]:
@@ -135,7 +133,7 @@ def estimate(configs, only=None, until_steps=None):
     sizes = {c["size"] for c in configs if c["kind"] == "pretrain"}
     beside = sizes - set(per_step)  # sizes none of them recorded: from the configs beside them
     if beside:
-        per_step = {**_pretrain_seconds_per_step(_sibling_pretrain_configs(configs)),
+        per_step = {**_pretrain_seconds_per_step(_configs_beside(configs, "pretrain")),
                     **per_step}
     rows = []
     for config, names, until in zip(configs, only, until_steps):

@@ -113,7 +113,8 @@ def _check_chosen_variants(config, pretrains):
     for key, names in config.get("checkpoint_variants", {}).items():
         for name in names:
             study, _, variant = name.rpartition("/")
-            if not any((s, v) == (study or s, variant) for s, v in known):
+            found = (study, variant) in known if study else any(v == variant for _, v in known)
+            if not found:
                 choices = sorted({v for _, v in known} | {f"{s}/{v}" for s, v in known})
                 raise StudyError(f"{config['_path']}: `checkpoint_variants` {key}: no variant "
                                  f"{name!r} among the fine-tuned ones. Valid: {choices}")

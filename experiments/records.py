@@ -89,7 +89,8 @@ def format_seconds(seconds):
         return f"{seconds:.0f} s"
     if minutes < 60:
         return f"{minutes:.1f} min"
-    return f"{int(minutes // 60)} h {minutes % 60:02.0f} min"
+    hours, rest = divmod(round(minutes), 60)  # rounded first: 59.7 min is the next hour
+    return f"{hours} h {rest:02d} min"
 
 
 # What changes each time the same output is made again: when (`created`, `generated`) and

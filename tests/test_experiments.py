@@ -1304,3 +1304,12 @@ def test_run_all_all_runs_every_committed_study_in_dependency_order(tmp_path):
         if config["kind"] != "pretrain":
             for pretrain in study_config.related_configs(config, "pretrain_configs"):
                 assert made.index(pretrain["study"]) < made.index(study), (study, pretrain)
+
+
+def test_format_seconds_rounds_to_whole_minutes_before_splitting_hours():
+    assert records.format_seconds(None) == "–"
+    assert records.format_seconds(42.4) == "42 s"
+    assert records.format_seconds(125) == "2.1 min"
+    assert records.format_seconds(2 * 3600 + 5 * 60 + 20) == "2 h 05 min"
+    # 82 h 59.98 min printed "82 h 60 min" before.
+    assert records.format_seconds(82 * 3600 + 59.98 * 60) == "83 h 00 min"
