@@ -50,7 +50,7 @@ run() {
 if [ "$ALL" -eq 1 ]; then
   # The speed study ran bert_a only, to step 300 (docs/results/speed_compare.md).
   SPEED="speed_f32_xla speed_bf16_xla speed_f32_noxla speed_bf16_noxla"
-  SWEEP="sweep_lr5e4_wu05 sweep_lr2e4_wu05 sweep_lr1e3_wu05 sweep_lr2e4_wu20 sweep_lr5e4_wu20 sweep_lr1e3_wu20"
+  SWEEP="sweep_lr5e4_wu05 sweep_lr2e4_wu05 sweep_lr1e3_wu05 sweep_lr2e4_wu20 sweep_lr5e4_wu20 sweep_lr1e3_wu20 sweep_lr2e3_wu20"
   SWEEP_COMMITTED=0
   [ -f docs/results/sweep_compare.csv ] && SWEEP_COMMITTED=1
   SPEED_SPECS=""
