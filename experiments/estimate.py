@@ -3,10 +3,11 @@
 `estimate(configs)` gives one row a study:
 
 - a pre-training study: the wall time its report recorded for each run
-  (`<study>_config.json`, `runs.<variant>.wall_seconds`); a run with no record (a
-  study not run yet) takes its steps at the median seconds a step of the recorded
-  runs of the same encoder size (those of the studies estimated, or, when none of
-  them has one, those of every pre-training config beside it);
+  (`<study>_config.json`, `runs.<variant>.wall_seconds`); a run with no record of it
+  finished (a study not run yet, or a run its report records as unfinished) takes its
+  steps at the median seconds a step of the recorded finished runs of the same encoder
+  size (those of the studies estimated, or, when none of them has one, those of every
+  pre-training config beside it);
 - a fine-tuning study: for each planned checkpoint, the recorded wall time a timed
   run (`jobs[].wall_seconds / timed_runs`) times the runs its grid needs; a
   checkpoint with no record takes the median of the recorded ones; a study with no
@@ -28,6 +29,7 @@ import statistics
 
 from experiments import config as study_config
 from experiments import records
+from experiments.pretrain_study import RECORDED_STATUS
 
 
 def _record(config):
@@ -38,13 +40,23 @@ def _record(config):
         return json.load(f)
 
 
+def _finished_wall_seconds(run):
+    """A report's recorded wall time of a run, or None for a run not finished there: an
+    unfinished run's time covers only the steps it made (it is estimated like a run not
+    started)."""
+    if run.get("status") not in ("finished", RECORDED_STATUS):
+        return None
+    return run.get("wall_seconds")
+
+
 def _pretrain_seconds_per_step(configs):
-    """`{size: median seconds a step}` over every recorded run of the pre-training studies."""
+    """`{size: median seconds a step}` over every recorded finished run of the pre-training
+    studies."""
     by_size = {}
     for config in configs:
         runs = (_record(config) or {}).get("runs", {})
         for run in runs.values():
-            if run.get("wall_seconds"):
+            if _finished_wall_seconds(run):
                 by_size.setdefault(config["size"], []).append(
                     run["wall_seconds"] / config["settings"]["steps"])
     return {size: statistics.median(values) for size, values in by_size.items()}
@@ -150,7 +162,7 @@ def estimate(configs, only=None, until_steps=None):
             seconds, scaled = 0.0, []
             recorded = record.get("runs", {})
             for variant in selected:
-                wall = recorded.get(variant.name, {}).get("wall_seconds")
+                wall = _finished_wall_seconds(recorded.get(variant.name, {}))
                 if wall is None:
                     if config["size"] not in per_step:
                         raise study_config.StudyError(

@@ -643,9 +643,10 @@ def test_estimate_reads_the_committed_records(tmp_path):
 
 
 def test_estimate_of_a_study_alone_takes_its_speed_from_the_configs_beside_it(tmp_path):
-    """The long study has no record and names no recorded study: its steps take the median
-    recorded seconds a step of every mini pre-training config in its folder; a config
-    alone in a folder without records gets a clear error instead."""
+    """The long study with no finished run recorded (here one unfinished, whose wall time
+    covers only its first steps) names no recorded study: its steps take the median
+    recorded seconds a step of the finished runs of every mini pre-training config in its
+    folder; a config alone in a folder without records gets a clear error instead."""
     from experiments.estimate import estimate
 
     configs = REPO / "experiments" / "configs"
@@ -660,9 +661,14 @@ def test_estimate_of_a_study_alone_takes_its_speed_from_the_configs_beside_it(tm
         if record.exists():
             per_step += [run["wall_seconds"] / config["settings"]["steps"]
                          for run in json.loads(record.read_text())["runs"].values()
-                         if run.get("wall_seconds")]
+                         if run.get("wall_seconds") and run.get("status") in (
+                             "finished", pretrain_study.RECORDED_STATUS)]
     assert len(per_step) >= 10
     long = study_config.load_config(str(configs / "long.json"))
+    long["results_dir"] = str(tmp_path)  # its own record: one run stopped at step 6,400
+    records.write_json(str(tmp_path / "long_config.json"), {"runs": {
+        "bert_a": {"status": "unfinished (step 6400)", "wall_seconds": 6180.0},
+        "tupe_a": {"status": "not started", "wall_seconds": None}}})
     (row,) = estimate([long], only=[["bert_a", "tupe_a"]])
     assert row["seconds"] == pytest.approx(2 * 16000 * np.median(per_step))
     assert "of every config beside it" in row["basis"]
@@ -677,7 +683,8 @@ def test_estimate_of_a_study_alone_takes_its_speed_from_the_configs_beside_it(tm
                for job in json.loads((results / f"{name}_config.json").read_text())["jobs"]
                if job.get("timed_runs")]
     row, after = estimate([glue_full, long], only=[None, ["bert_a", "tupe_a"]])
-    assert after["seconds"] == pytest.approx(2 * 16000 * np.median(per_step))  # any order
+    before, _ = estimate([long, glue_full], only=[["bert_a", "tupe_a"], None])
+    assert after["seconds"] == pytest.approx(before["seconds"])  # in any order
     assert row["runs"] == 7 * 5 * 3 * 3
     assert row["seconds"] == pytest.approx(7 * 3 * 3 * steps * np.median(per_run) / (3 * 32))
     assert "not recorded: 7 checkpoints x 2,862 training steps" in row["basis"]
