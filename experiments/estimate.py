@@ -29,7 +29,7 @@ import statistics
 
 from experiments import config as study_config
 from experiments import records
-from experiments.pretrain_study import RECORDED_STATUS
+from experiments.pretrain_study import is_finished
 
 
 def _record(config):
@@ -44,9 +44,7 @@ def _finished_wall_seconds(run):
     """A report's recorded wall time of a run, or None for a run not finished there: an
     unfinished run's time covers only the steps it made (it is estimated like a run not
     started)."""
-    if run.get("status") not in ("finished", RECORDED_STATUS):
-        return None
-    return run.get("wall_seconds")
+    return run.get("wall_seconds") if is_finished(run) else None
 
 
 def _pretrain_seconds_per_step(configs):

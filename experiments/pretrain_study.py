@@ -162,6 +162,12 @@ def collect(config):
 RECORDED_STATUS = "finished (recorded)"
 
 
+def is_finished(run_record):
+    """Whether a report's run record (`<study>_config.json`, `runs.<variant>`) is of a
+    finished run: one made here, or one kept from an earlier workspace's report."""
+    return run_record.get("status") in ("finished", RECORDED_STATUS)
+
+
 def recorded_runs(config):
     """The finished runs of a study as its committed report recorded them.
 
@@ -190,7 +196,7 @@ def recorded_runs(config):
         rows.setdefault(row["variant"], []).append(parsed)
     kept = {}
     for name, run in report_record.get("runs", {}).items():
-        if run.get("status") not in ("finished", RECORDED_STATUS) or not run.get("run_config"):
+        if not is_finished(run) or not run.get("run_config"):
             continue
         if not rows.get(name):
             raise StudyError(f"{record_path} records {name} as finished, but {loss_path} has "

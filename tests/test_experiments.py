@@ -662,7 +662,7 @@ def test_estimate_of_a_study_alone_takes_its_speed_from_the_configs_beside_it(tm
             per_step += [run["wall_seconds"] / config["settings"]["steps"]
                          for run in json.loads(record.read_text())["runs"].values()
                          if run.get("wall_seconds") and run.get("status") in (
-                             "finished", pretrain_study.RECORDED_STATUS)]
+                             "finished", "finished (recorded)")]
     assert len(per_step) >= 10
     long = study_config.load_config(str(configs / "long.json"))
     long["results_dir"] = str(tmp_path)  # its own record: one run stopped at step 6,400
