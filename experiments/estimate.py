@@ -54,9 +54,10 @@ def _pretrain_seconds_per_step(configs):
     for config in configs:
         runs = (_record(config) or {}).get("runs", {})
         for run in runs.values():
-            if _finished_wall_seconds(run):
+            wall = _finished_wall_seconds(run)
+            if wall:
                 by_size.setdefault(config["size"], []).append(
-                    run["wall_seconds"] / config["settings"]["steps"])
+                    wall / config["settings"]["steps"])
     return {size: statistics.median(values) for size, values in by_size.items()}
 
 
