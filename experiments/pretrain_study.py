@@ -246,9 +246,16 @@ def collect_references(config):
 
 
 def fraction_steps(config):
-    """The evaluation step nearest to each fraction of the budget."""
-    steps, every = config["settings"]["steps"], config["settings"].get("eval_every", 1000)
-    return {f: max(every, round(f * steps / every) * every) for f in FRACTIONS}
+    """`{fraction: step}`, in order: the evaluation step nearest to each of `FRACTIONS`
+    of the budget, and each saved checkpoint's own fraction where an evaluation falls on
+    it (the long runs' 30%, TUPE's claim, is a column of their table)."""
+    settings = config["settings"]
+    steps, every = settings["steps"], settings.get("eval_every", 1000)
+    columns = {f: max(every, round(f * steps / every) * every) for f in FRACTIONS}
+    for step in settings.get("save_steps") or ():
+        if 0 < step < steps and step % every == 0 and step not in columns.values():
+            columns[step / steps] = step
+    return dict(sorted(columns.items()))
 
 
 def report(config, command):
@@ -396,7 +403,7 @@ def _table(config, runs, command, vocabulary_record, references=()):
         f"{settings.get('eval_every', 1000)} steps. The settings of every run are in "
         f"`{config['study']}_config.json` and were checked identical."),
         "",
-        "| variant | preset | " + " | ".join(f"{int(f * 100)}% (step {s})" for f, s in
+        "| variant | preset | " + " | ".join(f"{round(f * 100)}% (step {s})" for f, s in
                                             columns.items())
         + " | val. accuracy (100%) | wall time | tokens/s | status |",
         "| --- | --- | " + " | ".join("---:" for _ in columns) + " | ---: | ---: | ---: | --- |",

@@ -113,6 +113,17 @@ def test_running_a_study_again_skips_its_finished_runs(study, capsys):
     assert log[-1]["status"] == {"bert_a": "skipped", "tupe_r": "skipped"}
 
 
+def test_the_table_columns_add_each_saved_checkpoint_that_an_evaluation_falls_on():
+    # The long runs: 16,000 steps, evaluated every 200, saved at 0, 30% and 50%.
+    long = {"settings": {"steps": 16000, "eval_every": 200, "save_steps": [0, 4800, 8000]}}
+    assert list(pretrain_study.fraction_steps(long).items()) == [
+        (0.25, 4000), (0.3, 4800), (0.5, 8000), (1.0, 16000)]
+    # A checkpoint between evaluations has no validation loss of its own: no column.
+    off_grid = {"settings": {"steps": 2000, "eval_every": 100, "save_steps": [650, 1000]}}
+    assert list(pretrain_study.fraction_steps(off_grid).items()) == [
+        (0.25, 500), (0.5, 1000), (1.0, 2000)]
+
+
 def test_report_writes_the_loss_csv_plot_table_and_settings_record(study):
     assert main(["report", "--config", study["configs"]["pretrain"]]) == 0
     results = study["results"]
