@@ -46,8 +46,14 @@ def run_study(config, command, only=None, verbose=2, until_step=None, fresh=Fals
                       f"({variant.run_dir})", flush=True)
                 status[variant.name] = "skipped"
                 continue
+            record = kept.get(variant.name)
+            if record and not record["finished"] and not os.path.exists(variant.run_dir):
+                print(f"[{config['study']}] {variant.name}: unfinished in an earlier workspace "
+                      f"(step {record['rows'][-1]['step']}, {record['source']}); its backup is "
+                      "not here, so it starts anew (the report keeps the recorded steps until "
+                      "the new run passes them)", flush=True)
             # Finished in an earlier workspace: trained again only when named in `only`.
-            if (variant.name in kept and not (only and variant.name in only)
+            elif (record and not (only and variant.name in only)
                     and not os.path.exists(variant.run_dir)):
                 print(f"[{config['study']}] {variant.name}: finished in an earlier workspace "
                       f"({kept[variant.name]['source']}), skipped; name it in --variants to "
@@ -103,21 +109,34 @@ def collect(config):
                "source": None}
         runs.append(run)
         config_path = os.path.join(variant.run_dir, "run_config.json")
+        record = kept.get(variant.name)
+        here = None  # the last logged step of an unfinished run on disk
         if os.path.exists(config_path):
+            rows, wall_seconds = records.read_metrics(variant.run_dir)
+            here = None if variant.is_finished else (rows[-1]["step"] if rows else 0)
+        if here is not None and record and not record["finished"] and (
+                record["rows"][-1]["step"] > here):
+            # A run started anew here has not yet passed the steps an earlier workspace
+            # recorded: the recorded ones stay in the report (the runs are deterministic).
+            pass
+        elif os.path.exists(config_path):
             with open(config_path) as f:
                 recorded = json.load(f)
-            run["rows"], run["wall_seconds"] = records.read_metrics(variant.run_dir)
-            last = run["rows"][-1]["step"] if run["rows"] else 0
-            run["status"] = "finished" if variant.is_finished else f"unfinished (step {last})"
+            run["rows"], run["wall_seconds"] = rows, wall_seconds
+            run["status"] = "finished" if here is None else f"unfinished (step {here})"
             run["source"] = variant.run_dir
             backbone = _backbone_config(variant.run_dir)
-        elif variant.name in kept:
-            record = kept[variant.name]
+            record = None
+        if record:
             config_path = record["source"]
             recorded, backbone = record["run_config"], record["backbone_config"]
+            last = record["rows"][-1]["step"]
+            status = (RECORDED_STATUS if record["finished"]
+                      else f"unfinished (recorded, step {last}"
+                      + ("" if here is None else f"; started anew here, at step {here}") + ")")
             run.update(rows=record["rows"], wall_seconds=record["wall_seconds"],
-                       status=RECORDED_STATUS, source=record["source"])
-        else:
+                       status=status, source=record["source"])
+        elif run["source"] is None:
             continue
         run["run_config"] = recorded
         saved = recorded["config"]
@@ -177,7 +196,9 @@ def recorded_runs(config):
     logged evaluation) are in git. `collect` takes a run whose directory is
     absent from there, checks it like a run on disk and marks it
     `RECORDED_STATUS`, so a study spread over several workspaces reports all of
-    its runs. Unfinished runs are not kept: one started again begins anew.
+    its runs. An unfinished run is kept too (`"finished": False`), for the report
+    only: without its backup it is trained anew, and `collect` reports its recorded
+    steps until the new run has logged more.
 
     Returns `({variant name: record}, the vocabulary record of that report)`;
     empty when the study has no committed report.
@@ -196,12 +217,15 @@ def recorded_runs(config):
         rows.setdefault(row["variant"], []).append(parsed)
     kept = {}
     for name, run in report_record.get("runs", {}).items():
-        if not is_finished(run) or not run.get("run_config"):
+        if not run.get("run_config"):
             continue
+        finished = is_finished(run)
+        if not finished and not rows.get(name):
+            continue  # started, but stopped before its first evaluation
         if not rows.get(name):
             raise StudyError(f"{record_path} records {name} as finished, but {loss_path} has "
                              "no row of it: the two files are from different reports.")
-        kept[name] = {"run_config": run["run_config"],
+        kept[name] = {"finished": finished, "run_config": run["run_config"],
                       "backbone_config": run.get("backbone_config"),
                       "wall_seconds": run.get("wall_seconds"),
                       "rows": sorted(rows[name], key=lambda r: r["step"]),
@@ -430,6 +454,11 @@ def _table(config, runs, command, vocabulary_record, references=()):
     lines += ["", "Wall time: training and validation, summed over the processes that ran the "
                   "run (start-up and the shared vocabulary not included). Machine: "
               + "; ".join(machines) + "."]
+    if any(run["status"].startswith("unfinished (recorded") for run, _, _ in rows):
+        lines += ["", ("*unfinished (recorded, step N)*: an earlier workspace's report "
+                       "recorded this run's evaluations to step N, and its backup is not in "
+                       "this workspace; a run started anew here replaces them once it has "
+                       "logged more steps.")]
     if any(run["status"] == RECORDED_STATUS for run, _, _ in rows):
         lines += ["", (f"*{RECORDED_STATUS}*: the run's directory is not in this workspace "
                        "(`runs/` is not in git); its logged evaluations, settings and wall "

@@ -1203,13 +1203,31 @@ def test_a_report_keeps_finished_runs_whose_directories_are_gone(study, tmp_path
     assert main(["report", "--config", configs["pretrain"]]) == 2
     assert re.search(r"tupe_r: learning_rate is 0\.1 in .*pretrain_config\.json",
                      capsys.readouterr().err)
-    # Only finished runs are kept: an unfinished one whose directory is gone starts anew.
+    # An unfinished run whose directory is gone keeps its recorded evaluations in the
+    # report (nothing committed is dropped), marked as such; training starts it anew.
     changed = json.loads(original)
-    changed["runs"]["tupe_r"]["status"] = "unfinished (step 2)"
+    changed["runs"]["tupe_r"]["status"] = "unfinished (step 4)"
     (results / "pretrain_config.json").write_text(json.dumps(changed))
     assert main(["report", "--config", configs["pretrain"]]) == 0
+    table = (results / "pretrain_table.md").read_text()
+    assert _table_row(table, "tupe_r")[-1] == "unfinished (recorded, step 4)"
+    assert _table_row(table, "tupe_r")[2:5] == row[2:5]
+    assert "*unfinished (recorded, step N)*" in table
+    assert (results / "pretrain_loss.csv").read_text().splitlines()[1:] == \
+        csv_before.splitlines()[1:]
+    record = json.loads((results / "pretrain_config.json").read_text())
+    assert record["runs"]["tupe_r"]["status"] == "unfinished (recorded, step 4)"
+    kept, _ = pretrain_study.recorded_runs(study_config.load_config(configs["pretrain"]))
+    assert kept["tupe_r"]["finished"] is False and kept["bert_a"]["finished"] is True
+    assert {r["step"]: r["val_loss"] for r in kept["tupe_r"]["rows"]
+            if r["val_loss"] is not None} == pytest.approx(logged, abs=1e-4)
+    # A run stopped before its first evaluation has nothing to keep.
+    changed["runs"]["tupe_r"]["status"] = "unfinished (step 0)"
+    (results / "pretrain_config.json").write_text(json.dumps(changed))
+    (results / "pretrain_loss.csv").write_text("".join(
+        line for line in csv_before.splitlines(True) if not line.startswith("tupe_r,")))
+    assert main(["report", "--config", configs["pretrain"]]) == 0
     assert _table_row((results / "pretrain_table.md").read_text(), "tupe_r")[-1] == "not started"
-    assert "tupe_r," not in (results / "pretrain_loss.csv").read_text()
 
 
 @pytest.mark.slow
@@ -1262,6 +1280,13 @@ def test_a_run_stopped_at_until_step_resumes_to_the_uninterrupted_weights(study,
 
     copy = _copy_study(study, tmp_path / "copy")
     config, run = copy["configs"]["pretrain"], copy["runs"] / "pretrain" / "tupe_r"
+    # An earlier workspace's report recorded tupe_r unfinished at step 4 (its last
+    # evaluation); that run's directory and backup are gone here.
+    assert main(["report", "--config", config]) == 0
+    record_path = copy["results"] / "pretrain_config.json"
+    record = json.loads(record_path.read_text())
+    record["runs"]["tupe_r"]["status"] = "unfinished (step 4)"
+    record_path.write_text(json.dumps(record))
     shutil.rmtree(run)
     assert main(["pretrain", "--config", config, "--variants", "tupe_r", "--until-step", "3",
                  "--verbose", "0"]) == 2
@@ -1280,6 +1305,12 @@ def test_a_run_stopped_at_until_step_resumes_to_the_uninterrupted_weights(study,
     assert list(read_val_loss(run)) == [2]
     log = records.read_jsonl(str(copy["runs"] / "pretrain" / "commands.jsonl"))
     assert log[-1]["status"] == {"tupe_r": "trained to step 2"}
+    assert "tupe_r: unfinished in an earlier workspace (step 4" in capsys.readouterr().out
+    # Until the new run passes the recorded steps, the report keeps the recorded ones.
+    assert main(["report", "--config", config]) == 0
+    row = _table_row((copy["results"] / "pretrain_table.md").read_text(), "tupe_r")
+    assert row[-1] == "unfinished (recorded, step 4; started anew here, at step 2)"
+    assert row[4] == f"{read_val_loss(study['runs'] / 'pretrain' / 'tupe_r')[4]:.3f}"
     # Run to the end: the same losses and weights as the run that never stopped.
     assert main(["pretrain", "--config", config, "--variants", "tupe_r", "--verbose", "0"]) == 0
     original = study["runs"] / "pretrain" / "tupe_r"
@@ -1290,6 +1321,9 @@ def test_a_run_stopped_at_until_step_resumes_to_the_uninterrupted_weights(study,
         np.testing.assert_array_equal(keras.ops.convert_to_numpy(a),
                                       keras.ops.convert_to_numpy(b), err_msg=a.path)
     assert not (run / "checkpoints" / "step_0000000.keras").exists()
+    assert main(["report", "--config", config]) == 0
+    row = _table_row((copy["results"] / "pretrain_table.md").read_text(), "tupe_r")
+    assert row[-1] == "finished" and row[4] == f"{read_val_loss(run)[4]:.3f}"
 
 
 def test_run_all_all_runs_every_committed_study_in_dependency_order(tmp_path):
