@@ -103,10 +103,12 @@ def _summarize(by_seed):
     return result
 
 
-def _step_at(config, fraction, steps):
-    """The logged step nearest to `fraction` of the budget, among `steps`."""
-    target = fraction * config["settings"]["steps"]
-    return min(steps, key=lambda step: (abs(step - target), step)) if steps else None
+def _step_at(config, fraction):
+    """The evaluation step nearest to `fraction` of the budget (logged or not yet: a cell
+    or gap at a step some seed has not reached is left empty)."""
+    settings = config["settings"]
+    every = settings.get("eval_every", 1000)
+    return max(every, round(fraction * settings["steps"] / every) * every)
 
 
 def _cell(summary, step):
@@ -131,8 +133,7 @@ def _gap(curves, a, step_a, b, step_b):
 def _table(configs, variants, curves, summaries, name, command):
     first = configs[0]
     settings = first["settings"]
-    all_steps = sorted(set().union(*(set(s) for s in summaries.values())))
-    at = {f: _step_at(first, f, all_steps) for f in FRACTIONS}
+    at = {f: _step_at(first, f) for f in FRACTIONS}
     seeds = ", ".join(f"`{c['study']}` (seed {c['settings']['seed']})" for c in configs)
     lines = [f"# Seed replicates: `{name}`", "", f"This table, the CSV and the plot: `{command}`",
              "", (f"`{first['size']}` encoders, {settings['steps']:,} steps of "
@@ -149,7 +150,8 @@ def _table(configs, variants, curves, summaries, name, command):
                       "losses, and the difference seed by seed (seed k of one variant against "
                       "seed k of the other). *Beyond the seed spread*: every seed's difference "
                       "has the same sign and the mean gap is larger than the widest seed range "
-                      "of either variant at that step.", "",
+                      "of either variant at that step. A step that not every seed of both "
+                      "has logged yet: –.", "",
                   "| pair | step | mean gap | seed by seed | beyond the seed spread |",
                   "| --- | ---: | ---: | --- | --- |"]
         for a, b in itertools.combinations(variants, 2):
@@ -181,7 +183,8 @@ def beyond_seed_spread(diffs, spread):
 
 def _gap_row(curves, summaries, a, step_a, b, step_b, label, steps):
     mean, diffs = _gap(curves, a, step_a, b, step_b)
-    if mean is None:
+    # Judged only where every seed of both sides has logged the step (the spread is theirs).
+    if mean is None or step_a not in summaries[a] or step_b not in summaries[b]:
         return f"| {label} | {steps} | – | – | – |"
     ranges = [summaries[a][step_a]["highest"] - summaries[a][step_a]["lowest"],
               summaries[b][step_b]["highest"] - summaries[b][step_b]["lowest"]]
@@ -203,10 +206,12 @@ def _plot(variants, summaries, configs, path):
         style = records.line_style(i)
         seeds = points[0][1]["seeds"] if points else 0
         axis.plot(tokens, [s["mean"] for _, s in points], ms=3, lw=1.4, markevery=max(
-            1, len(points) // 12), **style, label=f"{v} (mean of {seeds} seeds)")
-        axis.fill_between(tokens, [s["lowest"] for _, s in points],
-                          [s["highest"] for _, s in points], color=style["color"], alpha=0.2,
-                          lw=0, label=f"{v}: lowest to highest seed")
+            1, len(points) // 12), **style,
+            label=f"{v} (mean of {seeds} seeds)" if seeds > 1 else f"{v} (one seed)")
+        if seeds > 1:
+            axis.fill_between(tokens, [s["lowest"] for _, s in points],
+                              [s["highest"] for _, s in points], color=style["color"],
+                              alpha=0.2, lw=0, label=f"{v}: lowest to highest seed")
     axis.set_xlabel("pre-training tokens (millions)")
     axis.set_ylabel("validation masked-LM loss")
     axis.set_title(", ".join(c["study"] for c in configs) + ": seeds as bands", fontsize=10)

@@ -922,6 +922,27 @@ def test_seeds_puts_replicates_together_with_their_spread(study, capsys):
     assert (f"| bert_a at 50% − tupe_r at 100% | 2 vs 4 | {np.mean(early):+.3f} | "
             f"{early[0]:+.3f}, {early[1]:+.3f} |" in table)
 
+    # A replicate still under way (seed 1 of tupe_r logged only step 2): its cells and gaps
+    # at steps not every seed has reached are empty, not taken from another step.
+    metrics = study["runs"] / "seed1" / "tupe_r" / "metrics.csv"
+    original = metrics.read_text()
+    try:
+        metrics.write_text("".join(line for line in original.splitlines(True)
+                                   if not line.startswith("4,")))
+        assert read_val_loss(study["runs"] / "seed1" / "tupe_r").keys() == {2}
+        assert main(["seeds", "--name", "part", "--studies", *studies]) == 0
+    finally:
+        metrics.write_text(original)
+    table = (results / "part_seeds.md").read_text()
+    assert _table_row(table, "tupe_r")[3:] == ["–", "2"]
+    assert _table_row(table, "bert_a")[3] == (
+        f"{np.mean([loss['bert_a', 0][4], loss['bert_a', 1][4]]):.3f} "
+        f"({min(loss['bert_a', 0][4], loss['bert_a', 1][4]):.3f}–"
+        f"{max(loss['bert_a', 0][4], loss['bert_a', 1][4]):.3f})")
+    assert "| bert_a − tupe_r | 4 | – | – | – |" in table
+    assert "| tupe_r at 50% − bert_a at 100% | 2 vs 4 | " in table
+    assert "| bert_a at 50% − tupe_r at 100% | 2 vs 4 | – | – | – |" in table
+
     capsys.readouterr()
     for argv, message in [
             ([studies[0], studies[0]], "names a study twice"),
