@@ -56,7 +56,7 @@ def run_study(config, command, only=None, verbose=2, until_step=None, fresh=Fals
             elif (record and not (only and variant.name in only)
                     and not os.path.exists(variant.run_dir)):
                 print(f"[{config['study']}] {variant.name}: finished in an earlier workspace "
-                      f"({kept[variant.name]['source']}), skipped; name it in --variants to "
+                      f"({record['source']}), skipped; name it in --variants to "
                       "train it again", flush=True)
                 status[variant.name] = "skipped (recorded)"
                 continue
@@ -114,25 +114,21 @@ def collect(config):
         if os.path.exists(config_path):
             rows, wall_seconds = records.read_metrics(variant.run_dir)
             here = None if variant.is_finished else (rows[-1]["step"] if rows else 0)
-        if here is not None and record and not record["finished"] and (
-                record["rows"][-1]["step"] > here):
-            # A run started anew here has not yet passed the steps an earlier workspace
-            # recorded: the recorded ones stay in the report (the runs are deterministic).
-            pass
-        elif os.path.exists(config_path):
-            with open(config_path) as f:
-                recorded = json.load(f)
-            run["rows"], run["wall_seconds"] = rows, wall_seconds
-            run["status"] = "finished" if here is None else f"unfinished (step {here})"
-            run["source"] = variant.run_dir
-            backbone = _backbone_config(variant.run_dir)
-            record = None
+            # The run on disk wins, unless it was started anew here and has not yet passed
+            # the steps an earlier workspace recorded (the runs are deterministic).
+            if here is None or record is None or record["finished"] or (
+                    record["rows"][-1]["step"] <= here):
+                record = None
+                with open(config_path) as f:
+                    recorded = json.load(f)
+                run.update(rows=rows, wall_seconds=wall_seconds, source=variant.run_dir,
+                           status="finished" if here is None else f"unfinished (step {here})")
+                backbone = _backbone_config(variant.run_dir)
         if record:
             config_path = record["source"]
             recorded, backbone = record["run_config"], record["backbone_config"]
-            last = record["rows"][-1]["step"]
             status = (RECORDED_STATUS if record["finished"]
-                      else f"unfinished (recorded, step {last}"
+                      else f"unfinished (recorded, step {record['rows'][-1]['step']}"
                       + ("" if here is None else f"; started anew here, at step {here}") + ")")
             run.update(rows=record["rows"], wall_seconds=record["wall_seconds"],
                        status=status, source=record["source"])
@@ -269,13 +265,20 @@ def collect_references(config):
     return result
 
 
+def evaluation_step(config, fraction):
+    """The evaluation step nearest to `fraction` of the study's budget (at least the first)."""
+    settings = config["settings"]
+    every = settings.get("eval_every", 1000)
+    return max(every, round(fraction * settings["steps"] / every) * every)
+
+
 def fraction_steps(config):
     """`{fraction: step}`, in order: the evaluation step nearest to each of `FRACTIONS`
     of the budget, and each saved checkpoint's own fraction where an evaluation falls on
     it (the long runs' 30%, TUPE's claim, is a column of their table)."""
     settings = config["settings"]
     steps, every = settings["steps"], settings.get("eval_every", 1000)
-    columns = {f: max(every, round(f * steps / every) * every) for f in FRACTIONS}
+    columns = {f: evaluation_step(config, f) for f in FRACTIONS}
     for step in settings.get("save_steps") or ():
         if 0 < step < steps and step % every == 0 and step not in columns.values():
             columns[step / steps] = step

@@ -103,14 +103,6 @@ def _summarize(by_seed):
     return result
 
 
-def _step_at(config, fraction):
-    """The evaluation step nearest to `fraction` of the budget (logged or not yet: a cell
-    or gap at a step some seed has not reached is left empty)."""
-    settings = config["settings"]
-    every = settings.get("eval_every", 1000)
-    return max(every, round(fraction * settings["steps"] / every) * every)
-
-
 def _cell(summary, step):
     s = summary.get(step)
     if s is None:
@@ -133,7 +125,9 @@ def _gap(curves, a, step_a, b, step_b):
 def _table(configs, variants, curves, summaries, name, command):
     first = configs[0]
     settings = first["settings"]
-    at = {f: _step_at(first, f) for f in FRACTIONS}
+    # The evaluation step of each fraction, logged or not yet: a cell or gap at a step some
+    # seed has not reached stays empty.
+    at = {f: pretrain_study.evaluation_step(first, f) for f in FRACTIONS}
     seeds = ", ".join(f"`{c['study']}` (seed {c['settings']['seed']})" for c in configs)
     lines = [f"# Seed replicates: `{name}`", "", f"This table, the CSV and the plot: `{command}`",
              "", (f"`{first['size']}` encoders, {settings['steps']:,} steps of "
