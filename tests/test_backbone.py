@@ -250,3 +250,43 @@ def test_mixed_precision_backbone(policy):
     want = to_numpy(float32(make_inputs(2, 16, real=10))["sequence_output"])
     got = to_numpy(ops.cast(outputs["sequence_output"], "float32"))
     assert np.max(np.abs(got - want)) < 0.1  # the same model, in lower precision
+
+
+def _random_weights(backbone):
+    """{path: float64 values} of the weights that start random (not constant)."""
+    weights = {}
+    for weight in backbone.weights:
+        values = np.asarray(to_numpy(weight), "float64").ravel()
+        if values.size > 1 and values.std() > 0:
+            weights[weight.path] = values
+    return weights
+
+
+@pytest.mark.parametrize("variant", ALL_VARIANTS)
+def test_no_two_random_weights_start_with_the_same_values(variant):
+    # One unseeded initializer object handed to several weights fills them with
+    # the same stream (Keras 3 fixes its seed when it is made): BERT-A's position
+    # table was a copy of token rows 0-511, TUPE's U^Q equal to U^K.
+    weights = _random_weights(TupeBackbone.from_preset(f"{variant}_tiny"))
+    # Every variant has at least the token embedding, q/k/v, FFN and pooler kernels.
+    assert len(weights) >= 2 + 6 * PRESETS[f"{variant}_tiny"]["num_layers"]
+    paths = sorted(weights)
+    for i, first in enumerate(paths):
+        for second in paths[i + 1 :]:
+            a, b = weights[first], weights[second]
+            shared = np.isin(a, b).sum() / min(a.size, b.size)
+            # Independent float32 draws share a value only by chance (< 1%);
+            # a repeated stream shares all of the smaller tensor.
+            assert shared < 0.01, f"{first} and {second} share {shared:.0%} of their values"
+
+
+def test_the_global_seed_decides_the_initialization():
+    def initial_weights(seed):
+        keras.utils.set_random_seed(seed)
+        return _random_weights(TupeBackbone.from_preset("tupe_r_tiny"))
+
+    first, again, other = initial_weights(7), initial_weights(7), initial_weights(8)
+    assert sorted(first) == sorted(again) == sorted(other)
+    for path in first:
+        np.testing.assert_array_equal(first[path], again[path], err_msg=path)
+        assert not np.isin(first[path], other[path]).mean() > 0.01, path

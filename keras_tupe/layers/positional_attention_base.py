@@ -3,7 +3,12 @@
 import keras
 from keras import ops
 
-from keras_tupe.layers.utils import Float32BiasCallMixin, attention_mask_to_bias, head_dim
+from keras_tupe.layers.utils import (
+    Float32BiasCallMixin,
+    attention_mask_to_bias,
+    clone_initializer,
+    head_dim,
+)
 
 
 class PositionalAttentionBase(Float32BiasCallMixin, keras.layers.Layer):
@@ -58,9 +63,7 @@ class PositionalAttentionBase(Float32BiasCallMixin, keras.layers.Layer):
                 equation,
                 output_shape=output_shape,
                 bias_axes=bias_axes,
-                kernel_initializer=keras.initializers.get(
-                    keras.initializers.serialize(self.kernel_initializer)
-                ),
+                kernel_initializer=clone_initializer(self.kernel_initializer),
                 bias_initializer=self.bias_initializer,
                 dtype=self.dtype_policy,
                 name=name,

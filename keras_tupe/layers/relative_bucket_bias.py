@@ -5,7 +5,7 @@ import math
 import keras
 from keras import ops
 
-from keras_tupe.layers.utils import relative_positions
+from keras_tupe.layers.utils import clone_initializer, relative_positions
 
 
 def t5_relative_position_bucket(
@@ -122,7 +122,7 @@ class RelativeBucketBias(keras.layers.Layer):
         self.relative_attention_bias = self.add_weight(
             name="relative_attention_bias",
             shape=(self.num_buckets, self.num_heads),
-            initializer=self.embeddings_initializer,
+            initializer=clone_initializer(self.embeddings_initializer),
             dtype=self.variable_dtype,
         )
         self.built = True

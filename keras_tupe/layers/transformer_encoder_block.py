@@ -8,7 +8,7 @@ from keras_tupe.layers.untied_positional_attention import (
     UntiedPositionalAttention,
     check_attention_implementation,
 )
-from keras_tupe.layers.utils import Float32BiasCallMixin
+from keras_tupe.layers.utils import Float32BiasCallMixin, clone_initializer
 
 
 def _gelu_approximate(x):
@@ -118,7 +118,7 @@ class TransformerEncoderBlock(Float32BiasCallMixin, keras.layers.Layer):
 
     def _kernel_initializer(self):
         # A fresh initializer per sublayer, so no two kernels share a seed.
-        return keras.initializers.get(keras.initializers.serialize(self.kernel_initializer))
+        return clone_initializer(self.kernel_initializer)
 
     def build(self, inputs_shape):
         hidden_dim = inputs_shape[-1]

@@ -5,7 +5,7 @@ import math
 import keras
 from keras import ops
 
-from keras_tupe.layers.utils import check_sequence_length, head_dim
+from keras_tupe.layers.utils import check_sequence_length, clone_initializer, head_dim
 
 OUTPUT_MODES = ("correlation", "projections")
 
@@ -92,7 +92,7 @@ class UntiedPositionalCorrelation(keras.layers.Layer):
         self.position_embeddings = self.add_weight(
             name="position_embeddings",
             shape=(self.max_sequence_length, hidden_dim),
-            initializer=self.embeddings_initializer,
+            initializer=clone_initializer(self.embeddings_initializer),
             dtype=self.variable_dtype,
         )
         # float32 sublayers: see the class docstring.
@@ -104,12 +104,21 @@ class UntiedPositionalCorrelation(keras.layers.Layer):
             equation="nd,dhk->nhk",
             output_shape=(self.num_heads, self.head_dim),
             bias_axes="hk",
-            kernel_initializer=self.kernel_initializer,
             dtype="float32",
         )
-        self.query_projection = keras.layers.EinsumDense(name="query_projection", **projection)
+        # U^Q and U^K each get their own draw (one shared initializer object
+        # would make them equal, and the initial positional term symmetric).
+        self.query_projection = keras.layers.EinsumDense(
+            name="query_projection",
+            kernel_initializer=clone_initializer(self.kernel_initializer),
+            **projection,
+        )
         self.query_projection.build((None, hidden_dim))
-        self.key_projection = keras.layers.EinsumDense(name="key_projection", **projection)
+        self.key_projection = keras.layers.EinsumDense(
+            name="key_projection",
+            kernel_initializer=clone_initializer(self.kernel_initializer),
+            **projection,
+        )
         self.key_projection.build((None, hidden_dim))
         self.built = True
 

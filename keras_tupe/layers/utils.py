@@ -48,6 +48,19 @@ def check_sequence_length(length, maximum, what):
         raise ValueError(f"{message} Received: sequence length {int(length)}.")
 
 
+def clone_initializer(initializer):
+    """A new initializer with the same config, for one more weight.
+
+    Keras 3 draws an unseeded initializer's seed when the object is made, so one
+    object handed to several weights fills them all with the same numbers. Each
+    weight gets its own clone (keras-hub's BERT does the same); a clone of an
+    unseeded initializer draws a seed of its own, reproducible under
+    `keras.utils.set_random_seed`.
+    """
+    initializer = keras.initializers.get(initializer)
+    return initializer.__class__.from_config(initializer.get_config())
+
+
 def head_dim(hidden_dim, num_heads):
     """`hidden_dim // num_heads`, or a clear error when the heads do not divide it."""
     if hidden_dim % num_heads:

@@ -10,7 +10,7 @@ from keras_tupe.layers.relative_bucket_bias import RelativeBucketBias
 from keras_tupe.layers.transformer_encoder_block import TransformerEncoderBlock
 from keras_tupe.layers.untied_positional_attention import ATTENTION_IMPLEMENTATIONS
 from keras_tupe.layers.untied_positional_correlation import UntiedPositionalCorrelation
-from keras_tupe.layers.utils import check_sequence_length
+from keras_tupe.layers.utils import check_sequence_length, clone_initializer
 from keras_tupe.models.preset_folders import (
     check_preset_folder,
     classproperty,
@@ -194,13 +194,15 @@ class TupeBackbone(keras_hub.models.Backbone):
             )
         if max_relative_distance is None:
             max_relative_distance = max_sequence_length
+        # Every weight gets its own clone (`clone_initializer`): one shared
+        # unseeded initializer would give them all the same numbers.
         initializer = keras.initializers.TruncatedNormal(stddev=0.02)
 
         # === Layers ===
         self.token_embedding = keras_hub.layers.ReversibleEmbedding(
             vocabulary_size,
             hidden_dim,
-            embeddings_initializer=initializer,
+            embeddings_initializer=clone_initializer(initializer),
             dtype=dtype,
             name="token_embedding",
         )
@@ -208,7 +210,7 @@ class TupeBackbone(keras_hub.models.Backbone):
         if absolute_position == "added":
             self.position_embedding = keras_hub.layers.PositionEmbedding(
                 max_sequence_length,
-                initializer=initializer,
+                initializer=clone_initializer(initializer),
                 dtype=dtype,
                 name="position_embedding",
             )
@@ -217,7 +219,7 @@ class TupeBackbone(keras_hub.models.Backbone):
             self.segment_embedding = keras.layers.Embedding(
                 num_segments,
                 hidden_dim,
-                embeddings_initializer=initializer,
+                embeddings_initializer=clone_initializer(initializer),
                 dtype=dtype,
                 name="segment_embedding",
             )
@@ -259,7 +261,7 @@ class TupeBackbone(keras_hub.models.Backbone):
                 max_relative_distance=max_relative_distance,
                 zero_init_tables=zero_init_relative_tables,
                 attention_implementation=attention_implementation,
-                kernel_initializer=initializer,
+                kernel_initializer=clone_initializer(initializer),
                 dtype=dtype,
                 name=f"transformer_layer_{i}",
             )
@@ -268,7 +270,7 @@ class TupeBackbone(keras_hub.models.Backbone):
         self.pooled_dense = keras.layers.Dense(
             hidden_dim,
             activation="tanh",
-            kernel_initializer=initializer,
+            kernel_initializer=clone_initializer(initializer),
             dtype=dtype,
             name="pooled_dense",
         )
