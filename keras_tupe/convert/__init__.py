@@ -1,0 +1,1 @@
+"""Converters from the papers' released checkpoints to keras_tupe preset folders."""

@@ -1,0 +1,98 @@
+"""What every converter shares: its error, reading inputs, writing the preset folder."""
+
+import hashlib
+import json
+import os
+import shutil
+
+import numpy as np
+
+
+class ConversionError(ValueError):
+    """A checkpoint that cannot be converted; the message names the file and the fix."""
+
+
+def require_file(folder, names, what):
+    """The path of the first of `names` in `folder`, or a clear `ConversionError`."""
+    for name in names:
+        path = os.path.join(folder, name)
+        if os.path.isfile(path):
+            return path
+    raise ConversionError(
+        f"{folder}: no {what} (expected {' or '.join(names)})."
+    )
+
+
+def refuse_existing_output(out):
+    """`out` must not exist, or be an empty folder: a converter never replaces a preset."""
+    if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
+        raise ConversionError(
+            f"{out} already exists and is not an empty folder; a converter never "
+            "overwrites a preset or any other file. Choose a new --out folder."
+        )
+
+
+def sha256(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def assign_weights(values, target, what):
+    """Assigns `values` ({weight path: array}) to every weight of `target`.
+
+    Every weight of `target` must have a value and every value a weight, with
+    equal shapes (a converter that drops or invents a tensor is wrong).
+    """
+    values = dict(values)
+    missing = []
+    for weight in target.weights:
+        if "seed_generator" in weight.path:
+            continue
+        if weight.path not in values:
+            missing.append(weight.path)
+            continue
+        value = np.asarray(values.pop(weight.path))
+        if tuple(value.shape) != tuple(weight.shape):
+            raise ConversionError(
+                f"{what}: {weight.path} has shape {tuple(value.shape)} in the checkpoint "
+                f"but {tuple(weight.shape)} in the model."
+            )
+        weight.assign(value.astype(weight.dtype))
+    if missing or values:
+        raise ConversionError(
+            f"{what}: weights not mapped. Model weights without a checkpoint tensor: "
+            f"{missing}; checkpoint tensors without a model weight: {sorted(values)}"
+        )
+
+
+def write_preset(out, model, conversion):
+    """Writes `model` (a backbone or a task) to the preset folder `out`.
+
+    Staged in `<out>.partial` and renamed, so nothing is left at `out` when a
+    step fails. `conversion` (source, kind, files with their sha256, ...) is
+    recorded in `metadata.json` under `keras_tupe_conversion`.
+    """
+    out = os.fspath(out).rstrip("/")
+    refuse_existing_output(out)
+    staging = out + ".partial"
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        model.save_to_preset(staging)
+        metadata_path = os.path.join(staging, "metadata.json")
+        metadata = {}
+        if os.path.isfile(metadata_path):
+            with open(metadata_path) as f:
+                metadata = json.load(f)
+        metadata["keras_tupe_conversion"] = conversion
+        with open(metadata_path, "w") as f:
+            json.dump(metadata, f, indent=2, default=str)
+        if os.path.isdir(out):
+            os.rmdir(out)  # empty (refuse_existing_output)
+        os.replace(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return out
