@@ -1,1 +1,49 @@
-"""Converters from the papers' released checkpoints to keras_tupe preset folders."""
+"""Converters from the papers' released checkpoints to keras_tupe preset folders.
+
+- `convert_huggingface(folder, out)`: a Hugging Face BERT folder (`config.json`,
+  `model.safetensors` or `pytorch_model.bin`, `vocab.txt`) with
+  `position_embedding_type` `absolute`, `relative_key` (Shaw) or
+  `relative_key_query` (Huang et al. method 4), e.g. Huang et al.'s released
+  `zhiheng-huang/bert-base-uncased-embedding-relative-key(-query)`.
+- `convert_fairseq(checkpoint, out, dictionary=None, bpe_codes=None)`: a
+  checkpoint of the TUPE authors' fairseq fork (TUPE-R or TUPE-A, float16 or
+  float32), as the fork's trainer writes it.
+
+Neither needs PyTorch, transformers or fairseq: `torch_files` reads `torch.save`
+files and `safetensors` reads `model.safetensors`. The output is a keras-hub
+preset folder (`keras_hub.models.Backbone.from_preset`, `MaskedLM.from_preset`,
+`TextClassifier.from_preset(..., num_classes=N)`); it is written to
+`<out>.partial` and renamed, and an `out` that holds anything is refused.
+"""
+
+from keras_tupe.convert.common import ConversionError
+
+KINDS = ("huggingface", "fairseq")
+
+
+def convert(kind, source, out, **kwargs):
+    """Converts `source` (a checkpoint of `kind`, one of `KINDS`) to the preset folder `out`."""
+    if kind == "huggingface":
+        from keras_tupe.convert.huggingface import convert_huggingface
+
+        return convert_huggingface(source, out, **kwargs)
+    if kind == "fairseq":
+        from keras_tupe.convert.fairseq import convert_fairseq
+
+        return convert_fairseq(source, out, **kwargs)
+    raise ConversionError(f"Unknown checkpoint kind {kind!r}. Valid kinds: {list(KINDS)}")
+
+
+def convert_huggingface(source, out, **kwargs):
+    from keras_tupe.convert.huggingface import convert_huggingface as _convert
+
+    return _convert(source, out, **kwargs)
+
+
+def convert_fairseq(source, out, **kwargs):
+    from keras_tupe.convert.fairseq import convert_fairseq as _convert
+
+    return _convert(source, out, **kwargs)
+
+
+__all__ = ["KINDS", "ConversionError", "convert", "convert_fairseq", "convert_huggingface"]

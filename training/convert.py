@@ -1,0 +1,63 @@
+"""Convert a released checkpoint of the papers into a keras_tupe preset folder.
+
+    keras-tupe-convert huggingface HF_FOLDER --out PRESET_DIR
+    keras-tupe-convert fairseq CHECKPOINT.pt --out PRESET_DIR [--dictionary dict.txt] [--bpe-codes CODES]
+
+`huggingface`: a Hugging Face BERT folder (`config.json`, `model.safetensors` or
+`pytorch_model.bin`, `vocab.txt`); `position_embedding_type` absolute -> bert_a,
+relative_key -> shaw, relative_key_query -> huang_m4. `fairseq`: a checkpoint of the
+TUPE authors' fairseq fork (TUPE-R or TUPE-A; `dict.txt` beside it unless
+--dictionary). The folder loads with `keras_hub.models.Backbone.from_preset`,
+`MaskedLM.from_preset` and `TextClassifier.from_preset(..., num_classes=N)` after
+`import keras_tupe`. Neither kind needs PyTorch, transformers or fairseq.
+"""
+
+import argparse
+
+from training.cli import add_common_flags, run
+
+KINDS = ("huggingface", "fairseq")
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="keras-tupe-convert",
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="\n".join(__doc__.splitlines()[2:]),
+    )
+    parser.add_argument("kind", choices=KINDS, help="the checkpoint's origin")
+    parser.add_argument("source", help="the Hugging Face folder, or the fairseq checkpoint file")
+    parser.add_argument("--out", required=True,
+                        help="the preset folder to write (must not exist, or be empty)")
+    parser.add_argument("--dictionary",
+                        help="fairseq: the checkpoint's dict.txt (default: beside the checkpoint)")
+    parser.add_argument("--bpe-codes",
+                        help="fairseq: the BPE codes the authors' text went through; the preset "
+                             "then has the tokenizer and preprocessor (raw strings in)")
+    add_common_flags(parser)
+    args = parser.parse_args(argv)
+    if args.kind == "huggingface" and (args.dictionary or args.bpe_codes):
+        parser.error("--dictionary and --bpe-codes are for fairseq checkpoints; a Hugging "
+                     "Face folder brings its vocab.txt")
+    return args
+
+
+def main(argv=None):
+    return run(_main, argv)
+
+
+def _main(argv=None):
+    args = parse_args(argv)  # usage errors return before TensorFlow is imported
+    from keras_tupe.convert import convert
+
+    kwargs = {}
+    if args.kind == "fairseq":
+        kwargs = {"dictionary": args.dictionary, "bpe_codes": args.bpe_codes}
+    out = convert(args.kind, args.source, args.out, **kwargs)
+    print(f"Wrote the keras_tupe preset {out} (keras_hub.models.Backbone.from_preset({out!r}))")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
