@@ -3,6 +3,7 @@
 from keras_tupe.models.presets import PRESETS, SIZES, VARIANTS
 from keras_tupe.models.task import ReplicaXLAStep
 from keras_tupe.models.tupe_backbone import TupeBackbone
+from keras_tupe.models.tupe_bpe_tokenizer import TupeBpeTokenizer
 from keras_tupe.models.tupe_masked_lm import TupeMaskedLM
 from keras_tupe.models.tupe_masked_lm_preprocessor import TupeMaskedLMPreprocessor
 from keras_tupe.models.tupe_span_qa import TupeSpanQA
@@ -16,6 +17,7 @@ __all__ = [
     "ReplicaXLAStep",
     "SIZES",
     "TupeBackbone",
+    "TupeBpeTokenizer",
     "TupeMaskedLM",
     "TupeMaskedLMPreprocessor",
     "TupeSpanQA",
