@@ -13,6 +13,9 @@ Conventions fixed by the project:
 - signed relative tables (Shaw, methods 2-4) hold distance `r` in row `r + k`;
   the unsigned scalar table of method 1 holds `|r|` in row `|r|`;
 - token 0 is `[CLS]`; padding is on the right; `input_mask` is 1 for tokens.
+
+The authors' fairseq code (`cls_reset_style="fairseq"`, `mask_padding_embeddings`)
+is written from `shared/data/reference_checkpoints/README.md`, section 5.
 """
 
 import math
@@ -32,6 +35,7 @@ RELATIVE_POSITIONS = (
 )
 RELATIVE_METHODS = ("shaw", "method1", "method2", "method3", "method4")
 LOGIT_METHODS = ("bert", "untied", "untied_cross") + RELATIVE_METHODS
+CLS_RESET_STYLES = ("paper", "fairseq")
 
 
 def _f64(x):
@@ -96,20 +100,26 @@ def relative_positions(q_len, k_len):
     return j - i  # (q_len, k_len)
 
 
-def t5_bias(table, q_len, k_len, bidirectional=True, num_buckets=32, max_distance=128):
+def t5_bias(table, q_len, k_len, bidirectional=True, num_buckets=32, max_distance=128,
+            cls_buckets=False):
     """T5 relative bias `b^h[bucket(j - i)]`, one table shared by all layers.
 
+    With `cls_buckets` (the authors' code, README section 5.4) the table has
+    one more row: column 0 gets bucket `num_buckets`, then row 0 gets
+    `num_buckets / 2` (unused by the bidirectional buckets).
+
     Args:
-        table: [num_buckets, h] float array.
+        table: [num_buckets (+ 1 with cls_buckets), h] float array.
 
     Returns:
         float64 array [h, q_len, k_len].
     """
     table = _f64(table)
-    if table.ndim != 2 or table.shape[0] != num_buckets:
+    rows = num_buckets + (1 if cls_buckets else 0)
+    if table.ndim != 2 or table.shape[0] != rows:
         raise ValueError(
-            f"t5_bias table must be [num_buckets={num_buckets}, h]. "
-            f"Received: table.shape={table.shape}"
+            f"t5_bias table must be [{rows}, h] (num_buckets={num_buckets}, "
+            f"cls_buckets={cls_buckets}). Received: table.shape={table.shape}"
         )
     buckets = t5_relative_position_bucket(
         relative_positions(q_len, k_len),
@@ -117,6 +127,10 @@ def t5_bias(table, q_len, k_len, bidirectional=True, num_buckets=32, max_distanc
         num_buckets=num_buckets,
         max_distance=max_distance,
     )  # (q_len, k_len)
+    if cls_buckets:
+        buckets = np.array(buckets)
+        buckets[:, 0] = num_buckets  # others -> [CLS] first ...
+        buckets[0, :] = num_buckets // 2  # ... then [CLS] -> others, (0, 0) included
     return np.transpose(table[buckets], (2, 0, 1))  # (q_len, k_len, h) -> (h, q_len, k_len)
 
 
@@ -247,6 +261,25 @@ def cls_reset(v, theta1, theta2):
     theta2 = _f64(theta2)
     out[:, 1:, 0] = theta2[:, None]  # (h, q_len - 1): others attending to [CLS]
     out[:, 0, :] = theta1[:, None]  # (h, k_len): [CLS] attending to all, incl. (0, 0)
+    return out
+
+
+def fairseq_cls_reset(a_full):
+    """The authors' [CLS] reset of the untied term (README section 5.3).
+
+    `a_full` is the correlation of table rows 0..n; token position t uses row
+    t + 1. Column 0 becomes A_full[1, 1], then row 0 becomes A_full[0, 0].
+
+    Args:
+        a_full: [h, n + 1, n + 1].
+
+    Returns:
+        float64 [h, n, n].
+    """
+    a_full = _f64(a_full)
+    out = a_full[:, 1:, 1:].copy()  # (h, n, n)
+    out[:, :, 0] = a_full[:, 1, 1][:, None]
+    out[:, 0, :] = a_full[:, 0, 0][:, None]
     return out
 
 
@@ -454,27 +487,34 @@ def _encode_one(params, word_ids, input_mask, type_ids):
         _check_length(p, n, "position_embedding")
         e = e + p[:n]  # (n, d)
     x = layer_norm(e, *params["embeddings_layer_norm"], eps)  # (n, d)
+    if params.get("mask_padding_embeddings"):
+        x = x * input_mask[:, None]  # (n, d): the fork zeroes padded embeddings
+    fairseq_reset = params.get("cls_reset") and params.get("cls_reset_style") == "fairseq"
 
     # Position-only terms: computed once, shared by every layer.
     bias = None
     pq = pk = None
     if correlation in ("untied", "untied_cross"):
         u = params["untied"]
+        rows = n + 1 if fairseq_reset and correlation == "untied" else n
         untied_args = (
             u["position_embedding"], *u["layer_norm"], u["wq"], u["bq"], u["wk"], u["bk"],
-            num_heads, n, eps,
+            num_heads, rows, eps,
         )
         if correlation == "untied":
-            bias = untied_correlation(*untied_args)  # (h, n, n)
+            bias = untied_correlation(*untied_args)  # (h, rows, rows)
+            if fairseq_reset:
+                bias = fairseq_cls_reset(bias)  # (h, n, n)
         else:
             pq, pk = untied_projections(*untied_args)  # (h, n, d_h) each
     if relative == "t5_bias":
         b = t5_bias(
             params["t5_bias_table"], n, n, bidirectional=True,
             num_buckets=params["num_buckets"], max_distance=params["max_distance"],
+            cls_buckets=bool(fairseq_reset),
         )  # (h, n, n)
         bias = b if bias is None else bias + b
-    if params.get("cls_reset"):
+    if params.get("cls_reset") and not fairseq_reset:
         if bias is None:
             bias = np.zeros((num_heads, n, n))
         bias = cls_reset(bias, *params["cls_theta"])  # (h, n, n)
@@ -514,7 +554,9 @@ def encoder_forward(params, input_word_ids, input_mask, input_type_ids):
 
     The position-only bias is computed once and shared by all layers: zeros,
     plus the untied correlation if absolute_correlation == "untied", plus the
-    T5 bias if relative_position == "t5_bias", then [CLS] reset if cls_reset.
+    T5 bias if relative_position == "t5_bias", then [CLS] reset if cls_reset
+    (the authors' version with cls_reset_style == "fairseq": rows 0/1 of a
+    table of max_len + 1 rows, buckets num_buckets / 2 and num_buckets).
     For "untied_cross", PQ/PK (computed once) go to every layer.
     Logit method per layer: the relative method if relative_position is
     shaw/method1..4; else "untied" / "untied_cross" per absolute_correlation;
@@ -529,6 +571,8 @@ def encoder_forward(params, input_word_ids, input_mask, input_type_ids):
               "relative_position": "none" | "t5_bias" | "shaw" | "method1"
                                    | "method2" | "method3" | "method4",
               "cls_reset": bool,
+              "cls_reset_style": "paper" | "fairseq" (optional, default "paper"),
+              "mask_padding_embeddings": bool (optional, default False),
               "max_relative_distance": int (for shaw/method*),
               "num_buckets": int, "max_distance": int (T5),
               "token_embedding": [V, d],
@@ -538,7 +582,7 @@ def encoder_forward(params, input_word_ids, input_mask, input_type_ids):
               "untied": None or {"position_embedding": [max_len, d],
                                  "layer_norm": (gamma, beta),
                                  "wq": [d, d], "bq": [d], "wk": [d, d], "bk": [d]},
-              "t5_bias_table": [num_buckets, h] or None,
+              "t5_bias_table": [num_buckets (+ 1 for "fairseq"), h] or None,
               "cls_theta": None or (theta1 [h], theta2 [h]),
               "layers": [ { "wq", "bq", "wk", "bk", "wv", "bv", "wo", "bo",  # [d, d] / [d]
                             "attention_layer_norm": (gamma, beta),
@@ -561,7 +605,9 @@ def encoder_forward(params, input_word_ids, input_mask, input_type_ids):
         ValueError: unknown option values, or a sequence longer than an
             absolute table (position_embedding or untied position_embedding).
     """
+    params = {"cls_reset_style": "paper", **params}
     for key, allowed in (
+        ("cls_reset_style", CLS_RESET_STYLES),
         ("absolute_position", ABSOLUTE_POSITIONS),
         ("absolute_correlation", ABSOLUTE_CORRELATIONS),
         ("relative_position", RELATIVE_POSITIONS),

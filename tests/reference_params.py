@@ -99,6 +99,8 @@ def backbone_params(backbone):
         "absolute_correlation": backbone.absolute_correlation,
         "relative_position": backbone.relative_position,
         "cls_reset": backbone.cls_reset,
+        "cls_reset_style": backbone.cls_reset_style,
+        "mask_padding_embeddings": backbone.mask_padding_embeddings,
         "max_relative_distance": backbone.max_relative_distance,
         "num_buckets": backbone.num_buckets,
         "max_distance": backbone.max_distance,

@@ -1,7 +1,65 @@
-"""TUPE's untied [CLS] (Eq. 9)."""
+"""TUPE's untied [CLS] (Eq. 9): the paper's learned θ, and the authors' code's variant."""
 
 import keras
 from keras import ops
+
+# "paper": Eq. 9, learned θ1, θ2 replace the whole position-only term (`ClsReset`).
+# "fairseq": the TUPE authors' code (github.com/guolinke/TUPE at 4c64ff7), which
+# resets the untied and the relative part separately (`reset_cls_from_reserved_rows`,
+# `reset_cls_buckets`).
+CLS_RESET_STYLES = ("paper", "fairseq")
+
+
+def reset_cls_from_reserved_rows(correlation):
+    """The authors' [CLS] reset of the untied correlation, with the position offset +1.
+
+    The fork's position table has one row more than the longest input; token
+    position `t` uses row `t + 1`. From the correlation of table rows `0..n`,
+
+        out_ij = A_{i+1, j+1}   if i != 0 and j != 0
+                 A_{0, 0}       if i = 0             ([CLS] to all, (0, 0) included)
+                 A_{1, 1}       if i != 0 and j = 0  (all to [CLS])
+
+    so θ1 = p_0·p_0 and θ2 = p_1·p_1 come from the table, not from learned
+    scalars. The fork sets column 0 first and then row 0; the result is the
+    same as this `where` (row 0 wins).
+
+    Args:
+        correlation: float tensor `(..., h, n + 1, n + 1)`.
+
+    Returns:
+        A tensor `(..., h, n, n)` of the same dtype.
+    """
+    shifted = correlation[..., 1:, 1:]  # (..., h, n, n)
+    theta1 = correlation[..., 0:1, 0:1]  # (..., h, 1, 1)
+    theta2 = correlation[..., 1:2, 1:2]  # (..., h, 1, 1)
+    shape = ops.shape(shifted)
+    is_cls_query = ops.arange(shape[-2])[:, None] == 0  # (n, 1)
+    is_cls_key = ops.arange(shape[-1])[None, :] == 0  # (1, n)
+    return ops.where(is_cls_query, theta1, ops.where(is_cls_key, theta2, shifted))
+
+
+def reset_cls_buckets(buckets, num_buckets):
+    """The authors' [CLS] reset of T5 buckets: two buckets of their own.
+
+    Column 0 (all to [CLS]) gets bucket `num_buckets`, an extra row of the
+    table; then row 0 ([CLS] to all, (0, 0) included) gets `num_buckets // 2`,
+    which the bidirectional bucket function never produces (a key after the
+    query has distance >= 1, so its bucket is >= num_buckets // 2 + 1).
+
+    Args:
+        buckets: int tensor `(q_len, k_len)`, bidirectional T5 buckets.
+        num_buckets: int, the bucket count of `buckets`.
+
+    Returns:
+        An int32 tensor `(q_len, k_len)` with values in `[0, num_buckets]`.
+    """
+    buckets = ops.cast(buckets, "int32")
+    shape = ops.shape(buckets)
+    is_cls_query = ops.arange(shape[0])[:, None] == 0  # (q, 1)
+    is_cls_key = ops.arange(shape[1])[None, :] == 0  # (1, k)
+    buckets = ops.where(is_cls_key, num_buckets, buckets)
+    return ops.where(is_cls_query, num_buckets // 2, buckets)
 
 
 @keras.saving.register_keras_serializable(package="keras_tupe")
@@ -18,6 +76,11 @@ class ClsReset(keras.layers.Layer):
     `v` is the content-free term of one head (the untied correlation, plus the
     T5 bias for TUPE-R). One pair `θ1, θ2 ∈ R^h` serves the whole encoder. The
     result is float32 under every dtype policy, like its input.
+
+    This is the paper's reset (`cls_reset_style="paper"` of `TupeBackbone`).
+    The authors' code resets the two parts separately instead, with no learned
+    θ: see `reset_cls_from_reserved_rows` and `reset_cls_buckets`
+    (`cls_reset_style="fairseq"`).
 
     Args:
         num_heads: int. Number of attention heads.

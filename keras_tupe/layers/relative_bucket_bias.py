@@ -5,6 +5,7 @@ import math
 import keras
 from keras import ops
 
+from keras_tupe.layers.cls_reset import reset_cls_buckets
 from keras_tupe.layers.utils import clone_initializer, relative_positions
 
 
@@ -60,6 +61,12 @@ class RelativeBucketBias(keras.layers.Layer):
     sequence length, so an encoder computes it once and adds it, unscaled, to
     every layer's attention logits.
 
+    With `reserved_cls_buckets=True` (the TUPE authors' fairseq code) [CLS]
+    gets buckets of its own (`reset_cls_buckets`): column 0 (all to [CLS])
+    uses an extra table row `num_buckets`, then row 0 ([CLS] to all) the
+    bucket `num_buckets // 2`, which the bidirectional function never gives.
+    This is the relative half of the authors' [CLS] reset.
+
     The output is float32 under every dtype policy (`autocast` is off): attention
     logits are accumulated in float32.
 
@@ -69,6 +76,8 @@ class RelativeBucketBias(keras.layers.Layer):
         max_distance: int. Distance from which all distances share one bucket.
             Defaults to `128`.
         bidirectional: bool. Defaults to `True`.
+        reserved_cls_buckets: bool. [CLS] buckets as above; the table has
+            `num_buckets + 1` rows. Needs `bidirectional`. Defaults to `False`.
         embeddings_initializer: initializer of the table. Defaults to a
             truncated normal with stddev 0.02.
 
@@ -91,6 +100,7 @@ class RelativeBucketBias(keras.layers.Layer):
         num_buckets=32,
         max_distance=128,
         bidirectional=True,
+        reserved_cls_buckets=False,
         embeddings_initializer=None,
         **kwargs,
     ):
@@ -109,10 +119,17 @@ class RelativeBucketBias(keras.layers.Layer):
                 f"num_buckets // {4 if bidirectional else 2}. "
                 f"Received: max_distance={max_distance}, num_buckets={num_buckets}"
             )
+        if reserved_cls_buckets and not bidirectional:
+            raise ValueError(
+                "`reserved_cls_buckets=True` gives [CLS]'s row the bucket num_buckets // 2, "
+                "which only the bidirectional buckets leave unused; it needs "
+                f"bidirectional=True. Received: bidirectional={bidirectional!r}"
+            )
         self.num_heads = num_heads
         self.num_buckets = num_buckets
         self.max_distance = max_distance
         self.bidirectional = bidirectional
+        self.reserved_cls_buckets = reserved_cls_buckets
         self.embeddings_initializer = keras.initializers.get(
             embeddings_initializer
             or keras.initializers.TruncatedNormal(stddev=0.02)
@@ -121,7 +138,7 @@ class RelativeBucketBias(keras.layers.Layer):
     def build(self, query_shape, key_shape=None):
         self.relative_attention_bias = self.add_weight(
             name="relative_attention_bias",
-            shape=(self.num_buckets, self.num_heads),
+            shape=(self.num_buckets + int(self.reserved_cls_buckets), self.num_heads),
             initializer=clone_initializer(self.embeddings_initializer),
             dtype=self.variable_dtype,
         )
@@ -146,6 +163,8 @@ class RelativeBucketBias(keras.layers.Layer):
             num_buckets=self.num_buckets,
             max_distance=self.max_distance,
         )  # (q, k)
+        if self.reserved_cls_buckets:
+            buckets = reset_cls_buckets(buckets, self.num_buckets)  # (q, k)
         table = ops.cast(self.relative_attention_bias, "float32")
         bias = ops.take(table, buckets, axis=0)  # (q, k, h)
         return ops.transpose(bias, (2, 0, 1))[None]  # (1, h, q, k)
@@ -164,6 +183,7 @@ class RelativeBucketBias(keras.layers.Layer):
                 "num_buckets": self.num_buckets,
                 "max_distance": self.max_distance,
                 "bidirectional": self.bidirectional,
+                "reserved_cls_buckets": self.reserved_cls_buckets,
                 "embeddings_initializer": keras.initializers.serialize(
                     self.embeddings_initializer
                 ),

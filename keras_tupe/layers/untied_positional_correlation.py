@@ -5,6 +5,7 @@ import math
 import keras
 from keras import ops
 
+from keras_tupe.layers.cls_reset import reset_cls_from_reserved_rows
 from keras_tupe.layers.utils import check_sequence_length, clone_initializer, head_dim
 
 OUTPUT_MODES = ("correlation", "projections")
@@ -26,15 +27,25 @@ class UntiedPositionalCorrelation(keras.layers.Layer):
     With `output_mode="projections"` the layer returns `(PQ, PK)` instead, each
     `(1, n, h, d_h)`, which BERT-A^d adds to every layer's queries and keys.
 
+    With `reserved_cls_rows=True` (the TUPE authors' fairseq code) the table
+    has `max_sequence_length + 1` rows, token position `t` uses row `t + 1`,
+    and the [CLS] row and column of `A` are reset from the correlations of
+    rows 0 and 1 (`reset_cls_from_reserved_rows`): the output is already
+    [CLS]-reset, with no learned θ.
+
     The computation runs in float32 under every dtype policy: it is tiny
     (`n × d` rows, once per step), and the result is added to float32 logits.
 
     Args:
         num_heads: int. Number of attention heads; must divide the hidden size.
-        max_sequence_length: int. Rows of the position table `p`.
+        max_sequence_length: int. The longest input; rows of the position
+            table `p` (one more with `reserved_cls_rows`).
         output_mode: `"correlation"` (TUPE) or `"projections"` (BERT-A^d).
             Defaults to `"correlation"`.
         layer_norm_epsilon: float. Defaults to `1e-12`.
+        reserved_cls_rows: bool. The authors' [CLS] reset from two reserved
+            table rows (see above); only with `output_mode="correlation"`.
+            Defaults to `False`.
         embeddings_initializer: initializer of `p`. Defaults to a truncated
             normal with stddev 0.02.
         kernel_initializer: initializer of `U^Q, U^K`. Defaults to a truncated
@@ -59,6 +70,7 @@ class UntiedPositionalCorrelation(keras.layers.Layer):
         max_sequence_length,
         output_mode="correlation",
         layer_norm_epsilon=1e-12,
+        reserved_cls_rows=False,
         embeddings_initializer=None,
         kernel_initializer=None,
         **kwargs,
@@ -75,10 +87,17 @@ class UntiedPositionalCorrelation(keras.layers.Layer):
                 "`num_heads` and `max_sequence_length` must be positive. Received: "
                 f"num_heads={num_heads}, max_sequence_length={max_sequence_length}"
             )
+        if reserved_cls_rows and output_mode != "correlation":
+            raise ValueError(
+                "`reserved_cls_rows=True` resets the [CLS] row and column of the "
+                "correlation; it needs output_mode='correlation'. Received: "
+                f"output_mode={output_mode!r}"
+            )
         self.num_heads = num_heads
         self.max_sequence_length = max_sequence_length
         self.output_mode = output_mode
         self.layer_norm_epsilon = layer_norm_epsilon
+        self.reserved_cls_rows = reserved_cls_rows
         self.embeddings_initializer = keras.initializers.get(
             embeddings_initializer or keras.initializers.TruncatedNormal(stddev=0.02)
         )
@@ -91,7 +110,7 @@ class UntiedPositionalCorrelation(keras.layers.Layer):
         self.head_dim = head_dim(hidden_dim, self.num_heads)
         self.position_embeddings = self.add_weight(
             name="position_embeddings",
-            shape=(self.max_sequence_length, hidden_dim),
+            shape=(self.max_sequence_length + int(self.reserved_cls_rows), hidden_dim),
             initializer=clone_initializer(self.embeddings_initializer),
             dtype=self.variable_dtype,
         )
@@ -125,14 +144,19 @@ class UntiedPositionalCorrelation(keras.layers.Layer):
     def call(self, inputs):
         length = ops.shape(inputs)[1]
         check_sequence_length(length, self.max_sequence_length, "untied position table")
-        table = ops.cast(self.position_embeddings, "float32")[:length]  # (n, d)
+        # The authors' table: row t + 1 for position t, rows 0 and 1 give [CLS]'s θ.
+        rows = length + 1 if self.reserved_cls_rows else length
+        table = ops.cast(self.position_embeddings, "float32")[:rows]  # (n or n + 1, d)
         positions = self.position_layer_norm(table)
         query = self.query_projection(positions)  # (n, h, d_h)
         key = self.key_projection(positions)  # (n, h, d_h)
         if self.output_mode == "projections":
             return query[None], key[None]  # (1, n, h, d_h) each
         query = query * (1.0 / math.sqrt(2 * self.head_dim))
-        return ops.einsum("qhd,khd->hqk", query, key)[None]  # (1, h, n, n)
+        correlation = ops.einsum("qhd,khd->hqk", query, key)  # (h, rows, rows)
+        if self.reserved_cls_rows:
+            correlation = reset_cls_from_reserved_rows(correlation)  # (h, n, n)
+        return correlation[None]  # (1, h, n, n)
 
     def compute_output_spec(self, inputs):
         length = inputs.shape[1]
@@ -150,6 +174,7 @@ class UntiedPositionalCorrelation(keras.layers.Layer):
                 "max_sequence_length": self.max_sequence_length,
                 "output_mode": self.output_mode,
                 "layer_norm_epsilon": self.layer_norm_epsilon,
+                "reserved_cls_rows": self.reserved_cls_rows,
                 "embeddings_initializer": keras.initializers.serialize(
                     self.embeddings_initializer
                 ),

@@ -24,6 +24,29 @@ VARIANTS = {
         relative_position="t5_bias",
         cls_reset=True,
     ),
+    # TUPE-A and TUPE-R as the authors' code computes them (github.com/guolinke/TUPE,
+    # a fairseq fork): [CLS] reset from reserved table rows / buckets, no segment
+    # embedding, embeddings zeroed at padding, LayerNorm epsilon 1e-5.
+    # `keras_tupe.convert.convert_fairseq` writes the authors' checkpoints as these.
+    "tupe_a_fairseq": dict(
+        absolute_position="none",
+        absolute_correlation="untied",
+        cls_reset=True,
+        cls_reset_style="fairseq",
+        num_segments=0,
+        mask_padding_embeddings=True,
+        layer_norm_epsilon=1e-5,
+    ),
+    "tupe_r_fairseq": dict(
+        absolute_position="none",
+        absolute_correlation="untied",
+        relative_position="t5_bias",
+        cls_reset=True,
+        cls_reset_style="fairseq",
+        num_segments=0,
+        mask_padding_embeddings=True,
+        layer_norm_epsilon=1e-5,
+    ),
     # Relative position embeddings only (Shaw et al.; Huang et al. methods 1-4).
     "shaw": dict(absolute_position="none", relative_position="shaw"),
     "huang_m1": dict(absolute_position="none", relative_position="method1"),

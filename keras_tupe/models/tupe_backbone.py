@@ -4,7 +4,7 @@ import keras
 import keras_hub
 from keras import ops
 
-from keras_tupe.layers.cls_reset import ClsReset
+from keras_tupe.layers.cls_reset import CLS_RESET_STYLES, ClsReset
 from keras_tupe.layers.qkr_multiplicative_attention import METHODS
 from keras_tupe.layers.relative_bucket_bias import RelativeBucketBias
 from keras_tupe.layers.transformer_encoder_block import TransformerEncoderBlock
@@ -62,7 +62,27 @@ class TupeBackbone(keras_hub.models.Backbone):
       relative embeddings in the logits; `"none"` nothing.
     - `cls_reset`: replace the [CLS] row and column of the position-only term
       by learned `θ1, θ2` (Eq. 9). Needs a position-only term (`"untied"` or
-      `"t5_bias"`).
+      `"t5_bias"`). `cls_reset_style="fairseq"` resets as the TUPE authors'
+      code does instead (below).
+
+    The authors' code (github.com/guolinke/TUPE at 4c64ff7, a fairseq fork)
+    differs from the paper in ways that two more fields reproduce (the
+    `tupe_a_fairseq_*` / `tupe_r_fairseq_*` presets and
+    `keras_tupe.convert.convert_fairseq` use them):
+
+    - `cls_reset_style="fairseq"`: no learned θ. The untied table has
+      `max_sequence_length + 1` rows, position `t` uses row `t + 1`, and the
+      [CLS] row / column of the correlation become `A_00` / `A_11` of the
+      first two rows; the T5 bias gets [CLS] buckets of its own (column 0:
+      an extra bucket `num_buckets`, then row 0: `num_buckets // 2`), added
+      after the untied reset. The [CLS] logits are thus `θ + b`, not `θ`.
+    - `mask_padding_embeddings=True`: the embeddings are multiplied by 0 at
+      padded positions after the input LayerNorm (fairseq's
+      `x *= 1 - padding_mask`), which changes the outputs at padded
+      positions (never those at real tokens).
+
+    With `layer_norm_epsilon=1e-5`, `num_segments=0` and
+    `absolute_position="none"` this is the authors' model exactly.
 
     The position-only term (untied correlation, T5 bias, reset) is computed once
     per forward pass, `(1, h, n, n)`, and shared by all layers;
@@ -98,6 +118,11 @@ class TupeBackbone(keras_hub.models.Backbone):
         relative_position: `"none"`, `"t5_bias"`, `"shaw"`, `"method1"`,
             `"method2"`, `"method3"` or `"method4"`. Defaults to `"none"`.
         cls_reset: bool. Defaults to `False`.
+        cls_reset_style: `"paper"` (learned θ, Eq. 9) or `"fairseq"` (the
+            authors' code, see above); needs `cls_reset=True`. Defaults to
+            `"paper"`.
+        mask_padding_embeddings: bool. Zero the embeddings at padded positions
+            after the input LayerNorm (the authors' code). Defaults to `False`.
         num_buckets: int. T5 buckets. Defaults to `32`.
         max_distance: int. T5 distance from which buckets are shared.
             Defaults to `128`.
@@ -145,6 +170,8 @@ class TupeBackbone(keras_hub.models.Backbone):
         absolute_correlation="none",
         relative_position="none",
         cls_reset=False,
+        cls_reset_style="paper",
+        mask_padding_embeddings=False,
         num_buckets=32,
         max_distance=128,
         max_relative_distance=None,
@@ -159,6 +186,13 @@ class TupeBackbone(keras_hub.models.Backbone):
         _choice("absolute_correlation", absolute_correlation, ABSOLUTE_CORRELATIONS)
         _choice("relative_position", relative_position, RELATIVE_POSITIONS)
         _choice("attention_implementation", attention_implementation, ATTENTION_IMPLEMENTATIONS)
+        _choice("cls_reset_style", cls_reset_style, CLS_RESET_STYLES)
+        if cls_reset_style != "paper" and not cls_reset:
+            raise ValueError(
+                "`cls_reset_style` chooses how the [CLS] reset is done; "
+                f"cls_reset_style={cls_reset_style!r} needs cls_reset=True. Received: "
+                f"cls_reset={cls_reset!r}"
+            )
         if attention_implementation == "fused" and (
             absolute_correlation == "untied_cross" or relative_position in METHODS
         ):
@@ -192,6 +226,7 @@ class TupeBackbone(keras_hub.models.Backbone):
                 f"absolute_correlation={absolute_correlation!r}, "
                 f"relative_position={relative_position!r}"
             )
+        fairseq_reset = cls_reset and cls_reset_style == "fairseq"
         if max_relative_distance is None:
             max_relative_distance = max_sequence_length
         # Every weight gets its own clone (`clone_initializer`): one shared
@@ -236,6 +271,7 @@ class TupeBackbone(keras_hub.models.Backbone):
                 max_sequence_length,
                 output_mode="correlation" if absolute_correlation == "untied" else "projections",
                 layer_norm_epsilon=layer_norm_epsilon,
+                reserved_cls_rows=fairseq_reset and absolute_correlation == "untied",
                 dtype=dtype,
                 name="untied_positional_correlation",
             )
@@ -245,10 +281,14 @@ class TupeBackbone(keras_hub.models.Backbone):
                 num_heads,
                 num_buckets=num_buckets,
                 max_distance=max_distance,
+                reserved_cls_buckets=fairseq_reset,
                 dtype=dtype,
                 name="relative_bucket_bias",
             )
-        self.cls_reset_layer = ClsReset(num_heads, dtype=dtype, name="cls_reset") if cls_reset else None
+        # The fairseq-style reset happens inside the two layers above.
+        self.cls_reset_layer = None
+        if cls_reset and not fairseq_reset:
+            self.cls_reset_layer = ClsReset(num_heads, dtype=dtype, name="cls_reset")
         self.transformer_layers = [
             TransformerEncoderBlock(
                 num_heads,
@@ -285,6 +325,8 @@ class TupeBackbone(keras_hub.models.Backbone):
         if self.segment_embedding is not None:
             x = x + self.segment_embedding(segment_ids)
         x = self.embeddings_dropout(self.embeddings_layer_norm(x))
+        if mask_padding_embeddings:
+            x = x * ops.cast(padding_mask, x.dtype)[:, :, None]  # (B, n, d)
         bias, position_query, position_key = self._positional_terms(x)
         for layer in self.transformer_layers:
             x = layer(
@@ -319,6 +361,8 @@ class TupeBackbone(keras_hub.models.Backbone):
         self.absolute_correlation = absolute_correlation
         self.relative_position = relative_position
         self.cls_reset = cls_reset
+        self.cls_reset_style = cls_reset_style
+        self.mask_padding_embeddings = mask_padding_embeddings
         self.num_buckets = num_buckets
         self.max_distance = max_distance
         self.max_relative_distance = max_relative_distance
@@ -476,7 +520,8 @@ class TupeBackbone(keras_hub.models.Backbone):
         for key in (
             "vocabulary_size", "num_layers", "num_heads", "hidden_dim", "intermediate_dim",
             "dropout", "max_sequence_length", "num_segments", "absolute_position",
-            "absolute_correlation", "relative_position", "cls_reset", "num_buckets",
+            "absolute_correlation", "relative_position", "cls_reset", "cls_reset_style",
+            "mask_padding_embeddings", "num_buckets",
             "max_distance", "max_relative_distance", "zero_init_relative_tables",
             "layer_norm_epsilon", "activation", "attention_implementation",
         ):
