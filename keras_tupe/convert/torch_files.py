@@ -31,6 +31,8 @@ import zipfile
 import numpy as np
 
 LEGACY_MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
+# NumPy 2 moved `numpy.core` to `numpy._core`; pickles name either.
+_NUMPY_SCALAR = getattr(np, "_core", np.core).multiarray.scalar
 
 _STORAGE_DTYPES = {
     "DoubleStorage": np.float64,
@@ -136,8 +138,8 @@ _SAFE_GLOBALS = {
     ("builtins", "frozenset"): frozenset,
     ("builtins", "slice"): slice,
     ("numpy", "dtype"): np.dtype,
-    ("numpy.core.multiarray", "scalar"): np.core.multiarray.scalar,
-    ("numpy._core.multiarray", "scalar"): np.core.multiarray.scalar,
+    ("numpy.core.multiarray", "scalar"): _NUMPY_SCALAR,
+    ("numpy._core.multiarray", "scalar"): _NUMPY_SCALAR,
 }
 
 
