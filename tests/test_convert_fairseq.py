@@ -502,3 +502,16 @@ def test_preset_with_the_bpe_tokenizer_round_trips_in_a_fresh_process(tmp_path):
     expected = [0, vocab["the"], vocab["ex@@"]] + [vocab.get(p, 3) for p in
                                                   ("a@@", "m@@", "p@@", "l@@", "e")]
     assert row["token_ids"] == expected
+
+
+def test_a_bpe_classifier_is_refused_by_the_string_input_export(tmp_path):
+    from keras_tupe.export.classifier import export_classifier
+
+    codes = tmp_path / "bpe-code"
+    codes.write_text(CODES)
+    out = convert_fairseq(REFERENCE / "tupe_a" / "checkpoint_fp32.pt", tmp_path / "preset",
+                          dictionary=DICTIONARY, bpe_codes=codes)
+    classifier = keras_hub.models.TextClassifier.from_preset(out, num_classes=2)
+    with pytest.raises(ValueError, match="TupeBpeTokenizer.*cannot go into a string-input"):
+        export_classifier(classifier, str(DICTIONARY), str(tmp_path / "serving"))
+    assert not (tmp_path / "serving").exists()

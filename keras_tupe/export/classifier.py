@@ -63,6 +63,18 @@ def export_classifier(classifier, vocabulary_file, export_dir, seq_length=128, n
     Returns:
         The path of the written version.
     """
+    from keras_tupe.models.tupe_bpe_tokenizer import TupeBpeTokenizer
+
+    tokenizer = getattr(getattr(classifier, "preprocessor", None), "tokenizer", None)
+    if isinstance(tokenizer, TupeBpeTokenizer):
+        # Its Moses + BPE pipeline is Python (tf.py_function), which a SavedModel
+        # cannot hold; the serving model would need TensorFlow-only string ops.
+        raise ValueError(
+            "This classifier tokenizes with TupeBpeTokenizer (the TUPE authors' Moses + BPE "
+            "pipeline, Python code), which cannot go into a string-input SavedModel. Export "
+            "the encoder instead (training.export encoder) and tokenize beside it, or use a "
+            "WordPiece vocabulary (TupeTokenizer) for a model that serves raw strings."
+        )
     root, signatures = classifier_module(classifier, vocabulary_file, seq_length, num_segments,
                                          lowercase, label_names)
     metadata = {"kind": "classifier", "keras_tupe_version": _version(),
