@@ -181,6 +181,11 @@ def test_unknown_preset_lists_the_valid_ones():
     "overrides, message",
     [
         (dict(num_heads=5), "divisible by `num_heads`.*hidden_dim=64, num_heads=5"),
+        # A preset config.json edited by hand: 0 heads was a ZeroDivisionError.
+        (dict(num_heads=0), r"`num_heads` must be a positive int. Received: num_heads=0"),
+        (dict(num_layers=-1), r"`num_layers` must be a positive int. Received: num_layers=-1"),
+        (dict(hidden_dim=64.0), r"`hidden_dim` must be a positive int. Received: hidden_dim=64.0"),
+        (dict(num_segments=-2), r"`num_segments` must be an int >= 0"),
         (dict(relative_position="t5"), "relative_position.*'t5_bias'"),
         (dict(absolute_correlation="tied"), "absolute_correlation.*'untied_cross'"),
         (dict(absolute_position="sinusoid"), "absolute_position.*'added'"),

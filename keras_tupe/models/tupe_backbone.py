@@ -1,5 +1,7 @@
 """The encoder backbone for every positional encoding of TUPE and Huang et al."""
 
+import numbers
+
 import keras
 import keras_hub
 from keras import ops
@@ -35,6 +37,12 @@ def absolute_length_limit(
     if absolute_position == "added" or absolute_correlation != "none":
         return max_sequence_length
     return None
+
+
+def _positive_ints(**values):
+    for name, value in values.items():
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"`{name}` must be a positive int. Received: {name}={value!r}")
 
 
 def _choice(name, value, choices):
@@ -187,6 +195,17 @@ class TupeBackbone(keras_hub.models.Backbone):
         _choice("relative_position", relative_position, RELATIVE_POSITIONS)
         _choice("attention_implementation", attention_implementation, ATTENTION_IMPLEMENTATIONS)
         _choice("cls_reset_style", cls_reset_style, CLS_RESET_STYLES)
+        _positive_ints(
+            vocabulary_size=vocabulary_size, num_layers=num_layers, num_heads=num_heads,
+            hidden_dim=hidden_dim, intermediate_dim=intermediate_dim,
+            max_sequence_length=max_sequence_length,
+        )
+        if (not isinstance(num_segments, numbers.Integral) or isinstance(num_segments, bool)
+                or num_segments < 0):
+            raise ValueError(
+                "`num_segments` must be an int >= 0 (0: no segment embedding). "
+                f"Received: num_segments={num_segments!r}"
+            )
         if cls_reset_style != "paper" and not cls_reset:
             raise ValueError(
                 "`cls_reset_style` chooses how the [CLS] reset is done; "
