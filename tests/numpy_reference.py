@@ -32,6 +32,9 @@ RELATIVE_POSITIONS = (
     "method2",
     "method3",
     "method4",
+    "alibi",
+    "rotary",
+    "disentangled",
 )
 RELATIVE_METHODS = ("shaw", "method1", "method2", "method3", "method4")
 LOGIT_METHODS = ("bert", "untied", "untied_cross") + RELATIVE_METHODS
@@ -434,13 +437,128 @@ def multi_head_attention(
     q = split_heads(x @ _f64(wq) + _f64(bq), num_heads)  # (h, n, d_h)
     k = split_heads(x @ _f64(wk) + _f64(bk), num_heads)  # (h, n, d_h)
     v = split_heads(x @ _f64(wv) + _f64(bv), num_heads)  # (h, n, d_h)
-    logits = attention_logits(q, k, method, **logit_kwargs)  # (h, n, n)
+    if logit_kwargs.pop("rotary", False):
+        q, k = rotate_half_layout(q), rotate_half_layout(k)  # (h, n, d_h)
+    disentangled = logit_kwargs.pop("disentangled", None)
+    if disentangled is not None:  # {"relative_embeddings": [2k, d] (normalized), ...}
+        positions = _f64(disentangled["relative_embeddings"])
+        logits = disentangled_logits(
+            q, k,
+            split_heads(positions @ _f64(wq) + _f64(bq), num_heads),
+            split_heads(positions @ _f64(wk) + _f64(bk), num_heads),
+            disentangled["bucket_size"], disentangled["max_position"],
+        )  # (h, n, n)
+        if logit_kwargs.get("positional_bias") is not None:
+            logits = logits + _f64(logit_kwargs["positional_bias"])
+    else:
+        logits = attention_logits(q, k, method, **logit_kwargs)  # (h, n, n)
     key_is_token = np.asarray(input_mask).astype(bool)  # (n,)
     if key_is_token.any():
         logits = np.where(key_is_token[None, None, :], logits, -np.inf)  # (h, n, n)
     weights = softmax(logits, axis=-1)  # (h, n, n)
     context = np.einsum("hij,hjd->hid", weights, v)  # (h, n, d_h)
     return _merge_heads(context) @ _f64(wo) + _f64(bo)  # (n, d)
+
+
+# ---------------------------------------------------------------------------
+# Beyond the two papers (issue 37): ALiBi, RoFormer, DeBERTa
+# ---------------------------------------------------------------------------
+# Written from the papers' formulas (and, for DeBERTa's buckets, the code of
+# DeBERTaV3, which the paper does not spell out), not from keras_tupe.
+
+
+def alibi_slopes(num_heads):
+    """Press et al. (ICLR 2022) §3: geometric slopes 2^(-8/n), 2^(-16/n), ..., 2^(-8).
+
+    For n not a power of 2: the 2^floor(log2 n) slopes, then slopes 1, 3, 5, ...
+    (0-based: every other one starting at the first) of 2^(floor(log2 n) + 1)
+    heads until there are n.
+    """
+    def geometric(n):
+        return [2.0 ** (-8.0 * (i + 1) / n) for i in range(n)]
+
+    if math.log2(num_heads).is_integer():
+        return np.array(geometric(num_heads))
+    closest = 2 ** math.floor(math.log2(num_heads))
+    extra = alibi_slopes(2 * closest)[0::2][: num_heads - closest]
+    return np.concatenate([geometric(closest), extra])
+
+
+def alibi_bias(num_heads, q_len, k_len):
+    """Bidirectional ALiBi: -m_h |i - j|, float64 [h, q_len, k_len]."""
+    distance = np.abs(relative_positions(q_len, k_len))  # (q, k)
+    return -alibi_slopes(num_heads)[:, None, None] * distance[None]
+
+
+def roformer_rotate(x, base=10000.0):
+    """RoFormer Eq. 34 on interleaved pairs (2c, 2c + 1), float64.
+
+    x: [..., n, d_h] (positions along the second-to-last axis, 0..n-1).
+    f(x, m)_{2c}   = x_{2c} cos(m θ_c) - x_{2c+1} sin(m θ_c)
+    f(x, m)_{2c+1} = x_{2c+1} cos(m θ_c) + x_{2c} sin(m θ_c),  θ_c = base^(-2c/d_h).
+    """
+    x = _f64(x)
+    n, d_h = x.shape[-2:]
+    theta = base ** (-2.0 * np.arange(d_h // 2) / d_h)  # (d_h/2,)
+    angle = np.arange(n)[:, None] * theta[None, :]  # (n, d_h/2)
+    even, odd = x[..., 0::2], x[..., 1::2]
+    out = np.empty_like(x)
+    out[..., 0::2] = even * np.cos(angle) - odd * np.sin(angle)
+    out[..., 1::2] = odd * np.cos(angle) + even * np.sin(angle)
+    return out
+
+
+def half_to_interleaved(d_h):
+    """Index `perm` with `x_interleaved = x_half[..., perm]`: 2c <- c, 2c+1 <- c + d_h/2."""
+    half = np.arange(d_h // 2)
+    return np.stack([half, half + d_h // 2], axis=1).reshape(-1)
+
+
+def rotate_half_layout(x, base=10000.0):
+    """The RoFormer rotation for heads whose pairs are (c, c + d_h/2) (GPT-NeoX layout)."""
+    perm = half_to_interleaved(_f64(x).shape[-1])
+    rotated = roformer_rotate(_f64(x)[..., perm], base)  # interleaved layout
+    return rotated[..., np.argsort(perm)]  # back to the half layout
+
+
+def deberta_log_bucket(delta, bucket_size, max_position):
+    """DeBERTaV3's `make_log_bucket_position` of `delta = i - j`, int64.
+
+    mid = bucket_size // 2; |delta| <= mid: delta; otherwise
+    sign(delta) * (mid + ceil(log(|delta| / mid) (mid - 1) / log((max_position - 1) / mid))),
+    the logs in float32 as the code computes them.
+    """
+    delta = np.asarray(delta, np.int64)
+    mid = bucket_size // 2
+    distance = np.where(np.abs(delta) < mid, mid - 1, np.abs(delta))
+    # Only used where distance > mid; the clamp keeps log(0) out of the rest.
+    numerator = np.log(np.maximum(distance, 1).astype(np.float32) / np.float32(mid)) * np.float32(
+        mid - 1
+    )
+    denominator = np.log(np.float32(max_position - 1) / np.float32(mid))
+    log_position = np.ceil(numerator / denominator).astype(np.int64) + mid
+    return np.where(distance <= mid, delta, log_position * np.sign(delta))
+
+
+def disentangled_logits(q, k, pos_query, pos_key, bucket_size, max_position,
+                        p2c_delta="code"):
+    """DeBERTa Eq. 4: (q_i.k_j + q_i.K^r_d(i,j) + k_j.Q^r_d(.,.)) / sqrt(3 d_h).
+
+    q, k: [h, n, d_h]; pos_query = P W^Q + b^Q, pos_key = P W^K + b^K: [h, 2k, d_h].
+    d(i, j) = clip(bucket(i - j) + k, 0, 2k - 1). The p2c term uses d(i, j)
+    as DeBERTa's code does (`p2c_delta="code"`), or the paper's d(j, i)
+    (`"paper"`, for negative controls).
+    """
+    q, k, pos_query, pos_key = (_f64(a) for a in (q, k, pos_query, pos_key))
+    h, n, d_h = q.shape
+    delta = -relative_positions(n, k.shape[1])  # (q, k): i - j
+    rows = np.clip(deberta_log_bucket(delta, bucket_size, max_position) + bucket_size,
+                   0, 2 * bucket_size - 1)  # (q, k)
+    p2c_rows = rows if p2c_delta == "code" else rows.T
+    content = np.einsum("hid,hjd->hij", q, k)
+    c2p = np.einsum("hid,hijd->hij", q, pos_key[:, rows])  # (h, q, k)
+    p2c = np.einsum("hjd,hijd->hij", k, pos_query[:, p2c_rows])  # (h, q, k)
+    return (content + c2p + p2c) / math.sqrt(3.0 * d_h)
 
 
 # ---------------------------------------------------------------------------
@@ -514,6 +632,9 @@ def _encode_one(params, word_ids, input_mask, type_ids):
             cls_buckets=bool(fairseq_reset),
         )  # (h, n, n)
         bias = b if bias is None else bias + b
+    if relative == "alibi":
+        b = alibi_bias(num_heads, n, n)  # (h, n, n)
+        bias = b if bias is None else bias + b
     if params.get("cls_reset") and not fairseq_reset:
         if bias is None:
             bias = np.zeros((num_heads, n, n))
@@ -526,6 +647,17 @@ def _encode_one(params, word_ids, input_mask, type_ids):
         if method in RELATIVE_METHODS:
             logit_kwargs["table"] = layer["relative_table"]
             logit_kwargs["max_relative_distance"] = params["max_relative_distance"]
+        if relative == "rotary":
+            logit_kwargs["rotary"] = True
+        if relative == "disentangled":
+            table = params["disentangled"]
+            logit_kwargs["disentangled"] = {
+                "relative_embeddings": layer_norm(
+                    table["relative_embeddings"], *table["layer_norm"], eps
+                ),  # (2k, d), shared by all layers
+                "bucket_size": params["max_relative_distance"],
+                "max_position": params["max_sequence_length"],
+            }
         if method == "untied_cross":
             logit_kwargs["pq"] = pq
             logit_kwargs["pk"] = pk

@@ -132,6 +132,17 @@ def backbone_params(backbone):
             if backbone.cls_reset_layer is not None
             else None
         ),
+        "max_sequence_length": backbone.max_sequence_length,
+        "disentangled": (
+            {
+                "relative_embeddings": np_value(
+                    backbone.disentangled_embedding.relative_embeddings
+                ),
+                "layer_norm": layer_norm_params(backbone.disentangled_embedding.layer_norm),
+            }
+            if backbone.disentangled_embedding is not None
+            else None
+        ),
         "layers": layers,
         "pooler": (np_value(backbone.pooled_dense.kernel), np_value(backbone.pooled_dense.bias)),
     }

@@ -10,7 +10,9 @@ from keras_tupe.models.presets import VARIANTS
 from tests.reference_params import assert_close, randomize_weights
 
 ALL_VARIANTS = sorted(VARIANTS)
-RELATIVE_ONLY = ["huang_m1", "huang_m2", "huang_m3", "huang_m4", "shaw"]
+RELATIVE_ONLY = [
+    "alibi", "deberta", "huang_m1", "huang_m2", "huang_m3", "huang_m4", "rope", "shaw",
+]
 ABSOLUTE = sorted(set(ALL_VARIANTS) - set(RELATIVE_ONLY))
 RNG = np.random.default_rng(11)
 requires_tensorflow = pytest.mark.skipif(
@@ -135,7 +137,8 @@ def test_preset_length_limit_matches_the_built_encoder():
         if name.endswith("_tiny"):
             built = TupeBackbone.from_preset(name).absolute_length_limit
             assert absolute_length_limit(**config) == built, name
-        expected = None if name.split("_")[0] in ("shaw", "huang") else config["max_sequence_length"]
+        relative_only = name.rsplit("_", 1)[0] in RELATIVE_ONLY
+        expected = None if relative_only else config["max_sequence_length"]
         assert absolute_length_limit(**config) == expected, name
 
 

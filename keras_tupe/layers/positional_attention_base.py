@@ -85,6 +85,14 @@ class PositionalAttentionBase(Float32BiasCallMixin, keras.layers.Layer):
     def build_positional(self, hidden_dim):
         """Creates the subclass's positional weights (after `head_dim` is set)."""
 
+    def position_query_key(self, query, key):
+        """Queries and keys `(B, n, h, d_h)` before the logits; as given by default.
+
+        A subclass that encodes positions in the queries and keys themselves
+        (rotary embeddings) transforms them here, before either path.
+        """
+        return query, key
+
     def attention_logits(self, query, key, **kwargs):
         """Returns float32 logits `(B, h, q, k)` from `(B, n, h, d_h)` queries/keys."""
         raise NotImplementedError
@@ -101,6 +109,7 @@ class PositionalAttentionBase(Float32BiasCallMixin, keras.layers.Layer):
         query = self.query_dense(inputs)  # (B, n, h, d_h)
         key = self.key_dense(inputs)  # (B, n, h, d_h)
         value = self.value_dense(inputs)  # (B, n, h, d_h)
+        query, key = self.position_query_key(query, key)
         context = self.fused_context(
             query, key, value, padding_mask, attention_bias, training, **logit_kwargs
         )

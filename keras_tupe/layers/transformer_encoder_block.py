@@ -3,12 +3,20 @@
 import keras
 from keras import ops
 
+from keras_tupe.layers.disentangled_attention import DisentangledAttention
 from keras_tupe.layers.qkr_multiplicative_attention import METHODS, QKRMultiplicativeAttention
+from keras_tupe.layers.rotary_positional_attention import RotaryPositionalAttention
 from keras_tupe.layers.untied_positional_attention import (
     UntiedPositionalAttention,
     check_attention_implementation,
 )
 from keras_tupe.layers.utils import Float32BiasCallMixin, clone_initializer
+
+# The block's attentions besides the plain (untied) one: Shaw / Huang's tables,
+# RoFormer's rotation, DeBERTa's disentangled terms.
+RELATIVE_METHODS = METHODS + ("rotary", "disentangled")
+# Logits that are no scaled dot product plus an additive bias (no fused path).
+UNFUSABLE_METHODS = METHODS + ("disentangled",)
 
 
 def _gelu_approximate(x):
@@ -22,12 +30,15 @@ class TransformerEncoderBlock(Float32BiasCallMixin, keras.layers.Layer):
         x = LayerNorm(x + Dropout(Attention(x)))
         x = LayerNorm(x + Dropout(W2 act(W1 x)))
 
-    The attention is `QKRMultiplicativeAttention` when `relative_method` is set
-    (Shaw, Huang methods 1-4, per-layer tables), otherwise
+    The attention is `QKRMultiplicativeAttention` when `relative_method` is one
+    of Shaw, Huang methods 1-4 (per-layer tables), `RotaryPositionalAttention`
+    for `"rotary"`, `DisentangledAttention` for `"disentangled"` (which takes
+    the encoder-wide `relative_embeddings`), otherwise
     `UntiedPositionalAttention`, which takes the encoder-wide positional term as
-    `attention_bias` (BERT-R, TUPE) or `position_query`/`position_key`
-    (BERT-A^d). keras-hub's `TransformerEncoder` hard-codes Keras's standard
-    attention, hence this block.
+    `attention_bias` (BERT-R, TUPE, ALiBi) or `position_query`/`position_key`
+    (BERT-A^d). Rotary and disentangled attention also add an `attention_bias`.
+    keras-hub's `TransformerEncoder` hard-codes Keras's standard attention,
+    hence this block.
 
     Args:
         num_heads: int. Number of attention heads.
@@ -39,18 +50,22 @@ class TransformerEncoderBlock(Float32BiasCallMixin, keras.layers.Layer):
             keras-hub's BERT). Defaults to `"gelu"` (exact, as BERT).
         layer_norm_epsilon: float. Defaults to `1e-12`.
         untied_scaling: bool. Content logits scaled by `1/sqrt(2 d_h)` (TUPE)
-            rather than `1/sqrt(d_h)`. Ignored with `relative_method`.
-            Defaults to `False`.
-        relative_method: `None` or one of `"shaw"`, `"method1"` ... `"method4"`.
-            Defaults to `None`.
+            rather than `1/sqrt(d_h)`. Used by the untied and rotary
+            attentions only. Defaults to `False`.
+        relative_method: `None` or one of `"shaw"`, `"method1"` ... `"method4"`,
+            `"rotary"`, `"disentangled"`. Defaults to `None`.
         max_relative_distance: int, the clipping distance of the relative
-            tables. Defaults to `512`.
+            tables; DeBERTa's `bucket_size` for `"disentangled"`. Defaults to
+            `512`.
+        max_sequence_length: int, the distance scale of DeBERTa's log buckets
+            (`"disentangled"` only). Defaults to `512`.
         zero_init_tables: bool. Start relative vector tables at zero.
             Defaults to `False`.
         attention_implementation: `"auto"`, `"einsum"` or `"fused"`: whether
             `UntiedPositionalAttention` runs through
             `keras.ops.dot_product_attention` (see there). `"fused"` is refused
-            with `relative_method`, whose logits are no plain dot product.
+            with the Shaw / Huang / disentangled methods, whose logits are no
+            plain dot product (rotary is fused after the rotation).
             Defaults to `"auto"`.
         kernel_initializer: initializer of all kernels. Defaults to a truncated
             normal with stddev 0.02.
@@ -60,6 +75,7 @@ class TransformerEncoderBlock(Float32BiasCallMixin, keras.layers.Layer):
         padding_mask: optional `(B, n)`, 1 for tokens.
         attention_bias: optional float `(1 or B, h, n, n)`.
         position_query, position_key: optional float `(1, n, h, d_h)`.
+        relative_embeddings: `(1, 2k, d)`, needed by `"disentangled"` only.
         training: bool.
 
     Returns:
@@ -79,20 +95,21 @@ class TransformerEncoderBlock(Float32BiasCallMixin, keras.layers.Layer):
         zero_init_tables=False,
         attention_implementation="auto",
         kernel_initializer=None,
+        max_sequence_length=512,
         **kwargs,
     ):
         super().__init__(**kwargs)
-        if relative_method is not None and relative_method not in METHODS:
+        if relative_method is not None and relative_method not in RELATIVE_METHODS:
             raise ValueError(
-                f"`relative_method` must be None or one of {METHODS}. "
+                f"`relative_method` must be None or one of {RELATIVE_METHODS}. "
                 f"Received: relative_method={relative_method!r}"
             )
         check_attention_implementation(attention_implementation)
-        if attention_implementation == "fused" and relative_method is not None:
+        if attention_implementation == "fused" and relative_method in UNFUSABLE_METHODS:
             raise ValueError(
                 "attention_implementation='fused' needs logits that are a scaled dot "
-                "product plus an additive bias; the Shaw / Huang relative embeddings "
-                "enter the logits otherwise. Use 'auto' or 'einsum'. Received: "
+                "product plus an additive bias; the Shaw / Huang / disentangled relative "
+                "embeddings enter the logits otherwise. Use 'auto' or 'einsum'. Received: "
                 f"relative_method={relative_method!r}"
             )
         self.num_heads = num_heads
@@ -111,6 +128,7 @@ class TransformerEncoderBlock(Float32BiasCallMixin, keras.layers.Layer):
         self.max_relative_distance = max_relative_distance
         self.zero_init_tables = zero_init_tables
         self.attention_implementation = attention_implementation
+        self.max_sequence_length = max_sequence_length
         self.kernel_initializer = keras.initializers.get(
             kernel_initializer or keras.initializers.TruncatedNormal(stddev=0.02)
         )
@@ -133,6 +151,18 @@ class TransformerEncoderBlock(Float32BiasCallMixin, keras.layers.Layer):
             self.attention = UntiedPositionalAttention(
                 untied_scaling=self.untied_scaling,
                 attention_implementation=self.attention_implementation,
+                **common,
+            )
+        elif self.relative_method == "rotary":
+            self.attention = RotaryPositionalAttention(
+                untied_scaling=self.untied_scaling,
+                attention_implementation=self.attention_implementation,
+                **common,
+            )
+        elif self.relative_method == "disentangled":
+            self.attention = DisentangledAttention(
+                bucket_size=self.max_relative_distance,
+                max_position=self.max_sequence_length,
                 **common,
             )
         else:
@@ -178,6 +208,7 @@ class TransformerEncoderBlock(Float32BiasCallMixin, keras.layers.Layer):
         attention_bias=None,
         position_query=None,
         position_key=None,
+        relative_embeddings=None,
         training=None,
     ):
         inputs = ops.cast(inputs, self.compute_dtype)
@@ -189,6 +220,15 @@ class TransformerEncoderBlock(Float32BiasCallMixin, keras.layers.Layer):
                     f"block uses relative_method={self.relative_method!r}."
                 )
             logit_kwargs = dict(position_query=position_query, position_key=position_key)
+        if (relative_embeddings is not None) != (self.relative_method == "disentangled"):
+            raise ValueError(
+                "`relative_embeddings` are given to, and needed by, exactly the blocks with "
+                f"relative_method='disentangled'. Received: relative_method="
+                f"{self.relative_method!r}, relative_embeddings given: "
+                f"{relative_embeddings is not None}"
+            )
+        if relative_embeddings is not None:
+            logit_kwargs = dict(relative_embeddings=relative_embeddings)
         attended = self.attention(
             inputs,
             padding_mask=padding_mask,
@@ -220,6 +260,7 @@ class TransformerEncoderBlock(Float32BiasCallMixin, keras.layers.Layer):
                 "max_relative_distance": self.max_relative_distance,
                 "zero_init_tables": self.zero_init_tables,
                 "attention_implementation": self.attention_implementation,
+                "max_sequence_length": self.max_sequence_length,
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
             }
         )

@@ -53,6 +53,14 @@ VARIANTS = {
     "huang_m2": dict(absolute_position="none", relative_position="method2"),
     "huang_m3": dict(absolute_position="none", relative_position="method3"),
     "huang_m4": dict(absolute_position="none", relative_position="method4"),
+    # Beyond the two papers (issue 37), each without absolute positions.
+    # RoFormer (Su et al.): queries and keys rotated by position.
+    "rope": dict(absolute_position="none", relative_position="rotary"),
+    # ALiBi (Press et al.), bidirectional: a fixed slope per head times -|i - j|.
+    "alibi": dict(absolute_position="none", relative_position="alibi"),
+    # DeBERTa (He et al.): disentangled c2p / p2c attention, log buckets, one
+    # relative table (bucket_size = max_sequence_length // 2) for all layers.
+    "deberta": dict(absolute_position="none", relative_position="disentangled"),
 }
 
 SIZES = {

@@ -6,9 +6,12 @@ import keras
 import keras_hub
 from keras import ops
 
+from keras_tupe.layers.bidirectional_alibi_bias import BidirectionalAlibiBias
 from keras_tupe.layers.cls_reset import CLS_RESET_STYLES, ClsReset
+from keras_tupe.layers.disentangled_relative_embedding import DisentangledRelativeEmbedding
 from keras_tupe.layers.qkr_multiplicative_attention import METHODS
 from keras_tupe.layers.relative_bucket_bias import RelativeBucketBias
+from keras_tupe.layers.rotary_positional_attention import check_rotary_head_dim
 from keras_tupe.layers.transformer_encoder_block import TransformerEncoderBlock
 from keras_tupe.layers.untied_positional_attention import ATTENTION_IMPLEMENTATIONS
 from keras_tupe.layers.untied_positional_correlation import UntiedPositionalCorrelation
@@ -22,7 +25,28 @@ from keras_tupe.models.presets import PRESETS, preset_description
 
 ABSOLUTE_POSITIONS = ("none", "added")
 ABSOLUTE_CORRELATIONS = ("none", "untied", "untied_cross")
-RELATIVE_POSITIONS = ("none", "t5_bias") + METHODS
+# Beyond the papers (issue 37): ALiBi (bidirectional), RoFormer's rotary
+# embeddings, DeBERTa's disentangled attention.
+BEYOND_RELATIVE_POSITIONS = ("alibi", "rotary", "disentangled")
+RELATIVE_POSITIONS = ("none", "t5_bias") + METHODS + BEYOND_RELATIVE_POSITIONS
+# The `absolute_correlation` values each of them composes with, and why not the others.
+BEYOND_CORRELATIONS = {
+    # Both are additive position-only terms (untied) or added to q/k (untied_cross).
+    "alibi": (("none", "untied", "untied_cross"), ""),
+    # The rotated content term plus an additive untied correlation is well defined;
+    # positions added to q/k before or after the rotation is not.
+    "rotary": (
+        ("none", "untied"),
+        "BERT-A^d adds position projections to the rotated queries and keys, and "
+        "neither paper says whether before or after the rotation",
+    ),
+    # DeBERTa's logits have their own position terms and scale 1/sqrt(3 d_h).
+    "disentangled": (
+        ("none",),
+        "DeBERTa's logits have position terms of their own and the scale "
+        "1/sqrt(3 d_h), which leave no place for TUPE's 1/sqrt(2 d_h) terms",
+    ),
+}
 INPUT_NAMES = ("token_ids", "padding_mask", "segment_ids")
 
 
@@ -50,6 +74,44 @@ def _choice(name, value, choices):
         raise ValueError(f"`{name}` must be one of {choices}. Received: {name}={value!r}")
 
 
+def _check_beyond_relative_position(
+    relative_position, absolute_correlation, cls_reset_style, cls_reset,
+    hidden_dim, num_heads, max_sequence_length, max_relative_distance,
+):
+    """Refuses the combinations of "alibi" / "rotary" / "disentangled" that do not compose.
+
+    Each message names the field, the value received and the valid choices.
+    """
+    if relative_position not in BEYOND_RELATIVE_POSITIONS:
+        return
+    valid, reason = BEYOND_CORRELATIONS[relative_position]
+    if absolute_correlation not in valid:
+        raise ValueError(
+            f"relative_position={relative_position!r} does not compose with "
+            f"absolute_correlation={absolute_correlation!r}: {reason}. With "
+            f"relative_position={relative_position!r}, `absolute_correlation` must be one "
+            f"of {valid}. Received: absolute_correlation={absolute_correlation!r}"
+        )
+    if cls_reset and cls_reset_style == "fairseq":
+        raise ValueError(
+            "cls_reset_style='fairseq' reproduces the TUPE authors' code, whose reset "
+            f"lives in the untied table and the T5 buckets; it has no {relative_position!r}. "
+            "`cls_reset_style` must be 'paper' here. Received: "
+            f"cls_reset_style={cls_reset_style!r}, relative_position={relative_position!r}"
+        )
+    if relative_position == "rotary":
+        check_rotary_head_dim(hidden_dim // num_heads, hidden_dim, num_heads)
+    if relative_position == "disentangled":
+        if max_relative_distance < 2 or max_sequence_length <= max_relative_distance // 2 + 1:
+            raise ValueError(
+                "relative_position='disentangled' uses `max_relative_distance` as DeBERTa's "
+                "bucket_size k (>= 2; exact distances up to k // 2) and "
+                "`max_sequence_length` as the scale of its log buckets, which must exceed "
+                f"k // 2 + 1. Received: max_relative_distance={max_relative_distance}, "
+                f"max_sequence_length={max_sequence_length}"
+            )
+
+
 @keras.saving.register_keras_serializable(package="keras_tupe")
 class TupeBackbone(keras_hub.models.Backbone):
     """A BERT-style encoder whose positional encoding is a set of choices.
@@ -67,7 +129,17 @@ class TupeBackbone(keras_hub.models.Backbone):
       `"none"` neither.
     - `relative_position`: `"t5_bias"` adds the T5 bucketed bias (BERT-R,
       TUPE-R, Eq. 8); `"shaw"`, `"method1"` ... `"method4"` use per-layer
-      relative embeddings in the logits; `"none"` nothing.
+      relative embeddings in the logits; `"none"` nothing. Beyond the two
+      papers: `"alibi"` adds ALiBi's fixed `-m_h |i - j|`
+      (`BidirectionalAlibiBias`, a position-only term like the T5 bias);
+      `"rotary"` rotates queries and keys by position (RoFormer,
+      `RotaryPositionalAttention`, even head size); `"disentangled"` is
+      DeBERTa's content-to-position and position-to-content attention with
+      log buckets and one relative table for all layers
+      (`DisentangledAttention`). ALiBi composes with every
+      `absolute_correlation` and with `cls_reset`; rotary with `"untied"`
+      (its content term then scaled by `1/sqrt(2 d_h)`); disentangled with
+      neither.
     - `cls_reset`: replace the [CLS] row and column of the position-only term
       by learned `θ1, θ2` (Eq. 9). Needs a position-only term (`"untied"` or
       `"t5_bias"`). `cls_reset_style="fairseq"` resets as the TUPE authors'
@@ -124,7 +196,8 @@ class TupeBackbone(keras_hub.models.Backbone):
         absolute_correlation: `"none"`, `"untied"` or `"untied_cross"`.
             Defaults to `"none"`.
         relative_position: `"none"`, `"t5_bias"`, `"shaw"`, `"method1"`,
-            `"method2"`, `"method3"` or `"method4"`. Defaults to `"none"`.
+            `"method2"`, `"method3"`, `"method4"`, `"alibi"`, `"rotary"` or
+            `"disentangled"`. Defaults to `"none"`.
         cls_reset: bool. Defaults to `False`.
         cls_reset_style: `"paper"` (learned θ, Eq. 9) or `"fairseq"` (the
             authors' code, see above); needs `cls_reset=True`. Defaults to
@@ -135,7 +208,11 @@ class TupeBackbone(keras_hub.models.Backbone):
         max_distance: int. T5 distance from which buckets are shared.
             Defaults to `128`.
         max_relative_distance: int `k`, clipping distance of the Shaw / Huang
-            tables. Defaults to `max_sequence_length` (no clipping).
+            tables. Defaults to `max_sequence_length` (no clipping). For
+            `"disentangled"` it is DeBERTa's `bucket_size` (a table of `2k`
+            rows shared by all layers, distances exact up to `k // 2`, log
+            buckets up to `max_sequence_length`) and defaults to
+            `max_sequence_length // 2` (DeBERTa's 256 for 512).
         zero_init_relative_tables: bool. Start the relative vector tables at
             zero (Huang's drop-in). Defaults to `False`.
         layer_norm_epsilon: float. Defaults to `1e-12`.
@@ -143,8 +220,9 @@ class TupeBackbone(keras_hub.models.Backbone):
         attention_implementation: `"auto"`, `"einsum"` or `"fused"`. `"fused"`
             runs the attention through `keras.ops.dot_product_attention` (fused
             or flash kernels on a GPU) with the position-only term as its bias;
-            it applies to BERT-A, BERT-R, TUPE-A and TUPE-R and is refused for
-            BERT-A^d and Shaw / methods 1-4. `"einsum"` is the reference path;
+            it applies to BERT-A, BERT-R, TUPE-A, TUPE-R, ALiBi and rotary
+            and is refused for BERT-A^d, Shaw / methods 1-4 and
+            disentangled. `"einsum"` is the reference path;
             `"auto"` is fused where it applies. A training call with
             `dropout > 0` always takes the einsum path (the fused op has no
             attention dropout). See `UntiedPositionalAttention`.
@@ -213,12 +291,13 @@ class TupeBackbone(keras_hub.models.Backbone):
                 f"cls_reset={cls_reset!r}"
             )
         if attention_implementation == "fused" and (
-            absolute_correlation == "untied_cross" or relative_position in METHODS
+            absolute_correlation == "untied_cross"
+            or relative_position in METHODS + ("disentangled",)
         ):
             raise ValueError(
                 "attention_implementation='fused' applies to logits that are a scaled "
                 "dot product plus an additive positional bias (BERT-A, BERT-R, TUPE-A, "
-                "TUPE-R); use 'auto' or 'einsum'. Received: "
+                "TUPE-R, ALiBi, rotary); use 'auto' or 'einsum'. Received: "
                 f"absolute_correlation={absolute_correlation!r}, "
                 f"relative_position={relative_position!r}"
             )
@@ -228,12 +307,13 @@ class TupeBackbone(keras_hub.models.Backbone):
                 f"hidden_dim={hidden_dim}, num_heads={num_heads}"
             )
         has_position_only_term = (
-            absolute_correlation == "untied" or relative_position == "t5_bias"
+            absolute_correlation == "untied" or relative_position in ("t5_bias", "alibi")
         )
         if cls_reset and not has_position_only_term:
             raise ValueError(
                 "`cls_reset=True` resets the position-only correlation, which needs "
-                "absolute_correlation='untied' or relative_position='t5_bias'. Received: "
+                "absolute_correlation='untied' or relative_position in ('t5_bias', "
+                "'alibi'). Received: "
                 f"absolute_correlation={absolute_correlation!r}, "
                 f"relative_position={relative_position!r}"
             )
@@ -247,7 +327,17 @@ class TupeBackbone(keras_hub.models.Backbone):
             )
         fairseq_reset = cls_reset and cls_reset_style == "fairseq"
         if max_relative_distance is None:
-            max_relative_distance = max_sequence_length
+            max_relative_distance = (
+                max_sequence_length // 2
+                if relative_position == "disentangled"
+                else max_sequence_length
+            )
+        _check_beyond_relative_position(
+            relative_position, absolute_correlation, cls_reset_style, cls_reset,
+            hidden_dim, num_heads, max_sequence_length, max_relative_distance,
+        )
+        if relative_position in ("rotary", "disentangled"):
+            relative_method = relative_position
         # Every weight gets its own clone (`clone_initializer`): one shared
         # unseeded initializer would give them all the same numbers.
         initializer = keras.initializers.TruncatedNormal(stddev=0.02)
@@ -304,6 +394,18 @@ class TupeBackbone(keras_hub.models.Backbone):
                 dtype=dtype,
                 name="relative_bucket_bias",
             )
+        self.alibi_bias = None
+        if relative_position == "alibi":
+            self.alibi_bias = BidirectionalAlibiBias(num_heads, dtype=dtype, name="alibi_bias")
+        self.disentangled_embedding = None
+        if relative_position == "disentangled":
+            self.disentangled_embedding = DisentangledRelativeEmbedding(
+                max_relative_distance,
+                layer_norm_epsilon=layer_norm_epsilon,
+                embeddings_initializer=clone_initializer(initializer),
+                dtype=dtype,
+                name="disentangled_relative_embedding",
+            )
         # The fairseq-style reset happens inside the two layers above.
         self.cls_reset_layer = None
         if cls_reset and not fairseq_reset:
@@ -321,6 +423,7 @@ class TupeBackbone(keras_hub.models.Backbone):
                 zero_init_tables=zero_init_relative_tables,
                 attention_implementation=attention_implementation,
                 kernel_initializer=clone_initializer(initializer),
+                max_sequence_length=max_sequence_length,
                 dtype=dtype,
                 name=f"transformer_layer_{i}",
             )
@@ -347,6 +450,10 @@ class TupeBackbone(keras_hub.models.Backbone):
         if mask_padding_embeddings:
             x = x * ops.cast(padding_mask, x.dtype)[:, :, None]  # (B, n, d)
         bias, position_query, position_key = self._positional_terms(x)
+        # DeBERTa's relative table, LayerNorm-ed once and shared by all layers.
+        relative_embeddings = (
+            None if self.disentangled_embedding is None else self.disentangled_embedding(x)
+        )  # (1, 2k, d)
         for layer in self.transformer_layers:
             x = layer(
                 x,
@@ -354,6 +461,7 @@ class TupeBackbone(keras_hub.models.Backbone):
                 attention_bias=bias,
                 position_query=position_query,
                 position_key=position_key,
+                relative_embeddings=relative_embeddings,
             )
         pooled = self.pooled_dense(x[:, 0, :])
         super().__init__(
@@ -402,9 +510,10 @@ class TupeBackbone(keras_hub.models.Backbone):
                 position_query, position_key = self.untied_correlation(x)
             else:
                 bias = self.untied_correlation(x)
-        if self.relative_bias is not None:
-            relative = self.relative_bias(x)
-            bias = relative if bias is None else bias + relative
+        for layer in (self.relative_bias, self.alibi_bias):
+            if layer is not None:
+                relative = layer(x)  # (1, h, n, n)
+                bias = relative if bias is None else bias + relative
         if self.cls_reset_layer is not None:
             bias = self.cls_reset_layer(bias)
         return bias, position_query, position_key
@@ -425,14 +534,18 @@ class TupeBackbone(keras_hub.models.Backbone):
     def positional_bias(self, sequence_length):
         """The content-free positional term every layer adds, `(h, n, n)` float32.
 
-        This is the untied correlation and/or the T5 bias after the [CLS] reset:
-        what TUPE's Figure 5 draws. Encoders whose positions interact with the
-        content (BERT-A, BERT-A^d, Shaw, methods 1-4) have no such term.
+        This is the untied correlation and/or the T5 or ALiBi bias after the
+        [CLS] reset: what TUPE's Figure 5 draws. Encoders whose positions
+        interact with the content (BERT-A, BERT-A^d, Shaw, methods 1-4, rotary,
+        disentangled) have no such term.
         """
-        if self.untied_correlation is None and self.relative_bias is None:
+        if self.untied_correlation is None and self.relative_bias is None and (
+            self.alibi_bias is None
+        ):
             raise ValueError(
                 "This encoder has no content-free positional term: it needs "
-                "absolute_correlation='untied' or relative_position='t5_bias'. Received: "
+                "absolute_correlation='untied' or relative_position in ('t5_bias', "
+                "'alibi'). Received: "
                 f"absolute_correlation={self.absolute_correlation!r}, "
                 f"relative_position={self.relative_position!r}"
             )
