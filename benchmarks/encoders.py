@@ -68,7 +68,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 # === Defaults ===
 VARIANT_NAMES = (  # keras_tupe.models.presets.VARIANTS, in its order (checked at run time).
     "bert_a", "bert_r", "bert_a_d", "tupe_a", "tupe_a_tie_cls", "tupe_r",
+    "tupe_a_fairseq", "tupe_r_fairseq",
     "shaw", "huang_m1", "huang_m2", "huang_m3", "huang_m4",
+    "rope", "alibi", "deberta",
 )
 KERAS_HUB_BERT = "keras_hub_bert"
 ALL_VARIANTS = VARIANT_NAMES + (KERAS_HUB_BERT,)
@@ -109,7 +111,7 @@ FLASH = {"off": [False], "on": [True], "both": [False, True]}
 # === Model FLOPs ===
 def model_flops_per_token(num_layers, hidden_dim, intermediate_dim, num_heads, seq_len,
                           relative_position="none", absolute_correlation="none",
-                          batch_size=1, training=True):
+                          batch_size=1, training=True, relative_table_rows=None):
     """Model FLOPs per token of one step (multiply and add counted as 2).
 
     Training step = 3 x forward (the backward pass costs 2 x forward). Forward,
@@ -126,7 +128,10 @@ def model_flops_per_token(num_layers, hidden_dim, intermediate_dim, num_heads, s
         method4: + 2 x 2 n d  q_i·a_ij and k_j·a_ij
         method3: + n d        Σ_c q_ic k_jc a_ijc: one more multiply per term than QKᵀ
         method1, method2: + h n  the logits multiplied by a scalar per pair
-        t5_bias (bert_r, tupe_r): 0  a gathered bias, added
+        t5_bias (bert_r, tupe_r), alibi: 0  a gathered or fixed bias, added
+        rotary: 0      elementwise rotations of q and k (like the additions, not counted)
+        disentangled: + 2 x 2 r d  c2p and p2c scores against the r = 2k rows of the
+                       shared table (`relative_table_rows`)
 
     and, once per forward pass for the whole batch (not per layer: the encoder
     computes it once and every layer shares it), divided by the batch's B n
@@ -135,6 +140,7 @@ def model_flops_per_token(num_layers, hidden_dim, intermediate_dim, num_heads, s
         untied (tupe_a, tupe_a_tie_cls, tupe_r): 2 x 2 n d² [U_Q, U_K projections
             of the positions] + 2 n² d [their correlation, (h, n, n)]
         untied_cross (bert_a_d): 2 x 2 n d² [the position projections]
+        disentangled: 2 x 2 r d² per layer [each layer's W_Q, W_K of the table]
 
     Not counted: embeddings (gathers), additions (biases, residuals), softmax,
     layer norms, the pooler (one d x d product per sequence, < 0.1 % at mini,
@@ -143,10 +149,14 @@ def model_flops_per_token(num_layers, hidden_dim, intermediate_dim, num_heads, s
     """
     d, d_ff, n, h = hidden_dim, intermediate_dim, seq_len, num_heads
     layer = 2 * (4 * d * d + 2 * d * d_ff) + 2 * 2 * n * d
+    r = relative_table_rows or 0
     layer += {"shaw": 2 * n * d, "method4": 2 * 2 * n * d, "method3": n * d,
-              "method1": h * n, "method2": h * n}.get(relative_position, 0)
+              "method1": h * n, "method2": h * n,
+              "disentangled": 2 * 2 * r * d}.get(relative_position, 0)
     shared = {"untied": 2 * 2 * n * d * d + 2 * n * n * d,
               "untied_cross": 2 * 2 * n * d * d}.get(absolute_correlation, 0)
+    if relative_position == "disentangled":
+        shared += num_layers * 2 * 2 * r * d * d
     forward = num_layers * layer + shared / (batch_size * n)
     return 3 * forward if training else forward
 
@@ -162,6 +172,9 @@ def variant_flops_per_token(variant, size, seq_len, batch_size, training=True):
         relative_position=fields.get("relative_position", "none"),
         absolute_correlation=fields.get("absolute_correlation", "none"),
         batch_size=batch_size, training=training,
+        # DeBERTa's table: 2k rows, k = max_relative_distance (default max_len // 2).
+        relative_table_rows=2 * fields.get("max_relative_distance",
+                                           size_config["max_sequence_length"] // 2),
     )
 
 

@@ -247,6 +247,10 @@ def test_model_flops_against_a_hand_count():
     assert flops("huang_m4", "tiny", 32, 2) == 491_520
     assert flops("shaw", "tiny", 32, 2) == 466_944
     assert flops("bert_a", "tiny", 32, 2) == 442_368
+    # Rotary and ALiBi add no counted FLOPs; DeBERTa at tiny (k = 128 // 2, r = 2k = 128):
+    # per layer + 2·2·128·64 = 32,768; per batch 2 layers x 2·2·128·64² / (2·32 tokens).
+    assert flops("rope", "tiny", 32, 2) == flops("alibi", "tiny", 32, 2) == 442_368
+    assert flops("deberta", "tiny", 32, 2) == 3 * (2 * (73_728 + 32_768) + 65_536)
     assert flops("keras_hub_bert", "tiny", 32, 2) == 442_368
     assert flops("bert_a", "tiny", 32, 2, training=False) == 147_456
     # mini (d = 256, d_ff = 1024), n = 512: (24 d² + 8 n d) / (24 d² + 4 n d) = 1.25.
