@@ -138,12 +138,19 @@ CLS_THETAS = ("cls_to_others", "others_to_cls")
 SCALAR_TABLE_METHODS = ("method1", "method2")
 
 
+def _has_cls_thetas(variant_config):
+    # The authors' reset (cls_reset_style="fairseq") takes [CLS] terms from reserved
+    # rows of the position table and T5 buckets: no θ parameters.
+    return bool(variant_config.get("cls_reset")) and (
+        variant_config.get("cls_reset_style", "paper") == "paper")
+
+
 def _expected_exclusions(model, variant_config):
     """Paths of the variables to exclude, from names and the variant's config only."""
     exempt = set(ALWAYS_EXEMPT)
     if variant_config.get("relative_position") == "t5_bias":
         exempt.add(T5_TABLE)
-    if variant_config.get("cls_reset"):
+    if _has_cls_thetas(variant_config):
         exempt.update(CLS_THETAS)
     if variant_config.get("relative_position") in SCALAR_TABLE_METHODS:
         exempt.add("relative_embeddings")
@@ -167,7 +174,7 @@ def test_decay_exclusions_are_what_the_papers_exclude(variant):
     names = [path.split("/")[-1] for path in got]
     relative = config.get("relative_position")
     assert names.count(T5_TABLE) == (relative == "t5_bias")
-    assert all(names.count(name) == bool(config.get("cls_reset")) for name in CLS_THETAS)
+    assert all(names.count(name) == _has_cls_thetas(config) for name in CLS_THETAS)
     assert names.count("relative_embeddings") == (
         SIZES["tiny"]["num_layers"] if relative in SCALAR_TABLE_METHODS else 0
     )
