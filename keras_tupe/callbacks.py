@@ -260,8 +260,10 @@ class StepProgress(keras.callbacks.Callback):
         self.total_steps, self.steps_per_epoch, self.every = total_steps, steps_per_epoch, every
         self.print_fn = print_fn or (lambda line: print(line, flush=True))
         self.epoch, self.first_step, self.start, self.last = 0, None, None, None
-        self.heartbeat = Heartbeat("  building and compiling the training step", every,
-                                   self.print_fn)
+        # The first step waits for its batches too (tokenizing, filling the shuffle buffer).
+        self.heartbeat = Heartbeat(
+            "  reading the first batches, building and compiling the training step", every,
+            self.print_fn)
 
     def _print(self, line):
         self.heartbeat.touch()
@@ -269,7 +271,8 @@ class StepProgress(keras.callbacks.Callback):
 
     def on_train_begin(self, logs=None):
         self._print(f"starting at step {self.model.optimizer.iterations.numpy()}/"
-                    f"{self.total_steps}: building and compiling the training step ...")
+                    f"{self.total_steps}: reading the first batches, building and compiling the "
+                    "training step ...")
         self.heartbeat.start()
 
     def on_epoch_begin(self, epoch, logs=None):

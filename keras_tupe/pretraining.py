@@ -401,6 +401,11 @@ def pretrain(config, until_step=None):
                 data.line_dataset(corpus, max_lines=config.max_lines)
             except (FileNotFoundError, ValueError) as error:
                 raise PretrainError(f"{flag}: {error}") from error
+    if config.vocab and not config.shards:  # named as the user gave it, not the run's copy
+        try:
+            data.check_vocabulary(config.vocab)
+        except (FileNotFoundError, ValueError) as error:
+            raise PretrainError(f"--vocab: {error}") from error
     mode = prepare_run_dir(config)
     # Nothing half-made: the folders this call creates go again if it fails before a
     # backup to resume from (the vocabulary failed, ^C while compiling).

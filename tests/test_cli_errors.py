@@ -3,6 +3,33 @@
 Each case runs the entry point's `main(argv)` in-process (a subprocess only where the
 process start itself is under test) and asserts the exact message and that no file or
 folder was made.
+
+The inputs at the edges (issue 38), each with its test here (all fail on the code before):
+
+- `finetune_glue --tasks sst2 sst2` (or a repeated rate or seed):
+  `test_repeated_tasks_rates_and_seeds_run_once_and_count_once`
+- a `--vocab` with a repeated token (pretrain, finetune_glue, export preprocessor):
+  `test_a_vocabulary_with_a_repeated_token_is_named`
+- `pretrain --vocab` lacking a special token:
+  `test_pretrain_names_the_users_vocabulary_not_the_runs_copy`
+- `--init` on an unfinished pre-training run:
+  `test_init_on_an_unfinished_run_says_how_to_finish_or_use_a_checkpoint`
+- `TextClassifier.predict([None])`, `predict([])`, token-id lists:
+  `test_classifier_predict_says_strings_are_expected`
+- SIGTERM during vocabulary training, or before fine-tuning's first result:
+  `test_sigterm_during_vocabulary_training_leaves_no_run_folder`,
+  `test_sigterm_before_the_first_finetuning_result_leaves_no_results_folder`
+- Ctrl-C in the first seconds of an entry point:
+  `test_ctrl_c_while_starting_is_one_line_and_exit_130`
+- a usage error (answered before TensorFlow's import):
+  `test_usage_errors_come_before_tensorflow_is_imported`,
+  `test_the_parsers_choices_are_the_librarys`
+- `training.predict` with many sentences, from a file or standard input:
+  `test_predict_reads_a_file_or_stdin_in_batches_and_streams`,
+  `test_predict_names_a_bad_input_file_line`
+- a corpus on one enormous line: `test_one_enormous_line_is_read_in_bounded_pieces`,
+  `test_the_pieces_of_a_line_pack_as_the_whole_line` (slow); the peak memory:
+  `python -m benchmarks.edge_memory` (benchmarks/README.md)
 """
 
 import json
@@ -59,7 +86,8 @@ def test_traceback_flag_shows_user_errors_raw():
 ENTRY_POINTS = ["training.pretrain", "training.finetune_glue", "training.finetune_squad",
                 "training.export", "training.predict", "training.presets", "training.demo",
                 "training.plot_metrics", "training.shard_corpus", "experiments.run",
-                "benchmarks.encoders", "benchmarks.shard_loader", "benchmarks.method3_memory"]
+                "benchmarks.encoders", "benchmarks.shard_loader", "benchmarks.method3_memory",
+                "benchmarks.edge_memory"]
 
 
 @pytest.mark.parametrize("module", ENTRY_POINTS)
@@ -100,6 +128,14 @@ def test_entry_point_starts_quietly():
     assert result.returncode == 0
     assert "--tf-logs" in result.stdout
     assert result.stderr == ""
+    # TensorFlow is imported later, by whichever module needs it first: quietly too.
+    script = ("import sys, training, keras_tupe\n"
+              "import tensorflow as tf\n"
+              "tf.constant(1.0) + 1\n"
+              "assert tf.__spec__.loader.__class__.__name__ != '_StderrHiddenLoader'\n")
+    result = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert (result.returncode, result.stderr) == (0, "")
 
 
 # --- training.pretrain --------------------------------------------------------------------
@@ -263,7 +299,8 @@ def test_step_progress_counts_steps_not_epochs():
     x = np.ones((12, 2), "float32")
     model.fit(x, x[:, :1], batch_size=2, epochs=2, verbose=0,
               callbacks=[StepProgress(12, 6, print_fn=lines.append)])
-    assert lines[0] == "starting at step 0/12: building and compiling the training step ..."
+    assert lines[0] == ("starting at step 0/12: reading the first batches, building and "
+                        "compiling the training step ...")
     assert [line.split(":")[0] for line in lines[1:]] == ["step 6/12", "step 12/12"]
     assert all("steps/s" in line and "loss" in line for line in lines[1:])
 
@@ -457,3 +494,434 @@ def test_offline_glue_and_squad_fail_at_once_leaving_the_tfds_folder_empty(
     assert str(error.value).startswith(
         f"{what} is not prepared locally and storage.googleapis.com cannot be reached")
     assert list(tmp_path.rglob("*")) == []
+
+
+# --- at the edges (issue 38) --------------------------------------------------------------
+
+
+def write_vocabulary(path, tokens):
+    path.write_text("".join(token + "\n" for token in tokens), encoding="utf-8")
+    return path
+
+
+def test_repeated_tasks_rates_and_seeds_run_once_and_count_once(tmp_path, monkeypatch, capsys):
+    """`--tasks sst2 sst2` ran every run twice and counted sst2 twice in the average."""
+    from keras_tupe.finetuning import glue as protocol
+    from keras_tupe.finetuning import summarize
+    from training import finetune_glue
+
+    runs = []
+
+    def fake_run(config):
+        runs.append((config.task, config.learning_rate, config.seed))
+        return {"task": config.task, "learning_rate": config.learning_rate,
+                "seed": config.seed, "dev": {"validation": {"score": 0.5}}}
+
+    monkeypatch.setattr(protocol, "_preflight", lambda *args: None)
+    monkeypatch.setattr(protocol, "finetune_glue", fake_run)
+    out = tmp_path / "glue"
+    code, stdout, err = run_main(finetune_glue.main, [
+        "--init", str(tmp_path / "run"), "--out", str(out), "--tasks", "sst2", "sst2",
+        "--learning-rates", "2e-5", "2e-5", "3e-5", "--seeds", "0", "0", "0"], capsys)
+    assert code == 0
+    assert err.splitlines() == [
+        "note: --tasks lists sst2 more than once (2 times); each runs once: --tasks sst2",
+        "note: --learning-rates lists 2e-05 more than once (2 times); each runs once: "
+        "--learning-rates 2e-05 3e-05",
+        "note: --seeds lists 0 more than once (3 times); each runs once: --seeds 0",
+    ]
+    assert runs == [("sst2", 2e-5, 0), ("sst2", 3e-5, 0)]
+    summary = (out / "summary.md").read_text().splitlines()
+    assert [line for line in summary if line.startswith("| sst2")] == [
+        "| sst2 | 50.00 | 2e-05 | 1 | 50.00 – 50.00 |"]
+    assert stdout.count("sst2: ") == 1  # the table's line
+    # A results.jsonl that holds a run twice (written by the old code) counts it once.
+    row = {"task": "sst2", "learning_rate": 2e-5, "seed": 0,
+           "dev": {"validation": {"score": 0.5}}}
+    assert [(r["task"], r["seeds"]) for r in summarize([row, row], ["sst2", "sst2"])] == [
+        ("sst2", 1)]
+
+
+@pytest.mark.parametrize("entry", ["pretrain", "finetune_glue", "export preprocessor"])
+def test_a_vocabulary_with_a_repeated_token_is_named(entry, tmp_path, monkeypatch, capsys):
+    """Was a 30-line tensorflow-text traceback naming neither the file nor the token."""
+    from keras_tupe.finetuning import glue as protocol
+    from training import export, finetune_glue
+
+    vocab = write_vocabulary(tmp_path / "my vocab.txt",
+                             data.SPECIAL_TOKENS + ["the", "film", "the", "a"])
+    out = tmp_path / "out"
+    if entry == "pretrain":
+        corpus = tmp_path / "c.txt"
+        corpus.write_text("the film\n")
+        main, argv = pretrain_cli.main, [
+            "--preset", "tupe_r_tiny", "--corpus", str(corpus), "--out", str(out),
+            "--vocab", str(vocab), "--steps", "10", "--verbose", "0"]
+    elif entry == "finetune_glue":
+        class Encoder:  # what the preflight asks of the encoder before the vocabulary
+            vocabulary_size = 9
+
+            def check_sequence_length(self, length):
+                pass
+
+        monkeypatch.setattr(protocol, "load_backbone", lambda init: Encoder())
+        main, argv = finetune_glue.main, [
+            "--init", str(tmp_path / "run"), "--tasks", "sst2", "--out", str(out),
+            "--vocab", str(vocab)]
+    else:
+        main, argv = export.main, ["preprocessor", "--vocab", str(vocab), "--out", str(out)]
+    code, _, err = run_main(main, argv, capsys)
+    message = (f"Vocabulary file {vocab} has the token 'the' twice, on lines 6 and 8: a "
+               "token's line is its id, so each token may appear once. Remove line 8 (and "
+               "any other repeat).")
+    assert code == 2
+    assert err.splitlines()[-1] == f"error: {'--vocab: ' if entry == 'pretrain' else ''}{message}"
+    assert not out.exists()
+
+
+def test_pretrain_names_the_users_vocabulary_not_the_runs_copy(tmp_path, capsys):
+    vocab = write_vocabulary(tmp_path / "mine.txt", ["[PAD]", "[CLS]", "[SEP]", "[UNK]", "the"])
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("the film\n")
+    out = tmp_path / "run"
+    code, _, err = run_main(pretrain_cli.main, [
+        "--preset", "tupe_r_tiny", "--corpus", str(corpus), "--out", str(out),
+        "--vocab", str(vocab), "--steps", "10", "--verbose", "0"], capsys)
+    assert (code, err) == (2, (
+        f"error: --vocab: Vocabulary file {vocab} must start with the special tokens "
+        "['[PAD]', '[CLS]', '[SEP]', '[UNK]', '[MASK]'] (ids 0-4), in that order; it lacks "
+        "[MASK]. Received first lines: ['[PAD]', '[CLS]', '[SEP]', '[UNK]', 'the']\n"))
+    assert not out.exists()
+
+
+def test_init_on_an_unfinished_run_says_how_to_finish_or_use_a_checkpoint(tmp_path, capsys):
+    """Was "No encoder at ...", which did not say the run is unfinished."""
+    from training import finetune_glue
+
+    run = tmp_path / "run"
+    (run / "backup").mkdir(parents=True)
+    (run / "checkpoints").mkdir()
+    (run / "run_config.json").write_text(json.dumps(
+        {"config": {"steps": 1000, "eval_every": 100}}))
+    (run / "backup" / "training_metadata.json").write_text(json.dumps({"epoch": 3}))
+    checkpoint = run / "checkpoints" / "step_0000200.keras"
+    checkpoint.write_bytes(b"")
+    (run / "vocab.txt").write_text("")
+    out = tmp_path / "glue"
+    code, _, err = run_main(finetune_glue.main, [
+        "--init", str(run), "--tasks", "sst2", "--out", str(out)], capsys)
+    assert (code, err) == (2, (
+        f"error: {run} is an unfinished pre-training run (step 300 of 1,000 backed up): the "
+        "encoder is saved only after the last step. Finish it by running the same "
+        f"`training.pretrain` command again (it resumes; the command is in "
+        f"{run / 'run_config.json'}), or pass one of its checkpoints as --init, e.g. "
+        f"{checkpoint}.\n"))
+    assert not out.exists()
+    from keras_tupe.finetuning import default_vocabulary
+
+    assert default_vocabulary(str(checkpoint)) == str(run / "vocab.txt")  # the run's
+
+
+@pytest.fixture(scope="module")
+def string_classifier():
+    from keras_tupe import (
+        TupeBackbone,
+        TupeTextClassifier,
+        TupeTextClassifierPreprocessor,
+        TupeTokenizer,
+    )
+
+    vocabulary = data.SPECIAL_TOKENS + ["a", "fine", "film"]
+    backbone = TupeBackbone.from_preset("bert_a_tiny", vocabulary_size=len(vocabulary))
+    preprocessor = TupeTextClassifierPreprocessor(TupeTokenizer(vocabulary=vocabulary),
+                                                  sequence_length=16)
+    return TupeTextClassifier(backbone, 2, preprocessor=preprocessor)
+
+
+HINT = ("To feed token ids instead, set the task's `preprocessor = None` and pass a dict of "
+        "token_ids, padding_mask and segment_ids.")
+EXAMPLE = ('e.g. predict(["a fine film", "a dull film"]); for sentence pairs a tuple of two '
+           'such lists')
+
+
+@pytest.mark.parametrize("x,message", [
+    ([None], f"takes strings, but item 0 of the batch is None. {HINT}"),
+    (["a film", None], f"takes strings, but item 1 of the batch is None. {HINT}"),
+    ([], f"received an empty batch: pass at least one string ({EXAMPLE})."),
+    ([[5, 6, 7], [5]], "takes strings, but item 0 of the batch is a list of 3 int (token "
+                       f"ids?). {HINT}"),
+    (None, f"takes a batch of strings ({EXAMPLE}). Received None."),
+    ("a fine film", f"takes a batch of strings ({EXAMPLE}). Received a single string: wrap "
+                    "it in a list."),
+    ((["a fine film"], ["a", "film"]), ": the sentence-pair batches differ in length (1, 2): "
+                                       "pass one second sentence for each first sentence."),
+])
+def test_classifier_predict_says_strings_are_expected(string_classifier, x, message):
+    """Were TensorFlow's conversion errors ("`element` should not be empty", ...)."""
+    with pytest.raises(ValueError) as error:
+        string_classifier.predict(x, verbose=0)
+    assert str(error.value) == "TupeTextClassifier.predict" + (
+        message if message.startswith(":") else " " + message)
+
+
+def test_sigterm_during_vocabulary_training_leaves_no_run_folder(tmp_path, monkeypatch,
+                                                                 capsys):
+    """SIGTERM (a job scheduler's stop) cleans up as Ctrl-C does: one line, status 143."""
+    import signal
+    import time
+
+    def terminated_while_learning(*args, **kwargs):
+        # Without a handler SIGTERM would end this test process: refuse to send it.
+        assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler interrupts this
+
+    before = signal.getsignal(signal.SIGTERM)
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("some text\n")
+    monkeypatch.setattr(data, "train_vocabulary", terminated_while_learning)
+    out = tmp_path / "runs" / "new"
+    code, _, err = run_main(pretrain_cli.main, [
+        "--preset", "tupe_r_tiny", "--corpus", str(corpus), "--out", str(out),
+        "--steps", "10", "--verbose", "0"], capsys)
+    assert (code, err) == (143, "terminated\n")
+    assert not (tmp_path / "runs").exists()
+    assert signal.getsignal(signal.SIGTERM) == before  # put back
+
+
+def test_sigterm_before_the_first_finetuning_result_leaves_no_results_folder(
+        tmp_path, monkeypatch, capsys):
+    import signal
+    import time
+
+    from keras_tupe.finetuning import glue as protocol
+    from training import finetune_glue
+
+    def terminated_while_finetuning(config):
+        assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+
+    monkeypatch.setattr(protocol, "_preflight", lambda *args: None)
+    monkeypatch.setattr(protocol, "finetune_glue", terminated_while_finetuning)
+    out = tmp_path / "glue" / "sst2"
+    code, _, err = run_main(finetune_glue.main, [
+        "--init", str(tmp_path / "run"), "--tasks", "sst2", "--out", str(out)], capsys)
+    assert (code, err) == (143, "terminated\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+def run_entry_point(module, argv, before=""):
+    """`python -m module argv` in a fresh process, after `before` (Python source) runs."""
+    script = ("import runpy, sys\n" + before +
+              f"sys.argv = ['{module}', *{argv!r}]\n"
+              f"runpy.run_module('{module}', run_name='__main__', alter_sys=True)\n")
+    return subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+
+
+CTRL_C_AT_TENSORFLOW = """
+class CtrlC:  # the user presses Ctrl-C while TensorFlow is being imported
+    def find_spec(self, name, path=None, target=None):
+        if name == "tensorflow":
+            raise KeyboardInterrupt
+sys.meta_path.insert(0, CtrlC())
+"""
+
+
+@pytest.mark.parametrize("module,argv", [
+    ("training.pretrain", ["--preset", "tupe_r_tiny", "--corpus", "c.txt", "--out", "o"]),
+    ("training.finetune_glue", ["--init", "r", "--tasks", "sst2", "--out", "o"]),
+    ("training.export", ["preprocessor", "--vocab", "v.txt", "--out", "o"]),
+])
+def test_ctrl_c_while_starting_is_one_line_and_exit_130(module, argv, tmp_path):
+    """Was a 40-line KeyboardInterrupt traceback (TensorFlow was imported before `run`)."""
+    result = run_entry_point(module, argv, CTRL_C_AT_TENSORFLOW)
+    assert (result.returncode, result.stderr) == (130, "interrupted\n")
+    assert not (REPO / "o").exists()
+    # Before `run` (while the entry point's modules import): one line too; Python then
+    # ends by SIGINT, status 130 as the shell reports it.
+    script = "import training\nraise KeyboardInterrupt\n"
+    result = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True,
+                            text=True, timeout=120)
+    assert (result.returncode, result.stderr) in ((-2, "interrupted\n"), (130, "interrupted\n"))
+
+
+@pytest.mark.parametrize("module,argv", [
+    ("training.pretrain", ["--preset", "tupe_r_tiny", "--corpus", "c.txt", "--out", "o",
+                           "--precision", "float64"]),
+    ("training.finetune_glue", ["--init", "r", "--tasks", "sst2", "--out", "o",
+                                "--seeds", "zero"]),
+    ("training.finetune_squad", ["--init", "r", "--epochs", "two"]),
+    ("training.export", ["encoder", "--out", "o"]),
+    ("training.predict", ["saved_models/x"]),
+    ("training.presets", ["--sizes", "huge"]),
+    ("training.shard_corpus", ["--corpus", "c.txt"]),
+    ("training.demo", ["--steps", "many"]),
+    ("training.plot_metrics", []),
+])
+def test_usage_errors_come_before_tensorflow_is_imported(module, argv):
+    """Was 4.5 s: `training/__init__.py` imported TensorFlow before the flags were read."""
+    report = ("import atexit\n"  # after the entry point's exit: was TensorFlow imported?
+              "atexit.register(lambda: sys.stdout.write(str('tensorflow' in sys.modules)))\n")
+    result = run_entry_point(module, argv, report)
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: ") and len(result.stderr.splitlines()) == 1
+    assert result.stdout == "False"
+
+
+def test_the_parsers_choices_are_the_librarys():
+    """The entry points list these so that parsing needs no keras_tupe (TensorFlow) import."""
+    import dataclasses
+
+    from keras_tupe import pretraining
+    from keras_tupe.finetuning import SquadConfig
+    from keras_tupe.models.presets import SIZES
+    from training import finetune_squad, presets
+
+    assert (pretrain_cli.PRECISIONS, pretrain_cli.STRATEGIES) == (
+        pretraining.PRECISIONS, pretraining.STRATEGIES)
+    assert presets.SIZES == tuple(SIZES)
+    fields = {field.name: field.type for field in dataclasses.fields(SquadConfig)}
+    assert set(fields) == set(finetune_squad.FLAG_TYPES) | {"init", "xla", "lowercase"}
+    # The defaults come from the dataclasses, filled in after parsing.
+    args = pretrain_cli.parse_config(["--preset", "tupe_r_tiny", "--corpus", "c", "--out", "o"])
+    assert dataclasses.replace(args, seq_len=512, eval_every=1000) == pretraining.PretrainConfig(
+        preset="tupe_r_tiny", corpus=["c"], out="o")
+    assert vars(finetune_squad.parse_args(["--init", "r"])) == {
+        **dataclasses.asdict(SquadConfig(init="r")), "tf_logs": False, "traceback": False}
+
+
+class FakeClassifier:
+    """What `training.predict` asks of a loaded classifier SavedModel; records its calls."""
+
+    def __init__(self, stdout):
+        self.stdout, self.calls = stdout, []
+        self.signatures = {"serving_default": self}
+        self.structured_input_signature = ((), {"sentence": None})
+
+    def __call__(self, sentence):
+        import tensorflow as tf
+
+        # (batch size, answers already printed): the lines of a batch come out before the
+        # next batch is read.
+        self.calls.append((int(sentence.shape[0]), self.stdout.getvalue().count("\n")))
+        lengths = tf.strings.length(sentence)
+        positive = tf.cast(lengths % 2, tf.float32)
+        return {"probabilities": tf.stack([1 - positive, positive], axis=1),
+                "label": tf.where(lengths % 2 == 1, b"positive", b"negative")}
+
+
+@pytest.mark.parametrize("source", ["file", "stdin"])
+def test_predict_reads_a_file_or_stdin_in_batches_and_streams(source, tmp_path, monkeypatch):
+    """Was: sentences only as arguments, all in one call (3.7 GB for 10,000)."""
+    import io
+
+    import tensorflow as tf
+
+    fake_export(tmp_path / "sst2" / "1", "classifier")
+    stdout = io.StringIO()
+    model = FakeClassifier(stdout)
+    monkeypatch.setattr(tf.saved_model, "load", lambda path: model)
+    monkeypatch.setattr(sys, "stdout", stdout)
+    lines = ["a film", "dull", "", "une œuvre", "odd one"]
+    if source == "file":
+        (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        where = str(tmp_path / "in.txt")
+    else:
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(
+            ("\n".join(lines) + "\n").encode()), encoding="utf-8"))
+        where = "-"
+    code = predict.main([str(tmp_path / "sst2"), "first", "second", "--file", where,
+                         "--batch-size", "3", "--json"])
+    assert code == 0
+    assert model.calls == [(3, 0), (3, 3), (1, 6)]
+    answers = [json.loads(line) for line in stdout.getvalue().splitlines()]
+    assert [a["sentence"] for a in answers] == ["first", "second", *lines]
+    # The fake's label: an odd number of bytes (œ is two) is positive.
+    assert [a["label"] for a in answers] == ["positive", "negative", "negative", "negative",
+                                             "negative", "negative", "positive"]
+    assert answers[0]["probabilities"] == [0.0, 1.0]
+
+
+def test_predict_names_a_bad_input_file_line(tmp_path, monkeypatch, capsys):
+    import tensorflow as tf
+
+    fake_export(tmp_path / "sst2" / "1", "classifier")
+    monkeypatch.setattr(tf.saved_model, "load", lambda path: FakeClassifier(io_stub()))
+    bad = tmp_path / "latin1.txt"
+    bad.write_bytes("fine\ntrès bien\n".encode("latin-1"))
+    code, out, err = run_main(predict.main, [str(tmp_path / "sst2" / "1"), "--file", str(bad),
+                                             "--batch-size", "1"], capsys)
+    assert code == 2
+    # The first line was answered before line 2 was read.
+    assert out == "negative   (probabilities 1.000 0.000)  'fine'\n"
+    assert err == (f"error: --file {bad}: line 2 is not UTF-8 text (byte 0xe8 at column 3). "
+                   "Convert it first, e.g. `iconv -f latin1 -t utf-8`.\n")
+    with pytest.raises(SystemExit) as exit:  # a usage error, as argparse's own
+        predict.main([str(tmp_path / "sst2")])
+    code, err = exit.value.code, capsys.readouterr().err
+    assert (code, err) == (2, "error: give sentences as arguments, or --file FILE (- for "
+                              "standard input) (`python -m training.predict --help` lists "
+                              "the flags)\n")
+
+
+def io_stub():
+    import io
+
+    return io.StringIO()
+
+
+def one_line_corpus(tmp_path):
+    """A corpus whose first document is one line of 1,500 words (é: two-byte characters)."""
+    words = [f"w{i % 97}{'é' * (i % 3)}" for i in range(1500)]
+    text = tmp_path / "one_line.txt"
+    text.write_text(" ".join(words) + "\n\nnext document\n", encoding="utf-8")
+    return text, words
+
+
+def corpus_stream(text, monkeypatch, piece_bytes, **kwargs):
+    from keras_tupe.data import corpus
+
+    monkeypatch.setattr(corpus, "_PIECE_BYTES", piece_bytes)
+    return [line for batch in corpus.line_batches(str(text), **kwargs).as_numpy_iterator()
+            for line in batch.tolist()]
+
+
+def test_one_enormous_line_is_read_in_bounded_pieces(tmp_path, monkeypatch):
+    """A corpus on one 50 MB line took 4.26 GB to pack and gave no progress figure.
+
+    Pieces of at most ~2 x `_PIECE_BYTES`, cut after a space (the same words); a line's
+    pieces count as one line; the progress callback counts lines and bytes as read.
+    """
+    from keras_tupe.data import vocabulary
+
+    text, words = one_line_corpus(tmp_path)
+    counted = []
+    pieces = corpus_stream(text, monkeypatch, 64,
+                           progress=lambda lines, size: counted.append((lines, size)))
+    assert len(pieces) > 100 and max(len(piece) for piece in pieces) <= 2 * 64
+    assert b" ".join(pieces[:-2]).split() == " ".join(words).encode().split()
+    assert pieces[-2:] == [b"", b"next document"]  # the blank line still ends the document
+    assert tuple(map(sum, zip(*counted))) == (3, text.stat().st_size - 3)  # all but "\n"s
+    assert corpus_stream(text, monkeypatch, 64, max_lines=1) == pieces[:-2]
+    figure = vocabulary._Progress(max_lines=None, total_bytes=10_000_000, print_fn=print)
+    figure(0, 5_000_000)
+    assert figure.line(10.0) == ("  vocabulary: 0 lines, 5.0 MB read (50%), about 10s left, "
+                                 "0.5 MB/s")
+
+
+@pytest.mark.slow  # two packing pipelines and the tokenizer's first use: ~11 s here
+def test_the_pieces_of_a_line_pack_as_the_whole_line(tmp_path, monkeypatch):
+    from keras_tupe.data import corpus
+
+    text, words = one_line_corpus(tmp_path)
+    vocab = write_vocabulary(tmp_path / "vocab.txt", data.SPECIAL_TOKENS + sorted(set(words)))
+    tokenizer = data.load_tokenizer(vocab)
+
+    def packed(piece_bytes):
+        monkeypatch.setattr(corpus, "_PIECE_BYTES", piece_bytes)
+        return [ids.tolist() for ids in
+                data.packed_sequences(str(text), tokenizer, 16).as_numpy_iterator()]
+
+    assert packed(64) == packed(1 << 20)

@@ -65,10 +65,12 @@ def test_step_progress_speaks_while_the_first_step_compiles():
     progress.on_epoch_begin(0)
     time.sleep(1.0)  # the compilation
     progress.on_train_batch_end(0, {"loss": 1.0})
-    assert lines[0] == "starting at step 0/4: building and compiling the training step ..."
+    assert lines[0] == ("starting at step 0/4: reading the first batches, building and "
+                        "compiling the training step ...")
     assert len(lines) >= 3  # at 0.4 s and 0.8 s
-    assert all(re.fullmatch(r"  building and compiling the training step: still working, "
-                            r"[01]s elapsed", line) for line in lines[1:]), lines
+    assert all(re.fullmatch(r"  reading the first batches, building and compiling the "
+                            r"training step: still working, [01]s elapsed", line)
+               for line in lines[1:]), lines
     count = len(lines)
     time.sleep(0.6)  # a slow second step
     assert len(lines) > count

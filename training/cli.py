@@ -1,7 +1,9 @@
 """What every entry point shares: a quiet TensorFlow start and one-line errors.
 
 `quiet_tensorflow()` runs when the `training` package is imported (`training/__init__.py`),
-so before any entry point imports Keras or TensorFlow. It hides:
+so before any entry point imports Keras or TensorFlow. It imports neither itself: an entry
+point parses its flags first, so a usage error is reported in a fraction of a second, and
+TensorFlow (seconds) is imported only by the code that needs it. It hides:
 
 - TensorFlow's C++ log lines (`TF_CPP_MIN_LOG_LEVEL=3`, also over a lower level: the oneDNN
   notice, the XLA and device-placement info lines);
@@ -10,7 +12,8 @@ so before any entry point imports Keras or TensorFlow. It hides:
   or WSL2's `/dev/dxg`) and the variable is unset, so a real GPU is never hidden;
 - the `cudart_stub ... Could not find cuda drivers` lines TensorFlow's import writes to
   stderr before its logging is set up (no log level reaches them): stderr is sent to
-  /dev/null while `import tensorflow` runs. A failing import still raises its exception.
+  /dev/null while the first `import tensorflow` runs, wherever it happens (an import hook,
+  `_QuietTensorFlowImport`). A failing import still raises its exception.
 
 `--tf-logs` on any entry point's command line (or `KERAS_TUPE_TF_LOGS=1`) leaves all of
 this as TensorFlow does it.
@@ -21,11 +24,19 @@ several conflicting flags) and exit status 2, argparse's
 convention (so does `SystemExit("message")`, the benchmarks' idiom); any other
 exception is a bug and keeps its traceback (`--traceback`, or
 `KERAS_TUPE_TRACEBACK=1`, shows it for user errors too).
+
+Stopping: Ctrl-C at any moment prints one line, `interrupted`, and exits 130 (inside
+`run`, and before it, while the entry point's module is imported: `sys.excepthook`).
+SIGTERM (`kill`, a job scheduler's stop) raises `Terminated` inside `run`, so the
+folders a command made go as they do on Ctrl-C (`keras_tupe.folders.made_folder`);
+it prints `terminated` and exits 143 (128 + SIGTERM).
 """
 
+import contextlib
 import functools
 import glob
 import os
+import signal
 import sys
 
 TF_LOGS_FLAG = "--tf-logs"
@@ -59,23 +70,71 @@ def quiet_tensorflow(verbose=None):
         os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
     if "CUDA_VISIBLE_DEVICES" not in os.environ and not has_gpu_device_nodes():
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
-    if "tensorflow" in sys.modules:
+    if "tensorflow" in sys.modules or any(
+            isinstance(finder, _QuietTensorFlowImport) for finder in sys.meta_path):
         return
+    sys.meta_path.insert(0, _QuietTensorFlowImport())
+
+
+@contextlib.contextmanager
+def _stderr_hidden():
+    """File descriptor 2 goes to /dev/null inside the block (C++ writes included)."""
     try:
         sys.stderr.flush()
         saved = os.dup(2)
     except (OSError, ValueError):  # no real stderr (an embedding host): nothing to hide
+        yield
         return
     devnull = os.open(os.devnull, os.O_WRONLY)
     try:
         os.dup2(devnull, 2)
-        import tensorflow  # noqa: F401
-    except ImportError:
-        pass  # reported, with its message, where the entry point imports it
+        yield
     finally:
         os.dup2(saved, 2)
         os.close(saved)
         os.close(devnull)
+
+
+class _QuietTensorFlowImport:
+    """An import hook: the first `import tensorflow` runs with stderr hidden, then it goes.
+
+    Importing TensorFlow takes seconds, so it is not done up front: whichever module
+    imports it first (Keras, keras_tupe, an entry point) gets the quiet start.
+    """
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "tensorflow":
+            return None
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)  # once; the search below must not find us again
+        import importlib.util
+
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _StderrHiddenLoader(spec.loader)
+        return spec
+
+
+class _StderrHiddenLoader:
+    """Runs the wrapped loader's `exec_module` with stderr hidden; otherwise the same."""
+
+    def __init__(self, loader):
+        self._loader = loader
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        try:
+            with _stderr_hidden():
+                self._loader.exec_module(module)
+        finally:  # the module keeps its own loader, as if imported without the hook
+            module.__loader__ = self._loader
+            if getattr(module, "__spec__", None) is not None:
+                module.__spec__.loader = self._loader
+
+    def __getattr__(self, name):
+        return getattr(self._loader, name)
 
 
 def add_common_flags(parser):
@@ -105,11 +164,38 @@ def _one_line_error(parser, message):
     sys.exit(2)
 
 
+class Terminated(BaseException):
+    """SIGTERM arrived (inside `run`): unwinds like Ctrl-C, so cleanups run."""
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated()
+
+
+@contextlib.contextmanager
+def _sigterm_raises():
+    """SIGTERM raises `Terminated` in the block (main thread only), then as before."""
+    try:
+        previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    except ValueError:  # not the main thread: signals cannot be handled here
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def run(main, argv=None):
-    """Calls `main(argv)`; a user error becomes `error: ...` on stderr and status 2."""
+    """Calls `main(argv)`; a user error becomes `error: ...` on stderr and status 2.
+
+    Ctrl-C prints `interrupted` (status 130), SIGTERM `terminated` (status 143): one
+    line each, after the cleanups of the code they stopped.
+    """
     args = sys.argv[1:] if argv is None else list(argv)
     try:
-        return main(argv)
+        with _sigterm_raises():
+            return main(argv)
     except USER_ERRORS as error:
         if TRACEBACK_FLAG in args or os.environ.get("KERAS_TUPE_TRACEBACK") == "1":
             raise
@@ -119,6 +205,9 @@ def run(main, argv=None):
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Terminated:
+        print("terminated", file=sys.stderr)
+        return 143
     except SystemExit as exit:  # `raise SystemExit("message")`, a script's user error
         if not isinstance(exit.code, str):
             raise  # argparse's (already reported) and sys.exit(n)
@@ -134,3 +223,24 @@ def error_lines(error):
     else:
         message = str(error)
     return [" ".join(line.split()) for line in message.splitlines() if line.strip()]
+
+
+def one_line_interrupts():
+    """Ctrl-C outside `run` (while an entry point's modules import): one line, not a traceback.
+
+    Python still ends the process by SIGINT, so its status is 130 as the shell shows it.
+    Every other uncaught exception keeps the hook that was there.
+    """
+    previous = sys.excepthook
+    if getattr(previous, "_one_line_interrupts", False):
+        return
+
+    def hook(kind, value, traceback):
+        if issubclass(kind, KeyboardInterrupt) and not os.environ.get(
+                "KERAS_TUPE_TRACEBACK") == "1" and TRACEBACK_FLAG not in sys.argv[1:]:
+            print("interrupted", file=sys.stderr)
+            return
+        previous(kind, value, traceback)
+
+    hook._one_line_interrupts = True
+    sys.excepthook = hook

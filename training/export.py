@@ -110,9 +110,9 @@ def main(argv=None):
 
 
 def _main(argv=None):
+    args = parse_args(argv)
     from keras_tupe.progress import Heartbeat
 
-    args = parse_args(argv)
     print(f"Exporting the {args.command} to {args.out}/<version> ...", flush=True)
     with Heartbeat(f"  exporting the {args.command}"):  # loading, tracing, saving: silent
         path = export(args)

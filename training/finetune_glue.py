@@ -15,7 +15,6 @@ lacks) the data come from tensorflow-datasets (online).
 import argparse
 import sys
 
-from keras_tupe.finetuning import PAPER_LEARNING_RATES, PAPER_SEEDS, run_protocol
 from training.cli import add_common_flags, run
 
 
@@ -28,8 +27,11 @@ def parse_args(argv=None):
     p.add_argument("--out", required=True, help="results directory (resumed if it exists)")
     p.add_argument("--data-dir", help="folder with the glue_data TSV layout (or its parent)")
     p.add_argument("--vocab", help="vocabulary (default: the run directory's vocab.txt)")
-    p.add_argument("--learning-rates", nargs="+", type=float, default=list(PAPER_LEARNING_RATES))
-    p.add_argument("--seeds", nargs="+", type=int, default=list(PAPER_SEEDS))
+    # Defaults: the papers' (keras_tupe.finetuning.PAPER_*), filled in after parsing so
+    # that a usage error comes before TensorFlow's import.
+    p.add_argument("--learning-rates", nargs="+", type=float,
+                   help="default: the papers' 2e-5 3e-5 4e-5 5e-5")
+    p.add_argument("--seeds", nargs="+", type=int, help="default: the papers' 0 1 2 3 4")
     p.add_argument("--epochs", type=int, help="default: 10, or 5 for MNLI, QQP, QNLI")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--seq-len", type=int, default=128)
@@ -49,7 +51,33 @@ def parse_args(argv=None):
                         "(for python -m training.export classifier)")
     p.add_argument("--verbose", type=int, default=0, choices=(0, 1, 2))
     add_common_flags(p)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.learning_rates is None or args.seeds is None:
+        from keras_tupe.finetuning import PAPER_LEARNING_RATES, PAPER_SEEDS
+
+        args.learning_rates = args.learning_rates or list(PAPER_LEARNING_RATES)
+        args.seeds = args.seeds or list(PAPER_SEEDS)
+    return args
+
+
+def merge_repeats(flag, values):
+    """`values` without repeats (first order kept), and a note naming each repeat, or None.
+
+    `--tasks sst2 sst2` would run every sst2 run twice and count sst2 twice in the
+    average; a task, learning rate or seed is one point of the grid however often it
+    is listed.
+    """
+    unique = list(dict.fromkeys(values))
+    if len(unique) == len(values):
+        return unique, None
+    def shown(value):
+        return f"{value:g}" if isinstance(value, float) else str(value)
+
+    counts = {value: values.count(value) for value in unique if values.count(value) > 1}
+    named = ", ".join(shown(value) for value in counts)
+    times = ", ".join(f"{n} times" for n in counts.values())
+    return unique, (f"note: {flag} lists {named} more than once ({times}); each runs once: "
+                    f"{flag} {' '.join(shown(value) for value in unique)}")
 
 
 def main(argv=None):
@@ -61,6 +89,13 @@ def _main(argv=None):
     del args["tf_logs"], args["traceback"]
     tasks, init, out = args.pop("tasks"), args.pop("init"), args.pop("out")
     learning_rates, seeds = args.pop("learning_rates"), args.pop("seeds")
+    for flag, values in (("--tasks", tasks), ("--learning-rates", learning_rates),
+                         ("--seeds", seeds)):
+        values[:], note = merge_repeats(flag, values)
+        if note:
+            print(note, file=sys.stderr, flush=True)
+    from keras_tupe.finetuning import run_protocol
+
     # Progress lines (steps, metrics, time left, evaluation) unless Keras's own (--verbose).
     args["progress"] = args["verbose"] == 0
     table = run_protocol(tasks, init, out, learning_rates=learning_rates, seeds=seeds, **args)

@@ -14,29 +14,35 @@ import dataclasses
 import json
 import sys
 
-from keras_tupe.finetuning import SquadConfig, finetune_squad
 from training.cli import add_common_flags, run
+
+# `keras_tupe.finetuning.SquadConfig`'s fields (but init, xla, lowercase) and their types,
+# listed here so the parser needs no keras_tupe import (a usage error comes before
+# TensorFlow's import); a test checks the list against the dataclass.
+FLAG_TYPES = {"out": str, "train": str, "eval": str, "offline_split": str,
+              "eval_fraction": float, "split_seed": int, "learning_rate": float, "seed": int,
+              "epochs": int, "batch_size": int, "seq_len": int, "doc_stride": int,
+              "max_query_length": int, "warmup_ratio": float, "weight_decay": float,
+              "vocab": str, "max_train_examples": int, "verbose": int}
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="python -m training.finetune_squad", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--init", required=True, help="pre-training run directory or .keras file")
+    for name, kind in FLAG_TYPES.items():
+        p.add_argument("--" + name.replace("_", "-"), type=kind)  # None: SquadConfig's default
+    p.add_argument("--no-xla", dest="xla", action="store_false")
+    p.add_argument("--cased", dest="lowercase", action="store_false")
+    add_common_flags(p)
+    args = p.parse_args(argv)
+    from keras_tupe.finetuning import SquadConfig
+
     defaults = SquadConfig(init="")
     for field in dataclasses.fields(SquadConfig):
-        flag = "--" + field.name.replace("_", "-")
-        default = getattr(defaults, field.name)
-        if field.name == "init":
-            p.add_argument(flag, required=True, help="pre-training run directory or .keras file")
-        elif field.name == "xla":
-            p.add_argument("--no-xla", dest="xla", action="store_false")
-        elif field.name == "lowercase":
-            p.add_argument("--cased", dest="lowercase", action="store_false")
-        else:
-            kind = type(default) if default is not None else (
-                int if field.name in ("max_train_examples", "split_seed") else str)
-            p.add_argument(flag, type=kind, default=default)
-    add_common_flags(p)
-    return p.parse_args(argv)
+        if getattr(args, field.name) is None:
+            setattr(args, field.name, getattr(defaults, field.name))
+    return args
 
 
 def main(argv=None):
@@ -46,6 +52,8 @@ def main(argv=None):
 def _main(argv=None):
     args = vars(parse_args(argv))
     del args["tf_logs"], args["traceback"]
+    from keras_tupe.finetuning import SquadConfig, finetune_squad
+
     result = finetune_squad(SquadConfig(**args))
     print(json.dumps(result, indent=2))
     return 0

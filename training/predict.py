@@ -2,6 +2,13 @@
 
     python -m training.predict saved_models/demo_tupe_r_tiny_sst2 "a gripping film" "dull , dull"
     python -m training.predict saved_models/mrpc/1 --pairs "first a" "second a" ...
+    python -m training.predict saved_models/sst2 --file reviews.txt --json > answers.jsonl
+    cat reviews.txt | python -m training.predict saved_models/sst2 --file - --batch-size 256
+
+Sentences come from the arguments and from `--file` (one a line; `-` is standard input),
+are answered in batches of `--batch-size`, and each answer is printed (one line, or with
+`--json` one JSON object) as soon as its batch is done: memory stays that of one batch,
+however many sentences there are.
 
 The model is a classifier export (`training.export classifier`, or the one `make demo`
 writes): a version folder (`.../1`), or its model folder, whose newest version is taken.
@@ -11,11 +18,14 @@ imported: this is what a serving client of an exported model needs.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 
 from training.cli import add_common_flags, run
+
+DEFAULT_BATCH_SIZE = 64
 
 # What to pass instead, by the kind of export (assets.extra/keras_tupe.json's "kind").
 _NOT_A_CLASSIFIER = {
@@ -61,18 +71,88 @@ def main(argv=None):
     return run(_main, argv)
 
 
-def _main(argv=None):
+def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="python -m training.predict", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("saved_model", help="a classifier export: its model folder (the newest "
                                        "version is taken) or a version folder, e.g. .../1")
-    p.add_argument("texts", nargs="+", help="sentences (with --pairs: first1 second1 first2 ...)")
+    p.add_argument("texts", nargs="*", help="sentences (with --pairs: first1 second1 first2 ...)")
+    p.add_argument("--file", help="read sentences from this UTF-8 file too, one a line (with "
+                                  "--pairs: first<TAB>second); - reads standard input")
     p.add_argument("--pairs", action="store_true", help="texts alternate sentence1, sentence2")
+    p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE,
+                   help=f"sentences per call of the model (default: {DEFAULT_BATCH_SIZE}); "
+                        "memory grows with it, not with the number of sentences")
+    p.add_argument("--json", action="store_true",
+                   help="one JSON object a line (the inputs and every output) instead of text")
     add_common_flags(p)
     args = p.parse_args(argv)
+    if args.batch_size < 1:
+        p.error(f"argument --batch-size: must be >= 1 (received {args.batch_size})")
+    if not args.texts and args.file is None:
+        p.error("give sentences as arguments, or --file FILE (- for standard input)")
+    if args.pairs and len(args.texts) % 2:
+        p.error(f"--pairs needs an even number of texts (first1 second1 ...); received "
+                f"{len(args.texts)}")
+    return args
+
+
+def examples(args):
+    """The inputs, one at a time: the arguments, then the lines of `--file` as read.
+
+    Yields a string, or with `--pairs` a (first, second) tuple. A file is read a line at a
+    time (standard input too), so any number of sentences takes the memory of one batch.
+    """
+    if args.pairs:
+        yield from zip(args.texts[0::2], args.texts[1::2])
+    else:
+        yield from args.texts
+    if args.file is None:
+        return
+    name = "standard input" if args.file == "-" else args.file
+    if args.file == "-":
+        opened = contextlib.nullcontext(sys.stdin.buffer)  # not ours to close
+    else:
+        opened = open(args.file, "rb")
+    with opened as stream:
+        for number, raw in enumerate(stream, 1):
+            try:
+                line = raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError as error:
+                raise ValueError(
+                    f"--file {name}: line {number} is not UTF-8 text (byte 0x"
+                    f"{raw[error.start]:02x} at column {error.start + 1}). Convert it first, "
+                    f"e.g. `iconv -f latin1 -t utf-8`.") from None
+            if not args.pairs:
+                yield line
+                continue
+            parts = line.split("\t")
+            if len(parts) != 2:
+                raise ValueError(
+                    f"--file {name}: line {number} has {len(parts) - 1} tabs; with --pairs each "
+                    "line is first sentence<TAB>second sentence.")
+            yield tuple(parts)
+
+
+def batches(items, size):
+    """Lists of at most `size` consecutive items of the iterable `items`."""
+    batch = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _main(argv=None):
+    args = parse_args(argv)
+    if args.file not in (None, "-") and not os.path.isfile(args.file):
+        raise FileNotFoundError(f"--file {args.file} does not exist (or is not a file).")
     path, note = resolve_saved_model(args.saved_model)
     if note:
-        print(note)
+        print(note, file=sys.stderr if args.json else sys.stdout)
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the WordPiece ops before loading)
 
@@ -85,30 +165,45 @@ def _main(argv=None):
         print(f"error: this model takes {names}; "
               f"{'drop' if args.pairs else 'add'} --pairs.", file=sys.stderr)
         return 2
-    if args.pairs:
-        if len(args.texts) % 2:
-            print("error: --pairs needs an even number of texts.", file=sys.stderr)
-            return 2
-        inputs = {"sentence1": tf.constant(args.texts[0::2]),
-                  "sentence2": tf.constant(args.texts[1::2])}
-        shown = [f"{a!r} / {b!r}" for a, b in zip(args.texts[0::2], args.texts[1::2])]
-    else:
-        inputs = {"sentence": tf.constant(args.texts)}
-        shown = [repr(text) for text in args.texts]
-    outputs = {key: value.numpy() for key, value in serving(**inputs).items()}
-    for index, text in enumerate(shown):
-        if "score" in outputs:
-            answer = f"score {outputs['score'][index]:.3f}"
+    count = 0
+    for batch in batches(examples(args), args.batch_size):
+        if args.pairs:
+            inputs = {"sentence1": tf.constant([a for a, _ in batch]),
+                      "sentence2": tf.constant([b for _, b in batch])}
         else:
-            probabilities = " ".join(f"{p:.3f}" for p in outputs["probabilities"][index])
-            label = (outputs["label"][index].decode() if "label" in outputs
-                     else str(outputs["class_id"][index]))
-            answer = f"{label:<10} (probabilities {probabilities})"
-        print(f"{answer}  {text[:80]}")
-    imported = sorted(m for m in sys.modules if m.split(".")[0] == "keras_tupe")
-    print(f"(this process imported TensorFlow and tensorflow-text only; keras_tupe modules "
-          f"loaded: {imported or 'none'})")
+            inputs = {"sentence": tf.constant(batch)}
+        outputs = {key: value.numpy() for key, value in serving(**inputs).items()}
+        for index, example in enumerate(batch):
+            print(_result_line(example, outputs, index, args.json), flush=index == len(batch) - 1)
+        count += len(batch)
+    if not args.json:
+        imported = sorted(m for m in sys.modules if m.split(".")[0] == "keras_tupe")
+        print(f"({count} sentence{'s' if count != 1 else ''} in batches of {args.batch_size}; "
+              f"this process imported TensorFlow and tensorflow-text only; keras_tupe modules "
+              f"loaded: {imported or 'none'})")
     return 0
+
+
+def _result_line(example, outputs, index, as_json):
+    """One example's answer: `label (probabilities ...)  text`, or a JSON object."""
+    if as_json:
+        record = ({"sentence1": example[0], "sentence2": example[1]}
+                  if isinstance(example, tuple) else {"sentence": example})
+        for key, value in sorted(outputs.items()):
+            value = value[index]
+            record[key] = (value.decode() if isinstance(value, bytes)
+                           else value.tolist() if hasattr(value, "tolist") else value)
+        return json.dumps(record, ensure_ascii=False)
+    shown = (f"{example[0]!r} / {example[1]!r}" if isinstance(example, tuple)
+             else repr(example))
+    if "score" in outputs:
+        answer = f"score {outputs['score'][index]:.3f}"
+    else:
+        probabilities = " ".join(f"{p:.3f}" for p in outputs["probabilities"][index])
+        label = (outputs["label"][index].decode() if "label" in outputs
+                 else str(outputs["class_id"][index]))
+        answer = f"{label:<10} (probabilities {probabilities})"
+    return f"{answer}  {shown[:80]}"
 
 
 if __name__ == "__main__":

@@ -10,11 +10,11 @@ import argparse
 import sys
 import time
 
-import numpy as np
-
-from keras_tupe import TupeBackbone
-from keras_tupe.models.presets import SIZES, VARIANTS
 from training.cli import add_common_flags, run
+
+# `keras_tupe.models.presets.SIZES` (a test checks they agree): the parser knows them
+# without importing keras_tupe, so a usage error comes before TensorFlow's import.
+SIZES = ("tiny", "mini", "small", "base")
 
 
 def parse_args(argv=None):
@@ -35,6 +35,11 @@ def main(argv=None):
 
 def _main(argv=None):
     args = parse_args(argv)
+    import numpy as np
+
+    from keras_tupe import TupeBackbone
+    from keras_tupe.models.presets import VARIANTS
+
     rng = np.random.default_rng(0)
     print(f"{'preset':<22}{'parameters':>14}   outputs of one forward pass (batch 2)")
     for variant in VARIANTS:

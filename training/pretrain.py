@@ -17,10 +17,19 @@ JAX machine without TensorFlow can train from them).
 import argparse
 import sys
 
-from keras_tupe.pretraining import PRECISIONS, STRATEGIES, PretrainConfig, pretrain
 from training.cli import add_common_flags, run
 
-DEFAULTS = PretrainConfig(preset="", corpus=[], out="")
+# The choices of `keras_tupe.pretraining` (a test checks they agree): the parser knows them
+# without importing keras_tupe, so a usage error comes before TensorFlow's seconds-long import.
+STRATEGIES = ("default", "mirrored", "multiworker")
+PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
+
+
+def _defaults():
+    """`PretrainConfig`'s defaults (imported once the flags have parsed)."""
+    from keras_tupe.pretraining import PretrainConfig
+
+    return PretrainConfig(preset="", corpus=[], out="")
 
 
 def _int_list(text):
@@ -35,7 +44,7 @@ def parse_args(argv=None):
         prog="python -m training.pretrain", description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    d = DEFAULTS
+    # Defaults left out (None) are `PretrainConfig`'s, filled in after parsing.
     p.add_argument("--preset", required=True, help="backbone preset, e.g. tupe_r_mini")
     p.add_argument("--corpus", nargs="+", help="training text (see above); or --shards")
     p.add_argument("--valid-corpus", nargs="+", help="validation text, logged every --eval-every")
@@ -45,43 +54,48 @@ def parse_args(argv=None):
     p.add_argument("--out", required=True, help="run directory (created; resumed if unfinished)")
     p.add_argument("--overwrite", action="store_true", help="delete an existing --out first")
     p.add_argument("--vocab", help="WordPiece vocabulary file; trained on --corpus if absent")
-    p.add_argument("--vocabulary-size", type=int, default=d.vocabulary_size)
+    p.add_argument("--vocabulary-size", type=int, help="largest number of tokens (default: 30522)")
     p.add_argument("--cased", dest="lowercase", action="store_false", help="keep case")
-    p.add_argument("--vocab-lines", type=int, default=d.vocab_lines,
+    p.add_argument("--vocab-lines", type=int,
                    help="corpus lines used to train the vocabulary")
-    p.add_argument("--steps", type=int, default=d.steps, help="optimizer steps")
-    p.add_argument("--batch-size", type=int, default=d.batch_size, help="global batch size")
+    p.add_argument("--steps", type=int, help="optimizer steps")
+    p.add_argument("--batch-size", type=int, help="global batch size")
     p.add_argument("--seq-len", type=int,
-                   help=f"default: {d.seq_len}, or the preset's position table when shorter")
-    p.add_argument("--learning-rate", type=float, default=d.learning_rate, help="peak LR")
-    p.add_argument("--warmup-ratio", type=float, default=d.warmup_ratio)
-    p.add_argument("--weight-decay", type=float, default=d.weight_decay)
-    p.add_argument("--adam-beta1", type=float, default=d.adam_beta1)
-    p.add_argument("--adam-beta2", type=float, default=d.adam_beta2)
-    p.add_argument("--adam-epsilon", type=float, default=d.adam_epsilon)
-    p.add_argument("--clip-norm", type=float, default=d.clip_norm,
+                   help="default: 512, or the preset's position table when shorter")
+    p.add_argument("--learning-rate", type=float, help="peak LR")
+    p.add_argument("--warmup-ratio", type=float)
+    p.add_argument("--weight-decay", type=float)
+    p.add_argument("--adam-beta1", type=float)
+    p.add_argument("--adam-beta2", type=float)
+    p.add_argument("--adam-epsilon", type=float)
+    p.add_argument("--clip-norm", type=float,
                    help="global norm of the aggregated gradient")
-    p.add_argument("--dropout", type=float, default=d.dropout)
-    p.add_argument("--mask-rate", type=float, default=d.mask_rate)
-    p.add_argument("--mask-token-rate", type=float, default=d.mask_token_rate)
-    p.add_argument("--random-token-rate", type=float, default=d.random_token_rate)
+    p.add_argument("--dropout", type=float)
+    p.add_argument("--mask-rate", type=float)
+    p.add_argument("--mask-token-rate", type=float)
+    p.add_argument("--random-token-rate", type=float)
     p.add_argument("--eval-every", type=int,
-                   help=f"steps between validation, CSV rows and backups (default: {d.eval_every} "
+                   help="steps between validation, CSV rows and backups (default: 1000 "
                         "when it divides --steps, else about a tenth of --steps)")
-    p.add_argument("--valid-batches", type=int, default=d.valid_batches)
-    p.add_argument("--save-steps", type=_int_list, default=[],
+    p.add_argument("--valid-batches", type=int)
+    p.add_argument("--save-steps", type=_int_list,
                    help="steps at which to keep a .keras checkpoint, e.g. 100000,300000; 0 keeps "
                         "the random initialization (a control for fine-tuning)")
-    p.add_argument("--strategy", choices=STRATEGIES, default=d.strategy)
-    p.add_argument("--precision", choices=PRECISIONS, default=d.precision)
+    p.add_argument("--strategy", choices=STRATEGIES)
+    p.add_argument("--precision", choices=PRECISIONS)
     p.add_argument("--no-xla", dest="xla", action="store_false", help="turn XLA off")
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--shuffle-buffer", type=int, default=d.shuffle_buffer)
+    p.add_argument("--seed", type=int)
+    p.add_argument("--shuffle-buffer", type=int)
     p.add_argument("--max-lines", type=int, help="read at most this many corpus lines")
-    p.add_argument("--verbose", type=int, default=d.verbose, choices=(0, 1, 2),
+    p.add_argument("--verbose", type=int, choices=(0, 1, 2),
                    help="0: silent, 1: a progress bar of steps (default), 2: a line per block")
     add_common_flags(p)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    defaults = _defaults()
+    for name, value in vars(args).items():
+        if value is None and name not in ("seq_len", "eval_every"):  # fit_to_preset's
+            setattr(args, name, getattr(defaults, name, None))
+    return args
 
 
 def fit_to_preset(args):
@@ -95,18 +109,20 @@ def fit_to_preset(args):
     from keras_tupe.data.shards import ShardError, read_manifest
     from keras_tupe.models.presets import PRESETS
 
+    defaults = _defaults()
+
     if args["seq_len"] is None and args.get("shards"):
         try:
             args["seq_len"] = read_manifest(args["shards"])["sequence_length"]
         except ShardError:
             pass  # `pretrain` reports the folder's problem
     if args["seq_len"] is None:
-        table = PRESETS.get(args["preset"], {}).get("max_sequence_length", DEFAULTS.seq_len)
-        args["seq_len"] = min(DEFAULTS.seq_len, table)
+        table = PRESETS.get(args["preset"], {}).get("max_sequence_length", defaults.seq_len)
+        args["seq_len"] = min(defaults.seq_len, table)
     steps = args["steps"]
     if args["eval_every"] is None:
-        if steps >= 1 and steps % DEFAULTS.eval_every == 0:
-            args["eval_every"] = DEFAULTS.eval_every
+        if steps >= 1 and steps % defaults.eval_every == 0:
+            args["eval_every"] = defaults.eval_every
         else:
             args["eval_every"] = max([d for d in range(1, max(steps // 10, 1) + 1)
                                       if steps % d == 0] or [1])
@@ -124,6 +140,8 @@ def settings_line(config):
 def parse_config(argv=None):
     """The run's `PretrainConfig` from the command line, defaults fitted to the preset."""
     args = fit_to_preset(vars(parse_args(argv)))
+    from keras_tupe.pretraining import PretrainConfig
+
     del args["tf_logs"], args["traceback"]  # the entry point's own flags, not the run's
     return PretrainConfig(**args)
 
@@ -132,6 +150,8 @@ def _main(argv=None):
     config = parse_config(argv)
     if config.verbose:
         print(settings_line(config), flush=True)
+    from keras_tupe.pretraining import pretrain
+
     pretrain(config)
     return 0
 

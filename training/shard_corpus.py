@@ -20,15 +20,12 @@ import os
 import sys
 import tempfile
 
-from training.cli import add_common_flags
+from training.cli import add_common_flags, run
 
 DEFAULT_SEQUENCES_PER_SHARD = 100_000
 
 
 def parse_args(argv=None):
-    from keras_tupe.pretraining import PretrainConfig
-
-    defaults = PretrainConfig(preset="", corpus=[], out="")
     p = argparse.ArgumentParser(prog="python -m training.shard_corpus", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common_flags(p)  # --tf-logs, --traceback; the parser's own errors in one line
@@ -37,17 +34,30 @@ def parse_args(argv=None):
     p.add_argument("--out", required=True, help="shard folder to create")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
     p.add_argument("--vocab", help="WordPiece vocabulary file; trained on --corpus if absent")
-    p.add_argument("--vocabulary-size", type=int, default=defaults.vocabulary_size)
-    p.add_argument("--vocab-lines", type=int, default=defaults.vocab_lines,
-                   help="corpus lines used to train the vocabulary")
+    # Defaults left out (None) are training.pretrain's (`PretrainConfig`), filled in after
+    # parsing: a usage error comes before TensorFlow's import.
+    p.add_argument("--vocabulary-size", type=int, help="default: 30522")
+    p.add_argument("--vocab-lines", type=int,
+                   help="corpus lines used to train the vocabulary (default: 200000)")
     p.add_argument("--cased", dest="lowercase", action="store_false", help="keep case")
-    p.add_argument("--seq-len", type=int, default=defaults.seq_len)
+    p.add_argument("--seq-len", type=int, help="default: 512")
     p.add_argument("--sequences-per-shard", type=int, default=DEFAULT_SEQUENCES_PER_SHARD)
     p.add_argument("--max-lines", type=int, help="read at most this many corpus lines")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    from keras_tupe.pretraining import PretrainConfig
+
+    defaults = PretrainConfig(preset="", corpus=[], out="")
+    for name in ("vocabulary_size", "vocab_lines", "seq_len"):
+        if getattr(args, name) is None:
+            setattr(args, name, getattr(defaults, name))
+    return args
 
 
 def main(argv=None):
+    return run(_main, argv)
+
+
+def _main(argv=None):
     args = parse_args(argv)
     from keras_tupe import data
     from keras_tupe.data.sharding import shard_corpus

@@ -3,12 +3,20 @@
 Every corpus layout becomes the same stream: one scalar `tf.string` a paragraph, in
 corpus order, with an empty string `""` between two documents (never at the start or
 the end, never two in a row). The packer turns each `""` into one [SEP] token.
+
+Memory is bounded by the batch, not by the corpus or its longest line: files are read
+in pieces of at most `_PIECE_BYTES` (a longer line, even a whole corpus on one line,
+becomes several stream elements, cut after a space so no word is split: the packer
+and the vocabulary see the same words), and a batch holds at most `_LINES_PER_BATCH`
+pieces and about `_BATCH_BYTES` of text.
 """
 
-import itertools
+import codecs
 import logging
 import os
 from pathlib import Path
+
+import numpy as np
 
 import tensorflow as tf
 
@@ -31,6 +39,8 @@ _WIKITEXT_HEADING = r"(= ){2,}.*( =){2,}"
 _WIKITEXT_HEADING_MARKERS = r"^(= )+|( =)+$"
 
 _LINES_PER_BATCH = 1024
+_PIECE_BYTES = 1 << 14   # 16 KiB: a longer line is passed on in pieces of about this size
+_BATCH_BYTES = 1 << 20   # 1 MiB of text: a batch ends at this size or _LINES_PER_BATCH
 _UNIT_STRIDE = 2**40  # unit ids of the parts of a list source never collide
 
 logger = logging.getLogger(__name__)
@@ -87,50 +97,84 @@ def check_utf8(path, max_lines=None):
     Text in another encoding (Latin-1, Windows-1252) is refused rather than decoded by
     guess: a wrong guess would teach the vocabulary wrong characters, silently. The
     error names the file, line and column of the first invalid byte and how to convert.
-    Reads the first `max_lines` lines (all when `None`).
+    Reads the first `max_lines` lines (all when `None`), a block at a time: memory does
+    not grow with the file or its longest line.
     """
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    newlines, line_start, read = 0, 0, 0  # so far: "\n" read, where the line began, bytes
     with open(path, "rb") as f:
-        data = f.read() if max_lines is None else b"".join(itertools.islice(f, max_lines))
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        line = data.count(b"\n", 0, error.start) + 1
-        column = error.start - data.rfind(b"\n", 0, error.start)
-        raise ValueError(
-            f"Corpus file {path} is not UTF-8 text: line {line}, column {column} has the byte "
-            f"0x{data[error.start]:02x}. Convert it to UTF-8 first, e.g. `iconv -f latin1 -t "
-            f"utf-8 {path} > {path}.utf8` for Latin-1 text."
-        ) from None
+        while True:
+            block = f.read(_BATCH_BYTES)
+            final = not block
+            if max_lines is not None and block.count(b"\n") >= max_lines - newlines:
+                position = -1  # the `max_lines`-th newline: read no further
+                for _ in range(max_lines - newlines):
+                    position = block.find(b"\n", position + 1)
+                block, final = block[:position + 1], True
+            # The decoder holds back an incomplete character at a block's end.
+            held = decoder.getstate()[0]
+            data, offset = held + block, read - len(held)
+            try:
+                decoder.decode(block, final=final)
+            except UnicodeDecodeError as error:
+                start = error.start  # in `data`
+                line = newlines + data.count(b"\n", 0, start) + 1
+                last = data.rfind(b"\n", 0, start)
+                column = start - last if last >= 0 else offset + start - line_start + 1
+                raise ValueError(
+                    f"Corpus file {path} is not UTF-8 text: line {line}, column {column} has "
+                    f"the byte 0x{data[start]:02x}. Convert it to UTF-8 first, e.g. `iconv -f "
+                    f"latin1 -t utf-8 {path} > {path}.utf8` for Latin-1 text."
+                ) from None
+            if final:
+                return
+            newlines += block.count(b"\n")
+            last = block.rfind(b"\n")
+            if last >= 0:
+                line_start = read + last + 1
+            read += len(block)
 
 
-def line_batches(source, max_lines=None, text_feature="text"):
+def line_batches(source, max_lines=None, text_feature="text", progress=None):
     """`line_dataset` before its final unbatch: 1-D `tf.string` batches of lines.
 
     The packer tokenizes these batches directly, which saves tf.data's per-element
     overhead (unbatching and re-batching ~300k enwiki lines costs seconds an epoch).
-    Checks the paths but not emptiness. Arguments as for `line_dataset`.
+    A line longer than `_PIECE_BYTES` comes in pieces (see the module docstring).
+    Checks the paths but not emptiness. Arguments as for `line_dataset`, and:
+
+    Args:
+        progress: callable or None. Called with `(lines, num_bytes)` as the raw text is
+            read (lines counted when they end), e.g. to print a progress figure.
     """
     if max_lines is not None and (isinstance(max_lines, bool) or not isinstance(max_lines, int)
                                   or max_lines < 1):
         raise ValueError(
             f"`max_lines` must be None or an int >= 1. Received: max_lines={max_lines!r}")
-    parts = [_part_lines(part, index, text_feature) for index, part in enumerate(_parts(source))]
+    parts = [_part_lines(part, index, text_feature, max_lines, progress)
+             for index, part in enumerate(_parts(source))]
     raw = parts[0]
     for part in parts[1:]:
         raw = raw.concatenate(part)
     if max_lines is not None:
         raw = _truncate(raw, max_lines)
+    else:
+        raw = raw.map(lambda lines, unit, mode, whole, ends: (lines, unit, mode, whole))
     raw = raw.map(_classify, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return raw.scan(_initial_state(), _mark_documents)
 
 
 def _truncate(batches, max_lines):
-    """The first `max_lines` lines of a stream of batches; reads no further."""
+    """The first `max_lines` lines of a stream of batches (every piece of them); no further."""
 
     def cut(read, batch):
-        lines, unit, mode = batch
-        keep = tf.minimum(tf.shape(lines, out_type=tf.int64)[0], max_lines - read)
-        return read + keep, (read, lines[:keep], unit[:keep], mode[:keep])
+        lines, unit, mode, whole, ends = batch
+        ends = tf.cast(ends, tf.int64)
+        # An element is kept when fewer than `max_lines` lines ended before it.
+        keep = tf.reduce_sum(tf.cast(read + tf.cumsum(ends, exclusive=True) < max_lines,
+                                     tf.int32))
+        return (read + tf.reduce_sum(ends[:keep]),
+                (read, lines[:keep], unit[:keep], mode[:keep], whole[:keep]))
 
     batches = batches.scan(tf.constant(0, tf.int64), cut)
     batches = batches.take_while(lambda read, *_: read < max_lines)
@@ -172,27 +216,97 @@ def _files(path):
     return files
 
 
-def _part_lines(part, index, text_feature):
-    """Batches of (line, unit, mode) of one part; `unit` changes at each file/example."""
-    offset = tf.constant(index * _UNIT_STRIDE, tf.int64)
+def _part_lines(part, index, text_feature, max_lines=None, progress=None):
+    """Batches of (line, unit, mode, whole, ends) of one part.
+
+    `unit` changes at each file or tfds example; `whole` is False for the pieces of a
+    line longer than `_PIECE_BYTES`, `ends` True for the element that ends a line.
+    """
+    offset = index * _UNIT_STRIDE
     if part[0] == "tfds":
-        return _tfds_lines(part[1], text_feature, offset)
+        return _tfds_lines(part[1], text_feature, tf.constant(offset, tf.int64), progress)
     paths, modes = zip(*part[1])
-
-    def read(unit, path, mode):
-        def label(lines):
-            n = tf.shape(lines, out_type=tf.int64)[0]
-            return lines, tf.fill([n], offset + unit), tf.fill([n], mode)
-
-        return tf.data.TextLineDataset(path).batch(_LINES_PER_BATCH).map(label)
-
-    units = tf.data.Dataset.from_tensor_slices(
-        (tf.range(len(paths), dtype=tf.int64), list(paths), list(modes))
-    )
-    return units.flat_map(read)
+    spec = (tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.int64),
+            tf.TensorSpec([None], tf.int32), tf.TensorSpec([None], tf.bool),
+            tf.TensorSpec([None], tf.bool))
+    return tf.data.Dataset.from_generator(
+        lambda: _read_files(paths, modes, offset, max_lines, progress), output_signature=spec)
 
 
-def _tfds_lines(spec, text_feature, offset):
+def _read_files(paths, modes, offset, max_lines=None, progress=None):
+    """Yields batches of the files' lines, a long line in pieces; reads `max_lines` at most.
+
+    A Python reader (`readline` with a size limit) rather than `TextLineDataset`, which
+    holds a whole line in memory however long it is (a 50 MB line took 4 GB to pack).
+    """
+    batch, size, lines_read = [], 0, 0
+
+    def flush():
+        nonlocal batch, size
+        columns = list(zip(*batch))
+        out = (np.array(columns[0], dtype=object), np.array(columns[1], np.int64),
+               np.array(columns[2], np.int32), np.array(columns[3], bool),
+               np.array(columns[4], bool))
+        if progress is not None:
+            progress(int(out[4].sum()), size)
+        batch, size = [], 0
+        return out
+
+    for unit, (path, mode) in enumerate(zip(paths, modes)):
+        for text, whole, ends in _pieces(path):
+            batch.append((text, offset + unit, mode, whole, ends))
+            size += len(text)
+            lines_read += ends
+            if len(batch) == _LINES_PER_BATCH or size >= _BATCH_BYTES:
+                yield flush()
+            if max_lines is not None and lines_read >= max_lines:
+                break
+        if max_lines is not None and lines_read >= max_lines:
+            break
+    if batch:
+        yield flush()
+
+
+def _pieces(path):
+    """(text, whole, ends) for each line of a file, a line over `_PIECE_BYTES` in pieces.
+
+    A piece ends after the last space or tab within `_PIECE_BYTES` (so the pieces hold
+    the line's words whole), or, in a run without one, before a UTF-8 character that
+    does not fit. `whole`: the element is a complete line; `ends`: it ends its line.
+    """
+    with open(path, "rb") as f:
+        pending = b""
+        while True:
+            data = f.readline(_PIECE_BYTES)
+            if not data:
+                if pending:
+                    yield pending, False, True
+                return
+            text = pending + data
+            if data.endswith(b"\n") or len(data) < _PIECE_BYTES:  # the line ends here
+                yield text.rstrip(b"\n"), not pending, True
+                pending = b""
+                continue
+            cut = max(text.rfind(b" "), text.rfind(b"\t")) + 1
+            if cut == 0:  # no space: cut before an incomplete UTF-8 character
+                cut = _utf8_boundary(text)
+            yield text[:cut], False, False
+            pending = text[cut:]
+
+
+def _utf8_boundary(data):
+    """The largest `n <= len(data)` such that `data[:n]` ends with a complete character."""
+    start = len(data)
+    while start > 0 and data[start - 1] & 0xC0 == 0x80:  # continuation bytes
+        start -= 1
+    if start == 0 or data[start - 1] < 0xC0:  # ASCII before them (or nothing): all whole
+        return len(data)
+    lead = data[start - 1]
+    needed = 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
+    return len(data) if len(data) - (start - 1) >= needed else start - 1
+
+
+def _tfds_lines(spec, text_feature, offset, progress=None):
     name, _, split = spec[len(TFDS_PREFIX):].partition(":")
     split = split or "train"
     if not name:
@@ -209,9 +323,21 @@ def _tfds_lines(spec, text_feature, offset):
         # One example is one document, its lines the paragraphs.
         lines = tf.strings.split(example[text_feature], "\n")
         n = tf.shape(lines, out_type=tf.int64)[0]
-        return lines, tf.fill([n], offset + unit), tf.fill([n], _DOCUMENT)
+        every = tf.fill([n], True)
+        return lines, tf.fill([n], offset + unit), tf.fill([n], _DOCUMENT), every, every
 
-    return examples.enumerate().map(lines)  # a batch per example
+    batches = examples.enumerate().map(lines)  # a batch per example
+    if progress is None:
+        return batches
+
+    def count(lines, *rest):
+        size = tf.reduce_sum(tf.strings.length(lines))
+        counted = tf.py_function(lambda n, b: progress(int(n), int(b)) or 0,
+                                 [tf.size(lines), size], tf.int32)
+        with tf.control_dependencies([counted]):
+            return (tf.identity(lines), *rest)
+
+    return batches.map(count)
 
 
 def _load_tfds(name, split):
@@ -239,13 +365,17 @@ def _load_tfds(name, split):
         ) from error
 
 
-def _classify(line, unit, mode):
-    """(text, kind, unit): what each raw line of a batch is, given its unit's layout."""
+def _classify(line, unit, mode, whole):
+    """(text, kind, unit): what each raw line of a batch is, given its unit's layout.
+
+    A piece of a long line is text, or nothing when blank: only a whole line can be a
+    document boundary, a title or a heading.
+    """
     text = tf.strings.strip(line)
     blank = tf.equal(text, "")
-    title = tf.strings.regex_full_match(text, _WIKITEXT_TITLE)
-    heading = tf.strings.regex_full_match(text, _WIKITEXT_HEADING)
-    if_blank = tf.where(tf.equal(mode, _PLAIN), _BOUNDARY, _SKIP)
+    title = tf.strings.regex_full_match(text, _WIKITEXT_TITLE) & whole
+    heading = tf.strings.regex_full_match(text, _WIKITEXT_HEADING) & whole
+    if_blank = tf.where(tf.equal(mode, _PLAIN) & whole, _BOUNDARY, _SKIP)
     kind = tf.where(blank, if_blank, _TEXT)
     is_wikitext = tf.equal(mode, _WIKITEXT)
     kind = tf.where(is_wikitext & title, _BOUNDARY, kind)

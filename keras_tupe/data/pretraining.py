@@ -13,6 +13,7 @@ from keras_tupe.data.corpus import line_batches, line_dataset
 from keras_tupe.data.masking import UNSELECTABLE_IDS, check_rate, mask_selection_length
 from keras_tupe.data.vocabulary import (
     SPECIAL_TOKENS,
+    check_vocabulary,
     load_tokenizer,
     train_vocabulary,
     vocabulary_fingerprint,
@@ -20,6 +21,7 @@ from keras_tupe.data.vocabulary import (
 
 __all__ = [
     "SPECIAL_TOKENS",
+    "check_vocabulary",
     "line_dataset",
     "load_tokenizer",
     "mask_selection_length",

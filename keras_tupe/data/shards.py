@@ -33,6 +33,7 @@ import keras
 import numpy as np
 
 from keras_tupe.data.masking import SPECIAL_TOKENS, mask_batch, mask_selection_length
+from keras_tupe.folders import made_folder
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -127,51 +128,53 @@ def write_shard_folder(out, batches, vocabulary_file, lowercase, sequence_length
     staging = out + ".partial"
     if os.path.exists(staging):
         shutil.rmtree(staging)  # left by an interrupted earlier run
-    os.makedirs(staging)
-    shards, pending, num_pending = [], [], 0
+    # An interruption (Ctrl-C, SIGTERM, an error) leaves no staging folder, nor the parents
+    # it created.
+    with made_folder(staging):
+        shards, pending, num_pending = [], [], 0
 
-    def flush(rows):
-        block = np.concatenate(pending)
-        np.save(os.path.join(staging, shard_name(len(shards))), block[:rows].astype(dtype))
-        shards.append({"file": shard_name(len(shards)), "sequences": rows})
-        return [block[rows:]] if rows < len(block) else []
+        def flush(rows):
+            block = np.concatenate(pending)
+            np.save(os.path.join(staging, shard_name(len(shards))), block[:rows].astype(dtype))
+            shards.append({"file": shard_name(len(shards)), "sequences": rows})
+            return [block[rows:]] if rows < len(block) else []
 
-    for batch in batches:
-        batch = np.asarray(batch)
-        if batch.ndim != 2 or batch.shape[1] != sequence_length:
-            raise ValueError(f"Expected sequences of shape (n, {sequence_length}). "
-                             f"Received: shape={batch.shape}")
-        if batch.size and (batch.min() < 0 or batch.max() >= vocabulary_size):
-            raise ValueError(f"Ids must lie in [0, {vocabulary_size}). Received: "
-                             f"[{batch.min()}, {batch.max()}]")
-        pending.append(batch)
-        num_pending += len(batch)
-        while num_pending >= sequences_per_shard:
-            pending = flush(sequences_per_shard)
-            num_pending -= sequences_per_shard
-    if num_pending:
-        flush(num_pending)
-    if not shards:
-        raise ValueError("No sequence to write: the corpus is shorter than one sequence of "
-                         f"{sequence_length} tokens.")
-    shutil.copyfile(vocabulary_file, os.path.join(staging, VOCABULARY))
-    num_sequences = sum(entry["sequences"] for entry in shards)
-    manifest = {
-        "format_version": FORMAT_VERSION,
-        "vocabulary_sha256": file_sha256(vocabulary_file),
-        "vocabulary_size": vocabulary_size,
-        "special_tokens": SPECIAL_TOKENS,
-        "lowercase": lowercase,
-        "sequence_length": sequence_length,
-        "dtype": np.dtype(dtype).name,
-        "sequences_per_shard": sequences_per_shard,
-        "num_sequences": num_sequences,
-        "num_tokens": num_sequences * sequence_length,
-        "shards": shards,
-        **record,
-    }
-    with open(os.path.join(staging, MANIFEST), "w") as f:
-        json.dump(manifest, f, indent=2)
+        for batch in batches:
+            batch = np.asarray(batch)
+            if batch.ndim != 2 or batch.shape[1] != sequence_length:
+                raise ValueError(f"Expected sequences of shape (n, {sequence_length}). "
+                                 f"Received: shape={batch.shape}")
+            if batch.size and (batch.min() < 0 or batch.max() >= vocabulary_size):
+                raise ValueError(f"Ids must lie in [0, {vocabulary_size}). Received: "
+                                 f"[{batch.min()}, {batch.max()}]")
+            pending.append(batch)
+            num_pending += len(batch)
+            while num_pending >= sequences_per_shard:
+                pending = flush(sequences_per_shard)
+                num_pending -= sequences_per_shard
+        if num_pending:
+            flush(num_pending)
+        if not shards:
+            raise ValueError("No sequence to write: the corpus is shorter than one sequence of "
+                             f"{sequence_length} tokens.")
+        shutil.copyfile(vocabulary_file, os.path.join(staging, VOCABULARY))
+        num_sequences = sum(entry["sequences"] for entry in shards)
+        manifest = {
+            "format_version": FORMAT_VERSION,
+            "vocabulary_sha256": file_sha256(vocabulary_file),
+            "vocabulary_size": vocabulary_size,
+            "special_tokens": SPECIAL_TOKENS,
+            "lowercase": lowercase,
+            "sequence_length": sequence_length,
+            "dtype": np.dtype(dtype).name,
+            "sequences_per_shard": sequences_per_shard,
+            "num_sequences": num_sequences,
+            "num_tokens": num_sequences * sequence_length,
+            "shards": shards,
+            **record,
+        }
+        with open(os.path.join(staging, MANIFEST), "w") as f:
+            json.dump(manifest, f, indent=2)
     if os.path.exists(out):
         shutil.rmtree(out)
     os.replace(staging, out)

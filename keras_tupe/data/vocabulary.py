@@ -2,6 +2,7 @@
 
 import contextlib
 import hashlib
+import os
 import time
 from pathlib import Path
 
@@ -38,33 +39,53 @@ def _plain_spaces(lines, lowercase=True):
 
 
 class _Progress:
-    """Prints lines read, lines/s and (when the total is known) an ETA, every `every` s."""
+    """Prints lines and MB read, MB/s and (when the size is known) the time left, every `every` s.
 
-    def __init__(self, total=None, every=5.0, heartbeat=None):
-        self.total, self.every, self.heartbeat = total, every, heartbeat
-        self.lines, self.start = 0, time.perf_counter()
-        self.last = self.start
+    Fed by the corpus reader (`line_batches(progress=...)`) as it reads, so a corpus on
+    one enormous line shows its bytes going by too. The share done is the larger of
+    the lines read of `max_lines` and the bytes read of the files' size.
+    """
 
-    def __call__(self, count):
-        self.lines += int(count)
+    def __init__(self, max_lines=None, total_bytes=None, every=5.0, heartbeat=None,
+                 print_fn=None):
+        self.max_lines, self.total_bytes = max_lines, total_bytes
+        self.every, self.heartbeat = every, heartbeat
+        self.print_fn = print_fn or (lambda line: print(line, flush=True))
+        self.lines = self.bytes = 0
+        self.start = self.last = time.perf_counter()
+
+    def __call__(self, lines, num_bytes):
+        self.lines += int(lines)
+        self.bytes += int(num_bytes)
         now = time.perf_counter()
         if now - self.last >= self.every:
             self.last = now
-            rate = self.lines / (now - self.start)
-            eta = (f", about {max(self.total - self.lines, 0) / rate:.0f}s left"
-                   if self.total and rate else "")
-            of = f" of at most {self.total:,}" if self.total else ""
-            print(f"  vocabulary: {self.lines:,} lines{of} read, {rate:,.0f} lines/s{eta}",
-                  flush=True)
+            self.print_fn(self.line(now - self.start))
         if self.heartbeat is not None:
             self.heartbeat.touch()  # still reading: the heartbeat is for the learning after
-        return 0
 
-    def watch(self, lines):
-        """`lines` (a batch) unchanged, counted when tf.data reads it."""
-        counted = tf.py_function(self, [tf.size(lines)], tf.int32)
-        with tf.control_dependencies([counted]):
-            return tf.identity(lines)
+    def line(self, elapsed):
+        """`vocabulary: 1,234 lines, 5.6 MB read (12%), 1.2 MB/s, about 40s left`."""
+        shares = [self.lines / self.max_lines if self.max_lines else 0,
+                  self.bytes / self.total_bytes if self.total_bytes else 0]
+        done = min(max(shares), 1.0)
+        rate = self.bytes / 1e6 / elapsed if elapsed > 0 else 0.0
+        left = (f" ({100 * done:.0f}%), about {elapsed * (1 - done) / done:.0f}s left"
+                if done > 0 else "")
+        return (f"  vocabulary: {self.lines:,} lines, {self.bytes / 1e6:,.1f} MB read{left}, "
+                f"{rate:,.1f} MB/s")
+
+
+def _corpus_bytes(source):
+    """The size of a corpus's files, or None when it has a tfds part (size unknown)."""
+    from keras_tupe.data.corpus import _parts
+
+    total = 0
+    for kind, files in _parts(source):
+        if kind != "files":
+            return None
+        total += sum(os.path.getsize(path) for path, _ in files)
+    return total
 
 
 def train_vocabulary(source, vocabulary_size, output_file, lowercase=True, max_lines=None,
@@ -83,7 +104,7 @@ def train_vocabulary(source, vocabulary_size, output_file, lowercase=True, max_l
         lowercase: bool. Lowercase the text first; `load_tokenizer` must be given
             the same value. Defaults to `True`.
         max_lines: int or None. Read at most this many lines of the corpus.
-        verbose: bool. Print progress (lines read, lines/s, ETA) every 5 seconds, then
+        verbose: bool. Print progress (lines and MB read, MB/s, time left) every 5 s, then
             a heartbeat line every 5 seconds while the learner runs (it reports
             nothing itself: about a minute on a large corpus). Defaults to `True`.
 
@@ -106,12 +127,11 @@ def train_vocabulary(source, vocabulary_size, output_file, lowercase=True, max_l
             "(checkpoints are matched to their vocabulary). Choose another path or delete it."
         )
     line_dataset(source, max_lines=max_lines)  # clear errors for missing, empty, non-UTF-8 corpora
-    # Batches of lines, document boundaries ("") included: they hold no word.
-    lines = line_batches(source, max_lines=max_lines).map(
-        lambda batch: _plain_spaces(batch, lowercase))
     heartbeat = Heartbeat("  vocabulary: learning the word pieces", every=5.0)
-    if verbose:
-        lines = lines.map(_Progress(max_lines, heartbeat=heartbeat).watch)
+    progress = _Progress(max_lines, _corpus_bytes(source), heartbeat=heartbeat) if verbose else None
+    # Batches of lines, document boundaries ("") included: they hold no word.
+    lines = line_batches(source, max_lines=max_lines, progress=progress).map(
+        lambda batch: _plain_spaces(batch, lowercase))
     started = time.perf_counter()
     with heartbeat if verbose else contextlib.nullcontext():
         vocabulary = keras_hub.tokenizers.compute_word_piece_vocabulary(
@@ -130,6 +150,55 @@ def train_vocabulary(source, vocabulary_size, output_file, lowercase=True, max_l
     return str(output_file)
 
 
+def check_vocabulary(vocabulary_file):
+    """Refuses a vocabulary file the tokenizer cannot use, naming the file and the line.
+
+    A vocabulary is UTF-8 text, one token a line (its line number, from 0, is its id),
+    starting with `SPECIAL_TOKENS` in order, each token once. Tokens are compared as
+    keras-hub reads them (trailing whitespace stripped). Without this check a repeated
+    token fails deep inside tensorflow-text, naming neither the file nor the token.
+
+    Returns:
+        The path, as a `Path`.
+
+    Raises:
+        FileNotFoundError: the file does not exist.
+        ValueError: it is not UTF-8, lacks the special tokens, or repeats a token.
+    """
+    vocabulary_file = Path(vocabulary_file)
+    if not vocabulary_file.is_file():
+        raise FileNotFoundError(f"Vocabulary file {vocabulary_file} does not exist.")
+    try:
+        with open(vocabulary_file, encoding="utf-8") as f:
+            tokens = [line.rstrip() for line in f]
+    except UnicodeDecodeError as error:
+        raise ValueError(
+            f"Vocabulary file {vocabulary_file} is not UTF-8 text (byte {error.start} is "
+            f"0x{error.object[error.start]:02x}): a vocabulary is UTF-8, one token a line."
+        ) from None
+    head = tokens[:len(SPECIAL_TOKENS)]
+    if head != SPECIAL_TOKENS:
+        missing = [token for token in SPECIAL_TOKENS if token not in tokens]
+        what = (f"lacks {', '.join(missing)}" if missing
+                else "has them elsewhere or in another order")
+        raise ValueError(
+            f"Vocabulary file {vocabulary_file} must start with the special tokens "
+            f"{SPECIAL_TOKENS} (ids 0-4), in that order; it {what}. Received first lines: "
+            f"{head}"
+        )
+    first_line = {}
+    for number, token in enumerate(tokens, 1):
+        if token in first_line:
+            shown = repr(token) if token else "'' (a blank line)"
+            raise ValueError(
+                f"Vocabulary file {vocabulary_file} has the token {shown} twice, on lines "
+                f"{first_line[token]} and {number}: a token's line is its id, so each token "
+                f"may appear once. Remove line {number} (and any other repeat)."
+            )
+        first_line[token] = number
+    return vocabulary_file
+
+
 def load_tokenizer(vocabulary_file, lowercase=True, sequence_length=None):
     """A `keras_hub.tokenizers.WordPieceTokenizer` for a vocabulary of `train_vocabulary`.
 
@@ -142,18 +211,9 @@ def load_tokenizer(vocabulary_file, lowercase=True, sequence_length=None):
 
     Raises:
         FileNotFoundError: the file does not exist.
-        ValueError: the file does not start with `SPECIAL_TOKENS`, in that order.
+        ValueError: the file is not a usable vocabulary (`check_vocabulary`).
     """
-    vocabulary_file = Path(vocabulary_file)
-    if not vocabulary_file.is_file():
-        raise FileNotFoundError(f"Vocabulary file {vocabulary_file} does not exist.")
-    with open(vocabulary_file, encoding="utf-8") as f:
-        head = [f.readline().rstrip("\n") for _ in SPECIAL_TOKENS]
-    if head != SPECIAL_TOKENS:
-        raise ValueError(
-            f"Vocabulary file {vocabulary_file} must start with the special tokens "
-            f"{SPECIAL_TOKENS} (ids 0-4), in that order. Received first lines: {head}"
-        )
+    vocabulary_file = check_vocabulary(vocabulary_file)
     return keras_hub.tokenizers.WordPieceTokenizer(
         vocabulary=str(vocabulary_file),
         sequence_length=sequence_length,

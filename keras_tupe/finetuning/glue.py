@@ -21,6 +21,7 @@ import keras
 import numpy as np
 
 from keras_tupe.callbacks import StepProgress
+from keras_tupe.folders import made_folder
 from keras_tupe.progress import Heartbeat
 
 from keras_tupe.finetuning.loading import (
@@ -227,6 +228,9 @@ def run_protocol(tasks, init, out_dir, learning_rates=PAPER_LEARNING_RATES, seed
     """
     from keras_tupe.data import glue
 
+    # A repeated task, rate or seed is one point of the grid (run and counted once).
+    tasks, learning_rates, seeds = (list(dict.fromkeys(values))
+                                    for values in (tasks, learning_rates, seeds))
     unknown = [t for t in tasks if t not in glue.GLUE_TASKS]
     if unknown:
         raise ValueError(f"Unknown GLUE task(s) {unknown}. Valid tasks: {sorted(glue.GLUE_TASKS)}")
@@ -234,27 +238,30 @@ def run_protocol(tasks, init, out_dir, learning_rates=PAPER_LEARNING_RATES, seed
     check_task_settings(tasks, task_settings)
     # every input checked before anything is written
     _preflight(tasks, init, config_kwargs, task_settings)
-    os.makedirs(out_dir, exist_ok=True)
-    results_path, rows = read_results(out_dir)
-    done = {(r["task"], r["learning_rate"], r["seed"]) for r in rows}
-    grid = [(task, rate, seed) for task in tasks for rate in learning_rates for seed in seeds]
-    for number, (task, rate, seed) in enumerate(grid, 1):
-        if (task, rate, seed) in done:
-            continue
-        save_dir = (os.path.join(out_dir, "models", f"{task}_lr{rate:g}_seed{seed}")
-                    if save_models else None)
-        if config_kwargs.get("progress"):
-            print(f"{task} lr={rate:g} seed={seed}: loading and fine-tuning "
-                  f"(run {number} of {len(grid)}) ...", flush=True)
-        start = time.perf_counter()
-        row = finetune_glue(FinetuneConfig(task=task, init=init, learning_rate=rate,
-                                           seed=seed, save_dir=save_dir,
-                                           **{**config_kwargs, **task_settings.get(task, {})}))
-        row["wall_seconds"] = time.perf_counter() - start  # data, training, evaluation
-        rows.append(row)
-        append_result(results_path, row)
-        print(f"{task} lr={rate:g} seed={seed}: "
-              f"{ {s: round(100 * m['score'], 2) for s, m in row['dev'].items()} }", flush=True)
+    # An interruption before the first finished run leaves no folder it made; after it,
+    # results.jsonl stays, to resume from.
+    with made_folder(out_dir, keep=lambda: bool(read_results(out_dir)[1])):
+        results_path, rows = read_results(out_dir)
+        done = {(r["task"], r["learning_rate"], r["seed"]) for r in rows}
+        grid = [(task, rate, seed)
+                for task in tasks for rate in learning_rates for seed in seeds]
+        for number, (task, rate, seed) in enumerate(grid, 1):
+            if (task, rate, seed) in done:
+                continue
+            save_dir = (os.path.join(out_dir, "models", f"{task}_lr{rate:g}_seed{seed}")
+                        if save_models else None)
+            if config_kwargs.get("progress"):
+                print(f"{task} lr={rate:g} seed={seed}: loading and fine-tuning "
+                      f"(run {number} of {len(grid)}) ...", flush=True)
+            start = time.perf_counter()
+            settings = {**config_kwargs, **task_settings.get(task, {})}
+            row = finetune_glue(FinetuneConfig(task=task, init=init, learning_rate=rate,
+                                               seed=seed, save_dir=save_dir, **settings))
+            row["wall_seconds"] = time.perf_counter() - start  # data, training, evaluation
+            rows.append(row)
+            append_result(results_path, row)
+            scores = {split: round(100 * m["score"], 2) for split, m in row["dev"].items()}
+            print(f"{task} lr={rate:g} seed={seed}: {scores}", flush=True)
     table = summarize([r for r in rows if r["learning_rate"] in learning_rates
                        and r["seed"] in seeds], tasks)
     write_tables(table, out_dir, f"GLUE dev, {os.path.basename(os.path.normpath(init))}")

@@ -27,6 +27,10 @@ def load_backbone(init):
     if is_preset_folder(init) or is_preset_folder(run_preset):
         return TupeBackbone.from_preset(init if is_preset_folder(init) else run_preset)
     path = os.path.join(init, "backbone.keras") if os.path.isdir(init) else init
+    if not os.path.exists(path) and os.path.isdir(init):
+        unfinished = unfinished_run(init)
+        if unfinished:
+            raise ValueError(unfinished)
     if not os.path.exists(path):
         raise FileNotFoundError(
             f"No encoder at {init}: give a preset folder (with config.json), a pre-training "
@@ -41,15 +45,57 @@ def load_backbone(init):
     return backbone
 
 
+def unfinished_run(run_dir):
+    """What to do with a pre-training run directory that has no encoder yet, or None.
+
+    A run saves its encoder (`preset/`, `backbone.keras`) only after its last step; until
+    then it holds `run_config.json`, a backup to resume from and any `--save-steps`
+    checkpoints, which fine-tuning can start from.
+    """
+    import glob
+
+    config_path = os.path.join(run_dir, "run_config.json")
+    if not os.path.isfile(config_path):
+        return None
+    try:
+        with open(config_path) as f:
+            config = json.load(f)["config"]
+        steps, eval_every = int(config["steps"]), int(config["eval_every"])
+    except (OSError, ValueError, KeyError, TypeError):
+        steps = eval_every = None
+    done = 0
+    metadata = os.path.join(run_dir, "backup", "training_metadata.json")
+    if os.path.isfile(metadata) and eval_every:
+        try:
+            with open(metadata) as f:
+                done = int(json.load(f)["epoch"]) * eval_every
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    progress = f"step {done:,} of {steps:,} backed up" if steps else "not finished"
+    checkpoints = sorted(path for path in glob.glob(os.path.join(run_dir, "checkpoints",
+                                                                 "step_*.keras"))
+                         if not path.endswith(".partial.keras"))
+    use = (f"or pass one of its checkpoints as --init, e.g. {checkpoints[-1]}"
+           if checkpoints else "or, to fine-tune before it ends, pre-train with --save-steps "
+                               "to keep checkpoints (run_dir/checkpoints/step_N.keras)")
+    return (f"{run_dir} is an unfinished pre-training run ({progress}): the encoder is saved "
+            "only after the last step. Finish it by running the same `training.pretrain` "
+            f"command again (it resumes; the command is in {config_path}), {use}.")
+
+
 def default_vocabulary(init):
     """The vocabulary of a preset folder or run directory (or of a `.keras` file's directory)."""
     from keras_tupe.models.preset_folders import VOCABULARY_ASSET
 
     directory = init if os.path.isdir(init) else os.path.dirname(os.path.abspath(init))
-    for candidate in (os.path.join(directory, VOCABULARY_ASSET),
-                      os.path.join(directory, "vocab.txt")):
-        if os.path.exists(candidate):
-            return candidate
+    directories = [directory]
+    if os.path.basename(directory) == "checkpoints":  # a run's step_N.keras: the run's
+        directories.append(os.path.dirname(directory))
+    for folder in directories:
+        for candidate in (os.path.join(folder, VOCABULARY_ASSET),
+                          os.path.join(folder, "vocab.txt")):
+            if os.path.exists(candidate):
+                return candidate
     raise FileNotFoundError(
         f"No vocabulary in {directory} (neither {VOCABULARY_ASSET} nor vocab.txt); pass the "
         "vocabulary the encoder was pre-trained with."

@@ -28,13 +28,19 @@ def append_result(path, row):
 
 
 def summarize(rows, tasks):
-    """Median over seeds per (task, learning rate); the best learning rate per task."""
+    """Median over seeds per (task, learning rate); the best learning rate per task.
+
+    Each task is one row however often `tasks` names it, and each (task, learning rate,
+    seed) one score however often `rows` holds it (the last: a results.jsonl written
+    twice for one run counts once).
+    """
     table = []
-    for task in tasks:
+    runs = {(row["task"], row["learning_rate"], row.get("seed")): row for row in rows}
+    for task in dict.fromkeys(tasks):
         by_rate = {}
-        for row in rows:
-            if row["task"] == task:
-                by_rate.setdefault(row["learning_rate"], []).append(_main_score(row))
+        for (name, rate, _), row in runs.items():
+            if name == task:
+                by_rate.setdefault(rate, []).append(_main_score(row))
         if not by_rate:
             continue
         medians = {rate: statistics.median(scores) for rate, scores in by_rate.items()}

@@ -31,6 +31,62 @@ def check_string_inputs(owner, x):
             )
 
 
+_TOKEN_IDS_HINT = ("To feed token ids instead, set the task's `preprocessor = None` and pass a "
+                   "dict of token_ids, padding_mask and segment_ids.")
+_EXAMPLE = ("e.g. predict([\"a fine film\", \"a dull film\"]); for sentence pairs a tuple of "
+            "two such lists")
+
+
+def _describe(item):
+    if item is None:
+        return "None"
+    if isinstance(item, (list, tuple, np.ndarray)):
+        kinds = sorted({type(value).__name__ for value in item}) or ["nothing"]
+        return (f"a {type(item).__name__} of {len(item)} {'/'.join(kinds)}"
+                + (" (token ids?)" if kinds == ["int"] else ""))
+    return f"{type(item).__name__} {item!r:.40}"
+
+
+def check_text_batch(owner, x):
+    """Raises a clear error unless `x` is a batch of strings (or a pair of batches).
+
+    For the Python values a user passes to `predict` (lists, tuples, NumPy arrays):
+    tensors and datasets go on to the preprocessor's own check (`check_string_inputs`).
+    Without it `predict([None])`, `predict([])` or ragged token-id lists failed with
+    TensorFlow's conversion errors, which do not say that strings are expected.
+    """
+    if x is None or isinstance(x, (str, bytes)):
+        received = "None" if x is None else "a single string: wrap it in a list"
+        raise ValueError(f"{owner} takes a batch of strings ({_EXAMPLE}). Received {received}.")
+    if isinstance(x, tuple) and x and all(isinstance(s, (list, np.ndarray)) for s in x):
+        segments = x
+        if len({len(segment) for segment in segments}) > 1:
+            raise ValueError(
+                f"{owner}: the sentence-pair batches differ in length "
+                f"({', '.join(str(len(segment)) for segment in segments)}): pass one second "
+                "sentence for each first sentence.")
+    elif isinstance(x, tuple):
+        raise ValueError(
+            f"{owner} reads a tuple as sentence pairs, (first sentences, second sentences), "
+            f"each a list of strings; for single sentences pass a list ({_EXAMPLE}). Received "
+            f"a tuple of {_describe(x)[len('a tuple of '):]}.")
+    elif isinstance(x, (list, np.ndarray)):
+        segments = (x,)
+    else:
+        return
+    for index, segment in enumerate(segments):
+        where = f"segment {index} of the batch" if len(segments) > 1 else "the batch"
+        items = segment.tolist() if isinstance(segment, np.ndarray) else list(segment)
+        if not items:
+            raise ValueError(f"{owner} received an empty batch: pass at least one string "
+                             f"({_EXAMPLE}).")
+        for position, item in enumerate(items):
+            if not isinstance(item, (str, bytes)):
+                raise ValueError(
+                    f"{owner} takes strings, but item {position} of {where} is "
+                    f"{_describe(item)}. {_TOKEN_IDS_HINT}")
+
+
 class TextPreprocessorMixin:
     """Mixed in before a keras-hub text preprocessor: preset length, safe saving, text check."""
 

@@ -3,6 +3,7 @@
 import keras
 import keras_hub
 
+from keras_tupe.models.string_inputs import check_text_batch
 from keras_tupe.models.task import ReplicaXLAStep
 from keras_tupe.models.tupe_backbone import TupeBackbone
 from keras_tupe.models.tupe_text_classifier_preprocessor import TupeTextClassifierPreprocessor
@@ -76,6 +77,12 @@ class TupeTextClassifier(ReplicaXLAStep, keras_hub.models.TextClassifier):
         if metrics == "auto":
             metrics = [] if regression else [keras.metrics.SparseCategoricalAccuracy("accuracy")]
         super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
+
+    def predict(self, x, *args, **kwargs):
+        """keras-hub's `predict`; with a preprocessor, `x` must be strings (said plainly)."""
+        if self.preprocessor is not None:
+            check_text_batch(f"{type(self).__name__}.predict", x)
+        return super().predict(x, *args, **kwargs)
 
     def get_config(self):
         return {**super().get_config(), "num_classes": self.num_classes, "dropout": self.dropout}
