@@ -27,6 +27,8 @@ The inputs at the edges (issue 38), each with its test here (all fail on the cod
 - `training.predict` with many sentences, from a file or standard input:
   `test_predict_reads_a_file_or_stdin_in_batches_and_streams`,
   `test_predict_names_a_bad_input_file_line`
+- a preset `config.json` with `num_heads: 0` (was a ZeroDivisionError):
+  `test_a_preset_config_with_zero_heads_is_named`
 - a corpus on one enormous line: `test_one_enormous_line_is_read_in_bounded_pieces`,
   `test_the_pieces_of_a_line_pack_as_the_whole_line` (slow); the peak memory:
   `python -m benchmarks.edge_memory` (benchmarks/README.md)
@@ -925,3 +927,17 @@ def test_the_pieces_of_a_line_pack_as_the_whole_line(tmp_path, monkeypatch):
                 data.packed_sequences(str(text), tokenizer, 16).as_numpy_iterator()]
 
     assert packed(64) == packed(1 << 20)
+
+
+def test_a_preset_config_with_zero_heads_is_named(tmp_path):
+    import keras_hub
+
+    from keras_tupe import TupeBackbone
+
+    folder = tmp_path / "preset"
+    TupeBackbone.from_preset("bert_a_tiny").save_to_preset(str(folder))
+    config = json.loads((folder / "config.json").read_text())
+    config["config"]["num_heads"] = 0
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=r"`num_heads` must be a positive int. Received: num_heads=0"):
+        keras_hub.models.Backbone.from_preset(str(folder))
