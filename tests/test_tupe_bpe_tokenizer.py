@@ -192,13 +192,17 @@ def test_preprocessors_in_dataset_map(tokenizer):
 
     classifier = TupeTextClassifierPreprocessor(tokenizer, sequence_length=12)
     pairs = tf.data.Dataset.from_tensor_slices((["A film", "b"], ["It is", "c d"])).batch(2)
-    x, _, _ = unpack(next(iter(pairs.map(lambda a, b: classifier((a, b))))))
+    # x=: a bare 2-tuple would be read as (x, y), a single segment and labels.
+    x, _, _ = unpack(next(iter(pairs.map(lambda a, b: classifier(x=(a, b))))))
     ids = x["token_ids"].numpy()
     first = tokenizer(["A film", "b"])
     assert ids.shape == (2, 12) and (ids[:, 0] == 0).all()
-    assert ids[0, : len(first[0]) + 2].tolist() == [0, *first[0], 2]
+    second = tokenizer(["It is", "c d"])
+    # The fork's sentence_prediction packing: <s> a </s> </s> b </s>, then <pad>.
+    assert ids[0, : len(first[0]) + len(second[0]) + 4].tolist() == [
+        0, *first[0], 2, 2, *second[0], 2]
     assert ids[1, -1] == 1 and (x["padding_mask"].numpy() == (ids != 1)).all()
-    eager, _, _ = unpack(classifier((["A film", "b"], ["It is", "c d"])))
+    eager, _, _ = unpack(classifier(x=(["A film", "b"], ["It is", "c d"])))
     np.testing.assert_array_equal(np.asarray(eager["token_ids"]), ids)
 
 

@@ -285,6 +285,11 @@ class TupeBpeTokenizer(keras_hub.tokenizers.Tokenizer):
 
     backbone_cls = TupeBackbone
 
+    # fairseq's sentence_prediction task (the fork's GLUE fine-tuning) packs a pair
+    # as `<s> a </s> </s> b </s>`: two separators between the segments, as RoBERTa.
+    # `TupeTextClassifierPreprocessor` reads this.
+    pair_separators = 2
+
     def __init__(self, vocabulary=None, bpe_codes=None, lowercase=True, split_hyphens=True,
                  **kwargs):
         kwargs.setdefault("dtype", "int32")

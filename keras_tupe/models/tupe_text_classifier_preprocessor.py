@@ -13,6 +13,9 @@ class TupeTextClassifierPreprocessor(TextPreprocessorMixin,
                                      keras_hub.models.TextClassifierPreprocessor):
     """`[CLS] a [SEP]` or `[CLS] a [SEP] b [SEP]`, round-robin truncated, padded.
 
+    With a `TupeBpeTokenizer` a pair is `<s> a </s> </s> b </s>`, as the TUPE
+    authors fine-tuned.
+
     keras-hub's `TextClassifierPreprocessor` with a `TupeTokenizer`: its
     `MultiSegmentPacker` packs exactly as `keras_tupe.data.packing.pack_segments`
     (GLUE fine-tuning and the exported preprocessor SavedModel), which the
@@ -33,3 +36,18 @@ class TupeTextClassifierPreprocessor(TextPreprocessorMixin,
 
     backbone_cls = TupeBackbone
     tokenizer_cls = TupeTokenizer
+
+    def build(self, input_shape):
+        super().build(input_shape)
+        # A tokenizer may declare how many separators stand between a pair's
+        # segments (`TupeBpeTokenizer`: 2, the TUPE authors' `<s> a </s></s> b </s>`).
+        separators = getattr(self.tokenizer, "pair_separators", 1)
+        if separators != 1:
+            self.packer = keras_hub.layers.MultiSegmentPacker(
+                start_value=self.tokenizer.start_token_id,
+                end_value=self.tokenizer.end_token_id,
+                sep_value=[self.tokenizer.end_token_id] * separators,
+                pad_value=self.tokenizer.pad_token_id,
+                truncate=self.truncate,
+                sequence_length=self.sequence_length,
+            )
