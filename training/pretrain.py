@@ -93,7 +93,9 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     defaults = _defaults()
     for name, value in vars(args).items():
-        if value is None and name not in ("seq_len", "eval_every"):  # fit_to_preset's
+        # seq_len, eval_every: fit_to_preset's; corpus: no default (`_defaults`' [] is a
+        # placeholder; a --shards run has corpus None, as its resume check records it).
+        if value is None and name not in ("seq_len", "eval_every", "corpus"):
             setattr(args, name, getattr(defaults, name, None))
     return args
 
