@@ -87,6 +87,21 @@ def check_preset_folder(preset, cls=None, load_weights=True):
     check_vocabulary_size(preset, config["config"]["vocabulary_size"])
 
 
+def check_backbone_vocabulary_size(preset):
+    """`check_vocabulary_size` against the backbone's `config.json` in `preset`, if any.
+
+    Tokenizers call it from `load_preset_assets`, which every keras-hub `from_preset`
+    route runs, so a vocabulary that disagrees with the embedding table is refused on
+    every route.
+    """
+    config = os.path.join(str(preset), "config.json")
+    if os.path.isfile(config):
+        with open(config, encoding="utf-8") as f:
+            size = json.load(f).get("config", {}).get("vocabulary_size")
+        if size is not None:
+            check_vocabulary_size(str(preset), size)
+
+
 def check_vocabulary_size(preset, vocabulary_size):
     """The preset's tokenizer vocabulary (if any) has `vocabulary_size` tokens."""
     tokenizer_config = os.path.join(preset, "tokenizer.json")

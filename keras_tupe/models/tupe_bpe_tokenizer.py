@@ -1,6 +1,5 @@
 """The tokenizer of the TUPE authors' checkpoints: Moses + BPE (`@@ `) + a fairseq dictionary."""
 
-import json
 import os
 import re
 
@@ -10,7 +9,7 @@ import tensorflow as tf
 
 import keras_hub
 
-from keras_tupe.models.preset_folders import check_vocabulary_size, refuse_overwrite
+from keras_tupe.models.preset_folders import check_backbone_vocabulary_size, refuse_overwrite
 from keras_tupe.models.tupe_backbone import TupeBackbone
 
 # The fork's `fairseq.data.Dictionary` puts these before the `dict.txt` lines
@@ -526,12 +525,7 @@ class TupeBpeTokenizer(keras_hub.tokenizers.Tokenizer):
     def load_preset_assets(self, preset):
         """Reads the assets back; checks the vocabulary against the backbone's size (if any)."""
         super().load_preset_assets(preset)
-        config = os.path.join(str(preset), "config.json")
-        if os.path.isfile(config):
-            with open(config, encoding="utf-8") as f:
-                size = json.load(f).get("config", {}).get("vocabulary_size")
-            if size is not None:
-                check_vocabulary_size(str(preset), size)
+        check_backbone_vocabulary_size(preset)
 
     def get_config(self):
         config = super().get_config()

@@ -1,13 +1,10 @@
 """The WordPiece tokenizer of keras_tupe encoders."""
 
-import json
-import os
-
 import keras
 
 import keras_hub
 
-from keras_tupe.models.preset_folders import check_vocabulary_size, refuse_overwrite
+from keras_tupe.models.preset_folders import check_backbone_vocabulary_size, refuse_overwrite
 from keras_tupe.models.tupe_backbone import TupeBackbone
 
 
@@ -62,9 +59,4 @@ class TupeTokenizer(keras_hub.tokenizers.WordPieceTokenizer):
         table is refused on every route, not only `TupeBackbone.from_preset`.
         """
         super().load_preset_assets(preset)
-        config = os.path.join(str(preset), "config.json")
-        if os.path.isfile(config):
-            with open(config, encoding="utf-8") as f:
-                size = json.load(f).get("config", {}).get("vocabulary_size")
-            if size is not None:
-                check_vocabulary_size(str(preset), size)
+        check_backbone_vocabulary_size(preset)
