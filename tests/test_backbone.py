@@ -283,9 +283,10 @@ def test_no_two_random_weights_start_with_the_same_values(variant):
         for second in paths[i + 1 :]:
             a, b = weights[first], weights[second]
             shared = np.isin(a, b).sum() / min(a.size, b.size)
-            # Independent float32 draws share a value only by chance (< 1%);
-            # a repeated stream shares all of the smaller tensor.
-            assert shared < 0.01, f"{first} and {second} share {shared:.0%} of their values"
+            # Independent draws share a value only by chance (a few per cent at most:
+            # JAX's truncated normal repeats float32 values more often than
+            # TensorFlow's); a repeated stream shares all of the smaller tensor.
+            assert shared < 0.1, f"{first} and {second} share {shared:.0%} of their values"
 
 
 def test_the_global_seed_decides_the_initialization():

@@ -2,15 +2,33 @@
 
 import os
 import re
+import sys
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 import keras_hub
 
 from keras_tupe.models.preset_folders import check_backbone_vocabulary_size, refuse_overwrite
 from keras_tupe.models.tupe_backbone import TupeBackbone
+
+
+class _LazyTensorFlow:
+    """`tensorflow`, imported on first use: `import keras_tupe` must work without it
+    (a JAX machine reads pre-tokenized shards and has no TensorFlow)."""
+
+    def __getattr__(self, name):
+        import tensorflow
+
+        return getattr(tensorflow, name)
+
+
+tf = _LazyTensorFlow()
+
+
+def _is_tf(value, name):
+    """`isinstance(value, tf.<name>)`, False without importing TensorFlow when it is absent."""
+    return sys.modules.get("tensorflow") is not None and isinstance(value, getattr(tf, name))
 
 # The fork's `fairseq.data.Dictionary` puts these before the `dict.txt` lines
 # (ids 0-6); the masked_lm task appends `<mask>` after them.
@@ -176,10 +194,10 @@ def apply_bpe(word, ranks, version):
 
 def _to_python_strings(inputs):
     """`(list of str, batched)` for a str/bytes, a list, a NumPy array or a tf tensor."""
-    if isinstance(inputs, tf.RaggedTensor):
+    if _is_tf(inputs, "RaggedTensor"):
         raise ValueError("TupeBpeTokenizer takes a string or a rank-1 batch of strings. "
                          f"Received a ragged tensor of shape {inputs.shape}.")
-    if isinstance(inputs, tf.Tensor):
+    if _is_tf(inputs, "Tensor"):
         inputs = inputs.numpy()
     if isinstance(inputs, np.ndarray):
         if inputs.ndim > 1:
@@ -205,9 +223,9 @@ def _to_python_strings(inputs):
 
 def _to_python_ids(inputs):
     """`(list of id lists, batched)` for ids as a list, a NumPy array or a (ragged) tf tensor."""
-    if isinstance(inputs, tf.RaggedTensor):
+    if _is_tf(inputs, "RaggedTensor"):
         inputs = inputs.to_list()
-    elif isinstance(inputs, (tf.Tensor, np.ndarray)) or keras.ops.is_tensor(inputs):
+    elif (_is_tf(inputs, "Tensor") or isinstance(inputs, np.ndarray)) or keras.ops.is_tensor(inputs):
         inputs = keras.ops.convert_to_numpy(inputs).tolist()
     elif np.isscalar(inputs):
         inputs = [inputs]
@@ -481,7 +499,7 @@ class TupeBpeTokenizer(keras_hub.tokenizers.Tokenizer):
         """Ids -> strings (see `decode`): str or list of str eagerly, a string tensor in a graph."""
         self._check_vocabulary()
         if self._use_tf_workflow():
-            ids = inputs if isinstance(inputs, tf.RaggedTensor) else tf.convert_to_tensor(inputs)
+            ids = inputs if _is_tf(inputs, "RaggedTensor") else tf.convert_to_tensor(inputs)
             unbatched = ids.shape.rank == 1
             if unbatched:
                 ids = tf.expand_dims(ids, 0)
