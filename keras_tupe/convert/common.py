@@ -40,6 +40,14 @@ def sha256(path):
     return digest.hexdigest()
 
 
+def file_records(files):
+    """`{role: {"path", "sha256"}}` of the files a conversion read, for its metadata."""
+    return {
+        role: {"path": os.path.abspath(path), "sha256": sha256(path)}
+        for role, path in files.items()
+    }
+
+
 def assign_weights(values, target, what):
     """Assigns `values` ({weight path: array}) to every weight of `target`.
 

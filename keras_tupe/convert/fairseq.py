@@ -38,8 +38,8 @@ from keras_tupe.convert.common import (
     ConversionError,
     assign_weights,
     refuse_existing_output,
+    file_records,
     require_file,
-    sha256,
     write_preset,
 )
 from keras_tupe.convert.torch_files import TorchFileError, load_torch_file
@@ -420,10 +420,7 @@ def convert_fairseq(source, out, dictionary=None, bpe_codes=None):
         "kind": "fairseq",
         "variant": "tupe_r_fairseq" if used["rel_pos"] else "tupe_a_fairseq",
         "args": used,
-        "files": {
-            role: {"path": os.path.abspath(file), "sha256": sha256(file)}
-            for role, file in files.items()
-        },
+        "files": file_records(files),
         "tokenizer": "TupeBpeTokenizer" if bpe_codes is not None else None,
         "notes": notes,
     }

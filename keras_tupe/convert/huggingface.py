@@ -27,8 +27,8 @@ from keras_tupe.convert.common import (
     ConversionError,
     assign_weights,
     refuse_existing_output,
+    file_records,
     require_file,
-    sha256,
     write_preset,
 )
 
@@ -107,10 +107,7 @@ def convert_huggingface(source, out, weights="auto", dropout=None):
         "position_embedding_type": checked["position_embedding_type"],
         "variant": checked["variant"],
         "contents": contents,
-        "files": {
-            role: {"path": os.path.abspath(path), "sha256": sha256(path)}
-            for role, path in checked["files"].items()
-        },
+        "files": file_records(checked["files"]),
         "notes": checked["notes"],
     }
     return write_preset(out, model, conversion)

@@ -5,6 +5,15 @@ positional encoding is a set of orthogonal fields, so a variant is a dict here,
 not a class.
 """
 
+# What the TUPE authors' fork (github.com/guolinke/TUPE) does beyond the paper's TUPE.
+_FAIRSEQ_FORK = dict(
+    cls_reset=True,
+    cls_reset_style="fairseq",
+    num_segments=0,
+    mask_padding_embeddings=True,
+    layer_norm_epsilon=1e-5,
+)
+
 # Positional-encoding variants (TUPE Table 2; Huang et al. Table 1/2).
 VARIANTS = {
     # BERT: absolute positions added to the words.
@@ -28,25 +37,10 @@ VARIANTS = {
     # a fairseq fork): [CLS] reset from reserved table rows / buckets, no segment
     # embedding, embeddings zeroed at padding, LayerNorm epsilon 1e-5.
     # `keras_tupe.convert.convert_fairseq` writes the authors' checkpoints as these.
-    "tupe_a_fairseq": dict(
-        absolute_position="none",
-        absolute_correlation="untied",
-        cls_reset=True,
-        cls_reset_style="fairseq",
-        num_segments=0,
-        mask_padding_embeddings=True,
-        layer_norm_epsilon=1e-5,
-    ),
-    "tupe_r_fairseq": dict(
-        absolute_position="none",
-        absolute_correlation="untied",
-        relative_position="t5_bias",
-        cls_reset=True,
-        cls_reset_style="fairseq",
-        num_segments=0,
-        mask_padding_embeddings=True,
-        layer_norm_epsilon=1e-5,
-    ),
+    "tupe_a_fairseq": dict(absolute_position="none", absolute_correlation="untied",
+                           **_FAIRSEQ_FORK),
+    "tupe_r_fairseq": dict(absolute_position="none", absolute_correlation="untied",
+                           relative_position="t5_bias", **_FAIRSEQ_FORK),
     # Relative position embeddings only (Shaw et al.; Huang et al. methods 1-4).
     "shaw": dict(absolute_position="none", relative_position="shaw"),
     "huang_m1": dict(absolute_position="none", relative_position="method1"),
