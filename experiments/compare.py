@@ -1,19 +1,15 @@
 """Several pre-training studies side by side: the speed study and the tuning sweep.
 
-Studies that share a base and differ only in their `overrides` (precision and
-XLA for the speed study, learning rate and warm-up for the sweep; see
-`experiments.config.OVERRIDABLE_FIELDS`) are compared run by run:
-
-    python -m experiments.run compare --name speed \\
-        --studies speed_f32_xla speed_bf16_xla speed_f32_noxla speed_bf16_noxla
-
-writes into the results folder `<name>_compare.csv` (every logged evaluation of
-every run), `<name>_compare.png` (validation loss against steps, one panel a
-variant, one colour a study) and `<name>_compare.md`: per study and variant the
-median tokens/s, its ratio to the first study's (measured in the same sitting
-when the runs were), the validation loss at the last step every compared run
-reached and its largest difference from the first study's curve; and per
-variant the study with the lowest loss there (the sweep's choice).
+Studies that share a base and differ only in their `overrides` (precision and XLA for the
+speed study, learning rate and warm-up for the sweep; see
+`experiments.config.OVERRIDABLE_FIELDS`) are compared run by run. `report` compares the
+studies of each entry of `COMPARISONS` (the first is the reference) and writes into the
+results folder `<name>_compare.csv` (every logged evaluation of every run),
+`<name>_compare.png` (validation loss against steps, one panel a variant, one colour a
+study) and `<name>_compare.md`: per study and variant the median tokens/s, its ratio to
+the first study's (measured in the same sitting when the runs were), the validation loss
+at the last step every compared run reached and its largest difference from the first
+study's curve; and per variant the study with the lowest loss there (the sweep's choice).
 """
 
 import os
@@ -24,6 +20,12 @@ from experiments.config import StudyError
 
 COLUMNS = ("study", "overrides", "variant", "step", "val_loss", "val_accuracy", "loss",
            "tokens_per_second", "elapsed_seconds")
+# The committed comparisons: name -> its studies, the reference first.
+COMPARISONS = {
+    "speed": ("speed_f32_xla", "speed_bf16_xla", "speed_f32_noxla", "speed_bf16_noxla"),
+    "sweep": ("sweep_lr5e4_wu05", "sweep_lr2e4_wu05", "sweep_lr1e3_wu05", "sweep_lr2e4_wu20",
+              "sweep_lr5e4_wu20", "sweep_lr1e3_wu20", "sweep_lr2e3_wu20"),
+}
 # Settings that may differ between the compared studies: what they vary, and the seed.
 FREE_SETTINGS = (*study_config.OVERRIDABLE_FIELDS, "seed")
 
@@ -37,40 +39,33 @@ def check_comparable(configs):
     """Raises `StudyError` unless the studies differ only in `FREE_SETTINGS`."""
     first = configs[0]
     for other in configs[1:]:
-        differing = sorted(
-            k for k in set(first["settings"]) | set(other["settings"])
-            if k not in FREE_SETTINGS and first["settings"].get(k) != other["settings"].get(k))
-        differing += [k for k in ("size", "vocabulary") if other[k] != first[k]]
+        differing = study_config.differing_settings(first, other, free=FREE_SETTINGS)
         if differing:
             raise StudyError(
                 f"{other['_path']} and {first['_path']} differ in {differing}: only studies "
                 f"that differ in {list(FREE_SETTINGS)} can be compared (give them one base).")
 
 
-def compare(configs, name, command, only=None):
+def compare(configs, name, command):
     """Writes the comparison's CSV, plot and table; returns their paths."""
     if len(configs) < 2:
-        raise StudyError("compare needs at least two studies (--studies A B ...).")
+        raise StudyError(f"comparison {name!r} needs at least two studies.")
     studies = [c["study"] for c in configs]
     if len(set(studies)) != len(studies):
-        raise StudyError(f"--studies names a study twice: {studies}")
+        raise StudyError(f"comparison {name!r} names a study twice: {studies}")
     check_comparable(configs)
     runs = {}  # (study, variant) -> run
     for config in configs:
-        for run in pretrain_study.collect(config)[0]:
-            if run["rows"] and (not only or run["variant"].name in only):
+        for run in pretrain_study.read_runs(config):
+            if run["rows"]:
                 runs[config["study"], run["variant"].name] = run
     order = [r.name for c in configs for r in study_config.variants(c)]  # first study first
     variants = sorted({v for _, v in runs}, key=order.index)
-    if only:
-        missing = sorted(set(only) - set(variants))
-        if missing:
-            raise StudyError(f"no compared study has a logged run of {missing}.")
     if not variants:
         raise StudyError(f"None of the studies {studies} has logged a step yet: pre-train "
                          "them first.")
     out_dir = configs[0]["results_dir"]
-    header = [f"command: {command}", f"generated: {records.now()}",
+    header = [f"command: {command}",
               "studies: " + "; ".join(f"{c['study']} ({_describe(c)})" for c in configs)]
     rows = [{"study": study, "overrides": _describe(config), "variant": variant, **row}
             for config in configs for study in [config["study"]] for variant in variants
@@ -81,10 +76,6 @@ def compare(configs, name, command, only=None):
     paths["table"] = records.write_text(os.path.join(out_dir, f"{name}_compare.md"),
                                         _table(configs, variants, runs, name, command))
     return paths
-
-
-def _losses(run):
-    return {r["step"]: r["val_loss"] for r in run["rows"] if r["val_loss"] is not None}
 
 
 def _table(configs, variants, runs, name, command):
@@ -102,7 +93,8 @@ def _table(configs, variants, runs, name, command):
     best, at_common = {}, {}  # at_common: variant -> {study: val. loss at its common step}
     for variant in variants:
         present = [c for c in configs if (c["study"], variant) in runs]
-        curves = {c["study"]: _losses(runs[c["study"], variant]) for c in present}
+        curves = {c["study"]: pretrain_study.validation_losses(runs[c["study"], variant])
+                  for c in present}
         common = set.intersection(*(set(curve) for curve in curves.values()))
         step = max(common) if common else None
         base_run = runs.get((first["study"], variant))
@@ -144,8 +136,7 @@ def _table(configs, variants, runs, name, command):
                        f"({means[choice]:.3f}; "
                        + ", ".join(f"`{study}` {mean:.3f}" for study, mean in means.items())
                        + ").")]
-    machines = sorted({run["run_config"]["versions"]["machine"] for run in runs.values()
-                       if run.get("run_config")})
+    machines = sorted({run["record"]["versions"]["machine"] for run in runs.values()})
     lines += ["", "Tokens/s: median over the run's logged blocks of `eval_every` steps "
                   "(validation and, in the first block, compilation included). Machine: "
               + "; ".join(machines) + ".", ""]
@@ -153,15 +144,14 @@ def _table(configs, variants, runs, name, command):
 
 
 def _plot(configs, variants, runs, path):
-    plt = records.pyplot()
-    figure, axes = plt.subplots(1, len(variants), figsize=(4.2 * len(variants) + 2.6, 4),
-                                squeeze=False, sharey=True)
+    figure, axes = records.pyplot().subplots(
+        1, len(variants), figsize=(4.2 * len(variants) + 2.6, 4), squeeze=False, sharey=True)
     for axis, variant in zip(axes[0], variants):
         for i, config in enumerate(configs):
             run = runs.get((config["study"], variant))
             if run is None:
                 continue
-            points = sorted(_losses(run).items())
+            points = sorted(pretrain_study.validation_losses(run).items())
             axis.plot(*zip(*points), ms=3.5, lw=1.4, **records.line_style(i),
                       label=f"{config['study']} ({_describe(config)})")
         axis.set_title(variant, fontsize=10)
@@ -176,7 +166,4 @@ def _plot(configs, variants, runs, path):
                 labels.append(label)
     figure.tight_layout()
     records.legend_outside(axes[0][-1], handles, labels)
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    figure.savefig(path, dpi=130, bbox_inches="tight")
-    plt.close(figure)
-    return path
+    return records.save_figure(figure, path)

@@ -1,51 +1,12 @@
 """Study configs: loading, checking, and the exact settings of every run.
 
-A study is one JSON file (see `experiments/configs/`). Three kinds:
-
-- `"pretrain"`: variants pre-trained with identical settings. Keys: `study` (its
-  name: runs go to `<runs_dir>/<study>/<variant>`, results to
-  `<results_dir>/<study>_*`), `kind`, `description`, `runs_dir`, `results_dir`,
-  `size` (a preset size, e.g. `"mini"`), `vocabulary` (the one shared WordPiece
-  vocabulary: `file`, `corpus`, `vocabulary_size`, `lines`, `lowercase`),
-  `settings` (every other `PretrainConfig` field, the same for every variant) and
-  `variants` (name -> `{}` or `{"variant": "huang_m4", "max_relative_distance": 8}`:
-  a preset variant and structural overrides, nothing else). A config with
-  `"base": "pretrain.json"` (relative to its own folder) takes `size`,
-  `vocabulary`, `settings`, `runs_dir` and `results_dir` from that file and may
-  not set them itself: studies that share a base are trained identically.
-  Such a study may set one thing more, `seed` (an integer): a replicate of
-  its base with another seed for every variant (initialization, data order
-  and masking), the way to measure how much of a difference between variants
-  is seed noise. And `overrides` (`{"learning_rate": 0.001}`): settings of
-  `OVERRIDABLE_FIELDS` changed for every variant alike (a grid point of the
-  tuning sweep, or another precision / XLA setting for the speed study). Optional `references` (`{"pretrain.json": ["bert_a", "tupe_r"]}`)
-  names runs of other pre-training studies, trained with the same settings (the
-  seed may differ), that the report draws and tabulates beside the study's own
-  runs, marked as references.
-- `"finetune"`: the reduced GLUE protocol on checkpoints of pre-training studies.
-  Keys: `pretrain_configs` (the studies whose runs are fine-tuned), optional
-  `variants` (a list; default all), `checkpoints` (fractions of the pre-training
-  budget: 1.0 is the final model, others must be in its `save_steps`; 0.0, with 0
-  in `save_steps`, is the run's random initialization: the control row), `tasks`,
-  `data_dir`, `learning_rates`, `seeds` and `settings` (`FinetuneConfig` fields
-  shared by every run: epochs, batch_size, seq_len, max_train_examples, ...); optional
-  `task_settings` changes some of them for one task, the same for every encoder
-  (`{"sst2": {"max_train_examples": 20000}}`); optional `checkpoint_variants` fine-tunes
-  a checkpoint of only some encoders (`{"0.0": ["long/bert_a"], "0.3": ["tupe_a"]}`: a
-  fraction of `checkpoints` -> variant names, or `study/variant` for one pre-training
-  study's; a fraction not named: every variant), so one table holds the final models, a
-  few intermediate ones and one random-init control. A SQuAD study has `tasks: ["squad"]`
-  and `squad_file` (a SQuAD v1.1 json split by article into train and evaluation,
-  `keras_tupe.data.squad.split_articles`); its `settings` are `SquadConfig` fields
-  (`split_seed` fixes the split for every fine-tuning seed).
-- `"length"`: masked-LM loss at several sequence lengths on checkpoints of
-  pre-training studies. Keys: `pretrain_configs`, optional `variants`,
-  `checkpoints` (default `[1.0]`), `lengths`, `valid_corpus`, `tokens_per_batch`
-  (the batch size is `tokens_per_batch / length`, so every length reads the same
-  text), `batches`, `seed` (the masking seed) and `max_lines`.
-
-Paths in a config are relative to the directory the command runs in (the
-repository root); `base`, `pretrain_config(s)` are relative to the config file.
+A study is one JSON file in `experiments/configs/`; its keys are listed in
+`experiments/README.md`. Three kinds: `"pretrain"` (variants pre-trained with identical
+settings; a study with a `base` takes the base's `size`, `vocabulary`, `settings`,
+`runs_dir` and `results_dir` and may add only `seed`, a replicate, and `overrides` of
+`OVERRIDABLE_FIELDS`), `"finetune"` (the reduced GLUE or SQuAD protocol on checkpoints
+of pre-training studies) and `"length"` (masked-LM loss at longer sequences). Paths in a
+config are relative to the repository root; `base` and `pretrain_configs` to the config.
 """
 
 import contextlib
@@ -371,18 +332,13 @@ def pretrain_config(config, variant, verbose=2):
     )
 
 
-def checkpoint_step(config, fraction):
-    """The optimizer step of a checkpoint fraction of a pre-training study's budget."""
-    return round(fraction * config["settings"]["steps"])
-
-
 def checkpoint_path(config, variant, fraction):
     """`(step, path)` of a variant's masked-LM model at `fraction` of the budget.
 
     The final model is `mlm.keras`; earlier ones are `checkpoints/step_NNNNNNN.keras`
     (the study's `save_steps`), step 0 the initialization the run started from.
     """
-    step = checkpoint_step(config, fraction)
+    step = round(fraction * config["settings"]["steps"])
     if step == config["settings"]["steps"]:
         return step, os.path.join(variant.run_dir, "mlm.keras")
     if step not in config["settings"].get("save_steps", []):
@@ -395,11 +351,39 @@ def checkpoint_path(config, variant, fraction):
     return step, os.path.join(variant.run_dir, "checkpoints", f"step_{step:07d}.keras")
 
 
+def differing_settings(config, other, free=()):
+    """What two pre-training studies' runs differ in: `settings` but `free`, `size`,
+    `vocabulary`."""
+    ours, theirs = config["settings"], other["settings"]
+    return sorted(k for k in set(ours) | set(theirs)
+                  if k not in free and ours.get(k) != theirs.get(k)) + [
+        k for k in ("size", "vocabulary") if config[k] != other[k]]
+
+
 def related_configs(config, key):
     """The pre-training study configs a finetune/length study names (relative paths)."""
     folder = os.path.dirname(config["_path"])
     paths = config[key] if isinstance(config[key], list) else [config[key]]
     return [load_config(os.path.join(folder, p), kind="pretrain") for p in paths]
+
+
+def checkpoints(config, only_variants=None, only_checkpoints=None):
+    """`(pretrain config, variant, step, path)` of every checkpoint a fine-tuning or length
+    study reads: each variant of its `pretrain_configs` (those its `variants`,
+    `only_variants` and, at a fraction, `checkpoint_variants` name) at each of its
+    `checkpoints` (those in `only_checkpoints`)."""
+    for pretrain in related_configs(config, "pretrain_configs"):
+        for variant in variants(pretrain):
+            if any(names and variant.name not in names
+                   for names in (config.get("variants"), only_variants)):
+                continue
+            for fraction in config["checkpoints"]:
+                chosen = checkpoint_variants(config, fraction)
+                if (only_checkpoints and fraction not in only_checkpoints) or (
+                        chosen is not None and variant.name not in chosen
+                        and f"{pretrain['study']}/{variant.name}" not in chosen):
+                    continue
+                yield (pretrain, variant, *checkpoint_path(pretrain, variant, fraction))
 
 
 # === The shared vocabulary ===
@@ -433,8 +417,7 @@ def ensure_vocabulary(config, command=None, verbose=True):
         if not os.path.exists(record_path):
             raise StudyError(f"{path} exists but {record_path} (its settings) does not: refusing "
                              "a vocabulary of unknown origin. Delete it or restore the record.")
-        with open(record_path) as f:
-            record = json.load(f)
+        record = records.read_json(record_path)
         if record["settings"] != settings:
             raise StudyError(f"{path} was trained with {record['settings']}, but "
                              f"{config['_path']} asks for {settings}. Every study sharing this "
@@ -463,8 +446,6 @@ def ensure_vocabulary(config, command=None, verbose=True):
 
 
 def read_vocabulary_record(config):
-    path = vocabulary_record_path(config["vocabulary"])
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        return json.load(f)
+    from experiments import records
+
+    return records.read_json(vocabulary_record_path(config["vocabulary"]))

@@ -21,10 +21,10 @@ smoothing). A model near it has learned word frequencies and little else.
 An encoder with an absolute table shorter than the length gets `n/a` with the
 reason. One whose table is long enough (the `mini` presets have 512 rows) is
 evaluated, noting that its positions beyond the pre-training length were never
-trained. Results are appended to `<runs_dir>/<study>/results.jsonl` one
-(checkpoint, length) at a time, so a stopped study continues where it was;
-the report also keeps the rows of its committed CSV for models not on disk
-(`recorded_rows`), since `runs/` is not in git.
+trained. Results are appended one (checkpoint, length) at a time to the study's
+committed record, `<results_dir>/records/<study>/results.jsonl`, so a stopped study
+continues where it was (in this checkout or the next: a model whose lengths are all
+recorded is not needed on disk), and the report reads that file alone.
 """
 
 import os
@@ -39,33 +39,25 @@ from experiments.config import StudyError
 
 def plan(config, only_variants=None):
     jobs = []
-    wanted = config.get("variants")
-    for pretrain in study_config.related_configs(config, "pretrain_configs"):
+    for pretrain, variant, step, path in study_config.checkpoints(config, only_variants):
         settings = pretrain["settings"]
-        for variant in study_config.variants(pretrain):
-            if (wanted and variant.name not in wanted) or (
-                    only_variants and variant.name not in only_variants):
-                continue
-            for fraction in config["checkpoints"]:
-                step, path = study_config.checkpoint_path(pretrain, variant, fraction)
-                jobs.append({
-                    "pretrain_study": pretrain["study"], "variant": variant.name,
-                    "preset": variant.preset, "overrides": variant.overrides, "step": step,
-                    "final": step == settings["steps"],
-                    "model": path, "vocab": os.path.join(variant.run_dir, "vocab.txt"),
-                    "lowercase": pretrain["vocabulary"]["lowercase"],
-                    "trained_seq_len": settings["seq_len"],
-                    "masking": {k: settings.get(k, default) for k, default in (
-                        ("mask_rate", 0.15), ("mask_token_rate", 0.8),
-                        ("random_token_rate", 0.1))},
-                })
+        jobs.append({
+            "pretrain_study": pretrain["study"], "variant": variant.name,
+            "preset": variant.preset, "overrides": variant.overrides, "step": step,
+            "final": step == settings["steps"],
+            "model": path, "vocab": os.path.join(variant.run_dir, "vocab.txt"),
+            "lowercase": pretrain["vocabulary"]["lowercase"],
+            "trained_seq_len": settings["seq_len"],
+            "masking": {k: settings.get(k, default) for k, default in (
+                ("mask_rate", 0.15), ("mask_token_rate", 0.8), ("random_token_rate", 0.1))},
+        })
     if not jobs:
         raise StudyError(f"{config['_path']}: nothing to evaluate with these filters.")
     return jobs
 
 
 def results_path(config):
-    return os.path.join(study_config.study_dir(config), "results.jsonl")
+    return os.path.join(records.record_dir(config), "results.jsonl")
 
 
 def _key(row):
@@ -168,41 +160,30 @@ def _note(backbone, length, trained):
     return True, "; ".join(notes)
 
 
-def run_study(config, command, report_command, only_variants=None, fresh=False):
-    """Evaluates every planned model on disk (resumable); then the report. `fresh`: the
-    committed rows do not stand in for a model that is not on disk (it must be)."""
+def run_study(config, command, report_command, only_variants=None):
+    """Evaluates every planned model at the lengths its record lacks (resumable); then the
+    unigram reference and the report."""
     import keras
 
     import keras_tupe  # noqa: F401  (registers the classes for loading)
+    from keras_tupe.models.task import load_saved_model
 
-    jobs = plan(config, only_variants)
-    recorded = set() if fresh else {_key(row) for row in recorded_rows(config)}
-    on_disk = [job for job in jobs if os.path.exists(job["model"])]
-    elsewhere = [job for job in jobs if not os.path.exists(job["model"])]
-    missing = [job["model"] for job in elsewhere if any(
-        (job["pretrain_study"], job["variant"], job["step"], n) not in recorded
-        for n in config["lengths"])]
+    path = results_path(config)
+    done = {_key(row) for row in records.read_jsonl(path)}
+    jobs = []
+    for job in plan(config, only_variants):
+        job["todo"] = [n for n in config["lengths"]
+                       if (job["pretrain_study"], job["variant"], job["step"], n) not in done]
+        jobs += [job] if job["todo"] else []
+    missing = [job["model"] for job in jobs if not os.path.exists(job["model"])]
     if missing:
         raise StudyError("Not pre-trained yet (run the pre-training studies first):\n  "
                          + "\n  ".join(missing))
-    for job in elsewhere:
-        print(f"[{config['study']}] {job['pretrain_study']}/{job['variant']} step "
-              f"{job['step']}: not on disk, its recorded rows are kept", flush=True)
-    path = results_path(config)
-    done = {_key(row) for row in records.read_jsonl(path)}
     batches = _Batches(config)
-    for job in on_disk:
-        todo = [n for n in config["lengths"]
-                if (job["pretrain_study"], job["variant"], job["step"], n) not in done]
-        if not todo:
-            print(f"[{config['study']}] {job['pretrain_study']}/{job['variant']} step "
-                  f"{job['step']}: done, skipped", flush=True)
-            continue
+    for job in jobs:
         keras.backend.clear_session()
-        from keras_tupe.models.task import load_saved_model
-
         model = load_saved_model(job["model"])
-        for length in todo:
+        for length in job["todo"]:
             start = time.perf_counter()
             ok, note = _note(model.backbone, length, job["trained_seq_len"])
             row = {k: job[k] for k in ("pretrain_study", "variant", "preset", "step",
@@ -218,8 +199,9 @@ def run_study(config, command, report_command, only_variants=None, fresh=False):
             shown = "n/a" if row["loss"] is None else f"{row['loss']:.4f}"
             print(f"[{config['study']}] {job['pretrain_study']}/{job['variant']} step "
                   f"{job['step']} length {length}: loss {shown} {note}", flush=True)
-    if on_disk:  # the reference needs a model's vocabulary on disk (or its recorded rows)
-        _unigram_rows(config, on_disk[0], batches, done | recorded, path, command)
+    on_disk = [job for job in plan(config) if os.path.exists(job["vocab"])]
+    if on_disk:  # the reference is scored on the batches of a model's vocabulary
+        _unigram_rows(config, on_disk[0], batches, done, path, command)
     return report(config, report_command)
 
 
@@ -253,45 +235,16 @@ def _with_baseline(config, jobs, by_key):
     return jobs
 
 
-INTEGER_COLUMNS = ("step", "trained_seq_len", "length", "batch_size", "batches", "masked_tokens")
-FLOAT_COLUMNS = ("loss", "accuracy", "seconds")
-
-
-def recorded_rows(config):
-    """The rows of the study's committed `<study>_loss.csv`, typed as `results.jsonl`'s.
-
-    `runs/` (and its `results.jsonl`) is not in git; the report's CSV is. The
-    report starts from these rows and lets the results on disk replace them, so
-    models evaluated in an earlier workspace keep their rows.
-    """
-    path = os.path.join(config["results_dir"], f"{config['study']}_loss.csv")
-    if not os.path.exists(path):
-        return []
-    rows = []
-    for raw in records.read_csv_rows(path):
-        row = dict(raw)
-        for key in INTEGER_COLUMNS:
-            value = records.parse_number(raw.get(key))
-            row[key] = None if value is None else int(value)
-        for key in FLOAT_COLUMNS:
-            row[key] = records.parse_number(raw.get(key))
-        rows.append(row)
-    return rows
-
-
 def report(config, command):
-    jobs = plan(config)
-    by_key = {_key(row): row for row in recorded_rows(config)}
-    by_key.update((_key(row), row) for row in records.read_jsonl(results_path(config)))
-    jobs = _with_baseline(config, jobs, by_key)
+    by_key = {_key(row): row for row in records.read_jsonl(results_path(config))}
+    jobs = _with_baseline(config, plan(config), by_key)
     rows = [by_key[key] for job in jobs for n in config["lengths"]
             if (key := (job["pretrain_study"], job["variant"], job["step"], n)) in by_key]
     if not rows:
         raise StudyError(f"No result yet for study {config['study']!r}: run "
                          f"python -m experiments.run length --config {config['_path']}")
     out_dir, study = config["results_dir"], config["study"]
-    header = [f"command: {command}", f"generated: {records.now()}",
-              f"study config: {config['_path']}",
+    header = [f"command: {command}", f"study config: {config['_path']}",
               (f"text: the first {config['batches']} x {config['tokens_per_batch']} tokens of "
               f"{config['valid_corpus']}, masking seed {config['seed']}")]
     columns = ("pretrain_study", "variant", "preset", "step", "trained_seq_len", "length",
@@ -302,8 +255,7 @@ def report(config, command):
     paths["table"] = records.write_text(os.path.join(out_dir, f"{study}_table.md"),
                                         _table(config, jobs, by_key, command))
     paths["config"] = records.write_json(os.path.join(out_dir, f"{study}_config.json"), {
-        "command": command, "generated": records.now(), "study_config": config["_sources"],
-        "machine": records.machine(), "evaluated": jobs,
+        "command": command, "study_config": config["_sources"], "evaluated": jobs,
         "seconds": sum(r["seconds"] for r in rows)})
     return paths
 
@@ -313,8 +265,7 @@ def _label(job):
 
 
 def _plot(config, jobs, by_key, path):
-    plt = records.pyplot()
-    figure, axis = plt.subplots(figsize=(7, 4.5))
+    figure, axis = records.pyplot().subplots(figsize=(7, 4.5))
     drawn = 0
     for job in jobs:
         points = [(n, by_key[k]["loss"]) for n in config["lengths"]
@@ -334,9 +285,7 @@ def _plot(config, jobs, by_key, path):
     axis.set_ylabel("validation masked-LM loss")
     axis.grid(alpha=0.3)
     records.legend_outside(axis, fontsize=7)
-    figure.savefig(path, dpi=130, bbox_inches="tight")
-    plt.close(figure)
-    return path
+    return records.save_figure(figure, path)
 
 
 def _table(config, jobs, by_key, command):

@@ -15,7 +15,6 @@ summary (`offset_profile`: the mean term at each offset j - i, the peak offset,
 the [CLS] row and column) to `<out stem>.json`.
 """
 
-import json
 import math
 import os
 import time
@@ -86,30 +85,24 @@ def draw_maps(init, out, length=64, command=None):
     return paths
 
 
-def redraw_maps(npz, out=None, command=None):
+def redraw_maps(npz, out=None):
     """Draws the maps again from the arrays a `draw_maps` run saved (`<stem>.npz` and its
-    `<stem>.json`), without the model: the figures of a study whose runs are gone.
-
-    Writes `out` (default `<stem>.png`) and the T5 bucket plot beside it; the arrays and
-    the summary are not touched, the JSON records the redraw (`redrawn`).
+    `<stem>.json`), without the model: `out` (default `<stem>.png`) and the T5 bucket plot
+    beside it. The arrays and the JSON are records and stay as they are.
     """
     stem = os.path.splitext(npz)[0]
     if not npz.endswith(".npz") or not os.path.exists(npz):
         raise StudyError(f"--from-npz {npz}: not a maps .npz file (a `maps` run writes "
                          "<out stem>.npz beside its PNG).")
-    if not os.path.exists(stem + ".json"):
+    info = records.read_json(stem + ".json")
+    if info is None:
         raise StudyError(f"--from-npz {npz}: {stem}.json, written with it, is missing; the "
                          "maps cannot be redrawn without it (the encoder it describes).")
     out = out or stem + ".png"
     _check_png(out)
-    with open(stem + ".json") as f:
-        info = json.load(f)
     with np.load(npz) as saved:
         arrays = {name: saved[name] for name in saved.files}
-    paths = _plot(arrays, info["encoder"], info["init"], out)
-    info["redrawn"] = {"command": command, "created": records.now(), "files": paths}
-    records.write_json(stem + ".json", info)
-    return {**paths, "json": stem + ".json"}
+    return _plot(arrays, info["encoder"], info["init"], out)
 
 
 ENCODER_FIELDS = ("num_layers", "num_heads", "hidden_dim", "absolute_position",
@@ -162,10 +155,7 @@ def _plot(arrays, encoder, init, out):
     figure.suptitle(f"{os.path.normpath(init)}: content-free positional term "
                     f"({' + '.join(terms)}), first {length} positions; [CLS] is position 0, "
                     "outlined", fontsize=9)
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    figure.savefig(out, dpi=130, bbox_inches="tight")
-    plt.close(figure)
-    paths = {"png": out}
+    paths = {"png": records.save_figure(figure, out)}
 
     if "t5_bias" in arrays:
         table = arrays["t5_bias"]  # (buckets, heads)
@@ -185,9 +175,8 @@ def _plot(arrays, encoder, init, out):
                        f"{encoder['max_distance']})", fontsize=9)
         axis.grid(alpha=0.3)
         records.legend_outside(axis)
-        paths["t5_buckets"] = os.path.splitext(out)[0] + "_t5_buckets.png"
-        figure.savefig(paths["t5_buckets"], dpi=130, bbox_inches="tight")
-        plt.close(figure)
+        paths["t5_buckets"] = records.save_figure(
+            figure, os.path.splitext(out)[0] + "_t5_buckets.png")
     return paths
 
 

@@ -1,4 +1,11 @@
-"""What every study output carries: the command, the machine, wall times; small file helpers."""
+"""Where a run's committed record lives, and the small file and plot helpers of the reports.
+
+Every run keeps a small record under `<results_dir>/records/`, the path of its run folder
+under `<runs_dir>` (`records/<study>/<variant>/` of a pre-training run; `records/<study>/
+<pretrain study>/<variant>/step_NNNNNNN/` of a fine-tuning job; `records/<study>/` of a
+length study). Reports read these records and nothing else, so they regenerate in any
+checkout. (`records`, not `runs`: `.gitignore` ignores every folder named `runs`.)
+"""
 
 import csv
 import io
@@ -10,6 +17,13 @@ import statistics
 import time
 
 PROGRAM = "python -m experiments.run"
+METRIC_COLUMNS = ("step", "loss", "accuracy", "val_loss", "val_accuracy", "learning_rate",
+                  "tokens_per_second", "elapsed_seconds")
+
+
+def record_dir(config, *parts):
+    """`<results_dir>/records/<study>/<parts...>`: a run's committed record folder."""
+    return os.path.join(config["results_dir"], "records", config["study"], *parts)
 
 
 def command_line(argv):
@@ -28,12 +42,8 @@ def now():
     return time.strftime("%Y-%m-%d %H:%M:%S %Z")
 
 
-METRIC_COLUMNS = ("step", "loss", "accuracy", "val_loss", "val_accuracy", "learning_rate",
-                  "tokens_per_second", "elapsed_seconds")
-
-
-def read_metrics(run_dir):
-    """`(rows, wall_seconds)` of a run's `metrics.csv`; `([], 0.0)` when there is none.
+def read_metrics(folder):
+    """`(rows, wall_seconds)` of the `metrics.csv` in `folder`; `([], 0.0)` when there is none.
 
     Rows are dicts of floats (`step` an int), one per step: a run killed after
     writing a row but before its backup repeats that block when resumed and logs
@@ -42,14 +52,12 @@ def read_metrics(run_dir):
     processes, of the last `elapsed_seconds` each wrote (validation included,
     start-up and vocabulary training not).
     """
-    path = os.path.join(run_dir, "metrics.csv")
+    path = os.path.join(folder, "metrics.csv")
     if not os.path.exists(path):
         return [], 0.0
-    with open(path) as f:
-        raw = list(csv.DictReader(f))
     by_step = {}
     wall, segment, previous = 0.0, 0.0, -1.0
-    for row in raw:
+    for row in read_csv_rows(path):
         parsed = {key: parse_number(row.get(key)) for key in METRIC_COLUMNS}
         if parsed["step"] is None:
             continue
@@ -76,6 +84,26 @@ def read_csv_rows(path):
         return list(csv.DictReader(line for line in f if not line.startswith("#")))
 
 
+def read_json(path, default=None):
+    if not os.path.exists(path):
+        return default
+    with open(path) as f:
+        return json.load(f)
+
+
+def read_jsonl(path):
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def append_jsonl(path, row):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
 def median_tokens_per_second(rows):
     values = [r["tokens_per_second"] for r in rows if r.get("tokens_per_second")]
     return statistics.median(values) if values else None
@@ -93,22 +121,15 @@ def format_seconds(seconds):
     return f"{hours} h {rest:02d} min"
 
 
-# What changes each time the same output is made again: when (`created`, `generated`) and
-# how long it took (`seconds`, top-level in JSON records). A rewrite that differs from the
-# file only there leaves the file as it is, so re-running a finished study's report (a
-# restart of run_all.sh does) does not dirty docs/results/ with new timestamps.
-VOLATILE_KEYS = ("created", "generated", "seconds")
-
-
 def write_csv(path, columns, rows, comments=()):
-    """A CSV whose first lines are `# comment` lines (read it with `comment="#"`)."""
+    """A CSV whose first lines are `# comment` lines (read it with `read_csv_rows`)."""
     buffer = io.StringIO(newline="")
     buffer.writelines(f"# {line}\n" for line in comments)
     writer = csv.DictWriter(buffer, fieldnames=list(columns), extrasaction="ignore")
     writer.writeheader()
     for row in rows:
         writer.writerow({k: _csv_value(row.get(k)) for k in columns})
-    return _write_unless_only_volatile(path, buffer.getvalue(), _line_content)
+    return write_text(path, buffer.getvalue())
 
 
 def _csv_value(value):
@@ -120,56 +141,16 @@ def _csv_value(value):
 
 
 def write_json(path, payload):
-    text = json.dumps(payload, indent=2, sort_keys=False) + "\n"
-    return _write_unless_only_volatile(path, text, _json_content)
+    return write_text(path, json.dumps(payload, indent=2) + "\n")
 
 
 def write_text(path, text):
-    """Markdown tables and the like: `generated: ...` lines are their volatile part."""
-    return _write_unless_only_volatile(path, text, _line_content)
-
-
-def _line_content(text):
-    return [line for line in text.splitlines()
-            if not any(line.lstrip("#|* ").startswith(f"{key}:") for key in VOLATILE_KEYS)]
-
-
-def _json_content(text):
-    payload = json.loads(text)
-    if isinstance(payload, dict):
-        return {k: v for k, v in payload.items() if k not in VOLATILE_KEYS}
-    return payload
-
-
-def _write_unless_only_volatile(path, text, content):
-    """Write `text` to `path` (atomically) unless the file holds the same content already."""
-    if os.path.exists(path):
-        with open(path, newline="") as f:
-            old = f.read()
-        try:
-            if content(old) == content(text):
-                return path
-        except ValueError:  # an unreadable old file is replaced
-            pass
+    """Writes `path` whole or not at all (a stop mid-write leaves the old file)."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    temporary = path + ".tmp"
-    with open(temporary, "w", newline="") as f:
+    with open(path + ".tmp", "w", newline="") as f:
         f.write(text)
-    os.replace(temporary, path)
+    os.replace(path + ".tmp", path)
     return path
-
-
-def read_jsonl(path):
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def append_jsonl(path, row):
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "a") as f:
-        f.write(json.dumps(row) + "\n")
 
 
 def pyplot():
@@ -180,6 +161,15 @@ def pyplot():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def save_figure(figure, path):
+    """Saves and closes `figure`; the PNG carries no date, so a report drawn again from the
+    same records is the same file."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    figure.savefig(path, dpi=130, bbox_inches="tight")
+    pyplot().close(figure)
+    return path
 
 
 # 20 colours that are told apart at a glance (tab10, then tab20's lighter shades), and line

@@ -1,19 +1,17 @@
 """Pre-training studies that differ only in their seed: the seed spread, as bands.
 
-A study and its replicates (`"seed": N` studies with it as `base`) train the same
-variants on the same data with the same settings; only the random initialization,
-masking and data order change. This puts them together:
-
-    python -m experiments.run seeds --name long --studies long long_seed1
-
-writes into the results folder `<name>_seeds.csv` (per variant and logged step: the
-validation loss of every seed, their mean, lowest and highest), `<name>_seeds.png`
-(TUPE Figure 4a at small scale: the mean validation loss against steps, one colour a
-variant, the band between the lowest and highest seed around it) and `<name>_seeds.md`:
-per variant the loss at 30%, 50% and 100% of the budget (mean and seed range); per pair
-of variants the gap between their means against the spread across seeds; and each
-variant at 30% and 50% against the others at 100% (TUPE's claim that TUPE at 30% of the
-steps matches BERT at 100%).
+A replicate (a study with `"seed": N` and a `base`) trains the same variants on the same
+data with the same settings as the study it names in `references`; only the random
+initialization, masking and data order change. `report` puts each study together with
+its replicates (`seed_groups`, e.g. `long` and `long_seed1`, over the variants they
+name) and writes into the results folder `<name>_seeds.csv` (per variant and logged
+step: the validation loss of every seed, their mean, lowest and highest),
+`<name>_seeds.png` (TUPE Figure 4a at small scale: the mean validation loss against
+steps, one colour a variant, the band between the lowest and highest seed around it) and
+`<name>_seeds.md`: per variant the loss at 30%, 50% and 100% of the budget (mean and seed
+range); per pair of variants the gap between their means against the spread across
+seeds; and each variant at 30% and 50% against the others at 100% (TUPE's claim that
+TUPE at 30% of the steps matches BERT at 100%).
 """
 
 import itertools
@@ -23,11 +21,25 @@ import statistics
 
 from experiments import config as study_config
 from experiments import pretrain_study, records
-from experiments.compare import check_comparable
 from experiments.config import StudyError
 
 FRACTIONS = (0.3, 0.5, 1.0)
 COLUMNS = ("variant", "step", "tokens", "seeds", "mean", "lowest", "highest", "by_seed")
+
+
+def seed_groups(configs):
+    """`{study: ([its config, its replicates' configs...], the variants they name)}`."""
+    groups = {}
+    for config in configs:
+        if "seed" not in config:
+            continue
+        for file, names in config.get("references", {}).items():
+            other = study_config.load_config(
+                os.path.join(os.path.dirname(config["_path"]), file), kind="pretrain")
+            members, variants = groups.setdefault(other["study"], ([other], []))
+            members.append(config)
+            variants += [name for name in names if name not in variants]
+    return groups
 
 
 def replicates(configs, name, command, only=None):
@@ -35,18 +47,13 @@ def replicates(configs, name, command, only=None):
     _check_replicates(configs)
     curves = {}  # variant -> {seed: {step: val_loss}}
     for config in configs:
-        for run in pretrain_study.collect(config)[0]:
+        for run in pretrain_study.read_runs(config):
             variant = run["variant"].name
-            if only and variant not in only:
-                continue
-            losses = {r["step"]: r["val_loss"] for r in run["rows"] if r["val_loss"] is not None}
-            if losses:
+            losses = pretrain_study.validation_losses(run)
+            if losses and (not only or variant in only):
                 curves.setdefault(variant, {})[config["settings"]["seed"]] = losses
     order = [v.name for v in study_config.variants(configs[0])]
     variants = sorted(curves, key=lambda v: order.index(v) if v in order else len(order))
-    if only and sorted(set(only) - set(variants)):
-        raise StudyError(f"no replicate study has a logged run of "
-                         f"{sorted(set(only) - set(variants))}.")
     if not variants:
         raise StudyError(f"None of the studies {[c['study'] for c in configs]} has logged a "
                          "step yet: pre-train them first.")
@@ -58,9 +65,8 @@ def replicates(configs, name, command, only=None):
              "by_seed": json.dumps(s["by_seed_values"])}
             for v in variants for step, s in summaries[v].items()]
     out_dir = configs[0]["results_dir"]
-    header = [f"command: {command}", f"generated: {records.now()}",
-              "studies (seed): " + "; ".join(f"{c['study']} ({c['settings']['seed']})"
-                                             for c in configs)]
+    header = [f"command: {command}", "studies (seed): " + "; ".join(
+        f"{c['study']} ({c['settings']['seed']})" for c in configs)]
     paths = {"csv": records.write_csv(os.path.join(out_dir, f"{name}_seeds.csv"), COLUMNS,
                                       rows, header)}
     paths["png"] = _plot(variants, summaries, configs,
@@ -72,22 +78,16 @@ def replicates(configs, name, command, only=None):
 
 
 def _check_replicates(configs):
-    if len(configs) < 2:
-        raise StudyError("seeds needs at least two studies (--studies A B ...).")
     studies = [c["study"] for c in configs]
-    if len(set(studies)) != len(studies):
-        raise StudyError(f"--studies names a study twice: {studies}")
     seeds = [c["settings"]["seed"] for c in configs]
     if len(set(seeds)) != len(seeds):
         raise StudyError(f"the studies {studies} must each have a seed of their own; their "
                          f"seeds are {seeds}.")
-    check_comparable(configs)
-    for config in configs[1:]:
-        if config.get("overrides", {}) != configs[0].get("overrides", {}):
-            raise StudyError(
-                f"{config['_path']} and {configs[0]['_path']} differ in their overrides "
-                f"({config.get('overrides', {})} and {configs[0].get('overrides', {})}): "
-                "replicates differ only in the seed (use compare for other settings).")
+    for other in configs[1:]:
+        differing = study_config.differing_settings(configs[0], other, free=("seed",))
+        if differing:
+            raise StudyError(f"{other['_path']} and {configs[0]['_path']} differ in {differing}: "
+                             "replicates differ only in the seed.")
 
 
 def _summarize(by_seed):
@@ -189,10 +189,9 @@ def _gap_row(curves, summaries, a, step_a, b, step_b, label, steps):
 
 
 def _plot(variants, summaries, configs, path):
-    plt = records.pyplot()
     settings = configs[0]["settings"]
     tokens_per_step = settings["batch_size"] * settings["seq_len"]
-    figure, axis = plt.subplots(figsize=(7.5, 4.5))
+    figure, axis = records.pyplot().subplots(figsize=(7.5, 4.5))
     for i, v in enumerate(variants):
         points = sorted(summaries[v].items())
         steps = [step for step, _ in points]
@@ -212,7 +211,4 @@ def _plot(variants, summaries, configs, path):
     axis.grid(alpha=0.3)
     figure.tight_layout()
     records.legend_outside(axis)
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    figure.savefig(path, dpi=130, bbox_inches="tight")
-    plt.close(figure)
-    return path
+    return records.save_figure(figure, path)
