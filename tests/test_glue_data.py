@@ -3,6 +3,7 @@
 import os
 from pathlib import Path
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -49,9 +50,11 @@ def plain_rows(path):
 
 
 def numpy_batches(dataset):
+    """Batches as NumPy: `(x, y)`, or `(x, y, sample_weight)`."""
     return [(
-        {key: value.numpy() for key, value in x.items()}, y.numpy()
-    ) for x, y in dataset]
+        {key: value.numpy() for key, value in batch[0].items()},
+        *(value.numpy() for value in batch[1:]),
+    ) for batch in dataset]
 
 
 @pytest.fixture(scope="module")
@@ -462,6 +465,59 @@ def test_shuffle_is_seeded_and_reshuffled_each_epoch(glue_tokenizer):
 
     for order in (first, second):
         np.testing.assert_array_equal(sorted_rows(order), sorted_rows(in_order))
+
+
+@needs_data
+def test_shuffled_batches_are_the_sentences_in_a_shuffled_order(glue_tokenizer):
+    """Examples are packed once and cached; the batches must still be the sentences in the
+    order that the same seeded shuffle gives their indices, epoch after epoch."""
+    examples = glue.load_glue("stsb", "validation", GLUE_DIR)  # 1,500 pairs
+    dataset = glue.glue_dataset("stsb", "validation", glue_tokenizer, 40, 64, shuffle=True,
+                                seed=7, examples=examples)
+    order = tf.data.Dataset.range(len(examples)).shuffle(
+        len(examples), seed=7, reshuffle_each_iteration=True)
+    packed = glue.pack_inputs(glue_tokenizer, 40, examples.sentence1, examples.sentence2)
+    for _ in range(2):  # the second epoch comes from the cache
+        indices = np.fromiter(iter(order.as_numpy_iterator()), np.int64)
+        batches = numpy_batches(dataset)
+        np.testing.assert_array_equal(np.concatenate([y for _, y in batches]),
+                                      examples.labels[indices])
+        for key in packed:
+            np.testing.assert_array_equal(np.concatenate([x[key] for x, _ in batches]),
+                                          packed[key].numpy()[indices])
+
+
+@needs_data
+def test_fill_last_batch_gives_one_shape_and_weighs_only_the_real_rows(glue_tokenizer):
+    examples = glue.load_glue("sst2", "validation", GLUE_DIR)  # 872 = 27 x 32 + 8
+    plain = numpy_batches(glue.glue_dataset("sst2", "validation", glue_tokenizer, 32, 32,
+                                            examples=examples))
+    filled = numpy_batches(glue.glue_dataset("sst2", "validation", glue_tokenizer, 32, 32,
+                                             examples=examples, fill_last_batch=True))
+    assert len(plain) == len(filled) == 28
+    assert all(x["token_ids"].shape == (32, 32) and len(w) == 32 for x, _, w in filled)
+    for (x, y), (x_filled, y_filled, w) in zip(plain[:-1], filled[:-1]):
+        np.testing.assert_array_equal(y_filled, y)
+        np.testing.assert_array_equal(w, np.ones(32))
+    (x, y), (x_filled, y_filled, w) = plain[-1], filled[-1]
+    assert len(y) == 8
+    np.testing.assert_array_equal(w, [4.0] * 8 + [0.0] * 24)
+    rows = np.arange(32) % 8  # the real rows, then copies
+    np.testing.assert_array_equal(y_filled, y[rows])
+    for key in x:
+        np.testing.assert_array_equal(x_filled[key], x[key][rows])
+    # Keras's batch-size-reduced loss of the filled batch is the mean over the real rows
+    # (reference: NumPy's cross-entropy of the 8 rows alone).
+    logits = np.random.default_rng(0).normal(size=(32, 2)).astype("float32")
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)(
+        y_filled, logits, sample_weight=w)
+    log_softmax = logits[:8] - np.log(np.exp(logits[:8]).sum(axis=1, keepdims=True))
+    expected = -log_softmax[np.arange(8), y].mean()
+    np.testing.assert_allclose(float(loss), expected, rtol=1e-6)
+    accuracy = keras.metrics.SparseCategoricalAccuracy()
+    accuracy.update_state(y_filled, logits, sample_weight=w)
+    np.testing.assert_allclose(float(accuracy.result()),
+                               (logits[:8].argmax(axis=1) == y).mean(), rtol=1e-6)
 
 
 def test_longest_packed_length_by_hand(tiny_tokenizer):

@@ -479,8 +479,12 @@ def _check_positive_int(name, value, minimum):
         raise ValueError(f"`{name}` must be an int >= {minimum}. Received: {name}={value!r}")
 
 
+# Sentences tokenized and packed at a time by `glue_dataset` (its first pass).
+PACK_CHUNK = 256
+
+
 def glue_dataset(task, split, tokenizer, sequence_length, batch_size, data_dir=None,
-                 shuffle=False, seed=0, examples=None, pad_multiple=None):
+                 shuffle=False, seed=0, examples=None, pad_multiple=None, fill_last_batch=False):
     """`(x, y)` batches of one GLUE split, ready for a keras_tupe classifier.
 
     Args:
@@ -503,11 +507,23 @@ def glue_dataset(task, split, tokenizer, sequence_length, batch_size, data_dir=N
             the real tokens, with less work on [PAD]; at most `sequence_length /
             pad_multiple` shapes to compile). None (default): every batch is
             `sequence_length` long.
+        fill_last_batch: bool. Complete the last, smaller batch to `batch_size` rows
+            with copies of its first rows, and add a `sample_weight`: `batch_size / n`
+            on its `n` real rows, 0 on the copies (1 everywhere in a full batch). A
+            Keras loss reduced over the batch size then is the mean over the real rows,
+            weighted metrics count only them, and every batch has one batch size: one
+            compiled step instead of two. For prediction, keep the first
+            `len(examples)` outputs. Defaults to `False`.
 
     Returns:
-        A `tf.data.Dataset` of `(x, y)`: `x` is the dict of `pack_inputs` (int32, (B, L),
+        A `tf.data.Dataset` of `(x, y)`, or `(x, y, sample_weight)` with
+        `fill_last_batch`: `x` is the dict of `pack_inputs` (int32, (B, L),
         L <= `sequence_length` with `pad_multiple`); `y` is int32 class ids (B,), float32
-        scores for STS-B, -1 on test splits.
+        scores for STS-B, -1 on test splits; `sample_weight` float32 (B,).
+
+    Every example is tokenized and packed once, in the first pass: the packed examples
+    are cached in memory (12 bytes a token), then shuffled and batched each epoch, in
+    the order a shuffle of the sentences would give.
     """
     task = get_task(task)
     _check_split(task, split)
@@ -533,20 +549,35 @@ def glue_dataset(task, split, tokenizer, sequence_length, batch_size, data_dir=N
         for column in (examples.sentence1, examples.sentence2) if column is not None
     )
     labels = tf.constant(np.asarray(examples.labels), label_dtype, shape=[len(examples)])
-    dataset = tf.data.Dataset.from_tensor_slices((texts, labels))
+
+    def pack(batch_texts, batch_labels):
+        return pack_inputs(tokenizer, sequence_length, *batch_texts), batch_labels
+
+    dataset = (tf.data.Dataset.from_tensor_slices((texts, labels))
+               .batch(PACK_CHUNK)
+               .map(pack, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+               .unbatch()
+               .apply(tf.data.experimental.assert_cardinality(len(examples)))  # for Keras
+               .cache())
     if shuffle:
         dataset = dataset.shuffle(
             max(len(examples), 1), seed=seed, reshuffle_each_iteration=True
         )
     dataset = dataset.batch(batch_size, drop_remainder=False)
 
-    def pack(batch_texts, batch_labels):
-        x = pack_inputs(tokenizer, sequence_length, *batch_texts)
+    def finish(x, batch_labels):
         if pad_multiple is not None:
             longest = tf.reduce_max(tf.reduce_sum(x["padding_mask"], axis=1))
             length = tf.minimum(sequence_length, -(-longest // pad_multiple) * pad_multiple)
             x = {name: value[:, :length] for name, value in x.items()}
-        return x, batch_labels
+        if not fill_last_batch:
+            return x, batch_labels
+        n = tf.shape(batch_labels)[0]
+        rows = tf.range(batch_size) % n  # the real rows, then copies of the first ones
+        weight = tf.cast(batch_size, tf.float32) / tf.cast(n, tf.float32)
+        sample_weight = tf.where(tf.range(batch_size) < n, weight, 0.0)
+        x = {name: tf.gather(value, rows) for name, value in x.items()}
+        return x, tf.gather(batch_labels, rows), sample_weight
 
-    dataset = dataset.map(pack, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    dataset = dataset.map(finish, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return dataset.prefetch(tf.data.AUTOTUNE)

@@ -42,8 +42,10 @@ def paper_epochs(task):
 
 
 
-# `FinetuneConfig.pad_each_batch` rounds each batch's length up to a multiple of this.
-BATCH_PAD_MULTIPLE = 16
+# `FinetuneConfig.pad_each_batch` rounds each training batch's length up to a multiple of
+# this: at most 4 lengths to compile at 128 (a multiple of 16 allowed 8, each compiling its
+# own XLA step, which cost more than the padding it saved in a short run).
+BATCH_PAD_MULTIPLE = 32
 
 
 @dataclasses.dataclass
@@ -68,10 +70,11 @@ class FinetuneConfig:
     # Off by default: dropout then draws other random masks than at `seq_len`, so a
     # seed's run is not bitwise the one padded to `seq_len`.
     pad_to_longest: bool = False
-    # Pad each batch only to its longest packed example, rounded up to a multiple of 16, at
-    # most the split's length (above): the same batches and, for a masked encoder, the same
-    # outputs, with less work on [PAD] where lengths vary (SST-2, CoLA, STS-B); each
-    # length compiles its own step. Off by default, for the reason above.
+    # Pad each training batch only to its longest packed example, rounded up to a multiple
+    # of 32, at most the split's length (above): the same batches and, for a masked
+    # encoder, the same outputs, with less work on [PAD] where lengths vary (SST-2, CoLA,
+    # STS-B); each length compiles its own step (at most 4 at 128). Evaluation pads each
+    # split to one length. Off by default, for the reason above.
     pad_each_batch: bool = False
     xla: bool = True
     verbose: int = 0
@@ -106,9 +109,10 @@ def finetune_glue(config):
     epochs = config.epochs or paper_epochs(config.task)
     lengths = {"train": _padded_length(config, tokenizer, train_examples)}
     pad_multiple = BATCH_PAD_MULTIPLE if config.pad_each_batch else None
+    # The last batch is filled to the batch size (its copies weigh 0): one batch shape.
     train = glue.glue_dataset(config.task, "train", tokenizer, lengths["train"], config.batch_size,
                               shuffle=True, seed=config.seed, examples=train_examples,
-                              pad_multiple=pad_multiple)
+                              pad_multiple=pad_multiple, fill_last_batch=True)
     steps = epochs * int(np.ceil(len(train_examples.labels) / config.batch_size))
     # Dropout of the pre-trained encoder: the fine-tuning value.
     backbone = _with_dropout(backbone, config.dropout)
@@ -119,6 +123,11 @@ def finetune_glue(config):
                                    weight_decay=config.weight_decay),
         jit_compile=config.xla,
     )
+    train_lengths = compiled_lengths(lengths["train"], pad_multiple)
+    if config.progress:
+        print(f"{config.task}: the training step compiles for at most {len(train_lengths)} "
+              f"length(s) ({', '.join(map(str, train_lengths))}) at batch {config.batch_size}, "
+              f"prediction for one length a split.", flush=True)
     start = time.perf_counter()
     progress = [StepProgress(steps, steps // epochs)] if config.progress else []
     try:
@@ -134,12 +143,12 @@ def finetune_glue(config):
         lengths[split] = _padded_length(config, tokenizer, examples)
         dataset = glue.glue_dataset(config.task, split, tokenizer, lengths[split],
                                     config.batch_size, examples=examples,
-                                    pad_multiple=pad_multiple)
+                                    fill_last_batch=True)
         if config.progress:
             print(f"Evaluating {config.task} on {split} ({len(examples.labels):,} examples) ...",
                   flush=True)
         with Heartbeat(f"  evaluating on {split}") if config.progress else nullcontext():
-            outputs = model.predict(dataset, verbose=0)
+            outputs = model.predict(dataset, verbose=0)[:len(examples.labels)]
         predictions = outputs if spec.num_classes == 1 else np.argmax(outputs, axis=-1)
         metrics = glue_metrics(config.task, predictions, examples.labels)
         results[split] = {**metrics, "score": glue_score(config.task, metrics)}
@@ -151,7 +160,16 @@ def finetune_glue(config):
             "epochs": epochs, "dev": results})
     return {"task": config.task, "learning_rate": config.learning_rate, "seed": config.seed,
             "epochs": epochs, "train_examples": len(train_examples.labels),
-            "sequence_lengths": lengths, "train_seconds": seconds, "dev": results}
+            "sequence_lengths": lengths, "train_lengths_compiled_at_most": train_lengths,
+            "train_seconds": seconds, "dev": results}
+
+
+def compiled_lengths(split_length, pad_multiple):
+    """The sequence lengths a training split's batches can have: its length, or with
+    `pad_multiple` every multiple of it below, and the length itself."""
+    if pad_multiple is None:
+        return [split_length]
+    return list(range(pad_multiple, split_length, pad_multiple)) + [split_length]
 
 
 def _padded_length(config, tokenizer, examples):
