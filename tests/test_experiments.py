@@ -746,6 +746,16 @@ def test_the_shipped_study_configs_load_and_share_their_settings():
                     final[point] = run["rows"][-1]["val_loss"]
         assert len(final) >= 6 and min(final, key=final.get) == (
             long["learning_rate"], long["warmup_ratio"]), variant
+    # Issue 37's comparison: every encoding but the fairseq-fork and tie/d ablations,
+    # trained alike on the sweep's data and vocabulary, then scored up to 1024.
+    encodings = configs["encodings"]
+    assert set(encodings["variants"]) == {
+        "bert_a", "bert_r", "tupe_a", "tupe_r", "shaw", "huang_m1", "huang_m2", "huang_m3",
+        "huang_m4", "rope", "alibi", "deberta"}
+    assert encodings["vocabulary"] == base["vocabulary"]
+    assert encodings["settings"]["seq_len"] == 128 and configs["encodings_length"]["lengths"] == [
+        128, 256, 512, 1024]
+    assert configs["encodings_length"]["pretrain_configs"] == ["encodings.json"]
     for name, seed1 in (("long", "long_seed1"), ("long_v2", "long_v2_seed1"),
                         ("relative_v2", "relative_v2_seed1")):
         assert configs[seed1]["settings"] == {**configs[name]["settings"], "seed": 1}, seed1
