@@ -43,9 +43,9 @@ def paper_epochs(task):
 
 
 # `FinetuneConfig.pad_each_batch` rounds each training batch's length up to a multiple of
-# this: at most 4 lengths to compile at 128 (a multiple of 16 allowed 8, each compiling its
-# own XLA step, which cost more than the padding it saved in a short run).
-BATCH_PAD_MULTIPLE = 32
+# this: at most 8 lengths to compile at 128. (32 compiled fewer, but its longer steps cost
+# more than the compilations it saved over the studies' 3 epochs: benchmarks/finetune_speed.)
+BATCH_PAD_MULTIPLE = 16
 
 
 @dataclasses.dataclass
@@ -71,9 +71,9 @@ class FinetuneConfig:
     # seed's run is not bitwise the one padded to `seq_len`.
     pad_to_longest: bool = False
     # Pad each training batch only to its longest packed example, rounded up to a multiple
-    # of 32, at most the split's length (above): the same batches and, for a masked
+    # of 16, at most the split's length (above): the same batches and, for a masked
     # encoder, the same outputs, with less work on [PAD] where lengths vary (SST-2, CoLA,
-    # STS-B); each length compiles its own step (at most 4 at 128). Evaluation pads each
+    # STS-B); each length compiles its own step (at most 8 at 128). Evaluation pads each
     # split to one length. Off by default, for the reason above.
     pad_each_batch: bool = False
     xla: bool = True
