@@ -151,7 +151,8 @@ def read_runs(config):
                      f"{expected.get(key)!r}" for key in sorted(set(saved) | set(expected))
                      if key != "out" and saved.get(key) != expected.get(key)]
         shared = {k: v for k, v in saved.items() if k not in FREE_FIELDS}
-        shared.update(replicas=record.get("replicas"), vocabulary=record["vocabulary_sha256"])
+        shared.update(replicas=record.get("replicas"), vocabulary=record["vocabulary_sha256"],
+                      initialization=record.get("initialization"))
         if reference is None:
             reference = (name, shared)
         problems += [f"{name} and {reference[0]} differ in {key}: {shared.get(key)!r} vs "
@@ -199,6 +200,14 @@ def read_references(config):
                 f"{differing} than this one; only runs with the same settings (the seed may "
                 "differ) can be drawn beside its own.")
         runs = {run["variant"].name: run for run in read_runs(other)}
+        mine = {run["record"].get("initialization") for run in read_runs(config) if run["record"]}
+        theirs = {runs[name]["record"].get("initialization") for name in names
+                  if name in runs and runs[name]["record"]}
+        if mine and theirs and mine != theirs:
+            raise StudyError(
+                f"{config['_path']}: the reference study {file} started its weights "
+                f"{sorted(theirs)}, this study {sorted(mine)} (initialization in the records' "
+                "run_config.json): runs of the two initializations are not drawn as one.")
         unknown = [name for name in names if name not in runs]
         if unknown:
             raise StudyError(f"{config['_path']}: the reference study {file} has no "

@@ -34,6 +34,7 @@ import keras
 
 from keras_tupe.callbacks import AtomicBackupAndRestore, StepCheckpoint, StepLogger, StepProgress
 from keras_tupe.folders import made_folder
+from keras_tupe.layers.utils import INITIALIZATION
 from keras_tupe.models.task import without_training_state
 from keras_tupe.progress import Heartbeat
 
@@ -430,6 +431,7 @@ def _train(config, mode, strategy, manifest, until_step):
                 "command": " ".join(sys.argv),
                 "versions": versions(),
                 "replicas": strategy.num_replicas_in_sync,
+                "initialization": INITIALIZATION,
             }, f, indent=2)
 
     keras.utils.set_random_seed(config.seed)

@@ -209,6 +209,8 @@ def test_report_refuses_records_whose_settings_differ(study, tmp_path, capsys):
     tampered = json.loads(path.read_text())
     tampered["config"]["learning_rate"] = 2e-3
     tampered["vocabulary_sha256"] = "0" * 64
+    assert tampered["initialization"] == "independent"  # written by keras_tupe.pretraining
+    tampered["initialization"] = "shared"  # a run from before the initialization fix
     path.write_text(json.dumps(tampered))
     assert main(["report", "--config", copy["configs"]["pretrain"]]) == 2
     err = capsys.readouterr().err
@@ -217,6 +219,7 @@ def test_report_refuses_records_whose_settings_differ(study, tmp_path, capsys):
                      r"config says 0\.001", err)
     assert "tupe_r and bert_a differ in learning_rate: 0.002 vs 0.001" in err
     assert "tupe_r: vocabulary sha256 000000" in err
+    assert "tupe_r and bert_a differ in initialization: 'shared' vs 'independent'" in err
     assert not (copy["results"] / "pretrain_table.md").exists()
 
 
@@ -405,6 +408,14 @@ def test_references_seed_bands_and_comparisons(study, tmp_path):
     (tmp_path / "other.json").write_text(json.dumps(other))
     with pytest.raises(study_config.StudyError, match=r"differ in \['steps'\]: only studies"):
         compare([configs[0], study_config.load_config(str(tmp_path / "other.json"))], "x", "c")
+    # Runs of the old initialization are not drawn beside the new ones.
+    for variant in ("bert_a", "tupe_r"):
+        path = _record(results, "pretrain", variant) / "run_config.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), "initialization": "shared"}))
+    with pytest.raises(study_config.StudyError, match=r"reference study pretrain\.json started "
+                                                      r"its weights \['shared'\], this study "
+                                                      r"\['independent'\]"):
+        pretrain_study.read_references(configs[1])
 
 
 def test_a_reference_must_exist_and_be_another_study(study):

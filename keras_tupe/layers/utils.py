@@ -48,6 +48,12 @@ def check_sequence_length(length, maximum, what):
         raise ValueError(f"{message} Received: sequence length {int(length)}.")
 
 
+# How the random weights start, recorded in every pre-training run's `run_config.json`:
+# "independent" (`clone_initializer`: each weight draws its own values, since commit
+# 91812fc); runs before it are recorded as "shared" (some weights started equal).
+INITIALIZATION = "independent"
+
+
 def clone_initializer(initializer):
     """A new initializer with the same config, for one more weight.
 
