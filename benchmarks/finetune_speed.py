@@ -225,7 +225,7 @@ def main(argv=None):
                     corpus=os.path.join(args.data_dir, "enwiki", "train.txt"))
         libraries = [("today", str(REPO_ROOT))]
         if args.before:
-            libraries.append((f"before", _library_of(args.before, tempfile.mkdtemp(dir=work))))
+            libraries.append(("before", _library_of(args.before, tempfile.mkdtemp(dir=work))))
         rows = []
         for mode in args.modes:
             for name, library in (libraries[:1] if mode == "pretrain" else libraries):
