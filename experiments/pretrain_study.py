@@ -179,15 +179,19 @@ def read_runs(config):
     return runs
 
 
-def read_references(config):
+def read_references(config, own_runs=None):
     """The runs of other studies named by `references`, as `(study config, run)` pairs.
 
     Raises `StudyError` when a reference study was trained with other settings
     than this one (the seed aside), another size or vocabulary, or lacks a named
-    variant: a curve drawn beside the study's own must be comparable with them.
+    variant: a curve drawn beside the study's own must be comparable with them, and
+    when its runs started from another initialization than this study's (`own_runs`:
+    this study's `read_runs`, when the caller has them).
     """
     folder = os.path.dirname(config["_path"])
     result = []
+    mine = {run["record"].get("initialization") for run in (
+        read_runs(config) if own_runs is None else own_runs) if run["record"]}
     for file, names in config.get("references", {}).items():
         other = study_config.load_config(os.path.join(folder, file), kind="pretrain")
         if other["study"] == config["study"]:
@@ -200,7 +204,6 @@ def read_references(config):
                 f"{differing} than this one; only runs with the same settings (the seed may "
                 "differ) can be drawn beside its own.")
         runs = {run["variant"].name: run for run in read_runs(other)}
-        mine = {run["record"].get("initialization") for run in read_runs(config) if run["record"]}
         theirs = {runs[name]["record"].get("initialization") for name in names
                   if name in runs and runs[name]["record"]}
         if mine and theirs and mine != theirs:
@@ -239,7 +242,7 @@ def fraction_steps(config):
 def report(config, command):
     """Writes the study's CSV, plot, pairs, table and config record; returns their paths."""
     runs = read_runs(config)
-    references = read_references(config)
+    references = read_references(config, runs)
     started = [run for run in runs if run["rows"]]
     if not started:
         raise StudyError(f"No run of study {config['study']!r} has a record yet (looked in "
