@@ -734,7 +734,7 @@ def test_the_shipped_study_configs_load_and_share_their_settings():
     for key in ("tasks", "data_dir", "learning_rates", "seeds", "settings", "pretrain_configs"):
         assert configs["finetune"][key] == configs["finetune_intermediate"][key], key
     # The sweep: one grid for every variant, plus the point that brackets the best rate.
-    sweep = [c for name, c in configs.items() if name.startswith("sweep_")]
+    sweep = [c for name, c in configs.items() if name.startswith("sweep_lr")]
     base = configs["sweep_lr5e4_wu05"]
     grid = {(c["settings"]["learning_rate"], c["settings"]["warmup_ratio"]) for c in sweep}
     assert grid == {(lr, wu) for lr in (2e-4, 5e-4, 1e-3) for wu in (0.05, 0.2)} | {(2e-3, 0.2)}
@@ -742,6 +742,14 @@ def test_the_shipped_study_configs_load_and_share_their_settings():
         assert list(config["variants"]) == ["bert_a", "tupe_a", "bert_r", "tupe_r"]
         assert {**config["settings"], "learning_rate": 0, "warmup_ratio": 0} == {
             **base["settings"], "learning_rate": 0, "warmup_ratio": 0}, config["study"]
+    # The sweep again on the corrected initialization: TUPE-A at the old sweep's best point and
+    # its two neighbours in learning rate, everything else the old sweep's.
+    sweep_v2 = [c for name, c in configs.items() if name.startswith("sweep_v2_")]
+    assert {c["settings"]["learning_rate"] for c in sweep_v2} == {5e-4, 1e-3, 2e-3}
+    for config in sweep_v2:
+        assert list(config["variants"]) == ["tupe_a"]
+        assert {**config["settings"], "learning_rate": 0} == {
+            **base["settings"], "learning_rate": 0, "warmup_ratio": 0.2}, config["study"]
     # The long runs: >= 65M tokens at the sweep's best point of both BERT-A and TUPE-A,
     # checkpoints at 0, 30% and 50%; each replicate differs only in the seed.
     long = configs["long"]["settings"]
