@@ -25,6 +25,8 @@ COMPARISONS = {
     "speed": ("speed_f32_xla", "speed_bf16_xla", "speed_f32_noxla", "speed_bf16_noxla"),
     "sweep": ("sweep_lr5e4_wu05", "sweep_lr2e4_wu05", "sweep_lr1e3_wu05", "sweep_lr2e4_wu20",
               "sweep_lr5e4_wu20", "sweep_lr1e3_wu20", "sweep_lr2e3_wu20"),
+    # TUPE-A's chosen point and its neighbours in learning rate on the corrected initialization.
+    "sweep_v2": ("sweep_v2_lr1e3_wu20", "sweep_v2_lr5e4_wu20", "sweep_v2_lr2e3_wu20"),
 }
 # Settings that may differ between the compared studies: what they vary, and the seed.
 FREE_SETTINGS = (*study_config.OVERRIDABLE_FIELDS, "seed")

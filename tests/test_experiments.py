@@ -765,6 +765,14 @@ def test_the_shipped_study_configs_load_and_share_their_settings():
                     final[point] = run["rows"][-1]["val_loss"]
         assert len(final) >= 6 and min(final, key=final.get) == (
             long["learning_rate"], long["warmup_ratio"]), variant
+    # On the corrected initialization TUPE-A's long runs keep that rate only while no finished
+    # neighbour of sweep_v2 ends lower (each neighbour's record is checked as it lands).
+    long_v2 = configs["long_v2"]["settings"]
+    assert long_v2 == long  # the same runs, only the initialization differs
+    final_v2 = {c["settings"]["learning_rate"]: run["rows"][-1]["val_loss"] for c in sweep_v2
+                for run in pretrain_study.read_runs(c) if run["status"] == "finished"}
+    if final_v2:
+        assert min(final_v2, key=final_v2.get) == long_v2["learning_rate"], final_v2
     # Issue 37's comparison: every encoding but the fairseq-fork and tie/d ablations,
     # trained alike on the sweep's data and vocabulary, then scored up to 1024.
     encodings = configs["encodings"]
