@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from experiments import compare as compare_module
 from experiments import config as study_config
 from experiments import finetune_study, length_study, pretrain_study, records
 from experiments import run as run_module
@@ -791,25 +792,42 @@ def test_the_shipped_study_configs_load_and_share_their_settings():
 
 @pytest.mark.slow
 def test_the_committed_pages_are_the_report_of_the_committed_records(tmp_path, monkeypatch):
-    """`report` in a checkout that holds only the configs and `docs/results` writes exactly
-    the committed pages (regenerate them and commit when this fails)."""
+    """`report` in a checkout that holds only the configs and the committed records writes
+    exactly the committed pages, and no committed page of a study or comparison is left that
+    it no longer writes (regenerate them, remove stale ones and commit when this fails)."""
     checkout = tmp_path / "checkout"
-    (checkout / "docs").mkdir(parents=True)
-    shutil.copytree(REPO / "docs" / "results", checkout / "docs" / "results")
+    results = REPO / "docs" / "results"
+    # The inputs: the runs' records and the maps' data (their figures are report's).
+    shutil.copytree(results / "records", checkout / "docs" / "results" / "records")
+    shutil.copytree(results / "maps", checkout / "docs" / "results" / "maps",
+                    ignore=shutil.ignore_patterns("*.png"))
     shutil.copytree(REPO / "experiments" / "configs", checkout / "experiments" / "configs")
     (tmp_path / "shared").symlink_to(DATA_DIR.parent)  # the configs' ../shared/data
     monkeypatch.chdir(checkout)
     monkeypatch.setattr(run_module, "CONFIG_DIR", str(checkout / "experiments" / "configs"))
-
-    def files():
-        return {path: path.read_bytes() for path in (checkout / "docs").rglob("*")
-                if path.is_file()}
-
-    committed = files()
     assert main(["report"]) == 0
-    written = files()
-    assert written.keys() == committed.keys()
-    assert [path for path in written if written[path] != committed[path]] == []
+    written = {path.relative_to(checkout / "docs" / "results"): path.read_bytes()
+               for path in (checkout / "docs" / "results").rglob("*")
+               if path.is_file() and "records" not in path.parts}
+    assert any(path.parts[0] == "maps" and path.suffix == ".png" for path in written)
+    assert [path for path in written if not (results / path).is_file()] == []
+    assert [path for path in written if (results / path).read_bytes() != written[path]] == []
+    # A page is named `<study or comparison>_<kind of page>`: a committed file named so for a
+    # kind that `report` writes is stale when `report` no longer writes it (the benchmarks'
+    # files, the maps' data and the pre-training guide's figure are named otherwise).
+    names = sorted({study_config.load_config(str(path))["study"]
+                    for path in (REPO / "experiments" / "configs").glob("*.json")}
+                   | set(compare_module.COMPARISONS), key=len, reverse=True)
+
+    def split(path):  # (study or comparison, kind of page), by the longest name that fits
+        return next(((name, str(path)[len(name) + 1:]) for name in names
+                     if str(path).startswith(f"{name}_")), (None, None))
+
+    kinds = {split(path)[1] for path in written} - {None}
+    stale = [path for path in results.iterdir()
+             if path.is_file() and split(path.relative_to(results))[1] in kinds
+             and path.relative_to(results) not in written]
+    assert stale == []
 
 
 def test_format_seconds_rounds_to_whole_minutes_before_splitting_hours():
