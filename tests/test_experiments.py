@@ -819,13 +819,13 @@ def test_the_committed_pages_are_the_report_of_the_committed_records(tmp_path, m
                     for path in (REPO / "experiments" / "configs").glob("*.json")}
                    | set(compare_module.COMPARISONS), key=len, reverse=True)
 
-    def split(path):  # (study or comparison, kind of page), by the longest name that fits
-        return next(((name, str(path)[len(name) + 1:]) for name in names
-                     if str(path).startswith(f"{name}_")), (None, None))
+    def kind(path):  # the name after the longest study or comparison name that fits
+        return next((str(path)[len(name) + 1:] for name in names
+                     if str(path).startswith(f"{name}_")), None)
 
-    kinds = {split(path)[1] for path in written} - {None}
+    kinds = {kind(path) for path in written} - {None}
     stale = [path for path in results.iterdir()
-             if path.is_file() and split(path.relative_to(results))[1] in kinds
+             if path.is_file() and kind(path.relative_to(results)) in kinds
              and path.relative_to(results) not in written]
     assert stale == []
 
