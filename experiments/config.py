@@ -142,12 +142,17 @@ def _check(config, path):
             _fail(path, f"unknown fine-tuning settings {unknown}. Allowed: {sorted(allowed)}")
         from keras_tupe.finetuning.glue import check_task_settings
 
+        from keras_tupe.finetuning.summary import check_selection
+
         try:
             check_task_settings(config["tasks"], config.get("task_settings", {}))
+            check_selection(config["seeds"], config.get("selection_seed"),
+                            config.get("edge_learning_rates", []), config["learning_rates"])
         except ValueError as error:
             _fail(path, str(error))
         _check_fractions(config, path)
         _check_checkpoint_variants(config, path)
+        _check_ceiling(config, path)
     else:
         _require(config, path, ("pretrain_configs", "lengths", "valid_corpus",
                                 "tokens_per_batch", "batches", "seed"))
@@ -186,6 +191,34 @@ def _check_checkpoint_variants(config, path):
         if fraction not in config["checkpoints"]:
             _fail(path, f"`checkpoint_variants` names checkpoint {key!r}, which is not one of "
                         f"`checkpoints` {config['checkpoints']}.")
+
+
+def _check_ceiling(config, path):
+    """`ceiling`: `{"name": str, "scores": {task: score, or {metric: value}}}`, the
+    published scores of a stronger encoder the table shows as its last row."""
+    if "ceiling" not in config:
+        return
+    from keras_tupe.metrics import GLUE_METRICS
+
+    ceiling = config["ceiling"]
+    example = '{"name": "BERT-Mini", "scores": {"sst2": 85.9, "mrpc": {"f1": 81.1}}}'
+    if (not isinstance(ceiling, dict) or set(ceiling) != {"name", "scores"}
+            or not isinstance(ceiling["scores"], dict)):
+        _fail(path, f"`ceiling` must be {{\"name\": ..., \"scores\": {{task: score or "
+                    f"{{metric: value}}}}}}, e.g. {example}. Received: {ceiling!r}")
+    for task, value in ceiling["scores"].items():
+        if task not in config["tasks"]:
+            _fail(path, f"`ceiling` scores task {task!r}, which is not one of the tasks "
+                        f"{config['tasks']}.")
+        metrics = GLUE_METRICS.get(task, ())
+        if isinstance(value, dict):
+            bad = [name for name in value if name not in metrics]
+            if bad or not value:
+                _fail(path, f"`ceiling` {task}: metrics {bad or '{}'} are not metrics of {task}. "
+                            f"Valid: {list(metrics)}")
+        elif not isinstance(value, (int, float)):
+            _fail(path, f"`ceiling` {task}: a score (x100) or {{metric: value}}. "
+                        f"Received: {value!r}")
 
 
 def checkpoint_variants(config, fraction):

@@ -20,8 +20,11 @@ fine-tuned before runs were recorded one by one (`finetune`, `finetune_intermedi
 keep each job's summary in `summary.json` instead.
 """
 
+import dataclasses
+import glob
 import json
 import os
+import statistics
 
 import numpy as np
 
@@ -69,9 +72,51 @@ def _check_chosen_variants(config):
                                  f"{name!r} among the fine-tuned ones. Valid: {choices}")
 
 
-def _grid(config):
-    return {(t, lr, seed) for t in config["tasks"] for lr in config["learning_rates"]
-            for seed in config["seeds"]}
+def _protocol(config):
+    """The config's choice of protocol, as `runs_to_do` and `summarize` take it: the full
+    grid, or the rate chosen with `selection_seed` (widened by `edge_learning_rates`)."""
+    return {"selection_seed": config.get("selection_seed"),
+            "edge_learning_rates": config.get("edge_learning_rates", [])}
+
+
+def _protocol_rows(config, rows):
+    """The rows of runs the protocol asks for: of the config's rates and seeds, and with a
+    selection seed, of that seed or at the rate it chose (any other run is neither scored
+    nor timed)."""
+    from keras_tupe.finetuning import chosen_learning_rate
+
+    rates = set(config["learning_rates"]) | set(config.get("edge_learning_rates", []))
+    rows = [r for r in rows if r["task"] in config["tasks"] and r["learning_rate"] in rates
+            and r["seed"] in config["seeds"]]
+    selection_seed = config.get("selection_seed")
+    if selection_seed is None:
+        return rows
+    chosen = {task: chosen_learning_rate(rows, task, config["learning_rates"], selection_seed,
+                                         config.get("edge_learning_rates", []))
+              for task in config["tasks"]}
+    return [r for r in rows
+            if r["seed"] == selection_seed or r["learning_rate"] == chosen[r["task"]]]
+
+
+def _runs_to_do(config, rows):
+    """`(task, rate, seed)` of every run the protocol still needs as far as `rows` tell
+    (with a selection seed, the runs after the choice are known only once it is made)."""
+    from keras_tupe.finetuning import runs_to_do
+
+    return [(task, *run) for task in config["tasks"] for run in runs_to_do(
+        rows, task, config["learning_rates"], config["seeds"], **_protocol(config))]
+
+
+def _runs_expected(config, rows):
+    """The runs of the protocol when it is complete: rates x seeds a task; with a selection
+    seed, each rate run with it (the grid and any edge it widened to) plus the other seeds."""
+    if config.get("selection_seed") is None:
+        return len(config["tasks"]) * len(config["learning_rates"]) * len(config["seeds"])
+    rows = _protocol_rows(config, rows)
+    return sum(len(set(config["learning_rates"]) | {
+        r["learning_rate"] for r in rows
+        if r["task"] == task and r["seed"] == config["selection_seed"]})
+        + len(config["seeds"]) - 1 for task in config["tasks"])
 
 
 def _settings(config, job):
@@ -91,12 +136,9 @@ def run_study(config, command, report_command, only_variants=None, only_checkpoi
     from keras_tupe.data.shards import file_sha256
     from keras_tupe.finetuning import run_protocol, run_squad_protocol
 
-    def done(job):
-        return {(r["task"], r["learning_rate"], r["seed"])
-                for r in records.read_jsonl(os.path.join(job["out"], "results.jsonl"))}
-
     jobs = [job for job in plan(config, only_variants, only_checkpoints)
-            if not _grid(config) <= done(job)]
+            if _runs_to_do(config, records.read_jsonl(os.path.join(job["out"], "results.jsonl")))]
+    print(cost(config, jobs), flush=True)
     missing = [job["init"] for job in jobs if not os.path.exists(job["init"])]
     if missing:
         raise StudyError("Not pre-trained yet (run the pre-training studies first):\n  "
@@ -121,14 +163,86 @@ def run_study(config, command, report_command, only_variants=None, only_checkpoi
         if is_squad(config):
             run_squad_protocol(job["init"], job["out"], config["learning_rates"],
                                config["seeds"], vocab=job["vocab"], lowercase=job["lowercase"],
-                               offline_split=config["squad_file"], **config["settings"])
+                               offline_split=config["squad_file"], **_protocol(config),
+                               **config["settings"])
         else:
             run_protocol(config["tasks"], job["init"], job["out"],
                          learning_rates=config["learning_rates"], seeds=config["seeds"],
                          vocab=job["vocab"], lowercase=job["lowercase"],
                          data_dir=config.get("data_dir"),
-                         task_settings=config.get("task_settings"), **config["settings"])
+                         task_settings=config.get("task_settings"), **_protocol(config),
+                         **config["settings"])
     return report(config, report_command)
+
+
+def cost(config, jobs):
+    """What fine-tuning `jobs` costs: the runs left (with a selection seed, at least: the
+    grid may widen at an edge), the training steps, and the time, per task at the median
+    seconds a step of this study's recorded runs of it, else at pre-training's median
+    seconds a step of the same encoder size and batch x `seq_len` (an upper bound: each
+    fine-tuning batch is padded only to its longest example)."""
+    from experiments.pretrain_study import recorded_step_seconds
+    from keras_tupe.data import glue
+    from keras_tupe.finetuning import FinetuneConfig, paper_epochs
+
+    study = f"[{config['study']}]"
+    if not jobs:
+        return f"{study} nothing left to fine-tune: every job's protocol has run."
+    rows = {job["out"]: records.read_jsonl(os.path.join(job["out"], "results.jsonl"))
+            for job in jobs}
+    left = {task: sum(_runs_left(config, rows[job["out"]], task) for job in jobs)
+            for task in config["tasks"]}
+    line = (f"{study} {len(jobs)} checkpoint(s) to fine-tune: {sum(left.values()):,} runs"
+            + (" at least" if config.get("selection_seed") is not None else ""))
+    if is_squad(config):
+        return line + " (SQuAD: steps depend on the features; no time estimate)."
+    recorded = [row for path in glob.glob(os.path.join(records.record_dir(config), "**",
+                                                       "results.jsonl"), recursive=True)
+                for row in records.read_jsonl(path) if "wall_seconds" in row]
+    pretrain = study_config.related_configs(config, "pretrain_configs")[0]
+    settings = {f.name: f.default for f in dataclasses.fields(FinetuneConfig)}
+    settings.update(config["settings"])
+    fallback = recorded_step_seconds(pretrain["results_dir"], pretrain["size"],
+                                     (settings["batch_size"], settings["seq_len"]))
+    total_steps, total_seconds, parts = 0, 0.0, []
+    for task in config["tasks"]:
+        task_settings = {**settings, **config.get("task_settings", {}).get(task, {})}
+        examples = len(glue.load_glue(task, "train", config.get("data_dir")).labels)
+        examples = min(examples, task_settings["max_train_examples"] or examples)
+        steps = ((task_settings["epochs"] or paper_epochs(task))
+                 * -(-examples // task_settings["batch_size"]))
+        measured = [row["wall_seconds"] / (row["epochs"] * -(-row["train_examples"]
+                                                             // task_settings["batch_size"]))
+                    for row in recorded if row["task"] == task]
+        per_step = statistics.median(measured or fallback) if (measured or fallback) else None
+        total_steps += left[task] * steps
+        if per_step is not None:
+            total_seconds += left[task] * steps * per_step
+            parts.append(f"{task} {left[task]} x {steps:,} steps at {per_step:.2f} s "
+                         + (f"(median of {len(measured)} recorded runs, evaluation included)"
+                            if measured else "(pre-training's)"))
+    line += f", {total_steps:,} training steps"
+    if fallback or recorded:
+        line += f", about {records.format_seconds(total_seconds)}: " + "; ".join(parts)
+        if len(parts) > sum("recorded" in part for part in parts):
+            line += (f". Pre-training's: the median of {len(fallback)} recorded "
+                     f"{pretrain['size']} runs of {settings['batch_size']} x "
+                     f"{settings['seq_len']} tokens, an upper bound (fine-tuning pads each "
+                     "batch only to its longest example)")
+    return line + "."
+
+
+def _runs_left(config, rows, task):
+    """The runs of `task` still to do: the protocol's known next runs, and with a selection
+    seed not yet decided, the other seeds at the rate it will choose."""
+    from keras_tupe.finetuning import runs_to_do
+
+    todo = runs_to_do(rows, task, config["learning_rates"], config["seeds"],
+                      **_protocol(config))
+    selection_seed = config.get("selection_seed")
+    if selection_seed is not None and todo and all(seed == selection_seed for _, seed in todo):
+        return len(todo) + len(config["seeds"]) - 1
+    return len(todo)
 
 
 def is_squad(config):
@@ -136,60 +250,78 @@ def is_squad(config):
     return config["tasks"] == ["squad"]
 
 
-def majority_class(config):
+def majority_class(config, only_task=None, metric=None):
     """The best dev score (x100) of one constant answer, per task: the floor that a
     classifier ignoring its input can reach (accuracy: the dev majority label's share;
-    Matthews correlation: 0).
+    Matthews correlation: 0). With `only_task` and `metric`, that task's best value of
+    that metric instead (e.g. MRPC's F1 of always answering "paraphrase").
 
     STS-B, a regression, and SQuAD, span extraction, get None: a constant has no score.
     """
     from keras_tupe.data import glue
     from keras_tupe.metrics import glue_metrics, glue_score
 
+    def of(task, metrics):
+        return metrics[metric] if metric else glue_score(task, metrics)
+
     scores = {}
-    for task in config["tasks"]:
+    for task in [only_task] if only_task else config["tasks"]:
         spec = None if task == "squad" else glue.get_task(task)
         if spec is None or spec.num_classes == 1:
             scores[task] = None
             continue
         devs = [glue.load_glue(task, split, config.get("data_dir")) for split in spec.eval_splits]
         scores[task] = 100 * max(
-            float(np.mean([glue_score(task, glue_metrics(task, np.full(len(dev), label),
-                                                         dev.labels)) for dev in devs]))
+            float(np.mean([of(task, glue_metrics(task, np.full(len(dev), label), dev.labels))
+                           for dev in devs]))
             for label in range(spec.num_classes))  # MNLI: the mean over its two dev splits
-    return scores
+    return scores[only_task] if only_task else scores
 
 
 def job_summary(config, rows):
     """What the table shows of one checkpoint, from its `results.jsonl` rows: per task the
-    median over seeds at the best learning rate (`summarize`), whether its whole grid has
-    run (until then the best rate, and so the score, may change) and, for SQuAD, the
-    median exact match at that rate; the runs of the grid done and their time (runs
+    median over seeds at the best learning rate (`summarize`; with a selection seed, the
+    rate it chose), whether its protocol has run to the end (until then the rate, and so
+    the score, may change), the medians of the ceiling's other metrics at that rate and,
+    for SQuAD, the median exact match there; the runs done and their time (runs
     fine-tuned before runs recorded their time have none and are left out)."""
-    from keras_tupe.finetuning import summarize
+    from keras_tupe.finetuning import runs_to_do, summarize
 
-    grid = _grid(config)
-    rows = [r for r in rows if (r["task"], r["learning_rate"], r["seed"]) in grid]
+    rows = _protocol_rows(config, rows)
     tasks = {}
-    for summary in summarize(rows, config["tasks"]):
+    for summary in summarize(rows, config["tasks"], **_protocol(config)):
         task, best = summary["task"], summary["best_learning_rate"]
-        done = {(r["learning_rate"], r["seed"]) for r in rows if r["task"] == task}
-        summary["complete"] = len(done) == len(config["learning_rates"]) * len(config["seeds"])
+        summary["complete"] = not runs_to_do(rows, task, config["learning_rates"],
+                                             config["seeds"], **_protocol(config))
+        at_best = [r for r in rows if r["task"] == task and r["learning_rate"] == best]
         if task == "squad":
-            summary["exact_match"] = float(np.median([
-                r["dev"]["eval"]["exact_match"] for r in rows
-                if r["task"] == task and r["learning_rate"] == best]))
+            summary["exact_match"] = float(np.median([r["dev"]["eval"]["exact_match"]
+                                                      for r in at_best]))
+        summary["metrics"] = {metric: 100 * float(np.median([
+            np.mean([split[metric] for split in r["dev"].values()]) for r in at_best]))
+            for metric in _ceiling_metrics(config).get(task, [])}
         tasks[task] = summary
     timed = [r["wall_seconds"] for r in rows if "wall_seconds" in r]
     return {"tasks": tasks, "runs_done": len(rows),
+            "runs_expected": _runs_expected(config, rows),
             "wall_seconds": sum(timed) if timed else None, "timed_runs": len(timed),
             "train_seconds": sum(r.get("train_seconds", 0) for r in rows)}
 
 
+def _ceiling_metrics(config):
+    """`{task: [metric, ...]}`: the metrics other than the task's score that the ceiling
+    gives, each a column of its own in the table."""
+    from keras_tupe.metrics import glue_score_metric
+
+    extra = {task: [metric for metric in value if metric != glue_score_metric(task)]
+             for task, value in config.get("ceiling", {}).get("scores", {}).items()
+             if isinstance(value, dict)}
+    return {task: metrics for task, metrics in extra.items() if metrics}
+
+
 def report(config, command):
     """Collects every job's record into the study's table, CSV and config record."""
-    tasks, rates = config["tasks"], config["learning_rates"]
-    expected_runs = len(_grid(config))
+    tasks = config["tasks"]
     csv_rows, table_rows, job_records = [], [], []
     for job in plan(config):
         rows = records.read_jsonl(os.path.join(job["out"], "results.jsonl"))
@@ -206,8 +338,8 @@ def report(config, command):
                       **by_task[t], "complete": t in complete,
                       "medians_by_learning_rate": json.dumps(by_task[t][
                           "medians_by_learning_rate"])} for t in tasks if t in by_task]
-        job_records.append({**job, "runs_done": summary["runs_done"],
-                            "runs_expected": expected_runs, **{k: summary[k] for k in (
+        summary.setdefault("runs_expected", _runs_expected(config, []))  # a summary.json
+        job_records.append({**job, **{k: summary[k] for k in ("runs_done", "runs_expected",
                                 "wall_seconds", "timed_runs", "train_seconds")}})
     if not any(row["summary"]["runs_done"] for row in table_rows):
         raise StudyError(f"No fine-tuning result yet for study {config['study']!r}: run "
@@ -215,14 +347,17 @@ def report(config, command):
     out_dir, study = config["results_dir"], config["study"]
     header = [f"command: {command}", f"study config: {config['_path']}",
               ("score: median over seeds at the best learning rate of the task (x100); "
-               "Matthews (CoLA), Pearson (STS-B), accuracy (others)")]
+               if config.get("selection_seed") is None else
+               f"score: median over seeds at the rate chosen with seed "
+               f"{config['selection_seed']} (x100); ")
+              + "Matthews (CoLA), Pearson (STS-B), accuracy (others)"]
     paths = {"csv": records.write_csv(
         os.path.join(out_dir, f"{study}_glue.csv"),
         ("pretrain_study", "variant", "step", "task", "score", "best_learning_rate", "seeds",
          "seed_min", "seed_max", "complete", "medians_by_learning_rate"), csv_rows, header)}
     floor = majority_class(config)
     paths["table"] = records.write_text(os.path.join(out_dir, f"{study}_table.md"), _table(
-        config, table_rows, command, expected_runs, floor, rates))
+        config, table_rows, command, floor))
     paths["config"] = records.write_json(os.path.join(out_dir, f"{study}_config.json"), {
         "command": command, "study_config": config["_sources"], "jobs": job_records,
         "majority_class": floor})
@@ -299,8 +434,41 @@ def _encoder(job):
     return f"{name}, random init" if job["step"] == 0 else name
 
 
-def _table(config, table_rows, command, expected_runs, floor, rates):
-    tasks, settings = config["tasks"], config["settings"]
+METRIC_NAMES = {"f1": "F1", "accuracy": "acc.", "pearson": "Pearson", "spearman": "Spearman",
+                "matthews": "Matthews"}
+
+
+def _protocol_text(config):
+    rates, seeds, selection_seed = (config["learning_rates"], config["seeds"],
+                                    config.get("selection_seed"))
+    settings = (f"settings {json.dumps(config['settings'])}"
+                + (f", by task {json.dumps(config['task_settings'])}"
+                   if config.get("task_settings") else ""))
+    metrics = ("Matthews corr. (CoLA), Pearson (STS-B), accuracy (others); SQuAD: F1, the "
+               "learning rate chosen by F1, and in parentheses the median exact match at that "
+               "rate. `*`: not all runs of the task are done yet. ")
+    if selection_seed is None:
+        return (f"Grid, identical for every encoder: learning rates {rates} x seeds {seeds}; "
+                f"{settings}. Score: median over the seeds at the task's best learning rate "
+                f"(x100); {metrics}↑ / ↓: the best learning rate is the highest / lowest of "
+                "the grid, which then does not bracket it (widen the grid).")
+    edges = config.get("edge_learning_rates", [])
+    return (f"Protocol, identical for every encoder: each task's learning rate is chosen with "
+            f"seed {selection_seed} alone among {rates}"
+            + (f" (widened by the nearest rate of {edges} while the best is at the edge)"
+               if edges else "")
+            + f", then seeds {seeds} run at the chosen rate; {settings}. Score: median over "
+            f"the {len(seeds)} seeds at the chosen rate (x100); {metrics}↑ / ↓: the chosen "
+            "rate is the highest / lowest the protocol may run, which then does not bracket it.")
+
+
+def _table(config, table_rows, command, floor):
+    tasks = config["tasks"]
+    rates = list(config["learning_rates"]) + list(config.get("edge_learning_rates", []))
+    extra = [(task, metric) for task, metrics in _ceiling_metrics(config).items()
+             for metric in metrics]
+    names = ([TASK_NAMES.get(t, t) for t in tasks]
+             + [f"{TASK_NAMES.get(t, t)} {METRIC_NAMES.get(m, m)}" for t, m in extra])
     lines = [
         (f"# Study `{config['study']}`: SQuAD v1.1, an article split of "
          f"`{config['squad_file']}` (Huang Table 2 at small scale; not the official split)"
@@ -310,19 +478,10 @@ def _table(config, table_rows, command, expected_runs, floor, rates):
         f"Regenerate: `{command}`",
         "",
         *([config["description"], ""] if config.get("description") else []),
-        (f"Grid, identical for every encoder: learning rates {rates} x seeds "
-         f"{config['seeds']}; settings {json.dumps(settings)}"
-         + (f", by task {json.dumps(config['task_settings'])}" if config.get("task_settings")
-            else "") + ". Score: median over the seeds at the "
-         "task's best learning rate (x100); Matthews corr. (CoLA), Pearson (STS-B), accuracy "
-         "(others); SQuAD: F1, the learning rate chosen by F1, and in parentheses the median "
-         "exact match at that rate. `*`: not all runs of the task are done yet. ↑ / ↓: the best "
-         "learning rate is the highest / lowest of the grid, which then does not bracket it "
-         "(widen the grid)."),
+        _protocol_text(config),
         "",
-        "| encoder | step | " + " | ".join(TASK_NAMES.get(t, t) for t in tasks)
-        + " | average | runs | time |",
-        "| --- | ---: | " + " | ".join("---:" for _ in tasks) + " | ---: | ---: | ---: |",
+        "| encoder | step | " + " | ".join(names) + " | average | runs | time |",
+        "| --- | ---: | " + " | ".join("---:" for _ in names) + " | ---: | ---: | ---: |",
     ]
     for row in table_rows:
         job, average, summary = row["job"], row["average"], row["summary"]
@@ -338,16 +497,24 @@ def _table(config, table_rows, command, expected_runs, floor, rates):
                          + ("" if exact is None else f" ({exact:.2f})")
                          + grid_edge(rates, task_summary["best_learning_rate"])
                          + ("" if task in row["complete"] else "*"))
+        for task, metric in extra:
+            value = summary["tasks"].get(task, {}).get("metrics", {}).get(metric)
+            cells.append("–" if value is None else f"{value:.2f}"
+                         + ("" if task in row["complete"] else "*"))
         lines.append(
             f"| {_encoder(job)} | {job['step']} | " + " | ".join(cells)
-            + f" | {'–' if average is None else f'**{average:.2f}**'} | {done}/{expected_runs}"
-            f" | {records.format_seconds(wall)}"
+            + f" | {'–' if average is None else f'**{average:.2f}**'} | {done}/"
+            f"{summary['runs_expected']} | {records.format_seconds(wall)}"
             + ("" if wall is None or timed >= done else f" ({timed} of {done} runs)") + " |")
     if not is_squad(config):
         floor_scores = [floor[t] or 0.0 for t in tasks]
+        floor_extra = [majority_class(config, task, metric) for task, metric in extra]
         lines.append("| *majority class* | – | " + " | ".join(
-            "(0)" if floor[t] is None else f"{floor[t]:.2f}" for t in tasks)
+            "(0)" if value is None else f"{value:.2f}"
+            for value in [floor[t] for t in tasks] + floor_extra)
             + f" | {sum(floor_scores) / len(tasks):.2f} | – | – |")
+    if config.get("ceiling"):
+        lines.append(_ceiling_row(config, extra))
     lines += ["", (f"Seed range: the lowest and highest of the {len(config['seeds'])} seeds at "
                    "the learning rate the table reports."), "",
               "| encoder | step | " + " | ".join(TASK_NAMES.get(t, t) for t in tasks) + " |",
@@ -372,5 +539,27 @@ def _table(config, table_rows, command, expected_runs, floor, rates):
                   "", ("*Majority class*: the dev score of always giving the dev set's most "
                        "frequent label, the most a classifier that ignores its input can score. "
                        "For a regression (STS-B) a constant has no correlation; it counts as 0 "
-                       "in the average.")]), ""]
+                       "in the average.")]),
+              *(["", (f"*Ceiling*: {config['ceiling']['name']}: its published scores, "
+                      "for scale (another encoder, data and evaluation; the average only "
+                      "where it has every task's score).")]
+                if config.get("ceiling") else []), ""]
     return "\n".join(lines)
+
+
+def _ceiling_row(config, extra):
+    from keras_tupe.metrics import glue_score_metric
+
+    scores = config["ceiling"]["scores"]
+
+    def value(task, metric=None):
+        given = scores.get(task)
+        if isinstance(given, dict):
+            return given.get(metric or glue_score_metric(task))
+        return given if metric is None else None
+
+    cells = [value(t) for t in config["tasks"]] + [value(t, m) for t, m in extra]
+    main = cells[:len(config["tasks"])]
+    average = "–" if None in main else f"{sum(main) / len(main):.2f}"
+    return ("| *ceiling* | – | " + " | ".join("–" if c is None else f"{c:.1f}" for c in cells)
+            + f" | {average} | – | – |")

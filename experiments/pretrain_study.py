@@ -108,13 +108,7 @@ def cost(config, selected, until_step=None):
     settings = config["settings"]
     steps = until_step or settings["steps"]
     shape = (settings["batch_size"], settings["seq_len"])
-    per_step = []
-    for path in glob.glob(os.path.join(config["results_dir"], "records", "*", "*", RECORD)):
-        record = records.read_json(path)
-        run = record["config"]
-        if (record["last_step"] and run["preset"].endswith(f"_{config['size']}")
-                and (run["batch_size"], run["seq_len"]) == shape):
-            per_step.append(record["wall_seconds"] / record["last_step"])
+    per_step = recorded_step_seconds(config["results_dir"], config["size"], shape)
     line = (f"[{config['study']}] {len(selected)} run(s) x {steps:,} steps = "
             f"{len(selected) * steps:,} steps at most")
     if per_step:
@@ -123,6 +117,19 @@ def cost(config, selected, until_step=None):
                  f"{median:.2f} s a step (the median of {len(per_step)} recorded "
                  f"{config['size']} runs of {shape[0]} x {shape[1]} tokens)")
     return line
+
+
+def recorded_step_seconds(results_dir, size, shape):
+    """The seconds a step of every committed pre-training record of a `size` preset at
+    `shape` (batch, tokens), its whole wall time over its steps."""
+    per_step = []
+    for path in glob.glob(os.path.join(results_dir, "records", "*", "*", RECORD)):
+        record = records.read_json(path)
+        run = record["config"]
+        if (record["last_step"] and run["preset"].endswith(f"_{size}")
+                and (run["batch_size"], run["seq_len"]) == tuple(shape)):
+            per_step.append(record["wall_seconds"] / record["last_step"])
+    return per_step
 
 
 # === Report ===

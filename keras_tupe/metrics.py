@@ -298,6 +298,11 @@ def glue_metrics(task, predictions, labels):
     return {metric: _METRIC_FUNCTIONS[metric](predictions, labels) for metric in GLUE_METRICS[name]}
 
 
+def glue_score_metric(task):
+    """The name of the metric `glue_score` reports for `task` (e.g. "matthews" for CoLA)."""
+    return _GLUE_SCORE_METRIC[_glue_task(task)]
+
+
 def glue_score(task, metrics):
     """The single number of the GLUE table for `task`, from `glue_metrics`' output.
 
@@ -312,7 +317,7 @@ def glue_score(task, metrics):
         float in [-1, 1] (Matthews, Pearson) or [0, 1] (accuracy).
     """
     name = _glue_task(task)
-    metric = _GLUE_SCORE_METRIC[name]
+    metric = glue_score_metric(name)
     if metric not in metrics:
         raise ValueError(
             f"The GLUE score of {name} is its {metric!r} metric. Received: metrics with "

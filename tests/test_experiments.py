@@ -576,6 +576,84 @@ def test_the_table_is_the_median_at_the_best_rate_of_complete_grids(study, tmp_p
     assert (copy["results"] / "grid_table.md").read_text() == table
 
 
+def test_a_selection_study_reports_the_chosen_rate_its_cost_and_the_ceiling(study, tmp_path,
+                                                                          capsys):
+    copy = _copy_study(study, tmp_path / "copy")
+    ceiling = {"name": "BERT-Mini", "scores": {"mrpc": {"f1": 81.1, "accuracy": 71.8}}}
+    path = _finetune_config(copy, "chosen", tasks=["mrpc"], learning_rates=[1e-4, 3e-4],
+                            seeds=[0, 1, 2], selection_seed=0, edge_learning_rates=[1e-3],
+                            ceiling=ceiling)
+    config, job = study_config.load_config(str(path)), _job(copy["results"], "chosen")
+
+    def add(rate, seed, accuracy, f1, **extra):
+        row = _result("mrpc", rate, seed, accuracy, **extra)
+        row["dev"]["validation"]["f1"] = f1
+        records.append_jsonl(str(job / "results.jsonl"), row)
+
+    # The cost before any run: per job, 2 rates with seed 0 and 2 more seeds = 4 runs at
+    # least, each 1 epoch of 16 examples in batches of 8 = 2 steps, at pre-training's
+    # median seconds a step (the fixture's records: batch 8 x 32 tokens, as fine-tuning).
+    per_step = sorted(
+        r["wall_seconds"] / r["last_step"] for r in (
+            json.loads(f.read_text()) for f in copy["results"].glob("records/*/*/run_config.json")))
+    line = finetune_study.cost(config, finetune_study.plan(config))
+    assert line.startswith("[chosen] 1 checkpoint(s) to fine-tune: 4 runs at least, 8 training "
+                           "steps, about "), line
+    assert f"mrpc 4 x 2 steps at {np.median(per_step):.2f} s (pre-training's)" in line
+    add(1e-4, 0, 0.70, 0.80, wall_seconds=10.0, epochs=1, train_examples=16)
+    add(3e-4, 0, 0.75, 0.82)
+    # Seed 0 is best at the grid's top: 1e-3 is tried next, so the choice is not final.
+    assert main(["report", "--config", str(path)]) == 0
+    table = (copy["results"] / "chosen_table.md").read_text()
+    assert "| pretrain/bert_a | 4 | 75.00* | 82.00* | – | 2/4 |" in table
+    assert "chosen with seed 0 alone among [0.0001, 0.0003] (widened by the nearest" in table
+    # The recorded run times the rest: 10 s over its 2 steps; 1 + 2 runs left.
+    assert ("3 runs at least, 6 training steps, about 30 s: mrpc 3 x 2 steps at 5.00 s "
+            "(median of 1 recorded runs, evaluation included).") in finetune_study.cost(
+                config, finetune_study.plan(config))
+    add(1e-3, 0, 0.72, 0.81)
+    add(3e-4, 1, 0.65, 0.79)
+    add(3e-4, 2, 0.80, 0.84)
+    add(1e-4, 1, 0.99, 0.99)  # not a run this protocol asks for: neither scored nor counted
+    assert main(["report", "--config", str(path)]) == 0
+    table = (copy["results"] / "chosen_table.md").read_text()
+    # The median of the three seeds at 3e-4, inside the widened grid: no edge mark; F1 too.
+    assert "| encoder | step | MRPC | MRPC F1 | average | runs | time |" in table
+    assert "| pretrain/bert_a | 4 | 75.00 | 82.00 | **75.00** | 5/5 |" in table
+    # The floor of a constant answer: "paraphrase" always, accuracy p and F1 2p / (1 + p).
+    labels = glue.load_glue("mrpc", "validation", str(GLUE)).labels
+    positive = np.mean(labels == 1)
+    assert positive > 0.5
+    assert (f"| *majority class* | – | {100 * positive:.2f} | "
+            f"{100 * 2 * positive / (1 + positive):.2f} | {100 * positive:.2f} | – | – |") in table
+    assert "| *ceiling* | – | 71.8 | 81.1 | 71.80 | – | – |" in table
+    assert "*Ceiling*: BERT-Mini: its published scores" in table
+    assert "nothing left to fine-tune" in finetune_study.cost(config, [])
+
+
+def test_a_bad_selection_or_ceiling_is_refused_naming_the_field(tmp_path):
+    spec = {"study": "x", "kind": "finetune", "runs_dir": "runs", "results_dir": "results",
+            "pretrain_configs": [str(REPO / "experiments" / "configs" / "long_v2.json")],
+            "checkpoints": [1.0], "tasks": ["mrpc", "sst2"], "learning_rates": [1e-4, 3e-4],
+            "seeds": [0, 1], "settings": {"epochs": 1}}
+    for changes, message in [
+            ({"selection_seed": 2}, r"selection_seed 2 is not one of the seeds \[0, 1\]"),
+            ({"selection_seed": 0, "edge_learning_rates": [3e-4]},
+             r"edge_learning_rates \[0.0003\]: each must be a positive rate"),
+            ({"ceiling": {"name": "BERT-Mini", "scores": {"rte": 57.9}}},
+             r"`ceiling` scores task 'rte', which is not one of the tasks \['mrpc', 'sst2'\]"),
+            ({"ceiling": {"name": "BERT-Mini", "scores": {"mrpc": {"pearson": 1}}}},
+             r"`ceiling` mrpc: metrics \['pearson'\] are not metrics of mrpc. Valid: "
+             r"\['accuracy', 'f1'\]"),
+            ({"ceiling": {"scores": {"mrpc": 81.1}}}, "`ceiling` must be"),
+            ({"ceiling": {"name": "x", "scores": {"sst2": "85.9"}}},
+             r"`ceiling` sst2: a score \(x100\) or \{metric: value\}")]:
+        path = tmp_path / "x.json"
+        path.write_text(json.dumps({**spec, **changes}))
+        with pytest.raises(study_config.StudyError, match=message):
+            study_config.load_config(str(path))
+
+
 def test_the_majority_class_floor_is_the_best_constant_answer_on_dev():
     scores = finetune_study.majority_class({"tasks": ["cola", "mrpc", "stsb"],
                                             "data_dir": str(GLUE), "settings": {}})

@@ -197,9 +197,93 @@ def test_sst2_end_to_end_beats_chance_and_writes_the_table(encoder_dir, tmp_path
     assert code == 0 and len((out / "results.jsonl").read_text().splitlines()) == 3
 
 
+def _fake_runs(monkeypatch, scores):
+    """`run_protocol` with `finetune_glue` replaced by a score of (rate, seed) from `scores`:
+    returns the list of runs it was asked for, in order."""
+    from keras_tupe.finetuning import glue as protocol
+
+    calls = []
+
+    def finetune(config):
+        calls.append((config.learning_rate, config.seed))
+        score = scores(config.learning_rate, config.seed)
+        return {"task": config.task, "learning_rate": config.learning_rate, "seed": config.seed,
+                "dev": {"validation": {"accuracy": score, "score": score}}}
+
+    monkeypatch.setattr(protocol, "finetune_glue", finetune)
+    monkeypatch.setattr(protocol, "_preflight", lambda *args: None)
+    return calls
+
+
+def test_the_selection_protocol_chooses_with_one_seed_and_widens_at_the_edge(tmp_path,
+                                                                           monkeypatch):
+    from keras_tupe.finetuning import run_protocol
+
+    # Seed 0 is best at the grid's top, then one rate further up, then worse again.
+    by_rate = {3e-5: 0.55, 1e-4: 0.60, 3e-4: 0.70, 1e-3: 0.80, 3e-3: 0.85, 1e-2: 0.50}
+    calls = _fake_runs(monkeypatch, lambda rate, seed: by_rate[rate] - 0.02 * seed)
+    grid = {"learning_rates": [1e-4, 3e-4, 1e-3], "seeds": [0, 1, 2], "selection_seed": 0,
+            "edge_learning_rates": [3e-5, 3e-3, 1e-2]}
+    [row] = run_protocol(["rte"], "unused", str(tmp_path / "up"), **grid)
+    assert calls == [(1e-4, 0), (3e-4, 0), (1e-3, 0), (3e-3, 0), (1e-2, 0), (3e-3, 1), (3e-3, 2)]
+    assert row["best_learning_rate"] == 3e-3 and row["seeds"] == 3
+    assert row["score"] == pytest.approx(100 * np.median([0.85, 0.83, 0.81]))
+    calls.clear()  # resumed: nothing runs again
+    run_protocol(["rte"], "unused", str(tmp_path / "up"), **grid)
+    assert calls == []
+    # Best at the lowest rate: the nearest lower edge rate next; it loses, so 1e-4 stays.
+    by_rate.update({1e-4: 0.9, 3e-5: 0.6})
+    run_protocol(["rte"], "unused", str(tmp_path / "down"), **grid)
+    assert calls == [(1e-4, 0), (3e-4, 0), (1e-3, 0), (3e-5, 0), (1e-4, 1), (1e-4, 2)]
+    # Without a selection seed: the papers' full grid, rate by rate.
+    calls.clear()
+    run_protocol(["rte"], "unused", str(tmp_path / "grid"), learning_rates=[1e-4, 3e-4],
+                 seeds=[0, 1])
+    assert calls == [(1e-4, 0), (1e-4, 1), (3e-4, 0), (3e-4, 1)]
+
+
+def test_the_chosen_rate_is_the_selection_seeds_not_the_best_median():
+    from keras_tupe.finetuning import summarize
+
+    def row(rate, seed, score):
+        return {"task": "rte", "learning_rate": rate, "seed": seed,
+                "dev": {"validation": {"score": score}}}
+
+    # Seed 0 chose 1e-4 (0.9 against 0.8); its other seeds then scored 0.5. The single
+    # seed-0 run at 3e-4 has the higher median, but it is not the rate the protocol chose.
+    rows = [row(1e-4, 0, 0.9), row(3e-4, 0, 0.8), row(1e-4, 1, 0.5), row(1e-4, 2, 0.55)]
+    [chosen] = summarize(rows, ["rte"], selection_seed=0)
+    assert (chosen["best_learning_rate"], chosen["seeds"]) == (1e-4, 3)
+    assert chosen["score"] == pytest.approx(55.0)
+    [best_median] = summarize(rows, ["rte"])
+    assert best_median["best_learning_rate"] == 3e-4
+    assert best_median["score"] == pytest.approx(80.0)
+
+
+@pytest.mark.parametrize("grid,message", [
+    ({"seeds": [0, 1], "selection_seed": 2}, r"selection_seed 2 is not one of the seeds \[0, 1\]"),
+    ({"selection_seed": 0, "edge_learning_rates": [1e-4]},
+     r"edge_learning_rates \[0.0001\]: each must be a positive rate that is not already"),
+    ({"selection_seed": 0, "edge_learning_rates": [-1e-3]}, r"edge_learning_rates \[-0.001\]"),
+    ({"edge_learning_rates": [1e-3]}, "widen the grid of a selection_seed"),
+])
+def test_a_bad_selection_is_refused_before_any_run(tmp_path, monkeypatch, grid, message):
+    from keras_tupe.finetuning import run_protocol
+
+    calls = _fake_runs(monkeypatch, lambda rate, seed: 0.5)
+    with pytest.raises(ValueError, match=message):
+        run_protocol(["rte"], "unused", str(tmp_path / "out"),
+                     **{"learning_rates": [1e-4, 3e-4], "seeds": [0, 1], **grid})
+    assert calls == [] and not (tmp_path / "out").exists()
+
+
 def test_cli_pad_to_longest_flag():
     base = ["--init", "run", "--tasks", "cola", "--out", "o"]
     assert cli.parse_args(base + ["--pad-to-longest"]).pad_to_longest is True
     assert cli.parse_args(base).pad_to_longest is False
     assert cli.parse_args(base + ["--pad-each-batch"]).pad_each_batch is True
     assert cli.parse_args(base).pad_each_batch is False
+    args = cli.parse_args(base + ["--selection-seed", "0", "--edge-learning-rates", "3e-3"])
+    assert (args.selection_seed, args.edge_learning_rates) == (0, [3e-3])
+    assert (cli.parse_args(base).selection_seed, cli.parse_args(base).edge_learning_rates) == (
+        None, [])

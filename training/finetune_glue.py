@@ -32,6 +32,13 @@ def parse_args(argv=None):
     p.add_argument("--learning-rates", nargs="+", type=float,
                    help="default: the papers' 2e-5 3e-5 4e-5 5e-5")
     p.add_argument("--seeds", nargs="+", type=int, help="default: the papers' 0 1 2 3 4")
+    p.add_argument("--selection-seed", type=int,
+                   help="choose each task's learning rate with this seed (one of --seeds) "
+                        "alone, then run the other seeds at the chosen rate only (default: "
+                        "every rate runs every seed)")
+    p.add_argument("--edge-learning-rates", nargs="+", type=float, default=[],
+                   help="with --selection-seed: rates tried one at a time, nearest first, "
+                        "while the chosen rate is the lowest / highest tried")
     p.add_argument("--epochs", type=int, help="default: 10, or 5 for MNLI, QQP, QNLI")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--seq-len", type=int, default=128)

@@ -5,7 +5,8 @@
   `load_classifier`, `load_matching_tokenizer`).
 - `keras_tupe.finetuning.glue`: one GLUE run (`FinetuneConfig`, `finetune_glue`) and
   the papers' protocol over learning rates and seeds (`run_protocol`, `PAPER_*`).
-- `keras_tupe.finetuning.summary`: the protocol's table (`summarize`, `write_tables`).
+- `keras_tupe.finetuning.summary`: the protocol's plan and table (`runs_to_do`,
+  `chosen_learning_rate`, `summarize`, `write_tables`).
 - `keras_tupe.finetuning.squad`: SQuAD v1.1 (`SquadConfig`, `finetune_squad`) and its
   grid over learning rates and seeds (`run_squad_protocol`).
 """
@@ -29,7 +30,12 @@ from keras_tupe.finetuning.loading import (
     save_classifier,
 )
 from keras_tupe.finetuning.squad import SquadConfig, finetune_squad, run_squad_protocol
-from keras_tupe.finetuning.summary import summarize, write_tables
+from keras_tupe.finetuning.summary import (
+    chosen_learning_rate,
+    runs_to_do,
+    summarize,
+    write_tables,
+)
 
 __all__ = [
     "CLASSIFIER_FILE",
@@ -39,6 +45,7 @@ __all__ = [
     "SHORT_TASKS",
     "FinetuneConfig",
     "SquadConfig",
+    "chosen_learning_rate",
     "default_vocabulary",
     "finetune_glue",
     "finetune_squad",
@@ -49,6 +56,7 @@ __all__ = [
     "run_protocol",
     "run_squad_protocol",
     "save_classifier",
+    "runs_to_do",
     "summarize",
     "write_tables",
 ]

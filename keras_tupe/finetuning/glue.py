@@ -30,7 +30,14 @@ from keras_tupe.finetuning.loading import (
     load_matching_tokenizer,
     save_classifier,
 )
-from keras_tupe.finetuning.summary import append_result, read_results, summarize, write_tables
+from keras_tupe.finetuning.summary import (
+    append_result,
+    check_selection,
+    protocol_runs,
+    read_results,
+    summarize,
+    write_tables,
+)
 
 PAPER_LEARNING_RATES = (2e-5, 3e-5, 4e-5, 5e-5)
 PAPER_SEEDS = (0, 1, 2, 3, 4)
@@ -235,8 +242,14 @@ def check_task_settings(tasks, task_settings):
 
 
 def run_protocol(tasks, init, out_dir, learning_rates=PAPER_LEARNING_RATES, seeds=PAPER_SEEDS,
-                 save_models=False, task_settings=None, **config_kwargs):
+                 save_models=False, task_settings=None, selection_seed=None,
+                 edge_learning_rates=(), **config_kwargs):
     """The papers' grid over tasks x learning rates x seeds, resumable; returns the table.
+
+    With `selection_seed` (one of `seeds`), each task's rate is chosen with that seed
+    alone, the grid widened by `edge_learning_rates` while the best rate sits at its
+    edge, and only the chosen rate runs every seed (`summary.runs_to_do`): for
+    `r` rates and `s` seeds, `r + s - 1` runs a task instead of `r x s`.
 
     `task_settings` (`{task: {setting: value}}`) changes `FinetuneConfig` settings for
     one task, e.g. `{"sst2": {"max_train_examples": 20000}}` to cap SST-2's training
@@ -254,23 +267,19 @@ def run_protocol(tasks, init, out_dir, learning_rates=PAPER_LEARNING_RATES, seed
         raise ValueError(f"Unknown GLUE task(s) {unknown}. Valid tasks: {sorted(glue.GLUE_TASKS)}")
     task_settings = task_settings or {}
     check_task_settings(tasks, task_settings)
+    check_selection(seeds, selection_seed, edge_learning_rates, learning_rates)
     # every input checked before anything is written
     _preflight(tasks, init, config_kwargs, task_settings)
     # An interruption before the first finished run leaves no folder it made; after it,
     # results.jsonl stays, to resume from.
     with made_folder(out_dir, keep=lambda: bool(read_results(out_dir)[1])):
         results_path, rows = read_results(out_dir)
-        done = {(r["task"], r["learning_rate"], r["seed"]) for r in rows}
-        grid = [(task, rate, seed)
-                for task in tasks for rate in learning_rates for seed in seeds]
-        for number, (task, rate, seed) in enumerate(grid, 1):
-            if (task, rate, seed) in done:
-                continue
+        for task, rate, seed in protocol_runs(rows, tasks, learning_rates, seeds,
+                                               selection_seed, edge_learning_rates):
             save_dir = (os.path.join(out_dir, "models", f"{task}_lr{rate:g}_seed{seed}")
                         if save_models else None)
             if config_kwargs.get("progress"):
-                print(f"{task} lr={rate:g} seed={seed}: loading and fine-tuning "
-                      f"(run {number} of {len(grid)}) ...", flush=True)
+                print(f"{task} lr={rate:g} seed={seed}: loading and fine-tuning ...", flush=True)
             start = time.perf_counter()
             settings = {**config_kwargs, **task_settings.get(task, {})}
             row = finetune_glue(FinetuneConfig(task=task, init=init, learning_rate=rate,
@@ -280,7 +289,9 @@ def run_protocol(tasks, init, out_dir, learning_rates=PAPER_LEARNING_RATES, seed
             append_result(results_path, row)
             scores = {split: round(100 * m["score"], 2) for split, m in row["dev"].items()}
             print(f"{task} lr={rate:g} seed={seed}: {scores}", flush=True)
-    table = summarize([r for r in rows if r["learning_rate"] in learning_rates
-                       and r["seed"] in seeds], tasks)
+    rates = set(learning_rates) | set(edge_learning_rates if selection_seed is not None else ())
+    table = summarize([r for r in rows if r["learning_rate"] in rates and r["seed"] in seeds],
+                      tasks, selection_seed, edge_learning_rates)
     write_tables(table, out_dir, f"GLUE dev, {os.path.basename(os.path.normpath(init))}")
     return table
+

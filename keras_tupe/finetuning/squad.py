@@ -11,7 +11,12 @@ import numpy as np
 
 from keras_tupe.callbacks import StepProgress
 from keras_tupe.finetuning.loading import default_vocabulary, load_backbone, load_matching_tokenizer
-from keras_tupe.finetuning.summary import append_result, read_results
+from keras_tupe.finetuning.summary import (
+    append_result,
+    check_selection,
+    protocol_runs,
+    read_results,
+)
 from keras_tupe.progress import Heartbeat
 
 
@@ -114,23 +119,22 @@ def finetune_squad(config):
     return result
 
 
-def run_squad_protocol(init, out_dir, learning_rates, seeds, **config_kwargs):
-    """`finetune_squad` over learning rates x seeds, resumable, as `run_protocol` for GLUE.
+def run_squad_protocol(init, out_dir, learning_rates, seeds, selection_seed=None,
+                       edge_learning_rates=(), **config_kwargs):
+    """`finetune_squad` over learning rates x seeds, resumable, as `run_protocol` for GLUE
+    (with `selection_seed` and `edge_learning_rates` as there).
 
     Each finished run is appended to `out_dir/results.jsonl` as a row of the GLUE
     protocol's form (`task` "squad", `learning_rate`, `seed`, `dev`: `{"eval":
     {"exact_match", "f1", "score"}}`, score = F1 / 100), so the GLUE summaries and
     study reports read it; a run already there is skipped. Returns every row.
     """
+    check_selection(seeds, selection_seed, edge_learning_rates, learning_rates)
     os.makedirs(out_dir, exist_ok=True)
     results_path, rows = read_results(out_dir)
-    done = {(r["learning_rate"], r["seed"]) for r in rows}
-    grid = [(rate, seed) for rate in learning_rates for seed in seeds]
-    for number, (rate, seed) in enumerate(grid, 1):
-        if (rate, seed) in done:
-            continue
-        print(f"squad lr={rate:g} seed={seed}: fine-tuning (run {number} of {len(grid)}) ...",
-              flush=True)
+    for _, rate, seed in protocol_runs(rows, ["squad"], learning_rates, seeds, selection_seed,
+                                       edge_learning_rates):
+        print(f"squad lr={rate:g} seed={seed}: fine-tuning ...", flush=True)
         start = time.perf_counter()
         config = SquadConfig(init=init, learning_rate=rate, seed=seed, **config_kwargs)
         result = finetune_squad(config)
