@@ -821,6 +821,13 @@ def test_the_shipped_study_configs_load_and_share_their_settings():
         assert configs[name]["settings"] == expected, name
     for key in ("tasks", "data_dir", "learning_rates", "seeds", "settings", "pretrain_configs"):
         assert configs["finetune"][key] == configs["finetune_intermediate"][key], key
+    # The relative methods' GLUE study fine-tunes as glue_full does; both choose each rate
+    # with one seed, as SQuAD's study does with the same grid.
+    for key in ("tasks", "data_dir", "learning_rates", "seeds", "selection_seed",
+                "edge_learning_rates", "settings", "task_settings", "ceiling"):
+        assert configs["glue_relative"][key] == configs["glue_full"][key], key
+    for key in ("learning_rates", "seeds", "selection_seed", "edge_learning_rates"):
+        assert configs["squad_relative"][key] == configs["glue_full"][key], key
     # The sweep: one grid for every variant, plus the point that brackets the best rate.
     sweep = [c for name, c in configs.items() if name.startswith("sweep_lr")]
     base = configs["sweep_lr5e4_wu05"]
