@@ -55,8 +55,8 @@ __all__ = [
     "paper_epochs",
     "run_protocol",
     "run_squad_protocol",
-    "save_classifier",
     "runs_to_do",
+    "save_classifier",
     "summarize",
     "write_tables",
 ]

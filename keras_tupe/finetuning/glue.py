@@ -294,4 +294,3 @@ def run_protocol(tasks, init, out_dir, learning_rates=PAPER_LEARNING_RATES, seed
                       tasks, selection_seed, edge_learning_rates)
     write_tables(table, out_dir, f"GLUE dev, {os.path.basename(os.path.normpath(init))}")
     return table
-
