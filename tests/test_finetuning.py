@@ -287,3 +287,17 @@ def test_cli_pad_to_longest_flag():
     assert (args.selection_seed, args.edge_learning_rates) == (0, [3e-3])
     assert (cli.parse_args(base).selection_seed, cli.parse_args(base).edge_learning_rates) == (
         None, [])
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--seeds", "0", "1", "--selection-seed", "2"],
+     "--selection-seed 2 is not one of --seeds 0 1"),
+    (["--seeds", "0", "--edge-learning-rates", "1e-3"], "widen the grid of a --selection-seed"),
+    (["--seeds", "0", "--learning-rates", "1e-4", "--selection-seed", "0",
+      "--edge-learning-rates", "1e-4", "-1"], "--edge-learning-rates 0.0001 -1: each must be"),
+])
+def test_cli_refuses_a_bad_selection_in_one_line(flags, message, capsys):
+    with pytest.raises(SystemExit) as stop:
+        cli.parse_args(["--init", "run", "--tasks", "rte", "--out", "o"] + flags)
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and message in err and len(err.strip().splitlines()) == 1

@@ -64,6 +64,17 @@ def parse_args(argv=None):
 
         args.learning_rates = args.learning_rates or list(PAPER_LEARNING_RATES)
         args.seeds = args.seeds or list(PAPER_SEEDS)
+    if args.selection_seed is not None and args.selection_seed not in args.seeds:
+        p.error(f"--selection-seed {args.selection_seed} is not one of --seeds "
+                f"{' '.join(map(str, args.seeds))}: the chosen rate's score is their median")
+    if args.edge_learning_rates and args.selection_seed is None:
+        p.error("--edge-learning-rates widen the grid of a --selection-seed; without one, "
+                "put them in --learning-rates")
+    repeated = [rate for rate in args.edge_learning_rates
+                if rate <= 0 or rate in args.learning_rates]
+    if repeated:
+        p.error(f"--edge-learning-rates {' '.join(f'{r:g}' for r in repeated)}: each must be a "
+                "positive rate not already in --learning-rates")
     return args
 
 
