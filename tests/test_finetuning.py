@@ -226,6 +226,11 @@ def test_the_selection_protocol_chooses_with_one_seed_and_widens_at_the_edge(tmp
             "edge_learning_rates": [3e-5, 3e-3, 1e-2]}
     [row] = run_protocol(["rte"], "unused", str(tmp_path / "up"), **grid)
     assert calls == [(1e-4, 0), (3e-4, 0), (1e-3, 0), (3e-3, 0), (1e-2, 0), (3e-3, 1), (3e-3, 2)]
+    from keras_tupe.finetuning.summary import run_number, read_results
+
+    rows = read_results(str(tmp_path / "up"))[1]
+    assert run_number(rows[:3], ["rte"], **grid) == "run 4 of at least 5"  # 3 rates + 2 seeds
+    assert run_number(rows[:5], ["rte"], **grid) == "run 6 of at least 7"  # widened twice
     assert row["best_learning_rate"] == 3e-3 and row["seeds"] == 3
     assert row["score"] == pytest.approx(100 * np.median([0.85, 0.83, 0.81]))
     calls.clear()  # resumed: nothing runs again

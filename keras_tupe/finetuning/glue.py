@@ -35,6 +35,7 @@ from keras_tupe.finetuning.summary import (
     check_selection,
     protocol_runs,
     read_results,
+    run_number,
     summarize,
     write_tables,
 )
@@ -279,7 +280,10 @@ def run_protocol(tasks, init, out_dir, learning_rates=PAPER_LEARNING_RATES, seed
             save_dir = (os.path.join(out_dir, "models", f"{task}_lr{rate:g}_seed{seed}")
                         if save_models else None)
             if config_kwargs.get("progress"):
-                print(f"{task} lr={rate:g} seed={seed}: loading and fine-tuning ...", flush=True)
+                number = run_number(rows, tasks, learning_rates, seeds, selection_seed,
+                                    edge_learning_rates)
+                print(f"{task} lr={rate:g} seed={seed}: loading and fine-tuning ({number}) ...",
+                      flush=True)
             start = time.perf_counter()
             settings = {**config_kwargs, **task_settings.get(task, {})}
             row = finetune_glue(FinetuneConfig(task=task, init=init, learning_rate=rate,

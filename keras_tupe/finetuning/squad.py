@@ -16,6 +16,7 @@ from keras_tupe.finetuning.summary import (
     check_selection,
     protocol_runs,
     read_results,
+    run_number,
 )
 from keras_tupe.progress import Heartbeat
 
@@ -134,7 +135,9 @@ def run_squad_protocol(init, out_dir, learning_rates, seeds, selection_seed=None
     results_path, rows = read_results(out_dir)
     for _, rate, seed in protocol_runs(rows, ["squad"], learning_rates, seeds, selection_seed,
                                        edge_learning_rates):
-        print(f"squad lr={rate:g} seed={seed}: fine-tuning ...", flush=True)
+        number = run_number(rows, ["squad"], learning_rates, seeds, selection_seed,
+                            edge_learning_rates)
+        print(f"squad lr={rate:g} seed={seed}: fine-tuning ({number}) ...", flush=True)
         start = time.perf_counter()
         config = SquadConfig(init=init, learning_rate=rate, seed=seed, **config_kwargs)
         result = finetune_squad(config)

@@ -97,6 +97,21 @@ def protocol_runs(rows, tasks, learning_rates, seeds, selection_seed, edge_learn
                 raise RuntimeError(f"{task}: the run {todo[0]} left no result")
 
 
+def run_number(rows, tasks, learning_rates, seeds, selection_seed=None,
+               edge_learning_rates=()):
+    """`"run N of M"` for the next run of the protocol after `rows` ("of at least M"
+    with a selection seed, whose grid may still widen at an edge)."""
+    rates = set(learning_rates) | set(edge_learning_rates if selection_seed is not None else ())
+    done = {(r["task"], r["learning_rate"], r.get("seed")) for r in rows
+            if r["task"] in tasks and r["learning_rate"] in rates and r.get("seed") in seeds}
+    if selection_seed is None:
+        return f"run {len(done) + 1} of {len(tasks) * len(learning_rates) * len(seeds)}"
+    total = sum(len(set(learning_rates) | {rate for name, rate, seed in done
+                                           if name == task and seed == selection_seed})
+                + len(seeds) - 1 for task in tasks)
+    return f"run {len(done) + 1} of at least {total}"
+
+
 def chosen_learning_rate(rows, task, learning_rates, selection_seed, edge_learning_rates=()):
     """The rate with the best score of `selection_seed` among the rates of the protocol
     run with it (the lowest of equal ones); None before any has run."""
