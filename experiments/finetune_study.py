@@ -108,15 +108,11 @@ def _runs_to_do(config, rows):
 
 
 def _runs_expected(config, rows):
-    """The runs of the protocol when it is complete: rates x seeds a task; with a selection
-    seed, each rate run with it (the grid and any edge it widened to) plus the other seeds."""
-    if config.get("selection_seed") is None:
-        return len(config["tasks"]) * len(config["learning_rates"]) * len(config["seeds"])
-    rows = _protocol_rows(config, rows)
-    return sum(len(set(config["learning_rates"]) | {
-        r["learning_rate"] for r in rows
-        if r["task"] == task and r["seed"] == config["selection_seed"]})
-        + len(config["seeds"]) - 1 for task in config["tasks"])
+    """The runs of the protocol when it is complete (`protocol_size`)."""
+    from keras_tupe.finetuning.summary import protocol_size
+
+    return protocol_size(_protocol_rows(config, rows), config["tasks"],
+                         config["learning_rates"], config["seeds"], **_protocol(config))
 
 
 def _settings(config, job):

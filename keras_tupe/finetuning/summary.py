@@ -97,6 +97,19 @@ def protocol_runs(rows, tasks, learning_rates, seeds, selection_seed, edge_learn
                 raise RuntimeError(f"{task}: the run {todo[0]} left no result")
 
 
+def protocol_size(rows, tasks, learning_rates, seeds, selection_seed=None,
+                  edge_learning_rates=()):
+    """The runs of the protocol when it is complete, as far as `rows` tell: rates x seeds a
+    task, or with a selection seed, every rate run with it (the grid and any edge it widened
+    to so far) plus the other seeds."""
+    if selection_seed is None:
+        return len(tasks) * len(learning_rates) * len(seeds)
+    return sum(len(set(learning_rates) | {r["learning_rate"] for r in rows
+                                          if r["task"] == task and r.get("seed") == selection_seed
+                                          and r["learning_rate"] in edge_learning_rates})
+               + len(seeds) - 1 for task in tasks)
+
+
 def run_number(rows, tasks, learning_rates, seeds, selection_seed=None,
                edge_learning_rates=()):
     """`"run N of M"` for the next run of the protocol after `rows` ("of at least M"
@@ -104,12 +117,9 @@ def run_number(rows, tasks, learning_rates, seeds, selection_seed=None,
     rates = set(learning_rates) | set(edge_learning_rates if selection_seed is not None else ())
     done = {(r["task"], r["learning_rate"], r.get("seed")) for r in rows
             if r["task"] in tasks and r["learning_rate"] in rates and r.get("seed") in seeds}
-    if selection_seed is None:
-        return f"run {len(done) + 1} of {len(tasks) * len(learning_rates) * len(seeds)}"
-    total = sum(len(set(learning_rates) | {rate for name, rate, seed in done
-                                           if name == task and seed == selection_seed})
-                + len(seeds) - 1 for task in tasks)
-    return f"run {len(done) + 1} of at least {total}"
+    total = protocol_size(rows, tasks, learning_rates, seeds, selection_seed,
+                          edge_learning_rates)
+    return f"run {len(done) + 1} of {'at least ' if selection_seed is not None else ''}{total}"
 
 
 def chosen_learning_rate(rows, task, learning_rates, selection_seed, edge_learning_rates=()):
