@@ -83,9 +83,9 @@ def _protocol_rows(config, rows):
     """The rows of runs the protocol asks for: of the config's rates and seeds, and with a
     selection seed, of that seed or at the rate it chose (any other run is neither scored
     nor timed)."""
-    from keras_tupe.finetuning import chosen_learning_rate
+    from keras_tupe.finetuning.summary import chosen_learning_rate, protocol_rates
 
-    rates = set(config["learning_rates"]) | set(config.get("edge_learning_rates", []))
+    rates = protocol_rates(config["learning_rates"], **_protocol(config))
     rows = [r for r in rows if r["task"] in config["tasks"] and r["learning_rate"] in rates
             and r["seed"] in config["seeds"]]
     selection_seed = config.get("selection_seed")

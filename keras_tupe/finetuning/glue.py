@@ -33,6 +33,7 @@ from keras_tupe.finetuning.loading import (
 from keras_tupe.finetuning.summary import (
     append_result,
     check_selection,
+    protocol_rates,
     protocol_runs,
     read_results,
     run_number,
@@ -293,7 +294,7 @@ def run_protocol(tasks, init, out_dir, learning_rates=PAPER_LEARNING_RATES, seed
             append_result(results_path, row)
             scores = {split: round(100 * m["score"], 2) for split, m in row["dev"].items()}
             print(f"{task} lr={rate:g} seed={seed}: {scores}", flush=True)
-    rates = set(learning_rates) | set(edge_learning_rates if selection_seed is not None else ())
+    rates = protocol_rates(learning_rates, selection_seed, edge_learning_rates)
     table = summarize([r for r in rows if r["learning_rate"] in rates and r["seed"] in seeds],
                       tasks, selection_seed, edge_learning_rates)
     write_tables(table, out_dir, f"GLUE dev, {os.path.basename(os.path.normpath(init))}")

@@ -51,6 +51,12 @@ def check_selection(seeds, selection_seed, edge_learning_rates, learning_rates):
                          f"already in learning_rates {list(learning_rates)}.")
 
 
+def protocol_rates(learning_rates, selection_seed=None, edge_learning_rates=()):
+    """Every rate the protocol may run: `learning_rates`, and with a selection seed the
+    edge rates it may widen to."""
+    return set(learning_rates) | set(edge_learning_rates if selection_seed is not None else ())
+
+
 def runs_to_do(rows, task, learning_rates, seeds, selection_seed=None,
                edge_learning_rates=()):
     """The `(learning rate, seed)` runs of `task` the protocol still needs after `rows`,
@@ -114,7 +120,7 @@ def run_number(rows, tasks, learning_rates, seeds, selection_seed=None,
                edge_learning_rates=()):
     """`"run N of M"` for the next run of the protocol after `rows` ("of at least M"
     with a selection seed, whose grid may still widen at an edge)."""
-    rates = set(learning_rates) | set(edge_learning_rates if selection_seed is not None else ())
+    rates = protocol_rates(learning_rates, selection_seed, edge_learning_rates)
     done = {(r["task"], r["learning_rate"], r.get("seed")) for r in rows
             if r["task"] in tasks and r["learning_rate"] in rates and r.get("seed") in seeds}
     total = protocol_size(rows, tasks, learning_rates, seeds, selection_seed,
