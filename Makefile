@@ -27,11 +27,12 @@ $(JAX_STAMP): $(STAMP) pyproject.toml constraints.txt
 	$(PY) -m pip install --quiet -c constraints.txt -e ".[test,jax]"
 	touch $(JAX_STAMP)
 
-# The default suite: unit and numerical tests (fast).
+# The default suite: unit, numerical and component tests (-rs: why any test skipped).
 test: $(STAMP)
-	TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m pytest -q -n $(PYTEST_WORKERS) -m "not slow and not jax" tests
+	TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m pytest -q -rs -n $(PYTEST_WORKERS) -m "not slow and not jax" tests
 
-# Integration tests (training, export, reload).
+# Integration tests (training, export of every preset, reload, fresh processes, whole
+# studies, distribution, benchmark runs).
 test-slow: $(STAMP)
 	TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m pytest -q -n $(PYTEST_WORKERS) -m "slow and not jax" tests
 

@@ -227,7 +227,10 @@ def test_keras_save_load_round_trip(variant, tmp_path):
         np.testing.assert_array_equal(to_numpy(got[name]), to_numpy(want[name]))
 
 
-@pytest.mark.parametrize("variant", ["tupe_r", "huang_m3", "bert_a_d"])
+# Each XLA compilation takes most of a minute on CPU: `make test` compiles the richest
+# variant, `make test-slow` the two other attention paths.
+@pytest.mark.parametrize("variant", ["tupe_r", pytest.param("huang_m3", marks=pytest.mark.slow),
+                                     pytest.param("bert_a_d", marks=pytest.mark.slow)])
 def test_trains_under_xla_with_dynamic_batch_and_length(variant):
     backbone = TupeBackbone.from_preset(f"{variant}_tiny")
     inputs = {name: keras.Input((None,), dtype="int32", name=name) for name in make_inputs(1, 1)}

@@ -142,6 +142,7 @@ def test_markdown_has_every_variant_in_every_table():
     assert text.count("PASS") + text.count("FAIL") == 5
 
 
+@pytest.mark.slow
 def test_quick_run_writes_complete_json_and_markdown(tmp_path):
     out = tmp_path / "bench"
     command = [sys.executable, "-m", "benchmarks.encoders", "--quick", "--variants", "bert_a",

@@ -38,7 +38,8 @@ def _train(strategy, precision, steps=2):
     return model, losses
 
 
-@pytest.mark.parametrize("precision", ["float32", pytest.param("mixed_bfloat16", marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("precision", ["float32", "mixed_bfloat16"])
 def test_mirrored_xla_step_equals_single_device_step(precision):
     single, single_losses = _train(tf.distribute.get_strategy(), precision)
     mirrored, mirrored_losses = _train(tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]),

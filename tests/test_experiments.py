@@ -363,6 +363,7 @@ def test_wall_time_sums_the_processes_of_a_resumed_run(tmp_path):
 
 # === Pages over several studies: references, seeds, comparisons ===
 
+@pytest.mark.slow
 def test_references_seed_bands_and_comparisons(study, tmp_path):
     copy = _copy_study(study, tmp_path / "copy")
     folder, results = Path(copy["configs"]["pretrain"]).parent, copy["results"]
@@ -445,6 +446,7 @@ def test_a_reference_must_exist_and_be_another_study(study):
 
 # === Length generalization ===
 
+@pytest.mark.slow
 def test_length_study_numbers_for_relative_models_and_na_for_short_absolute_tables(study,
                                                                                  tmp_path):
     copy = _copy_study(study, tmp_path / "copy")
@@ -739,6 +741,7 @@ def test_checkpoint_variants_fine_tune_a_checkpoint_of_only_the_encoders_named(t
         finetune_study.plan(load(checkpoints=[0.25], checkpoint_variants={}))
 
 
+@pytest.mark.slow
 def test_squad_study_fine_tunes_every_seed_on_one_article_split(study, tmp_path):
     from keras_tupe.data import squad
 

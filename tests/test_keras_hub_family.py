@@ -597,6 +597,7 @@ CHILD = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_fresh_process_loads_masked_lm_preset(tokenizer, tmp_path):
     model = masked_lm(tokenizer, "tupe_r", seed=13)
     preset = str(tmp_path / "mlm_preset")
