@@ -242,6 +242,7 @@ def _largest_value(jaxpr):
     return largest
 
 
+@pytest.mark.jax  # make test-jax runs it; make test leaves it out rather than skip it
 @pytest.mark.skipif(BACKEND != "jax", reason="inspects the traced program (jaxpr); JAX only")
 def test_no_value_of_n_by_n_by_head_dim_in_forward_or_backward():
     import jax
