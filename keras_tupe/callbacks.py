@@ -260,6 +260,7 @@ class StepProgress(keras.callbacks.Callback):
         self.total_steps, self.steps_per_epoch, self.every = total_steps, steps_per_epoch, every
         self.print_fn = print_fn or (lambda line: print(line, flush=True))
         self.epoch, self.first_step, self.start, self.last = 0, None, None, None
+        self.started = False  # the first block has begun (its line printed)
         # The first step waits for its batches too (tokenizing, filling the shuffle buffer).
         self.heartbeat = Heartbeat(
             "  reading the first batches, building and compiling the training step", every,
@@ -270,13 +271,17 @@ class StepProgress(keras.callbacks.Callback):
         self.print_fn(line)
 
     def on_train_begin(self, logs=None):
-        self._print(f"starting at step {self.model.optimizer.iterations.numpy()}/"
-                    f"{self.total_steps}: reading the first batches, building and compiling the "
-                    "training step ...")
+        self.started = False
         self.heartbeat.start()
 
     def on_epoch_begin(self, epoch, logs=None):
         self.epoch = epoch
+        if not self.started:
+            # The first block's start, not the optimizer's step count at on_train_begin:
+            # a BackupAndRestore later in the list restores a run only then.
+            self.started = True
+            self._print(f"starting at step {epoch * self.steps_per_epoch}/{self.total_steps}: "
+                        "reading the first batches, building and compiling the training step ...")
 
     def _line(self, step, logs):
         now = time.perf_counter()

@@ -307,6 +307,24 @@ def test_step_progress_counts_steps_not_epochs():
     assert all("steps/s" in line and "loss" in line for line in lines[1:])
 
 
+def test_step_progress_starts_a_resumed_run_at_its_restored_step():
+    """A run resumed from a backup starts `fit` at a later epoch (BackupAndRestore sets it
+    in its own on_train_begin, after the progress callback's): the line names that step."""
+    import keras
+    import numpy as np
+
+    from keras_tupe.callbacks import StepProgress
+
+    lines = []
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    x = np.ones((12, 2), "float32")
+    model.fit(x, x[:, :1], batch_size=2, epochs=2, initial_epoch=1, verbose=0,
+              callbacks=[StepProgress(12, 6, print_fn=lines.append)])
+    assert lines[0].startswith("starting at step 6/12: ")
+    assert [line.split(":")[0] for line in lines[1:]] == ["step 12/12"]
+
+
 # --- offline ------------------------------------------------------------------------------
 
 
