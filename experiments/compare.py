@@ -8,8 +8,10 @@ results folder `<name>_compare.csv` (every logged evaluation of every run),
 `<name>_compare.png` (validation loss against steps, one panel a variant, one colour a
 study) and `<name>_compare.md`: per study and variant the median tokens/s, its ratio to
 the first study's (measured in the same sitting when the runs were), the validation loss
-at the last step every compared run reached and its largest difference from the first
-study's curve; and per variant the study with the lowest loss there (the sweep's choice).
+at the last step every compared run reached, its largest difference from the first
+study's curve, and the range and mean of that difference over the second half of the
+evaluations both logged (past the warm-up and the plateau); and per variant the study with
+the lowest loss there (the sweep's choice).
 """
 
 import os
@@ -27,6 +29,8 @@ COMPARISONS = {
               "sweep_lr5e4_wu20", "sweep_lr1e3_wu20", "sweep_lr2e3_wu20"),
     # TUPE-A's chosen point and its neighbours in learning rate on the corrected initialization.
     "sweep_v2": ("sweep_v2_lr1e3_wu20", "sweep_v2_lr5e4_wu20", "sweep_v2_lr2e3_wu20"),
+    # The long runs on the old initialization (shared random values) and on the corrected one.
+    "initialization": ("long", "long_v2"),
 }
 # Settings that may differ between the compared studies: what they vary, and the seed.
 FREE_SETTINGS = (*study_config.OVERRIDABLE_FIELDS, "seed")
@@ -86,12 +90,16 @@ def _table(configs, variants, runs, name, command):
     lines = [f"# Compared studies: `{name}`", "", f"This table, the CSV and the plot: `{command}`",
              "", (f"`{first['size']}` encoders, {settings['batch_size']} × {settings['seq_len']} "
                   f"tokens a step, the shared vocabulary; the studies differ only in the "
-                  f"settings named (checked). Runs: `python -m experiments.run pretrain --study "
+                  f"settings named (checked) and, where named, in the initialization their "
+                  f"runs recorded. Runs: `python -m experiments.run pretrain --study "
                   f"STUDY` (`--until-step N` for a partial run)."), ""]
     lines += ["| variant | study | settings | steps run | median tokens/s | speed vs "
               f"`{first['study']}` | val. loss at the common step | largest val. loss "
-              f"difference from `{first['study']}` | wall time |",
-              "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+              f"difference from `{first['study']}` | the difference over the second half: "
+              "range (mean) | wall time |",
+              "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    # Runs record how their weights were initialized; name it where the compared runs differ.
+    initializations = {run["record"].get("initialization") for run in runs.values()}
     best, at_common = {}, {}  # at_common: variant -> {study: val. loss at its common step}
     for variant in variants:
         present = [c for c in configs if (c["study"], variant) in runs]
@@ -112,19 +120,23 @@ def _table(configs, variants, runs, name, command):
                 diffs = [curve[s] - base_curve[s] for s in shared]
                 largest = (f"{max(diffs, key=abs):+.3f} ({len(shared)} evaluations)"
                            if diffs else "–")
+                late = _second_half(shared, diffs)
             else:
-                largest = "–"
+                largest, late = "–", "–"
             loss = curve.get(step) if step is not None else None
             if loss is not None:
                 at_common.setdefault(variant, {})[config["study"]] = loss
             if loss is not None and (variant not in best or loss < best[variant][1]):
                 best[variant] = (config["study"], loss, step)
             last = run["rows"][-1]["step"]
+            described = _describe(config) + (
+                f"; initialization={run['record'].get('initialization')}"
+                if len(initializations) > 1 else "")
             lines.append(
-                f"| {variant} | {config['study']} | {_describe(config)} | {last:,} | "
+                f"| {variant} | {config['study']} | {described} | {last:,} | "
                 f"{'–' if speed is None else f'{speed:,.0f}'} | {ratio} | "
                 f"{'–' if loss is None else f'{loss:.3f} (step {step:,})'} | {largest} | "
-                f"{records.format_seconds(run['wall_seconds'])} |")
+                f"{late} | {records.format_seconds(run['wall_seconds'])} |")
     lines += ["", "Lowest validation loss at the common step, per variant: "
               + "; ".join(f"{v}: `{s}` ({loss:.3f} at step {step:,})"
                           for v, (s, loss, step) in best.items()) + "."]
@@ -143,6 +155,16 @@ def _table(configs, variants, runs, name, command):
                   "(validation and, in the first block, compilation included). Machine: "
               + "; ".join(machines) + ".", ""]
     return "\n".join(lines)
+
+
+def _second_half(steps, diffs):
+    """The range and mean of `diffs` (at the sorted `steps`) from half the last step on."""
+    late = [d for s, d in zip(steps, diffs) if 2 * s >= steps[-1]] if steps else []
+    if not late:
+        return "–"
+    return (f"{min(late):+.3f} to {max(late):+.3f} ({sum(late) / len(late):+.3f}; steps "
+            f"{next(s for s in steps if 2 * s >= steps[-1]):,}–{steps[-1]:,}, {len(late)} "
+            "evaluations)")
 
 
 def _plot(configs, variants, runs, path):

@@ -24,7 +24,8 @@ evaluated, noting that its positions beyond the pre-training length were never
 trained. Results are appended one (checkpoint, length) at a time to the study's
 committed record, `<results_dir>/records/<study>/results.jsonl`, so a stopped study
 continues where it was (in this checkout or the next: a model whose lengths are all
-recorded is not needed on disk), and the report reads that file alone.
+recorded is not needed on disk), and the report reads that file alone, beside each
+encoder's pre-training step time (the median of its committed `metrics.csv`).
 """
 
 import os
@@ -48,6 +49,8 @@ def plan(config, only_variants=None):
             "model": path, "vocab": os.path.join(variant.run_dir, "vocab.txt"),
             "lowercase": pretrain["vocabulary"]["lowercase"],
             "trained_seq_len": settings["seq_len"],
+            "tokens_per_step": settings["batch_size"] * settings["seq_len"],
+            "pretrain_record": records.record_dir(pretrain, variant.name),
             "masking": {k: settings.get(k, default) for k, default in (
                 ("mask_rate", 0.15), ("mask_token_rate", 0.8), ("random_token_rate", 0.1))},
         })
@@ -301,10 +304,14 @@ def _table(config, jobs, by_key, command):
         f"sequences a batch), masking seed {config['seed']}; the same masked batches for every "
         "model at a given length."),
         "",
-        "| encoder | preset | step | " + " | ".join(f"{n}" for n in lengths) + " | notes |",
-        "| --- | --- | ---: | " + " | ".join("---:" for _ in lengths) + " | --- |",
+        "| encoder | preset | step | " + " | ".join(f"{n}" for n in lengths)
+        + " | pre-training s/step | notes |",
+        "| --- | --- | ---: | " + " | ".join("---:" for _ in lengths) + " | ---: | --- |",
     ]
     for job in jobs:
+        speed = (records.median_tokens_per_second(records.read_metrics(job["pretrain_record"])[0])
+                 if "pretrain_record" in job else None)
+        step_time = f"{job['tokens_per_step'] / speed:.2f}" if speed else "–"
         cells, notes = [], []
         for n in lengths:
             row = by_key.get((job["pretrain_study"], job["variant"], job["step"], n))
@@ -321,6 +328,10 @@ def _table(config, jobs, by_key, command):
         if len(notes) == len(lengths) and len(texts) == 1:  # one note for every length
             notes = sorted(texts)
         lines.append(f"| {job['pretrain_study']}/{job['variant']} | {job['preset']} | "
-                     f"{job['step']} | " + " | ".join(cells) + f" | {'; '.join(notes)} |")
-    lines.append("")
+                     f"{job['step']} | " + " | ".join(cells)
+                     + f" | {step_time} | {'; '.join(notes)} |")
+    lines += ["", ("Pre-training s/step: the run's median seconds a step of "
+                   "`batch_size × seq_len` tokens over its logged blocks (from its committed "
+                   "`metrics.csv`; validation included, so a step costs a little less), on the "
+                   "machine its record names."), ""]
     return "\n".join(lines)

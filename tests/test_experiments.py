@@ -413,7 +413,8 @@ def test_references_seed_bands_and_comparisons(study, tmp_path):
     assert [c.strip() for c in row.split("|")[1:-1]] == [
         "bert_a", "seed1", "base settings", "4", f"{speed:,.0f}", f"{ratio:.2f}x",
         f"{loss['bert_a', 1][4]:.3f} (step 4)", f"{max(diffs, key=abs):+.3f} (2 evaluations)",
-        records.format_seconds(seed_wall)]
+        f"{min(diffs):+.3f} to {max(diffs):+.3f} ({np.mean(diffs):+.3f}; steps 2–4, "
+        "2 evaluations)", records.format_seconds(seed_wall)]
     other = {**json.loads(Path(copy["configs"]["pretrain"]).read_text()), "study": "other"}
     other["settings"] = {**other["settings"], "steps": 6}
     (tmp_path / "other.json").write_text(json.dumps(other))
@@ -423,6 +424,10 @@ def test_references_seed_bands_and_comparisons(study, tmp_path):
     for variant in ("bert_a", "tupe_r"):
         path = _record(results, "pretrain", variant) / "run_config.json"
         path.write_text(json.dumps({**json.loads(path.read_text()), "initialization": "shared"}))
+    compare(configs, "lr", "cmd")  # the table names the initialization where runs differ
+    table = (results / "lr_compare.md").read_text()
+    assert "| bert_a | pretrain | base settings; initialization=shared | 4 |" in table
+    assert "| bert_a | seed1 | base settings; initialization=independent | 4 |" in table
     with pytest.raises(study_config.StudyError, match=r"reference study pretrain\.json started "
                                                       r"its weights \['shared'\], this study "
                                                       r"\['independent'\]"):
@@ -485,8 +490,15 @@ def test_length_study_numbers_for_relative_models_and_na_for_short_absolute_tabl
     assert rows[("bert_a", 32)]["loss"] == pytest.approx(logged[-1]["val_loss"], rel=1e-5)
     table = (copy["results"] / "length_table.md").read_text()
     assert re.search(r"\| pretrain/bert_a \| bert_a_tiny \| 4 \| \d+\.\d{3} \| n/a \|", table)
-    assert re.search(r"\| baseline/unigram \| \(no model\) \| 0 \| \d+\.\d{3} \| \d+\.\d{3} \|",
+    assert re.search(r"\| baseline/unigram \| \(no model\) \| 0 \| \d+\.\d{3} \| \d+\.\d{3} \| – \|",
                      table)
+    # Each encoder's pre-training step time: tokens a step over its record's median tokens/s.
+    settings = json.loads(Path(copy["configs"]["pretrain"]).read_text())["settings"]
+    metrics = copy["results"] / "records" / "pretrain" / "bert_a" / "metrics.csv"
+    speeds = {row["step"]: float(row["tokens_per_second"])
+              for row in records.read_csv_rows(str(metrics)) if row["tokens_per_second"]}
+    step_time = settings["batch_size"] * settings["seq_len"] / np.median(list(speeds.values()))
+    assert f"| n/a | {step_time:.2f} | 256: " in table.split("| pretrain/bert_a |")[1]
     # Resumable from the record alone: without runs/, nothing is asked for or evaluated.
     shutil.rmtree(copy["runs"])
     assert main(["length", "--config", copy["configs"]["length"]]) == 0
