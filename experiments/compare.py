@@ -41,6 +41,14 @@ def _describe(config):
     return ", ".join(f"{k}={v}" for k, v in overrides.items()) or "base settings"
 
 
+def _describe_run(config, run, runs):
+    """The study's settings, and the run's initialization where the compared runs differ in
+    it (their records name it)."""
+    initializations = {other["record"].get("initialization") for other in runs.values()}
+    return _describe(config) + (f"; initialization={run['record'].get('initialization')}"
+                                if len(initializations) > 1 else "")
+
+
 def check_comparable(configs):
     """Raises `StudyError` unless the studies differ only in `FREE_SETTINGS`."""
     first = configs[0]
@@ -98,8 +106,6 @@ def _table(configs, variants, runs, name, command):
               f"difference from `{first['study']}` | the difference over the second half: "
               "range (mean) | wall time |",
               "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    # Runs record how their weights were initialized; name it where the compared runs differ.
-    initializations = {run["record"].get("initialization") for run in runs.values()}
     best, at_common = {}, {}  # at_common: variant -> {study: val. loss at its common step}
     for variant in variants:
         present = [c for c in configs if (c["study"], variant) in runs]
@@ -129,11 +135,9 @@ def _table(configs, variants, runs, name, command):
             if loss is not None and (variant not in best or loss < best[variant][1]):
                 best[variant] = (config["study"], loss, step)
             last = run["rows"][-1]["step"]
-            described = _describe(config) + (
-                f"; initialization={run['record'].get('initialization')}"
-                if len(initializations) > 1 else "")
             lines.append(
-                f"| {variant} | {config['study']} | {described} | {last:,} | "
+                f"| {variant} | {config['study']} | {_describe_run(config, run, runs)} | "
+                f"{last:,} | "
                 f"{'–' if speed is None else f'{speed:,.0f}'} | {ratio} | "
                 f"{'–' if loss is None else f'{loss:.3f} (step {step:,})'} | {largest} | "
                 f"{late} | {records.format_seconds(run['wall_seconds'])} |")
@@ -177,7 +181,7 @@ def _plot(configs, variants, runs, path):
                 continue
             points = sorted(pretrain_study.validation_losses(run).items())
             axis.plot(*zip(*points), ms=3.5, lw=1.4, **records.line_style(i),
-                      label=f"{config['study']} ({_describe(config)})")
+                      label=f"{config['study']} ({_describe_run(config, run, runs)})")
         axis.set_title(variant, fontsize=10)
         axis.set_xlabel("pre-training step")
         axis.grid(alpha=0.3)
