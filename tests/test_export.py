@@ -321,6 +321,7 @@ def keras_probabilities(classifier, tokenizer, first, second=None, seq_length=32
     return keras.ops.convert_to_numpy(keras.ops.softmax(logits, axis=-1))
 
 
+@pytest.mark.slow  # three fresh processes: saved_model_cli and the console script
 def test_serving_model_answers_saved_model_cli(sst2_vocab, sst2_classifier, tmp_path):
     tokenizer = data.load_tokenizer(sst2_vocab)
     path = export_classifier(sst2_classifier, sst2_vocab, str(tmp_path / "sst2"), seq_length=32,

@@ -58,6 +58,7 @@ def test_absolute_encoder_refuses_longer_sequences(encoder_dir, tmp_path, capsys
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow  # a fine-tuning run at length 192
 def test_relative_encoder_fine_tunes_beyond_its_pretraining_length(encoder_dir):
     result = finetune_glue(FinetuneConfig(
         task="rte", init=str(encoder_dir / "m4.keras"), vocab=str(encoder_dir / "vocab.txt"),

@@ -627,6 +627,7 @@ def test_fresh_process_loads_masked_lm_preset(tokenizer, tmp_path):
 
 # --- the export CLI takes a preset folder ----------------------------------------------------
 
+@pytest.mark.slow  # exports through the CLI: an encoder with its MLM head, a preprocessor
 @pytest.mark.skipif(keras.backend.backend() != "tensorflow",
                     reason="SavedModel export runs on the TensorFlow backend")
 def test_export_cli_takes_a_masked_lm_preset_folder(tokenizer, tmp_path):
