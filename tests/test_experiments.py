@@ -946,3 +946,13 @@ def test_format_seconds_rounds_to_whole_minutes_before_splitting_hours():
     assert records.format_seconds(2 * 3600 + 5 * 60 + 20) == "2 h 05 min"
     # 82 h 59.98 min printed "82 h 60 min" before.
     assert records.format_seconds(82 * 3600 + 59.98 * 60) == "83 h 00 min"
+
+
+def test_the_second_half_leaves_out_the_evaluations_before_half_the_last_step():
+    """The comparison's late difference (past the warm-up and the plateau): only the steps
+    from half the last shared step on count, here 4, 6 and 8 of 2-8."""
+    from experiments.compare import _second_half
+
+    cell = _second_half([2, 4, 6, 8], [0.5, -0.1, 0.2, -0.3])
+    assert cell == "-0.300 to +0.200 (-0.067; steps 4–8, 3 evaluations)"
+    assert _second_half([], []) == "–"
