@@ -245,8 +245,12 @@ def _check_pretrain(config, path):
         _fail(path, f"unknown or per-run settings {unknown}. `settings` holds the PretrainConfig "
                     f"fields shared by every variant: {sorted(allowed)}; the vocabulary's size, "
                     "lines and case come from `vocabulary`.")
-    _require(config["settings"], f"{path} (settings)", ("corpus", "steps", "batch_size", "seq_len",
+    _require(config["settings"], f"{path} (settings)", ("steps", "batch_size", "seq_len",
                                                          "learning_rate", "seed"))
+    if bool(config["settings"].get("corpus")) == bool(config["settings"].get("shards")):
+        _fail(path, "`settings` needs exactly one of `corpus` (text) and `shards` (a token-id "
+                    "shard folder of `python -m training.shard_corpus`, for a machine without "
+                    "TensorFlow).")
     if not config["variants"]:
         _fail(path, "`variants` is empty.")
     references = config.get("references", {})

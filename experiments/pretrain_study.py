@@ -30,14 +30,21 @@ FRACTIONS = (0.25, 0.5, 1.0)
 FREE_FIELDS = ("preset", "out")
 
 
-def run_study(config, command, only=None, verbose=2, until_step=None):
-    """Trains (or resumes, or skips) every selected variant, writing each one's record."""
+def run_study(config, command, only=None, verbose=2, until_step=None, record_only=False):
+    """Trains (or resumes, or skips) every selected variant, writing each one's record;
+    with `record_only`, writes the records of the run folders there are and trains nothing."""
     import keras
 
     from keras_tupe.pretraining import pretrain
 
     selected = _select(config, only)
     study_config.ensure_vocabulary(config, command=command)
+    if record_only:
+        for variant in selected:
+            written = write_record(config, variant)
+            print(f"[{config['study']}] {variant.name}: "
+                  + (f"{written['status']}, recorded" if written else "no run folder"), flush=True)
+        return
     print(cost(config, selected, until_step), flush=True)
     with study_config.registered_presets(config):
         for variant in selected:
@@ -85,21 +92,31 @@ def write_record(config, variant):
     if rows:
         shutil.copyfile(os.path.join(variant.run_dir, "metrics.csv"),
                         os.path.join(folder, "metrics.csv"))
-    record = {**run_config, "status": "finished" if variant.is_finished
-              else f"stopped at step {step}", "last_step": step, "wall_seconds": wall,
+    record = {**run_config, "status": _status(config, variant, step), "last_step": step,
+              "wall_seconds": wall,
               "backbone_config": _backbone_config(variant.run_dir),
               "vocabulary": study_config.read_vocabulary_record(config)}
     records.write_json(os.path.join(folder, RECORD), record)
     return record
 
 
+def _status(config, variant, step):
+    if variant.is_finished:
+        return "finished"
+    if step == config["settings"]["steps"]:  # trained elsewhere; its models did not come back
+        return "trained all its steps; the final model is not in its run folder"
+    return f"stopped at step {step}"
+
+
 def _backbone_config(run_dir):
-    """The encoder config saved in `backbone.keras` (read from the archive, no model built)."""
+    """The encoder config saved in `backbone.keras` (read from the archive, no model built),
+    or in `backbone_config.json` beside a run brought back from another machine without its
+    models (`experiments/gpu_pack.py`); None without either."""
     path = os.path.join(run_dir, "backbone.keras")
-    if not os.path.exists(path):
-        return None
-    with zipfile.ZipFile(path) as archive:
-        return json.loads(archive.read("config.json"))["config"]
+    if os.path.exists(path):
+        with zipfile.ZipFile(path) as archive:
+            return json.loads(archive.read("config.json"))["config"]
+    return (records.read_json(os.path.join(run_dir, "backbone_config.json")) or {}).get("config")
 
 
 def cost(config, selected, until_step=None):

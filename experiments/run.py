@@ -1,6 +1,7 @@
 """Run the reproduction studies, one command a study (see experiments/README.md).
 
     python -m experiments.run pretrain --study pretrain [--variants A B] [--until-step N]
+    python -m experiments.run pretrain --study long_v2_jax --record-only
     python -m experiments.run finetune --study finetune
     python -m experiments.run length   --study length
     python -m experiments.run report   [--study NAME]
@@ -65,6 +66,9 @@ def parse_args(argv=None):
                      help="stop each run after this step (a multiple of eval_every), "
                           "recorded and resumable: e.g. 1000 for the 50%% checkpoint that "
                           "finetune_intermediate reads")
+    sub.add_argument("--record-only", action="store_true",
+                     help="train nothing: write the records of the runs in the run folders, "
+                          "e.g. runs trained on another machine (experiments/gpu_long_v2.sh)")
     sub = with_config("finetune", "the reduced GLUE protocol on the pre-trained checkpoints")
     sub.add_argument("--checkpoints", nargs="+", type=float,
                      help="only these fractions of the budget (default: the config's)")
@@ -129,7 +133,7 @@ def _run_study(args, config, command):
                          f"`python -m experiments.run {kind} --config {config['_path']}`.")
     if kind == "pretrain":
         pretrain_study.run_study(config, command, only=args.variants, verbose=args.verbose,
-                                 until_step=args.until_step)
+                                 until_step=args.until_step, record_only=args.record_only)
         print(f"next: python -m experiments.run report --config {config['_path']}")
         return None
     if kind == "finetune":

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -161,6 +162,31 @@ def test_a_finished_run_is_skipped_and_a_recorded_one_without_its_folder_too(stu
             "(the median of 3 recorded tiny runs of 8 x 32 tokens)") in out
 
 
+def test_record_only_records_runs_trained_elsewhere_and_trains_nothing(study, tmp_path, capsys):
+    # A run brought back from another machine (experiments/gpu_long_v2.sh) with its log and
+    # settings but not its models; its encoder config beside it as backbone_config.json.
+    copy = _copy_study(study, tmp_path / "copy")
+    run = copy["runs"] / "pretrain" / "bert_a"
+    with zipfile.ZipFile(run / "backbone.keras") as archive:
+        (run / "backbone_config.json").write_bytes(archive.read("config.json"))
+    for name in ("mlm.keras", "backbone.keras"):
+        (run / name).unlink()
+    shutil.rmtree(copy["runs"] / "pretrain" / "tupe_r")
+    assert main(["pretrain", "--config", copy["configs"]["pretrain"], "--record-only"]) == 0
+    out = capsys.readouterr().out
+    assert ("[pretrain] bert_a: trained all its steps; the final model is not in its run "
+            "folder, recorded") in out
+    assert "[pretrain] tupe_r: no run folder" in out
+    assert not (copy["runs"] / "pretrain" / "tupe_r").exists()  # nothing trained
+    record = json.loads((_record(copy["results"], "pretrain", "bert_a")
+                         / "run_config.json").read_text())
+    original = json.loads((_record(study["results"], "pretrain", "bert_a")
+                           / "run_config.json").read_text())
+    assert record["status"] != original["status"] == "finished"
+    assert record["backbone_config"] == original["backbone_config"] is not None
+    assert record["last_step"] == 4
+
+
 def test_the_table_columns_add_each_saved_checkpoint_that_an_evaluation_falls_on():
     long = {"settings": {"steps": 16000, "eval_every": 200, "save_steps": [0, 4800, 8000]}}
     assert list(pretrain_study.fraction_steps(long).items()) == [
@@ -229,7 +255,11 @@ def test_report_refuses_records_whose_settings_differ(study, tmp_path, capsys):
     ({"variants": {"bert_x": {}}}, r"'bert_x' is not a preset variant"),
     ({"variants": {"huang_m4": {"max_relative_distance": 8}}}, r"needs a name of its own"),
     ({"size": "huge"}, r"`size` must be one of"),
-    ({"settings": {"steps": 4}}, r"missing \['corpus', 'batch_size'"),
+    ({"settings": {"steps": 4}}, r"missing \['batch_size', 'seq_len'"),
+    ({"settings": {"steps": 4, "batch_size": 8, "seq_len": 32, "learning_rate": 1e-3,
+                   "seed": 0}}, r"exactly one of `corpus` \(text\) and `shards`"),
+    ({"settings": {"corpus": ["x"], "shards": "s", "steps": 4, "batch_size": 8, "seq_len": 32,
+                   "learning_rate": 1e-3, "seed": 0}}, r"exactly one of `corpus`"),
     ({"settings": {"corpus": ["x"], "steps": 4, "batch_size": 8, "seq_len": 32,
                    "learning_rate": 1e-3, "seed": 0, "out": "x"}}, r"per-run settings \['out'\]"),
     ({"kind": "other"}, r"`kind` must be one of"),
@@ -893,8 +923,19 @@ def test_the_shipped_study_configs_load_and_share_their_settings():
     assert encodings["settings"]["seq_len"] == 128 and configs["encodings_length"]["lengths"] == [
         128, 256, 512, 1024]
     assert configs["encodings_length"]["pretrain_configs"] == ["encodings.json"]
+    # The long runs again on the GPU (JAX): the same settings, from token-id shards of the
+    # same text with the same vocabulary; seeds 1 and 2 replicate them.
+    jax_settings = dict(configs["long_v2_jax"]["settings"])
+    assert (jax_settings.pop("shards"), jax_settings.pop("valid_shards")) == (
+        "shards/train_v2_128", "shards/valid_v2_128")
+    assert {**jax_settings, "corpus": long_v2["corpus"],
+            "valid_corpus": long_v2["valid_corpus"]} == long_v2
+    assert configs["long_v2_jax"]["vocabulary"] == configs["long_v2"]["vocabulary"]
+    assert configs["long_v2_jax_seed2"]["settings"] == {**configs["long_v2_jax"]["settings"],
+                                                        "seed": 2}
     for name, seed1 in (("long", "long_seed1"), ("long_v2", "long_v2_seed1"),
-                        ("relative_v2", "relative_v2_seed1")):
+                        ("relative_v2", "relative_v2_seed1"),
+                        ("long_v2_jax", "long_v2_jax_seed1")):
         assert configs[seed1]["settings"] == {**configs[name]["settings"], "seed": 1}, seed1
         assert list(configs[seed1]["references"]) == [f"{name}.json"], seed1
 
