@@ -2,8 +2,9 @@
 
     python3 experiments/gpu_pack.py OUT LATER
 
-OUT/logs.tar.xz: every run's metrics.csv, run_config.json, console log and encoder config
-(read from backbone.keras), nvidia-smi and versions. The masked-LM models go as xz tars
+OUT/logs.tar.xz: every run's metrics.csv, run_config.json, vocab.txt (fine-tuning reads it
+from the run folder), console log and encoder config (read from backbone.keras),
+nvidia-smi and versions. The masked-LM models go as xz tars
 cut in parts of 15 MiB (the tool brings back files of at most 16 MiB, 64 MiB in all):
 OUT/weights1.tar.xz.NN the three final models item 3 needs first, LATER/weights2.tar.xz.NN
 the 30% checkpoints and TUPE-A seed 0's final model, for a second call. Python's own
@@ -54,7 +55,7 @@ def main(out, later):
             pass
     logs = ["nvidia-smi.txt", "versions.txt", *glob.glob("*.log")] + [
         path for run in RUNS for path in glob.glob(os.path.join(run, "*.json"))
-        + glob.glob(os.path.join(run, "metrics.csv"))]
+        + glob.glob(os.path.join(run, "metrics.csv")) + glob.glob(os.path.join(run, "vocab.txt"))]
     with open(os.path.join(out, "logs.tar.xz"), "wb") as f:
         f.write(xz_tar(logs))
     # One process a model: lzma is single-threaded.

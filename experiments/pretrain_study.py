@@ -138,15 +138,23 @@ def cost(config, selected, until_step=None):
 
 def recorded_step_seconds(results_dir, size, shape):
     """The seconds a step of every committed pre-training record of a `size` preset at
-    `shape` (batch, tokens), its whole wall time over its steps."""
-    per_step = []
+    `shape` (batch, tokens), its whole wall time over its steps, of runs on machines with as
+    many cores as this one (`versions()["machine"]`: "x86_64, 2 cores, ..."), so that the
+    GPU machine's runs do not time a CPU's."""
+    per_step, here = [], _cores(records.machine())
     for path in glob.glob(os.path.join(results_dir, "records", "*", "*", RECORD)):
         record = records.read_json(path)
         run = record["config"]
         if (record["last_step"] and run["preset"].endswith(f"_{size}")
-                and (run["batch_size"], run["seq_len"]) == tuple(shape)):
+                and (run["batch_size"], run["seq_len"]) == tuple(shape)
+                and _cores(record.get("versions") or {}) == here):
             per_step.append(record["wall_seconds"] / record["last_step"])
     return per_step
+
+
+def _cores(versions):
+    """"x86_64, 2 cores" of a versions record's machine ("x86_64, 2 cores, Linux-...")."""
+    return ", ".join((versions.get("machine") or "").split(", ")[:2])
 
 
 # === Report ===

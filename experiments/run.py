@@ -168,8 +168,9 @@ def report(path=None):
     if path and not named:  # not a .json file there (or none: load_config says so)
         named = [load_config(path)]
 
-    def recorded(config):
-        return os.path.isdir(records.record_dir(config))
+    def recorded(config):  # a fine-tuning study that has only pinned its settings: not yet
+        return any(glob.glob(os.path.join(records.record_dir(config), "**", name),
+                             recursive=True) for name in ("run_config.json", "results.jsonl"))
 
     modules = {"pretrain": pretrain_study, "finetune": finetune_study, "length": length_study}
     paths = {}
