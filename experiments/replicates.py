@@ -42,16 +42,55 @@ def seed_groups(configs):
     return groups
 
 
-def replicates(configs, name, command, only=None):
-    """Writes the seed comparison's CSV, plot and table; returns their paths."""
-    _check_replicates(configs)
-    curves = {}  # variant -> {seed: {step: val_loss}}
+# Seed groups drawn in one figure, `<name>.png`: name -> (base study, its label) of each
+# group (the base study with its replicates), the first drawn first. They may differ in the initialization and the
+# input (`corpus` or `shards`), which is what they compare; budget, model and vocabulary agree.
+GROUP_COMPARISONS = {
+    # The long runs on the old initialization (CPU) and on the corrected one (GPU).
+    "long_seeds_compare": (("long", "old initialization, CPU"),
+                           ("long_v2_jax", "corrected initialization, GPU")),
+}
+GROUP_FREE_SETTINGS = ("seed", "corpus", "valid_corpus", "shards", "valid_shards")
+
+
+def _seed_curves(configs, only=None):
+    """`{variant: {seed: {step: val_loss}}}` of the studies' records."""
+    curves = {}
     for config in configs:
         for run in pretrain_study.read_runs(config):
             variant = run["variant"].name
             losses = pretrain_study.validation_losses(run)
             if losses and (not only or variant in only):
                 curves.setdefault(variant, {})[config["settings"]["seed"]] = losses
+    return curves
+
+
+def compare_groups(groups, name, out_dir=None):
+    """Draws seed groups (`[(label, [base config and replicates], variants)]`) in one
+    figure, `<out_dir>/<name>.png` (default: the first study's results folder): each variant
+    of each group as its mean and seed band."""
+    for _, configs, _ in groups[1:]:
+        differing = study_config.differing_settings(groups[0][1][0], configs[0],
+                                                    free=GROUP_FREE_SETTINGS)
+        if differing:
+            raise StudyError(f"{configs[0]['_path']} and {groups[0][1][0]['_path']} differ in "
+                             f"{differing}: seed groups in one figure differ only in "
+                             f"{list(GROUP_FREE_SETTINGS)} and the initialization.")
+    series = []
+    for label, configs, variants in groups:
+        _check_replicates(configs)
+        curves = _seed_curves(configs, variants)
+        series += [(f"{v}, {label}", _summarize(curves[v])) for v in variants if v in curves]
+    path = os.path.join(out_dir or groups[0][1][0]["results_dir"], f"{name}.png")
+    return {"png": _plot([label for label, _ in series], dict(series), groups[0][1], path,
+                         title=" vs ".join(configs[0]["study"] for _, configs, _ in groups)
+                         + ": seeds as bands")}
+
+
+def replicates(configs, name, command, only=None):
+    """Writes the seed comparison's CSV, plot and table; returns their paths."""
+    _check_replicates(configs)
+    curves = _seed_curves(configs, only)  # variant -> {seed: {step: val_loss}}
     order = [v.name for v in study_config.variants(configs[0])]
     variants = sorted(curves, key=lambda v: order.index(v) if v in order else len(order))
     if not variants:
@@ -188,7 +227,7 @@ def _gap_row(curves, summaries, a, step_a, b, step_b, label, steps):
             + ", ".join(f"{d:+.3f}" for d in diffs) + f" | {verdict} |")
 
 
-def _plot(variants, summaries, configs, path):
+def _plot(variants, summaries, configs, path, title=None):
     settings = configs[0]["settings"]
     tokens_per_step = settings["batch_size"] * settings["seq_len"]
     figure, axis = records.pyplot().subplots(figsize=(7.5, 4.5))
@@ -207,7 +246,8 @@ def _plot(variants, summaries, configs, path):
                               alpha=0.2, lw=0, label=f"{v}: lowest to highest seed")
     axis.set_xlabel("pre-training tokens (millions)")
     axis.set_ylabel("validation masked-LM loss")
-    axis.set_title(", ".join(c["study"] for c in configs) + ": seeds as bands", fontsize=10)
+    axis.set_title(title or ", ".join(c["study"] for c in configs) + ": seeds as bands",
+                   fontsize=10)
     axis.grid(alpha=0.3)
     figure.tight_layout()
     records.legend_outside(axis)

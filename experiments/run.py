@@ -184,6 +184,13 @@ def report(path=None):
         if studies & {c["study"] for c in members} and any(map(recorded, members)):
             pages = replicates.replicates(members, name, command, only=variants)
             paths.update((f"{name} seeds {kind}", page) for kind, page in pages.items())
+    groups = replicates.seed_groups(every)
+    for name, bases in replicates.GROUP_COMPARISONS.items():
+        members = [c["study"] for base, _ in bases for c in groups.get(base, ([], []))[0]]
+        if studies & set(members) and all(base in groups for base, _ in bases):
+            pages = replicates.compare_groups([(label, *groups[base]) for base, label in bases],
+                                              name)
+            paths.update((f"{name} {kind}", page) for kind, page in pages.items())
     by_name = {c["study"]: c for c in every}
     for name, group in compare.COMPARISONS.items():
         if studies & set(group) and all(s in by_name for s in group):

@@ -6,6 +6,7 @@ lengths, fine-tune and draw maps from those runs. Tests that change runs or reco
 on a copy (`_copy_study`).
 """
 
+import copy
 import csv
 import json
 import os
@@ -262,6 +263,24 @@ def test_the_full_report_passes_over_a_finetuning_study_that_has_only_pinned_its
     (pinned / "results.jsonl").write_text("")  # a results file: the study is reported (and
     with pytest.raises(study_config.StudyError, match="No fine-tuning result yet"):  # empty)
         run_module.report()
+
+
+def test_seed_groups_in_one_figure_must_share_budget_model_and_vocabulary(tmp_path):
+    from experiments import replicates
+
+    folder = REPO / "experiments" / "configs"
+    every = [study_config.load_config(str(path)) for path in sorted(folder.glob("*.json"))]
+    groups = replicates.seed_groups(every)
+    (old_label, new_label), = [[label for _, label in bases] for bases
+                               in replicates.GROUP_COMPARISONS.values()]
+    old, new = (copy.deepcopy(groups["long"]), copy.deepcopy(groups["long_v2_jax"]))
+    pages = replicates.compare_groups([(old_label, *old), (new_label, *new)], "x", tmp_path)
+    assert Path(pages["png"]) == tmp_path / "x.png" and (tmp_path / "x.png").stat().st_size
+    longer = copy.deepcopy(new)
+    for config in longer[0]:
+        config["settings"]["steps"] = 32_000
+    with pytest.raises(study_config.StudyError, match=r"differ in \['steps'\]"):
+        replicates.compare_groups([(old_label, *old), (new_label, *longer)], "x", tmp_path)
 
 
 def test_the_table_columns_add_each_saved_checkpoint_that_an_evaluation_falls_on():
