@@ -43,8 +43,9 @@ def seed_groups(configs):
 
 
 # Seed groups drawn in one figure, `<name>.png`: name -> (base study, its label) of each
-# group (the base study with its replicates), the first drawn first. They may differ in the initialization and the
-# input (`corpus` or `shards`), which is what they compare; budget, model and vocabulary agree.
+# group (the base study with its replicates), the first drawn first. They may differ in the
+# initialization and the input (`corpus` or `shards`), which is what they compare; budget,
+# model and vocabulary agree.
 GROUP_COMPARISONS = {
     # The long runs on the old initialization (CPU) and on the corrected one (GPU).
     "long_seeds_compare": (("long", "old initialization, CPU"),
