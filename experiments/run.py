@@ -170,7 +170,8 @@ def report(path=None):
 
     def recorded(config):  # a fine-tuning study that has only pinned its settings: not yet
         return any(glob.glob(os.path.join(records.record_dir(config), "**", name),
-                             recursive=True) for name in ("run_config.json", "results.jsonl"))
+                             recursive=True)
+                   for name in ("run_config.json", "results.jsonl", finetune_study.SUMMARY_FILE))
 
     modules = {"pretrain": pretrain_study, "finetune": finetune_study, "length": length_study}
     paths = {}
