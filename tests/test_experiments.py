@@ -263,6 +263,10 @@ def test_the_full_report_passes_over_a_finetuning_study_that_has_only_pinned_its
     (pinned / "results.jsonl").write_text("")  # a results file: the study is reported (and
     with pytest.raises(study_config.StudyError, match="No fine-tuning result yet"):  # empty)
         run_module.report()
+    (pinned / "results.jsonl").unlink()  # the older studies' summary file counts as a result
+    (pinned / finetune_study.SUMMARY_FILE).write_text("{}")  # (`finetune`, `_intermediate`)
+    with pytest.raises(study_config.StudyError, match="No fine-tuning result yet"):
+        run_module.report()
 
 
 def test_seed_groups_in_one_figure_must_share_budget_model_and_vocabulary(tmp_path):
