@@ -169,9 +169,10 @@ def report(path=None):
         named = [load_config(path)]
 
     def recorded(config):  # a fine-tuning study that has only pinned its settings: not yet
-        return any(glob.glob(os.path.join(records.record_dir(config), "**", name),
-                             recursive=True)
-                   for name in ("run_config.json", "results.jsonl", finetune_study.SUMMARY_FILE))
+        folder = records.record_dir(config)
+        return any(glob.glob(os.path.join(folder, "**", name), recursive=True)
+                   for name in (pretrain_study.RECORD, "results.jsonl",
+                                finetune_study.SUMMARY_FILE))
 
     modules = {"pretrain": pretrain_study, "finetune": finetune_study, "length": length_study}
     paths = {}
@@ -181,11 +182,11 @@ def report(path=None):
             paths.update((f"{config['study']} {kind}", page) for kind, page in pages.items())
     studies = {c["study"] for c in named}
     command = records.command_line(["report"])
-    for name, (members, variants) in replicates.seed_groups(every).items():
+    groups = replicates.seed_groups(every)
+    for name, (members, variants) in groups.items():
         if studies & {c["study"] for c in members} and any(map(recorded, members)):
             pages = replicates.replicates(members, name, command, only=variants)
             paths.update((f"{name} seeds {kind}", page) for kind, page in pages.items())
-    groups = replicates.seed_groups(every)
     for name, bases in replicates.GROUP_COMPARISONS.items():
         members = [c["study"] for base, _ in bases for c in groups.get(base, ([], []))[0]]
         if studies & set(members) and all(base in groups for base, _ in bases):
