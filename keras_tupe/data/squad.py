@@ -9,7 +9,7 @@ The steps, in the order data flows:
    token keeps the character span it came from, so that
 3. `postprocess` can return answers as exact substrings of the original context
    (case, accents and punctuation preserved).
-4. `squad_dataset`: the features as a `tf.data.Dataset` with the TF-Hub input names.
+4. `squad_dataset`: the features as a `tf.data.Dataset` with keras-hub's input names.
 
 `split_articles` makes a small, unofficial article-level split of one file, for offline
 experiments when the dev set is the only SQuAD file at hand.

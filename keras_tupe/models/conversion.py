@@ -130,7 +130,7 @@ def from_keras_hub_bert(bert, relative_method4=True, max_relative_distance=None,
 
 
 def keras_hub_inputs(inputs):
-    """TF-Hub-named inputs → keras-hub BERT's (`token_ids`, `padding_mask`, `segment_ids`)."""
+    """Only the inputs keras-hub BERT takes: `token_ids`, `padding_mask`, `segment_ids`."""
     return {
         "token_ids": inputs["token_ids"],
         "padding_mask": inputs["padding_mask"],
