@@ -20,7 +20,9 @@ import time
 
 KINDS = ("pretrain", "finetune", "length")
 # The only fields a variant may change: they define the architecture, not the training.
-STRUCTURAL_FIELDS = ("max_relative_distance", "num_buckets", "max_distance")
+STRUCTURAL_FIELDS = (
+    "max_relative_distance", "num_buckets", "max_distance", "layer_norm_position",
+)
 # PretrainConfig fields that are not study settings: set per run or from `vocabulary`.
 PER_RUN_FIELDS = ("preset", "out", "vocab", "overwrite", "verbose")
 VOCABULARY_FIELDS = {"vocabulary_size": "vocabulary_size", "lines": "vocab_lines",

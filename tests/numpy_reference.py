@@ -641,6 +641,7 @@ def _encode_one(params, word_ids, input_mask, type_ids):
         bias = cls_reset(bias, *params["cls_theta"])  # (h, n, n)
 
     method = _logit_method(params)
+    pre_ln = params.get("layer_norm_position", "post") == "pre"
     encoder_outputs = []
     for layer in params["layers"]:
         logit_kwargs = {"positional_bias": bias}
@@ -661,16 +662,26 @@ def _encode_one(params, word_ids, input_mask, type_ids):
         if method == "untied_cross":
             logit_kwargs["pq"] = pq
             logit_kwargs["pk"] = pk
+        # Pre-LN: q, k and v all come from LN_1(x) (Xiong et al. 2020).
+        attention_input = (
+            layer_norm(x, *layer["attention_layer_norm"], eps) if pre_ln else x
+        )  # (n, d)
         a = multi_head_attention(
-            x, layer["wq"], layer["bq"], layer["wk"], layer["bk"],
+            attention_input, layer["wq"], layer["bq"], layer["wk"], layer["bk"],
             layer["wv"], layer["bv"], layer["wo"], layer["bo"],
             num_heads, input_mask, method, **logit_kwargs,
         )  # (n, d)
-        x = layer_norm(x + a, *layer["attention_layer_norm"], eps)  # (n, d)
-        f = gelu(x @ _f64(layer["w1"]) + _f64(layer["b1"]))  # (n, f)
+        if pre_ln:
+            x = x + a  # (n, d): the residual stream stays unnormalized
+            h = layer_norm(x, *layer["output_layer_norm"], eps)  # (n, d)
+        else:
+            x = h = layer_norm(x + a, *layer["attention_layer_norm"], eps)  # (n, d)
+        f = gelu(h @ _f64(layer["w1"]) + _f64(layer["b1"]))  # (n, f)
         f = f @ _f64(layer["w2"]) + _f64(layer["b2"])  # (n, d)
-        x = layer_norm(x + f, *layer["output_layer_norm"], eps)  # (n, d)
+        x = x + f if pre_ln else layer_norm(x + f, *layer["output_layer_norm"], eps)  # (n, d)
         encoder_outputs.append(x)
+    if pre_ln:
+        x = layer_norm(x, *params["final_layer_norm"], eps)  # (n, d)
 
     w_pool, b_pool = params["pooler"]
     pooled = np.tanh(x[0] @ _f64(w_pool) + _f64(b_pool))  # (d,)
@@ -678,10 +689,13 @@ def _encode_one(params, word_ids, input_mask, type_ids):
 
 
 def encoder_forward(params, input_word_ids, input_mask, input_type_ids):
-    """BERT-style post-LN encoder with the project's positional encodings.
+    """BERT-style encoder with the project's positional encodings.
 
-    Inference only (no dropout). For each layer:
+    Inference only (no dropout). For each layer, post-LN (the default):
         a = MHA(x); x = LN(x + a); f = gelu(x W1 + b1) W2 + b2; x = LN(x + f).
+    pre-LN (layer_norm_position == "pre", Xiong et al. 2020):
+        a = MHA(LN_1(x)); x = x + a; f = gelu(LN_2(x) W1 + b1) W2 + b2; x = x + f;
+        after the last layer x = LN_final(x) (encoder_outputs keep the raw x).
     pooled_output = tanh(x_0 W + b) on the final [CLS] vector.
 
     The position-only bias is computed once and shared by all layers: zeros,
@@ -704,6 +718,8 @@ def encoder_forward(params, input_word_ids, input_mask, input_type_ids):
                                    | "method2" | "method3" | "method4",
               "cls_reset": bool,
               "cls_reset_style": "paper" | "fairseq" (optional, default "paper"),
+              "layer_norm_position": "post" | "pre" (optional, default "post"),
+              "final_layer_norm": (gamma, beta) (pre-LN only),
               "mask_padding_embeddings": bool (optional, default False),
               "max_relative_distance": int (for shaw/method*),
               "num_buckets": int, "max_distance": int (T5),
@@ -737,9 +753,10 @@ def encoder_forward(params, input_word_ids, input_mask, input_type_ids):
         ValueError: unknown option values, or a sequence longer than an
             absolute table (position_embedding or untied position_embedding).
     """
-    params = {"cls_reset_style": "paper", **params}
+    params = {"cls_reset_style": "paper", "layer_norm_position": "post", **params}
     for key, allowed in (
         ("cls_reset_style", CLS_RESET_STYLES),
+        ("layer_norm_position", ("post", "pre")),
         ("absolute_position", ABSOLUTE_POSITIONS),
         ("absolute_correlation", ABSOLUTE_CORRELATIONS),
         ("relative_position", RELATIVE_POSITIONS),

@@ -116,6 +116,12 @@ def backbone_params(backbone):
             else None
         ),
         "embeddings_layer_norm": layer_norm_params(backbone.embeddings_layer_norm),
+        "layer_norm_position": backbone.layer_norm_position,
+        "final_layer_norm": (
+            layer_norm_params(backbone.final_layer_norm)
+            if backbone.final_layer_norm is not None
+            else None
+        ),
         "untied": (
             untied_params(backbone.untied_correlation, d)
             if backbone.untied_correlation is not None

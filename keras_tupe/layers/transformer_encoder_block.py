@@ -1,4 +1,4 @@
-"""One post-LayerNorm Transformer encoder layer with a pluggable attention."""
+"""One Transformer encoder layer (post- or pre-LayerNorm) with a pluggable attention."""
 
 import keras
 from keras import ops
@@ -17,6 +17,9 @@ from keras_tupe.layers.utils import Float32BiasCallMixin, clone_initializer
 RELATIVE_METHODS = METHODS + ("rotary", "disentangled")
 # Logits that are no scaled dot product plus an additive bias (no fused path).
 UNFUSABLE_METHODS = METHODS + ("disentangled",)
+# Where the LayerNorms sit: after each residual sum (BERT) or before each
+# sublayer (Xiong et al. 2020).
+LAYER_NORM_POSITIONS = ("post", "pre")
 
 
 def _gelu_approximate(x):
@@ -25,10 +28,20 @@ def _gelu_approximate(x):
 
 @keras.saving.register_keras_serializable(package="keras_tupe")
 class TransformerEncoderBlock(Float32BiasCallMixin, keras.layers.Layer):
-    """A BERT encoder layer (post-LayerNorm) with a positional attention.
+    """A BERT encoder layer with a positional attention.
+
+    Post-LayerNorm (BERT, `layer_norm_position="post"`):
 
         x = LayerNorm(x + Dropout(Attention(x)))
         x = LayerNorm(x + Dropout(W2 act(W1 x)))
+
+    Pre-LayerNorm (Xiong et al. 2020, `layer_norm_position="pre"`): queries,
+    keys and values all come from the normalized input, and the residual
+    stream itself is never normalized here (the backbone adds one final
+    LayerNorm after the last layer):
+
+        x = x + Dropout(Attention(LayerNorm(x)))
+        x = x + Dropout(W2 act(W1 LayerNorm(x)))
 
     The attention is `QKRMultiplicativeAttention` when `relative_method` is one
     of Shaw, Huang methods 1-4 (per-layer tables), `RotaryPositionalAttention`
@@ -49,6 +62,8 @@ class TransformerEncoderBlock(Float32BiasCallMixin, keras.layers.Layer):
             activation name, or `"gelu_approximate"` (the tanh GELU of
             keras-hub's BERT). Defaults to `"gelu"` (exact, as BERT).
         layer_norm_epsilon: float. Defaults to `1e-12`.
+        layer_norm_position: `"post"` or `"pre"` (see above). Defaults to
+            `"post"`.
         untied_scaling: bool. Content logits scaled by `1/sqrt(2 d_h)` (TUPE)
             rather than `1/sqrt(d_h)`. Used by the untied and rotary
             attentions only. Defaults to `False`.
@@ -96,9 +111,15 @@ class TransformerEncoderBlock(Float32BiasCallMixin, keras.layers.Layer):
         attention_implementation="auto",
         kernel_initializer=None,
         max_sequence_length=512,
+        layer_norm_position="post",
         **kwargs,
     ):
         super().__init__(**kwargs)
+        if layer_norm_position not in LAYER_NORM_POSITIONS:
+            raise ValueError(
+                f"`layer_norm_position` must be one of {LAYER_NORM_POSITIONS}. "
+                f"Received: layer_norm_position={layer_norm_position!r}"
+            )
         if relative_method is not None and relative_method not in RELATIVE_METHODS:
             raise ValueError(
                 f"`relative_method` must be None or one of {RELATIVE_METHODS}. "
@@ -123,6 +144,7 @@ class TransformerEncoderBlock(Float32BiasCallMixin, keras.layers.Layer):
             else keras.activations.get(activation)
         )
         self.layer_norm_epsilon = layer_norm_epsilon
+        self.layer_norm_position = layer_norm_position
         self.untied_scaling = untied_scaling
         self.relative_method = relative_method
         self.max_relative_distance = max_relative_distance
@@ -229,16 +251,20 @@ class TransformerEncoderBlock(Float32BiasCallMixin, keras.layers.Layer):
             )
         if relative_embeddings is not None:
             logit_kwargs = dict(relative_embeddings=relative_embeddings)
+        pre = self.layer_norm_position == "pre"
         attended = self.attention(
-            inputs,
+            self.attention_layer_norm(inputs) if pre else inputs,
             padding_mask=padding_mask,
             attention_bias=attention_bias,
             training=training,
             **logit_kwargs,
         )
-        x = self.attention_layer_norm(inputs + self.dropout_layer(attended, training=training))
-        ffn = self.output_dense(self.intermediate_dense(x))
-        return self.output_layer_norm(x + self.dropout_layer(ffn, training=training))
+        x = inputs + self.dropout_layer(attended, training=training)
+        if not pre:
+            x = self.attention_layer_norm(x)
+        ffn = self.output_dense(self.intermediate_dense(self.output_layer_norm(x) if pre else x))
+        x = x + self.dropout_layer(ffn, training=training)
+        return x if pre else self.output_layer_norm(x)
 
     def compute_output_spec(self, inputs, **kwargs):
         return keras.KerasTensor(inputs.shape, self.compute_dtype)
@@ -255,6 +281,7 @@ class TransformerEncoderBlock(Float32BiasCallMixin, keras.layers.Layer):
                     else keras.activations.serialize(self.activation)
                 ),
                 "layer_norm_epsilon": self.layer_norm_epsilon,
+                "layer_norm_position": self.layer_norm_position,
                 "untied_scaling": self.untied_scaling,
                 "relative_method": self.relative_method,
                 "max_relative_distance": self.max_relative_distance,

@@ -12,7 +12,10 @@ from keras_tupe.layers.disentangled_relative_embedding import DisentangledRelati
 from keras_tupe.layers.qkr_multiplicative_attention import METHODS
 from keras_tupe.layers.relative_bucket_bias import RelativeBucketBias
 from keras_tupe.layers.rotary_positional_attention import check_rotary_head_dim
-from keras_tupe.layers.transformer_encoder_block import TransformerEncoderBlock
+from keras_tupe.layers.transformer_encoder_block import (
+    LAYER_NORM_POSITIONS,
+    TransformerEncoderBlock,
+)
 from keras_tupe.layers.untied_positional_attention import ATTENTION_IMPLEMENTATIONS
 from keras_tupe.layers.untied_positional_correlation import UntiedPositionalCorrelation
 from keras_tupe.layers.utils import check_sequence_length, clone_initializer
@@ -216,6 +219,12 @@ class TupeBackbone(keras_hub.models.Backbone):
         zero_init_relative_tables: bool. Start the relative vector tables at
             zero (Huang's drop-in). Defaults to `False`.
         layer_norm_epsilon: float. Defaults to `1e-12`.
+        layer_norm_position: `"post"` (BERT: a LayerNorm after each residual
+            sum) or `"pre"` (Xiong et al. 2020: a LayerNorm before attention
+            and before the feed-forward block, the input LayerNorm kept, one
+            final LayerNorm after the last layer, before the pooler and any
+            head). The positional terms are the same either way. Defaults to
+            `"post"`.
         activation: feed-forward activation. Defaults to `"gelu"`.
         attention_implementation: `"auto"`, `"einsum"` or `"fused"`. `"fused"`
             runs the attention through `keras.ops.dot_product_attention` (fused
@@ -265,6 +274,7 @@ class TupeBackbone(keras_hub.models.Backbone):
         layer_norm_epsilon=1e-12,
         activation="gelu",
         attention_implementation="auto",
+        layer_norm_position="post",
         dtype=None,
         **kwargs,
     ):
@@ -273,6 +283,7 @@ class TupeBackbone(keras_hub.models.Backbone):
         _choice("relative_position", relative_position, RELATIVE_POSITIONS)
         _choice("attention_implementation", attention_implementation, ATTENTION_IMPLEMENTATIONS)
         _choice("cls_reset_style", cls_reset_style, CLS_RESET_STYLES)
+        _choice("layer_norm_position", layer_norm_position, LAYER_NORM_POSITIONS)
         _positive_ints(
             vocabulary_size=vocabulary_size, num_layers=num_layers, num_heads=num_heads,
             hidden_dim=hidden_dim, intermediate_dim=intermediate_dim,
@@ -424,11 +435,18 @@ class TupeBackbone(keras_hub.models.Backbone):
                 attention_implementation=attention_implementation,
                 kernel_initializer=clone_initializer(initializer),
                 max_sequence_length=max_sequence_length,
+                layer_norm_position=layer_norm_position,
                 dtype=dtype,
                 name=f"transformer_layer_{i}",
             )
             for i in range(num_layers)
         ]
+        # Pre-LN leaves the residual stream unnormalized: one LayerNorm closes it.
+        self.final_layer_norm = None
+        if layer_norm_position == "pre":
+            self.final_layer_norm = keras.layers.LayerNormalization(
+                epsilon=layer_norm_epsilon, dtype=dtype, name="final_layer_norm"
+            )
         self.pooled_dense = keras.layers.Dense(
             hidden_dim,
             activation="tanh",
@@ -463,6 +481,8 @@ class TupeBackbone(keras_hub.models.Backbone):
                 position_key=position_key,
                 relative_embeddings=relative_embeddings,
             )
+        if self.final_layer_norm is not None:
+            x = self.final_layer_norm(x)
         pooled = self.pooled_dense(x[:, 0, :])
         super().__init__(
             inputs={
@@ -497,6 +517,7 @@ class TupeBackbone(keras_hub.models.Backbone):
         self.layer_norm_epsilon = layer_norm_epsilon
         self.activation = activation
         self.attention_implementation = attention_implementation
+        self.layer_norm_position = layer_norm_position
 
     def _positional_terms(self, x):
         """The position-only term `(1, h, n, n)` and BERT-A^d's projections.
@@ -595,7 +616,9 @@ class TupeBackbone(keras_hub.models.Backbone):
 
         Its outputs are `sequence_output`, `pooled_output` and `encoder_outputs`,
         a list of `(batch, seq, d)`, one per Transformer layer (what TF-Hub's BERT
-        encoders return). The weights are this backbone's own, not copies.
+        encoders return). With `layer_norm_position="pre"` these are the layers'
+        residual streams, before the final LayerNorm that `sequence_output` has.
+        The weights are this backbone's own, not copies.
         """
         outputs = {key: self.output[key] for key in ("sequence_output", "pooled_output")}
         outputs["encoder_outputs"] = [layer.output for layer in self.transformer_layers]
@@ -656,6 +679,7 @@ class TupeBackbone(keras_hub.models.Backbone):
             "mask_padding_embeddings", "num_buckets",
             "max_distance", "max_relative_distance", "zero_init_relative_tables",
             "layer_norm_epsilon", "activation", "attention_implementation",
+            "layer_norm_position",
         ):
             config[key] = getattr(self, key)
         return config
