@@ -44,7 +44,7 @@ test-all: $(STAMP)
 # devices, one step equal to TensorFlow's), and the shard input path without TensorFlow.
 JAX_TESTS := tests/test_layers.py tests/test_numerics.py tests/test_backbone.py \
 	tests/test_method3.py tests/test_method4_speed_path.py tests/test_numpy_reference.py \
-	tests/test_position_encodings_beyond.py \
+	tests/test_position_encodings_beyond.py tests/test_pre_layer_norm.py \
 	tests/test_keras_hub_family.py \
 	tests/test_optimization.py tests/test_jax_training.py tests/test_shards.py tests/test_benchmarks_jax.py
 test-jax: $(JAX_STAMP)
