@@ -19,8 +19,10 @@ TensorFlow (seconds) is imported only by the code that needs it. It hides:
 this as TensorFlow does it.
 
 `run(main, argv)` turns the user's mistakes (`ValueError`, and the `OSError`s of paths
-they gave) into `error: <message>` on stderr (a line per problem, when one error lists
-several conflicting flags) and exit status 2, argparse's
+they gave), an output folder another process is writing (`keras_tupe.output_lock`) and
+a full disk, a file-size limit or a read-only folder (`keras_tupe.staging.WriteError`,
+any `OSError` with such an errno) into `error: <message>` on stderr (a line per problem,
+when one error lists several conflicting flags) and exit status 2, argparse's
 convention (so does `SystemExit("message")`, the benchmarks' idiom); any other
 exception is a bug and keeps its traceback (`--traceback`, or
 `KERAS_TUPE_TRACEBACK=1`, shows it for user errors too).
@@ -33,6 +35,7 @@ it prints `terminated` and exits 143 (128 + SIGTERM).
 """
 
 import contextlib
+import errno
 import functools
 import glob
 import os
@@ -44,8 +47,12 @@ TRACEBACK_FLAG = "--traceback"
 
 # Mistakes a user can make in flags and files; everything else is ours.
 # ConnectionError: a download that cannot start offline (keras_tupe.data.network).
+# BlockingIOError: `keras_tupe.output_lock.OutputLockedError`, another process writes --out.
 USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError,
-               IsADirectoryError, PermissionError, ConnectionError)
+               IsADirectoryError, PermissionError, ConnectionError, BlockingIOError)
+# The place written to failed, not the program (keras_tupe.staging.SPACE_ERRNOS):
+# no space, a file-size limit, a quota, a read-only filesystem.
+SPACE_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS)
 
 
 def has_gpu_device_nodes():
@@ -196,7 +203,9 @@ def run(main, argv=None):
     try:
         with _sigterm_raises():
             return main(argv)
-    except USER_ERRORS as error:
+    except (*USER_ERRORS, OSError) as error:
+        if not isinstance(error, USER_ERRORS) and error.errno not in SPACE_ERRNOS:
+            raise  # an OSError of ours
         if TRACEBACK_FLAG in args or os.environ.get("KERAS_TUPE_TRACEBACK") == "1":
             raise
         for line in error_lines(error):

@@ -1,0 +1,213 @@
+"""One writer per output folder: an operating-system lock on `--out` while a command writes it.
+
+    from keras_tupe.output_lock import output_lock
+
+    with output_lock(args.out, command="pretrain"):
+        ...  # create, resume or replace args.out; nobody else writes it meanwhile
+
+`pretrain`, fine-tuning, `export`, `convert` and `shard_corpus` hold the lock of their
+`--out` for as long as they write it. A second process asking for the same folder is
+refused at once (no waiting) with `OutputLockedError`, one line that names the holder:
+its pid, host, start time and command. The command-line entry points report it as
+`error: ...` with exit status 2 (`training.cli.run`).
+
+The lock is the kernel's `flock` on a small file beside the folder, `.<name>.lock` in
+its parent (beside, not inside: a writer may replace the whole folder by renaming a
+staged copy over it, and `--overwrite` may delete it). The kernel releases a lock when
+its process ends, however it ends (SIGKILL, a crash, a lost machine's NFS client), so a
+lock left by a dead process is simply taken over; the holder's record in the file is
+only what the refusal prints. The holder deletes the file before it lets go; a process
+that locked a file deleted meanwhile notices (the path names another file, or none) and
+tries again, so two processes never hold "the" lock on two different files.
+
+Re-entrant within a process: library code (`keras_tupe.pretraining.pretrain`) takes the
+lock its entry point already holds without refusing itself. Folders the lock created
+for its file (missing parents of `--out`) are removed again on release when empty.
+
+POSIX only (`fcntl`), as TensorFlow Text is.
+"""
+
+import contextlib
+import datetime
+import errno
+import fcntl
+import json
+import os
+import socket
+import sys
+import threading
+
+# Locks this process holds: canonical lock-file path -> [file descriptor, depth].
+_HELD = {}
+_HELD_GUARD = threading.Lock()
+
+
+class OutputLockedError(BlockingIOError):
+    """Another process is writing the output folder; the message names it (one line)."""
+
+
+def lock_path(out):
+    """The lock file of output folder `out`: `.<name>.lock` beside it, in its parent.
+
+    Canonical (symbolic links of the parent resolved, a trailing slash ignored), so
+    two spellings of one folder share one lock.
+    """
+    out = os.path.abspath(os.fspath(out)).rstrip(os.sep) or os.sep
+    parent, name = os.path.split(out)
+    return os.path.join(os.path.realpath(parent), f".{name}.lock")
+
+
+def holder(out):
+    """The record of the process holding `out`'s lock (a dict), or None when none does.
+
+    Asks the kernel (a non-blocking lock attempt on a separate open of the file), so a
+    record left by a dead process reads as None.
+    """
+    path = lock_path(out)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError as error:
+            if error.errno not in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES):
+                raise
+            return _read_record(fd)
+        return None
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def output_lock(out, command=None, flag="--out"):
+    """Holds the lock of output folder `out` for the block; refuses when another process does.
+
+    Args:
+        out: str or path. The folder the block writes (it need not exist yet).
+        command: str or None. What this process is, for the refusal another process
+            prints (e.g. "pretrain"). Defaults to the command line.
+        flag: str. How the refusal names `out`: `"--out"` in a command-line tool, an
+            argument name such as `"export_dir"` for a Python caller.
+
+    Raises:
+        OutputLockedError: another live process holds the lock. Its message is one line:
+            the folder, the holder's pid, host, start time and command, and what to do.
+    """
+    path = lock_path(out)
+    with _HELD_GUARD:
+        if path in _HELD:  # this process already holds it (an entry point, then its library)
+            _HELD[path][1] += 1
+            reentered = True
+        else:
+            reentered = False
+    if reentered:
+        try:
+            yield path
+        finally:
+            with _HELD_GUARD:
+                _HELD[path][1] -= 1
+        return
+    made = _make_parents(os.path.dirname(path))
+    try:
+        fd = _acquire(path, out, flag)
+    except BaseException:
+        _remove_empty(made)
+        raise
+    try:
+        _write_record(fd, command)
+        with _HELD_GUARD:
+            _HELD[path] = [fd, 1]
+        yield path
+    finally:
+        with _HELD_GUARD:
+            _HELD.pop(path, None)
+        # Delete the file while still holding it; a process that opened it just before
+        # sees, once it gets the lock, that the path no longer names its file.
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        os.close(fd)  # releases the lock
+        _remove_empty(made)
+
+
+def _acquire(path, out, flag):
+    """A descriptor of `path` locked by this process, or `OutputLockedError`."""
+    for _ in range(100):  # retried only while holders delete the file under us
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except FileNotFoundError:  # another process removed the parent it had made
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as error:
+            record = _read_record(fd)
+            os.close(fd)
+            if error.errno not in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES):
+                raise
+            raise OutputLockedError(_refusal(out, flag, record)) from None
+        try:
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd
+        os.close(fd)  # locked a file its holder had just deleted: take the new one
+    raise OutputLockedError(f"{flag} {out}: its lock file {path} keeps being replaced; "
+                            "another process is starting and stopping on it.")
+
+
+def _refusal(out, flag, record):
+    if not record:  # the holder has not written its record yet (it has just started)
+        who = "another process (it has just started)"
+    else:
+        who = (f"process {record.get('pid')} on {record.get('host')} "
+               f"(started {record.get('started')}: {record.get('command')})")
+    return (f"{flag} {out} is being written by {who}; one process writes a folder at a "
+            f"time. Wait for it to finish, stop it, or choose another {flag}.")
+
+
+def _write_record(fd, command):
+    record = {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "command": command or " ".join([os.path.basename(sys.argv[0] or "python"),
+                                        *sys.argv[1:]]),
+    }
+    data = json.dumps(record).encode()
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, data, 0)
+
+
+def _read_record(fd):
+    try:
+        return json.loads(os.pread(fd, 1 << 16, 0) or b"{}")
+    except (OSError, ValueError):
+        return {}
+
+
+def _make_parents(folder):
+    """Creates `folder` and its missing parents; returns those it created, innermost first."""
+    missing, made = [], []
+    folder = os.path.abspath(folder)
+    while not os.path.isdir(folder):
+        missing.append(folder)
+        folder = os.path.dirname(folder)
+    for folder in reversed(missing):
+        try:
+            os.mkdir(folder)
+        except FileExistsError:  # another process made it meanwhile: its, not ours
+            continue
+        made.insert(0, folder)
+    return made
+
+
+def _remove_empty(folders):
+    """Removes each of `folders` (innermost first) that is empty; stops at the first that is not."""
+    for folder in folders:
+        try:
+            os.rmdir(folder)
+        except OSError:
+            return

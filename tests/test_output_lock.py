@@ -1,0 +1,90 @@
+"""One writer per output folder (`keras_tupe.output_lock`): refusal, takeover, re-entry.
+
+The processes here load `output_lock.py` by path (standard library only), so each starts
+in a fraction of a second instead of importing TensorFlow.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from keras_tupe.output_lock import OutputLockedError, holder, lock_path, output_lock
+
+MODULE = Path(__file__).resolve().parents[1] / "keras_tupe" / "output_lock.py"
+HOLD = f"""
+import importlib.util, sys, time
+spec = importlib.util.spec_from_file_location("output_lock", {str(MODULE)!r})
+lock = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(lock)
+try:
+    with lock.output_lock(sys.argv[1], command="holder-test"):
+        print("held", flush=True)
+        time.sleep(float(sys.argv[2]))
+except lock.OutputLockedError as error:
+    print(error, flush=True)
+    sys.exit(2)
+"""
+
+
+def hold(out, seconds):
+    """A process holding `out`'s lock for `seconds`, once it has printed `held`."""
+    process = subprocess.Popen([sys.executable, "-c", HOLD, str(out), str(seconds)],
+                               stdout=subprocess.PIPE, text=True)
+    assert process.stdout.readline().strip() == "held"
+    return process
+
+
+def test_a_second_writer_is_refused_with_the_holders_pid_host_and_start(tmp_path):
+    out = tmp_path / "run"
+    first = hold(out, 30)
+    try:
+        with pytest.raises(OutputLockedError) as refused:
+            with output_lock(out, command="pretrain"):
+                pass
+        message = str(refused.value)
+        assert f"--out {out} is being written by process {first.pid} on " in message
+        assert "holder-test" in message and "started 20" in message and "\n" not in message
+        assert holder(out)["pid"] == first.pid
+    finally:
+        first.kill()
+        first.wait()
+
+
+def test_a_lock_left_by_a_killed_process_is_taken_over(tmp_path):
+    out = tmp_path / "run"
+    first = hold(out, 60)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    assert os.path.exists(lock_path(out))  # its record stays, but the kernel let go
+    assert holder(out) is None
+    with output_lock(out, command="pretrain"):
+        assert holder(out)["pid"] == os.getpid()
+    assert not os.path.exists(lock_path(out))
+
+
+def test_reentrant_in_one_process_and_parents_it_made_go_again(tmp_path):
+    out = tmp_path / "new" / "deeper" / "run"
+    with output_lock(out):
+        with output_lock(str(out) + "/"):  # the entry point, then its library: one lock
+            assert holder(out)["pid"] == os.getpid()
+        second = subprocess.run([sys.executable, "-c", HOLD, str(out), "0"],
+                                capture_output=True, text=True)
+        assert second.returncode == 2 and f"process {os.getpid()}" in second.stdout
+    assert not (tmp_path / "new").exists()  # made for the lock file, empty again
+
+
+def test_twenty_pairs_started_together_never_share_a_folder(tmp_path):
+    """Two processes at once on one folder, many times: exactly one writes, the other is refused."""
+    for i in range(20):
+        out = tmp_path / f"run{i}"
+        pair = [subprocess.Popen([sys.executable, "-c", HOLD, str(out), "0.3"],
+                                 stdout=subprocess.PIPE, text=True) for _ in range(2)]
+        outputs = [p.communicate(timeout=60)[0] for p in pair]
+        codes = sorted(p.returncode for p in pair)
+        assert codes == [0, 2], outputs
+        assert any("is being written by process" in o for o in outputs), outputs
