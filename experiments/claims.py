@@ -1,0 +1,128 @@
+"""Numbers `docs/results.md` quotes for the papers' claims that no report page prints.
+
+    python -m experiments.claims
+
+T2 (TUPE Table 2: TUPE-A at 30% of the pre-training steps matches BERT-A at 100%), read in
+masked-LM loss on the long runs (`long_v2_jax` and its seed replicates): for each seed, the
+first evaluation at which TUPE-A's validation loss is at or below the final validation loss
+of the BERT-A run of the same seed (same data order and masks), as a step, as a share of
+BERT-A's steps, as a share of BERT-A's training FLOPs (a TUPE-A step costs more:
+`benchmarks.encoders.variant_flops_per_token`), and as a share of BERT-A's measured wall
+time. Like every report, it reads the committed records alone.
+"""
+
+import argparse
+import os
+
+from benchmarks import encoders
+from experiments import config as study_config
+from experiments import pretrain_study, records, replicates
+from experiments.config import StudyError
+
+CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
+# The long runs on the corrected initialization: the base study's seed replicates, whose
+# `references` name the base (`replicates.seed_groups` puts the three together).
+T2_REPLICATES = ("long_v2_jax_seed1.json", "long_v2_jax_seed2.json")
+T2_FAST, T2_SLOW = "tupe_a", "bert_a"
+
+
+def first_step_at_or_below(rows, target):
+    """The first logged step whose validation loss is at or below `target`; None if none."""
+    return next((row["step"] for row in rows
+                 if row["val_loss"] is not None and row["val_loss"] <= target), None)
+
+
+def reach_final_loss(fast_folder, slow_folder, fast_step_flops=1.0, slow_step_flops=1.0):
+    """When the run recorded in `fast_folder` first reaches the final validation loss of the
+    run in `slow_folder` (each folder holds a record's `metrics.csv`).
+
+    Returns a dict: `slow_steps` and `slow_final` (the slow run's last logged step and its
+    validation loss there), `step` (the fast run's first evaluation at or below it, None if
+    it never gets there) and that step as shares of the slow run's budget: `step_share`
+    (steps), `flop_share` (training FLOPs, from the FLOPs of one step of each) and
+    `time_share` (wall time, at each run's mean seconds a step over its whole record).
+    """
+    fast, fast_wall = records.read_metrics(fast_folder)
+    slow, slow_wall = records.read_metrics(slow_folder)
+    evaluated = [row for row in slow if row["val_loss"] is not None]
+    if not fast or not evaluated:
+        raise StudyError(f"{fast_folder if not fast else slow_folder} has no logged "
+                         "evaluation in its metrics.csv: nothing to compare.")
+    slow_steps, slow_final = evaluated[-1]["step"], evaluated[-1]["val_loss"]
+    step = first_step_at_or_below(fast, slow_final)
+    result = {"slow_steps": slow_steps, "slow_final": slow_final, "step": step,
+              "step_share": None, "flop_share": None, "time_share": None}
+    if step is not None:
+        fast_seconds_per_step = fast_wall / fast[-1]["step"]
+        result.update(step_share=step / slow_steps,
+                      flop_share=step * fast_step_flops / (slow_steps * slow_step_flops),
+                      time_share=step * fast_seconds_per_step / slow_wall)
+    return result
+
+
+def step_flops(config, variant):
+    """Training FLOPs of one step of a study's variant (`benchmarks.encoders`' count)."""
+    if variant.overrides:
+        raise StudyError(f"{variant.name} changes {sorted(variant.overrides)} of its preset; "
+                         "benchmarks.encoders counts the FLOPs of library presets only.")
+    batch, length = config["settings"]["batch_size"], config["settings"]["seq_len"]
+    per_token = encoders.variant_flops_per_token(variant.variant, config["size"], length, batch)
+    return per_token * batch * length
+
+
+def t2_rows(group_configs, fast=T2_FAST, slow=T2_SLOW):
+    """`reach_final_loss` of `fast` against `slow`, one row a seed of a seed group (a study
+    and its replicates), each row also naming its `study` and `seed`."""
+    rows = []
+    for config in group_configs:
+        runs = {run["variant"].name: run for run in pretrain_study.read_runs(config)}
+        missing = [name for name in (fast, slow) if not (name in runs and runs[name]["record"])]
+        if missing:
+            raise StudyError(f"{config['study']} has no record of {missing}: pre-train it first.")
+        flops = {name: step_flops(config, runs[name]["variant"]) for name in (fast, slow)}
+        rows.append({"study": config["study"], "seed": config["settings"]["seed"],
+                     "flop_ratio": flops[fast] / flops[slow],
+                     **reach_final_loss(runs[fast]["folder"], runs[slow]["folder"],
+                                        flops[fast], flops[slow])})
+    return rows
+
+
+def t2_table(rows, fast=T2_FAST, slow=T2_SLOW):
+    """The rows of `t2_rows` as a Markdown table."""
+    def share(value):
+        return "–" if value is None else f"{100 * value:.2f}%"
+
+    lines = [f"T2 in loss: the first evaluation at which {fast} reaches the final validation "
+             f"loss of {slow} of the same seed",
+             "",
+             f"| study | seed | {slow} final (step) | {fast} step | share of steps | "
+             "share of FLOPs | share of wall time |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for row in rows:
+        step = "never" if row["step"] is None else f"{row['step']:,}"
+        lines.append(f"| {row['study']} | {row['seed']} | {row['slow_final']:.3f} "
+                     f"({row['slow_steps']:,}) | {step} | {share(row['step_share'])} | "
+                     f"{share(row['flop_share'])} | {share(row['time_share'])} |")
+    ratios = sorted({f"{row['flop_ratio']:.4f}" for row in rows})
+    lines += ["",
+              f"FLOPs: a {fast} training step costs {' / '.join(ratios)} x a {slow} step "
+              "(benchmarks.encoders.variant_flops_per_token: the encoder, 3 x forward; "
+              "embeddings and the masked-LM head, alike in both, are not counted). Wall "
+              "time: each run's whole recorded time over its steps. A step is a logged "
+              "evaluation, so the crossing lies within one evaluation interval before it."]
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m experiments.claims", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.parse_args(argv)
+    replicate_configs = [study_config.load_config(os.path.join(CONFIG_DIR, name))
+                         for name in T2_REPLICATES]
+    (group_configs, _), = replicates.seed_groups(replicate_configs).values()
+    print(t2_table(t2_rows(group_configs)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,64 @@
+"""`experiments.claims`: T2 as the step at which TUPE-A reaches BERT-A's final loss."""
+
+import pytest
+
+from experiments import claims
+from experiments.config import StudyError
+
+COLUMNS = "step,loss,accuracy,val_loss,val_accuracy,learning_rate,tokens_per_second,elapsed_seconds"
+
+
+def _record(folder, rows):
+    """A record's metrics.csv with `(step, val_loss or None, elapsed_seconds)` rows."""
+    folder.mkdir(parents=True)
+    lines = [COLUMNS] + [f"{step},7.0,0.1,{'' if val is None else val},0.1,1e-3,100,{elapsed}"
+                         for step, val, elapsed in rows]
+    (folder / "metrics.csv").write_text("\n".join(lines) + "\n")
+    return str(folder)
+
+
+def test_the_fast_run_reaches_the_slow_runs_final_loss_at_its_first_evaluation_at_or_below(
+        tmp_path):
+    # The slow run ends at 5.0 after 8 steps in 40 s. The fast run is at 5.1 at step 4 (not
+    # yet), exactly 5.0 at step 6 (reached) and 4.5 at step 8, at 6 s a step; a row without
+    # an evaluation (step 3, loss 1.0 in no column that counts) is passed over.
+    slow = _record(tmp_path / "slow", [(2, 6.0, 10), (4, 5.5, 20), (6, 5.2, 30), (8, 5.0, 40)])
+    fast = _record(tmp_path / "fast", [(2, 5.8, 12), (3, None, 18), (4, 5.1, 24),
+                                       (6, 5.0, 36), (8, 4.5, 48)])
+    result = claims.reach_final_loss(fast, slow, fast_step_flops=3.0, slow_step_flops=2.0)
+    assert result["slow_steps"] == 8 and result["slow_final"] == 5.0
+    assert result["step"] == 6
+    assert result["step_share"] == pytest.approx(6 / 8)
+    assert result["flop_share"] == pytest.approx(6 * 3.0 / (8 * 2.0))  # 1.125: more FLOPs
+    assert result["time_share"] == pytest.approx(6 * 6.0 / 40)  # 48 s / 8 steps = 6 s a step
+
+
+def test_a_fast_run_that_never_reaches_the_final_loss_has_no_step_and_no_shares(tmp_path):
+    slow = _record(tmp_path / "slow", [(2, 6.0, 10), (4, 4.0, 20)])
+    fast = _record(tmp_path / "fast", [(2, 5.0, 10), (4, 4.01, 20)])
+    result = claims.reach_final_loss(fast, slow)
+    assert result["step"] is None
+    assert (result["step_share"], result["flop_share"], result["time_share"]) == (None,) * 3
+    assert "| never |" in claims.t2_table([{"study": "s", "seed": 0, "flop_ratio": 1.0,
+                                            **result}])
+
+
+def test_a_record_without_evaluations_is_refused_naming_it(tmp_path):
+    slow = _record(tmp_path / "slow", [(2, None, 10)])
+    fast = _record(tmp_path / "fast", [(2, 5.0, 10)])
+    with pytest.raises(StudyError, match="slow has no logged evaluation"):
+        claims.reach_final_loss(fast, slow)
+
+
+def test_the_long_runs_t2_table_from_the_committed_records(capsys):
+    assert claims.main([]) == 0
+    table = capsys.readouterr().out
+    # Seed by seed, TUPE-A's first evaluation at or below its paired BERT-A's final loss
+    # (read off the records' metrics.csv by hand: BERT-A ends at 4.37508, 3.75371, 3.95302).
+    assert "| long_v2_jax | 0 | 4.375 (16,000) | 2,800 | 17.50% |" in table
+    assert "| long_v2_jax_seed1 | 1 | 3.754 (16,000) | 5,400 | 33.75% |" in table
+    assert "| long_v2_jax_seed2 | 2 | 3.953 (16,000) | 4,600 | 28.75% |" in table
+    # The FLOP ratio by hand for mini (4 layers, d 256, d_ff 1,024) at n = 128, batch 32:
+    # BERT-A's forward per token is 4 x (2 (4 d^2 + 2 d d_ff) + 4 n d) = 6,815,744; TUPE-A
+    # adds its untied correlation once a batch, (4 n d^2 + 2 n^2 d) / (32 n) = 10,240.
+    assert f"costs {(6_815_744 + 10_240) / 6_815_744:.4f} x a bert_a step" in table
