@@ -10,6 +10,7 @@ import keras
 import numpy as np
 
 from keras_tupe.progress import Heartbeat
+from keras_tupe.staging import arrays_bytes, staged, write_text
 
 WEIGHTS = "model.weights.h5"
 SEEDS = "seed_states.npz"
@@ -69,18 +70,20 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         self._remove_all_but(name)
 
     def _write(self, folder, step):
-        """Writes the backup into `folder`, through `folder.partial`."""
-        partial = folder + ".partial"
-        for leftover in (partial, folder):  # of a save that was killed before its commit
-            shutil.rmtree(leftover, ignore_errors=True)
-        os.makedirs(partial)
-        self.model.save_weights(os.path.join(partial, WEIGHTS))
-        np.savez(os.path.join(partial, SEEDS), step=step, **{
-            f"state_{i}": keras.ops.convert_to_numpy(v) for i, v in enumerate(self._seed_states())})
-        os.replace(partial, folder)
+        """Writes the backup into `folder`, through `folder.partial` (`staging.staged`).
+
+        Its size is checked against the free space and the file-size limit first: a
+        weights file that HDF5 cannot finish takes the process down with it.
+        """
+        variables = [*self.model.weights, *self.model.optimizer.variables]
+        with staged(folder, folder=True, needed=arrays_bytes(variables)) as partial:
+            self.model.save_weights(os.path.join(partial, WEIGHTS))
+            np.savez(os.path.join(partial, SEEDS), step=step, **{
+                f"state_{i}": keras.ops.convert_to_numpy(v)
+                for i, v in enumerate(self._seed_states())})
 
     def _commit(self, metadata):
-        _replace_text(self._training_metadata_path, json.dumps(metadata))
+        write_text(self._training_metadata_path, json.dumps(metadata))
 
     def _remove_all_but(self, name):
         """Removes older backups, and the files of Keras's own layout."""
@@ -152,8 +155,7 @@ class StepLogger(keras.callbacks.Callback):
         self._start = time.perf_counter()
         self._trimmed = False
         if not os.path.exists(self.path):
-            with open(self.path, "w") as f:
-                f.write(",".join(self.COLUMNS) + "\n")
+            write_text(self.path, ",".join(self.COLUMNS) + "\n")
 
     def on_epoch_begin(self, epoch, logs=None):
         if not self._trimmed:  # after every callback's on_train_begin: the restored step
@@ -163,7 +165,7 @@ class StepLogger(keras.callbacks.Callback):
                 header, *rows = f.read().splitlines()
             kept = [row for row in rows if int(row.split(",")[0]) <= restored]
             if len(kept) < len(rows):
-                _replace_text(self.path, "\n".join([header, *kept]) + "\n")
+                write_text(self.path, "\n".join([header, *kept]) + "\n")
         self._epoch_start = time.perf_counter()
 
     def on_epoch_end(self, epoch, logs=None):
@@ -178,8 +180,11 @@ class StepLogger(keras.callbacks.Callback):
             "tokens_per_second": self.tokens_per_step * self.steps_per_epoch / seconds,
             "elapsed_seconds": time.perf_counter() - self._start,
         }
-        with open(self.path, "a") as f:
-            f.write(",".join(_csv_value(row.get(c)) for c in self.COLUMNS) + "\n")
+        # The whole file again (a few kB), staged: a full disk leaves the old one whole.
+        with open(self.path) as f:
+            text = f.read()
+        write_text(self.path, text + ",".join(_csv_value(row.get(c)) for c in self.COLUMNS)
+                   + "\n")
 
 
 def _csv_value(value):
@@ -216,23 +221,12 @@ class StepCheckpoint(keras.callbacks.Callback):
     def _save(self, step):
         path = os.path.join(self.directory, f"step_{step:07d}.keras")
         if not os.path.exists(path):  # a resumed run keeps the first one
-            os.makedirs(self.directory, exist_ok=True)
-            partial = path[: -len(".keras")] + ".partial.keras"
             from keras_tupe.models.task import without_training_state
 
-            with without_training_state(self.model):  # for fine-tuning, not resuming
-                self.model.save(partial)
-            os.replace(partial, path)  # a kill mid-save leaves no half-written checkpoint
-
-
-def _replace_text(path, text):
-    """Writes `text` to `path` all at once: a kill leaves the old file or the new one."""
-    partial = path + ".partial"
-    with open(partial, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(partial, path)
+            # Staged: a kill or a full disk mid-save leaves no half-written checkpoint.
+            with staged(path, needed=arrays_bytes(self.model.weights)) as partial:
+                with without_training_state(self.model):  # for fine-tuning, not resuming
+                    self.model.save(partial)
 
 
 class StepProgress(keras.callbacks.Callback):

@@ -1,4 +1,4 @@
-"""Output folders that a failed command does not leave behind."""
+"""Output folders that a failed command does not leave behind, and nothing else removed."""
 
 import contextlib
 import os
@@ -17,19 +17,39 @@ def first_missing(path):
 def made_folder(path, keep=None):
     """Creates `path` (and its parents); when the block raises, removes what it created.
 
-    Only folders this call created go, with everything in them: one that existed
-    before is never touched. `keep()`, asked after a failure, can spare them (a run
-    with a backup to resume from). `KeyboardInterrupt` counts as a failure.
+    Only what this call created goes: `path` with everything in it if it did not
+    exist before, then each parent it created while that parent is empty (a parent
+    another command has put its own folder into meanwhile stays). A folder that
+    existed before is never touched. `keep()`, asked after a failure, can spare
+    `path` (a run with a backup to resume from). `KeyboardInterrupt` counts as a
+    failure.
+
+    Take the folder's `keras_tupe.output_lock.output_lock` first: only then is "did
+    not exist before" this process's own observation, not a race with another.
 
     Args:
         path: str. The folder to create.
         keep: callable returning bool, or None (always remove).
     """
+    path = os.path.abspath(path)
     created = first_missing(path)
     os.makedirs(path, exist_ok=True)
     try:
         yield path
     except BaseException:
         if created and not (keep and keep()):
-            shutil.rmtree(created, ignore_errors=True)
+            shutil.rmtree(path, ignore_errors=True)
+            remove_empty_parents(path, created)
         raise
+
+
+def remove_empty_parents(path, outermost):
+    """Removes the parents of `path` up to `outermost` (included) while they are empty."""
+    outermost = os.path.abspath(outermost)
+    parent = os.path.dirname(os.path.abspath(path))
+    while len(parent) >= len(outermost):
+        try:
+            os.rmdir(parent)
+        except OSError:  # not empty (another command's), or gone
+            return
+        parent = os.path.dirname(parent)

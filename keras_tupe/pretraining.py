@@ -17,6 +17,14 @@ started again with the same command restores them and skips the batches it
 already consumed in the (deterministic) data stream, so it ends with the same
 step count and the same weights as a run that was never killed.
 
+One writer: the run holds `--out`'s lock (`keras_tupe.output_lock`) from its first
+check to its last file, so a second `pretrain` on the same folder is refused at once.
+Every file goes through `keras_tupe.staging` (a temporary name, renamed when whole);
+when one cannot be written (a full disk, a file-size limit, a read-only folder) the run
+stops with one line that says what was kept: the last good backup and its step, from
+which the same command resumes. The backup is removed only after the final files are
+complete and read back.
+
 Input: text (`--corpus`, the tf.data pipeline of `keras_tupe.data`), or token-id
 shards (`--shards`, `keras_tupe.data.shards`: NumPy only, so a JAX machine
 without TensorFlow can train; a resumed run computes its next batch directly).
@@ -36,7 +44,10 @@ from keras_tupe.callbacks import AtomicBackupAndRestore, StepCheckpoint, StepLog
 from keras_tupe.folders import made_folder
 from keras_tupe.layers.utils import INITIALIZATION
 from keras_tupe.models.task import without_training_state
+from keras_tupe.output_lock import output_lock
 from keras_tupe.progress import Heartbeat
+from keras_tupe.staging import (WriteError, arrays_bytes, copy_file, space_error, staged,
+                                write_json)
 
 RUN_CONFIG = "run_config.json"
 STRATEGIES = ("default", "mirrored", "multiworker")
@@ -278,13 +289,13 @@ def _vocabulary(config, mode):
     if config.vocab:
         if not os.path.exists(config.vocab):
             raise PretrainError(f"--vocab {config.vocab} does not exist.")
-        shutil.copyfile(config.vocab, run_vocab)
-        return run_vocab
+        return copy_file(config.vocab, run_vocab)
     if config.verbose:
         print(f"Training a {config.vocabulary_size}-token WordPiece vocabulary on "
               f"{config.vocab_lines} lines of {config.corpus} ...", flush=True)
-    data.train_vocabulary(config.corpus, config.vocabulary_size, run_vocab,
-                          lowercase=config.lowercase, max_lines=config.vocab_lines)
+    with staged(run_vocab) as partial:
+        data.train_vocabulary(config.corpus, config.vocabulary_size, partial,
+                              lowercase=config.lowercase, max_lines=config.vocab_lines)
     return run_vocab
 
 
@@ -346,8 +357,7 @@ def _shard_vocabulary(config, mode, run_vocab):
                 f"unfinished run in --out {config.out} ({run_vocab}): the shards were made "
                 "again. Resume with the shards the run started with, or choose another --out.")
         return run_vocab
-    shutil.copyfile(shard_vocab, run_vocab)
-    return run_vocab
+    return copy_file(shard_vocab, run_vocab)
 
 
 def _shard_inputs(config, consumed):
@@ -371,13 +381,31 @@ def _shard_inputs(config, consumed):
     return train, valid
 
 
-def _backed_up_epoch(backup_dir):
-    """The epoch `BackupAndRestore` will restore (its own metadata file), or 0."""
+def _backup_metadata(backup_dir):
+    """The committed backup's metadata (`epoch`, `step`, ...), or {} before the first."""
     path = os.path.join(backup_dir, "training_metadata.json")
     if not os.path.exists(path):
-        return 0
+        return {}
     with open(path) as f:
-        return int(json.load(f)["epoch"])
+        return json.load(f)
+
+
+def _backed_up_epoch(backup_dir):
+    """The epoch `BackupAndRestore` will restore (its own metadata file), or 0."""
+    return int(_backup_metadata(backup_dir).get("epoch", 0))
+
+
+def _what_was_kept(config, backup_dir):
+    """The end of a write failure's line: the backup kept, and that the same command goes on."""
+    metadata = _backup_metadata(backup_dir)
+    if not metadata:
+        return ("Nothing was kept (no backup yet: the run made no complete block of "
+                "--eval-every steps); free some space and run the same command again.")
+    step = metadata.get("step", int(metadata["epoch"]) * config.eval_every)
+    where = "the final files" if step >= config.steps else "the run"
+    return (f"Kept: the backup of step {step} in {backup_dir}, and {config.out}'s other "
+            f"files; free some space and run the same command again: it resumes from "
+            f"step {step} and finishes {where}.")
 
 
 def pretrain(config, until_step=None):
@@ -390,6 +418,12 @@ def pretrain(config, until_step=None):
     For an intermediate checkpoint (`save_steps`) when the rest can wait.
     """
 
+    # One writer per run folder, from the first check to the last file.
+    with output_lock(config.out, flag="--out"):
+        return _pretrain(config, until_step)
+
+
+def _pretrain(config, until_step):
     from keras_tupe import data
 
     strategy = make_strategy(config.strategy)
@@ -412,7 +446,16 @@ def pretrain(config, until_step=None):
     # backup to resume from (the vocabulary failed, ^C while compiling).
     backup_dir = os.path.join(config.out, "backup")
     with made_folder(config.out, keep=lambda: _backed_up_epoch(backup_dir) > 0):
-        return _train(config, mode, strategy, manifest, until_step)
+        try:
+            return _train(config, mode, strategy, manifest, until_step)
+        except (OSError, RuntimeError) as error:
+            found = space_error(error)
+            if not found:
+                raise
+            if not isinstance(error, WriteError):
+                error = WriteError(getattr(error, "filename", None) or config.out, found[1],
+                                   found[0])
+            raise error.with_note(_what_was_kept(config, backup_dir)) from None
 
 
 def _train(config, mode, strategy, manifest, until_step):
@@ -424,15 +467,14 @@ def _train(config, mode, strategy, manifest, until_step):
 
     vocab_path = _vocabulary(config, mode)
     if mode == "new":
-        with open(os.path.join(config.out, RUN_CONFIG), "w") as f:
-            json.dump({
-                "config": config.resume_key(),
-                "vocabulary_sha256": file_sha256(vocab_path),
-                "command": " ".join(sys.argv),
-                "versions": versions(),
-                "replicas": strategy.num_replicas_in_sync,
-                "initialization": INITIALIZATION,
-            }, f, indent=2)
+        write_json(os.path.join(config.out, RUN_CONFIG), {
+            "config": config.resume_key(),
+            "vocabulary_sha256": file_sha256(vocab_path),
+            "command": " ".join(sys.argv),
+            "versions": versions(),
+            "replicas": strategy.num_replicas_in_sync,
+            "initialization": INITIALIZATION,
+        })
 
     keras.utils.set_random_seed(config.seed)
     keras.config.set_dtype_policy(config.precision)
@@ -499,8 +541,9 @@ def _train(config, mode, strategy, manifest, until_step):
         # the dropout masks depend on the log path (seen with XLA on TF 2.21).
         keras.callbacks.TensorBoard(os.path.join(config.out, "tensorboard"), update_freq="epoch"),
         # Last: an epoch is committed only after the other callbacks have written it.
-        # A run stopped at `until_step` keeps its backup: the next call resumes from it.
-        AtomicBackupAndRestore(backup_dir, delete_checkpoint=finishes),
+        # Kept at the end of `fit`: removed only once the final files are whole and read
+        # back (`_save_final`); a run stopped at `until_step` resumes from it.
+        AtomicBackupAndRestore(backup_dir, delete_checkpoint=False),
     ]
     if config.verbose:  # steps, not fit's "Epoch 1/3" (an epoch is a block of eval_every)
         callbacks.insert(0, StepProgress(config.steps, steps_per_epoch))
@@ -524,10 +567,7 @@ def _train(config, mode, strategy, manifest, until_step):
                 callback.close()  # its heartbeat thread, when fit raised
     if not finishes:  # stopped at until_step
         return history
-    backbone.save(os.path.join(config.out, "backbone.keras"))
-    write_preset(model, vocab_path, config, os.path.join(config.out, PRESET_DIR))
-    with without_training_state(model):  # the state to resume from is in backup/
-        model.save(os.path.join(config.out, "mlm.keras"))  # last: marks the run finished
+    _save_final(model, vocab_path, config, backup_dir)
     if config.verbose:
         print(f"Saved the pre-trained model to {config.out}: {PRESET_DIR}/ (keras-hub preset "
               "folder), backbone.keras, mlm.keras, vocab.txt, metrics.csv. (Masked-LM accuracy "
@@ -536,6 +576,46 @@ def _train(config, mode, strategy, manifest, until_step):
               f"{console_command('keras-tupe-finetune-glue')} --init {config.out} --tasks sst2 "
               "--data-dir DATA --out runs/glue --save-models", flush=True)
     return history
+
+
+def _save_final(model, vocab_path, config, backup_dir):
+    """The run's final files, each staged; then, once all read back whole, no backup."""
+    backbone_path = os.path.join(config.out, "backbone.keras")
+    mlm_path = os.path.join(config.out, "mlm.keras")
+    with staged(backbone_path, needed=arrays_bytes(model.backbone.weights)) as partial:
+        model.backbone.save(partial)
+    preset_dir = write_preset(model, vocab_path, config, os.path.join(config.out, PRESET_DIR))
+    with without_training_state(model):  # the state to resume from is in backup/
+        with staged(mlm_path, needed=arrays_bytes(model.weights)) as partial:
+            model.save(partial)  # last: marks the run finished
+    check_readable([backbone_path, mlm_path, preset_dir])
+    shutil.rmtree(backup_dir, ignore_errors=True)
+
+
+def check_readable(paths):
+    """Reads back every `.keras` archive and HDF5 weights file of `paths` (files or folders).
+
+    Raises:
+        ValueError: one is truncated or corrupt (named).
+    """
+    import zipfile
+
+    from keras_tupe.models.preset_folders import check_weights_file
+
+    for path in paths:
+        files = [path] if os.path.isfile(path) else [
+            os.path.join(root, name) for root, _, names in os.walk(path) for name in names]
+        for file in files:
+            if file.endswith(".keras"):
+                try:
+                    with zipfile.ZipFile(file) as archive:
+                        broken = archive.testzip()
+                except (OSError, zipfile.BadZipFile) as error:
+                    broken = str(error)
+                if broken:
+                    raise ValueError(f"{file} did not read back whole ({broken}).")
+            elif file.endswith(".h5"):
+                check_weights_file(file)
 
 
 def console_command(name):
@@ -552,27 +632,17 @@ def write_preset(model, vocabulary_file, config, preset_dir):
     preset_dir, num_classes=...)` and `MaskedLM.from_preset(preset_dir)` load it with the
     pre-trained weights; the preprocessor packs to the run's `seq_len`.
     `metadata.json` also records the run (`keras_tupe_training`: command, corpus,
-    steps, tokens, settings). Written to `<preset_dir>.partial` and renamed, so a
-    folder that exists is complete.
+    steps, tokens, settings). Written by `write_preset_folder` (staged and renamed),
+    so a folder that exists is complete.
     """
     from keras_tupe.models import TupeMaskedLMPreprocessor, TupeTokenizer
+    from keras_tupe.models.preset_folders import write_preset_folder
 
-    staging = preset_dir.rstrip("/") + ".partial"
-    shutil.rmtree(staging, ignore_errors=True)  # an interrupted earlier write
-    if os.path.exists(preset_dir):
-        shutil.rmtree(preset_dir)  # a finished run is only re-made with --overwrite
     tokenizer = TupeTokenizer(vocabulary=vocabulary_file, lowercase=config.lowercase)
     model.preprocessor = TupeMaskedLMPreprocessor(
         tokenizer, sequence_length=config.seq_len, mask_selection_rate=config.mask_rate,
         mask_token_rate=config.mask_token_rate, random_token_rate=config.random_token_rate)
-    try:
-        model.save_to_preset(staging)
-    finally:
-        model.preprocessor = None  # training feeds packed batches
-    metadata_path = os.path.join(staging, "metadata.json")
-    with open(metadata_path) as f:
-        metadata = json.load(f)
-    metadata["keras_tupe_training"] = {
+    record = {
         "command": " ".join(sys.argv),
         "corpus": config.corpus,
         "valid_corpus": config.valid_corpus,
@@ -582,7 +652,9 @@ def write_preset(model, vocabulary_file, config, preset_dir):
         "config": config.resume_key(),
         "versions": versions(),
     }
-    with open(metadata_path, "w") as f:
-        json.dump(metadata, f, indent=2, default=str)
-    os.replace(staging, preset_dir)
-    return preset_dir
+    try:
+        # A finished run is only re-made with --overwrite, which emptied the folder.
+        return write_preset_folder(model, preset_dir, "keras_tupe_training", record,
+                                   overwrite=True)
+    finally:
+        model.preprocessor = None  # training feeds packed batches

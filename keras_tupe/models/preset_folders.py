@@ -13,6 +13,8 @@ import json
 import os
 import shutil
 
+from keras_tupe.staging import arrays_bytes, staged, write_json
+
 REGISTERED_BACKBONE = "keras_tupe>TupeBackbone"
 # Everything keras-hub writes into a preset folder.
 PRESET_FILES = ("config.json", "model.weights.h5", "model.weights.json", "metadata.json",
@@ -84,6 +86,8 @@ def check_preset_folder(preset, cls=None, load_weights=True):
             f"Preset folder {preset} has no model.weights.h5: the weights are missing. "
             "Copy the whole folder, or pass load_weights=False for a fresh model."
         )
+    if load_weights and "model.weights.h5" in weights:
+        check_weights_file(os.path.join(preset, "model.weights.h5"))
     check_vocabulary_size(preset, config["config"]["vocabulary_size"])
 
 
@@ -121,6 +125,72 @@ def check_vocabulary_size(preset, vocabulary_size):
             f"config.json says vocabulary_size={vocabulary_size}. The two must come from the "
             "same run; re-save the preset from the model and tokenizer that belong together."
         )
+
+
+def write_preset_folder(model, preset_dir, record_key=None, record=None, overwrite=False):
+    """The one writer of preset folders: stage, refuse or overwrite, record, rename.
+
+    `model.save_to_preset` writes into `<preset_dir>.partial` (its free space checked
+    against the weights' size first), `record` is added to its `metadata.json` under
+    `record_key` (how the preset was made: a run's command and settings, a conversion's
+    sources), and the folder is renamed to `preset_dir` once whole. An existing
+    non-empty `preset_dir` is refused unless `overwrite`, and then replaced only after
+    the new folder is complete.
+
+    Args:
+        model: a keras_tupe backbone or task (anything with `save_to_preset`).
+        preset_dir: str. The folder to write.
+        record_key: str or None. The `metadata.json` key of `record`.
+        record: dict or None.
+        overwrite: bool. Replace an existing preset folder.
+
+    Raises:
+        FileExistsError: `preset_dir` holds files and `overwrite` is false.
+        keras_tupe.staging.WriteError: no room, a file-size limit, a read-only folder.
+    """
+    preset_dir = os.fspath(preset_dir).rstrip(os.sep)
+    if os.path.isdir(preset_dir) and not os.listdir(preset_dir):
+        os.rmdir(preset_dir)  # an empty folder holds nothing to protect
+    if os.path.exists(preset_dir) and not overwrite:
+        raise FileExistsError(
+            f"{preset_dir} already exists and is not an empty folder; refusing to replace "
+            "a preset or any other file. Choose another folder, or pass overwrite=True."
+        )
+    with staged(preset_dir, folder=True, needed=arrays_bytes(model.weights)) as staging:
+        model.save_to_preset(staging)
+        if record_key:
+            metadata_path = os.path.join(staging, "metadata.json")
+            metadata = {}
+            if os.path.isfile(metadata_path):
+                with open(metadata_path, encoding="utf-8") as f:
+                    metadata = json.load(f)
+            metadata[record_key] = record
+            write_json(metadata_path, metadata, sync=False)
+    return preset_dir
+
+
+def check_weights_file(path):
+    """Raises a `ValueError` naming `path` unless it is a whole, readable HDF5 weights file.
+
+    A truncated or corrupt file makes h5py raise a bare `OSError` ("truncated file:
+    eof = ...") that names neither the file nor what to do.
+    """
+    import h5py
+
+    def read(name, item):
+        if isinstance(item, h5py.Dataset):
+            item[()]
+
+    try:
+        with h5py.File(path, "r") as f:
+            f.visititems(read)
+    except (OSError, RuntimeError, KeyError) as error:
+        reason = " ".join(str(error).split()) or type(error).__name__
+        raise ValueError(
+            f"{path} is truncated or corrupt and cannot be read ({reason}). Copy it again "
+            "from where it came from, or write it again (a pre-training run's backup/ "
+            "resumes it)."
+        ) from None
 
 
 def refuse_overwrite(preset_dir, files, overwrite):

@@ -1,0 +1,224 @@
+"""Writes that leave the whole file or nothing: staged beside, space checked, renamed.
+
+Every file and folder keras_tupe writes goes through `staged(path)`: the block writes a
+temporary `<path>.partial` beside the target, which is renamed over `path` only once the
+block has finished, so a reader (or a resumed run) never finds half a file, whatever
+stopped the writer (a kill, a full disk, a file-size limit, a read-only folder).
+
+When the write cannot happen, `WriteError` says so in one line: what could not be written,
+why, and how much space is free there. Where the size is known beforehand (`needed=`), the
+check comes before any byte is written: HDF5, which writes Keras's weights files, does
+not fail cleanly when its writes start failing half-way (it reports through object
+destructors and can crash the process), so weights are only written where they fit.
+`training.cli.run` reports a `WriteError` (like any out-of-space `OSError`) as
+`error: ...` with exit status 2.
+
+Only what the block staged is removed on failure; an existing `path` stays as it was.
+"""
+
+import contextlib
+import errno
+import json
+import os
+import re
+import resource
+import shutil
+
+# Failures of the place written to, not of the program: the user can free space, raise
+# the limit or choose another folder, and run the same command again.
+SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS, errno.EACCES,
+                          errno.EPERM})
+# HDF5 reports the C library's errno inside its message ("errno = 28, error message = ...").
+_HDF5_ERRNO = re.compile(r"errno = (\d+), error message = '([^']*)'")
+# Room HDF5 and zip need around the arrays themselves (headers, one entry per variable).
+_OVERHEAD_BYTES = 1 << 20
+_PER_ARRAY_BYTES = 4096
+
+
+class WriteError(OSError):
+    """A file or folder could not be written; the message is one line, for the user."""
+
+    def __init__(self, path, reason, code=errno.ENOSPC):
+        self.path, self.reason = os.fspath(path), reason
+        super().__init__(code, f"could not write {self.path}: {reason}")
+
+    def __str__(self):
+        return self.strerror
+
+    def with_note(self, note):
+        """The same error with `note` (what was kept, how to go on) after the message."""
+        error = WriteError(self.path, f"{self.reason}. {note}", self.errno)
+        error.__cause__ = self.__cause__
+        return error
+
+
+def existing_ancestor(path):
+    """`path`, or its nearest ancestor that exists."""
+    path = os.path.abspath(os.fspath(path))
+    while not os.path.exists(path):
+        path = os.path.dirname(path)
+    return path
+
+
+def free_bytes(path):
+    """Bytes an unprivileged process may still write on the filesystem holding `path`."""
+    return shutil.disk_usage(existing_ancestor(path)).free
+
+
+def file_size_limit():
+    """This process's largest file in bytes (`ulimit -f`, RLIMIT_FSIZE), or None for none."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+def human(size):
+    """`size` bytes as a short figure: 512 B, 3.1 MB, 2.0 GB."""
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if size < 1000 or unit == "TB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1000
+
+
+def space_note(path):
+    """`"<N> free on its disk"`, with the file-size limit when one is set."""
+    note = f"{human(free_bytes(path))} free on its disk"
+    limit = file_size_limit()
+    if limit is not None:
+        note += f", file-size limit (ulimit -f) {human(limit)}"
+    return note
+
+
+def arrays_bytes(variables):
+    """What a weights file of `variables` (Keras variables or arrays) needs on disk."""
+    variables = list(variables)
+    total = sum(int(getattr(v, "nbytes", 0) or _nbytes(v)) for v in variables)
+    return total + _OVERHEAD_BYTES + _PER_ARRAY_BYTES * len(variables)
+
+
+def _nbytes(variable):
+    import numpy as np
+
+    size = int(np.prod(variable.shape)) if variable.shape else 1
+    return size * np.dtype(getattr(variable.dtype, "name", variable.dtype)).itemsize
+
+
+def check_space(path, needed):
+    """Raises `WriteError` unless a file of `needed` bytes fits at `path` (disk and limit)."""
+    limit = file_size_limit()
+    if limit is not None and needed > limit:
+        raise WriteError(path, f"it needs about {human(needed)}, more than this process's "
+                               f"file-size limit (ulimit -f) of {human(limit)}", errno.EFBIG)
+    free = free_bytes(path)
+    if needed > free:
+        raise WriteError(path, f"it needs about {human(needed)} and only {human(free)} is "
+                               "free on its disk")
+
+
+def space_error(error):
+    """The (errno, reason) of an out-of-space, file-size or read-only failure, else None.
+
+    Recognizes plain `OSError`s and HDF5's (h5py raises `OSError` or `RuntimeError`
+    with the C library's errno inside the message).
+    """
+    if isinstance(error, WriteError):
+        return error.errno, error.reason
+    if isinstance(error, OSError) and error.errno in SPACE_ERRNOS:
+        return error.errno, os.strerror(error.errno)
+    if isinstance(error, (OSError, RuntimeError)):
+        match = _HDF5_ERRNO.search(str(error))
+        if match and int(match.group(1)) in SPACE_ERRNOS:
+            return int(match.group(1)), match.group(2)
+    return None
+
+
+def partial_path(path):
+    """The staging name of `path`: `<path>.partial`, beside it (same filesystem, so the
+    rename is atomic); `x.keras` stages as `x.partial.keras`, since Keras picks the
+    format by the suffix."""
+    path = os.fspath(path).rstrip(os.sep)
+    for suffix in (".weights.h5", ".keras", ".h5", ".npz", ".npy"):
+        if path.endswith(suffix):
+            return path[: -len(suffix)] + ".partial" + suffix
+    return path + ".partial"
+
+
+@contextlib.contextmanager
+def staged(path, folder=False, needed=None, overwrite=True):
+    """Yields a staging path for `path`; renames it to `path` when the block completes.
+
+    Args:
+        path: str. The file or folder to write.
+        folder: bool. Stage a folder (created empty) instead of a file.
+        needed: int or None. Bytes the write needs (e.g. `arrays_bytes(weights)`):
+            checked against the free space and the file-size limit before anything is
+            written.
+        overwrite: bool. Replace an existing `path` (the old one is removed only after
+            the new one is complete). `False` raises `FileExistsError` instead.
+
+    Raises:
+        WriteError: no room, a file-size limit, a read-only or forbidden folder. The
+            staging copy is removed; `path` is as it was.
+        FileExistsError: `path` exists and `overwrite` is false.
+    """
+    path = os.fspath(path).rstrip(os.sep)
+    if not overwrite and os.path.exists(path):
+        raise FileExistsError(f"{path} already exists; refusing to replace it.")
+    staging = partial_path(path)
+    _remove(staging)  # left by a writer that was killed: never complete, never read
+    try:
+        if needed:
+            check_space(path, needed)
+        os.makedirs(os.path.dirname(staging) or ".", exist_ok=True)
+        if folder:
+            os.mkdir(staging)
+        yield staging
+        _replace(staging, path)
+    except BaseException as error:
+        _remove(staging)
+        found = space_error(error)
+        if found and not isinstance(error, WriteError):
+            code, reason = found
+            raise WriteError(path, f"{reason} ({space_note(path)})", code) from error
+        raise
+
+
+def _replace(staging, path):
+    if os.path.isdir(staging) and os.path.isdir(path):  # swap, then delete the old one
+        retired = partial_path(path) + ".old"
+        _remove(retired)
+        os.replace(path, retired)
+        os.replace(staging, path)
+        _remove(retired)
+    else:
+        os.replace(staging, path)
+
+
+def _remove(path):
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
+
+
+def write_text(path, text, sync=True):
+    """Writes `text` to `path` as a whole: a kill leaves the old file or the new one."""
+    with staged(path) as staging:
+        with open(staging, "w", encoding="utf-8") as f:
+            f.write(text)
+            if sync:
+                f.flush()
+                os.fsync(f.fileno())
+    return path
+
+
+def write_json(path, value, sync=True):
+    """`write_text` of `value` as indented JSON."""
+    return write_text(path, json.dumps(value, indent=2, default=str) + "\n", sync=sync)
+
+
+def copy_file(source, path):
+    """Copies `source` to `path` as a whole (staged, space checked)."""
+    with staged(path, needed=os.path.getsize(source)) as staging:
+        shutil.copyfile(source, staging)
+    return path
