@@ -73,46 +73,30 @@ def _check_chosen_variants(config):
 
 
 def _protocol(config):
-    """The config's choice of protocol, as `runs_to_do` and `summarize` take it: the full
-    grid, or the rate chosen with `selection_seed` (widened by `edge_learning_rates`)."""
-    return {"selection_seed": config.get("selection_seed"),
-            "edge_learning_rates": config.get("edge_learning_rates", [])}
+    """The config's fine-tuning protocol (`keras_tupe.finetuning.Protocol`): the full grid,
+    or the rate chosen with `selection_seed` (widened by `edge_learning_rates`)."""
+    from keras_tupe.finetuning import Protocol
+
+    return Protocol.from_config(config)
 
 
 def _protocol_rows(config, rows):
-    """The rows of runs the protocol asks for: of the config's rates and seeds, and with a
-    selection seed, of that seed or at the rate it chose (any other run is neither scored
-    nor timed)."""
-    from keras_tupe.finetuning.summary import chosen_learning_rate, protocol_rates
-
-    rates = protocol_rates(config["learning_rates"], **_protocol(config))
-    rows = [r for r in rows if r["task"] in config["tasks"] and r["learning_rate"] in rates
-            and r["seed"] in config["seeds"]]
-    selection_seed = config.get("selection_seed")
-    if selection_seed is None:
-        return rows
-    chosen = {task: chosen_learning_rate(rows, task, config["learning_rates"], selection_seed,
-                                         config.get("edge_learning_rates", []))
-              for task in config["tasks"]}
-    return [r for r in rows
-            if r["seed"] == selection_seed or r["learning_rate"] == chosen[r["task"]]]
+    """The rows of runs the protocol asks for: of the config's tasks, rates and seeds,
+    and with a selection seed, of that seed or at the rate it chose (any other run is
+    neither scored nor timed)."""
+    return _protocol(config).rows(rows, config["tasks"])
 
 
 def _runs_to_do(config, rows):
     """`(task, rate, seed)` of every run the protocol still needs as far as `rows` tell
     (with a selection seed, the runs after the choice are known only once it is made)."""
-    from keras_tupe.finetuning import runs_to_do
-
-    return [(task, *run) for task in config["tasks"] for run in runs_to_do(
-        rows, task, config["learning_rates"], config["seeds"], **_protocol(config))]
+    protocol = _protocol(config)
+    return [(task, *run) for task in config["tasks"] for run in protocol.runs_to_do(rows, task)]
 
 
 def _runs_expected(config, rows):
-    """The runs of the protocol when it is complete (`protocol_size`)."""
-    from keras_tupe.finetuning.summary import protocol_size
-
-    return protocol_size(_protocol_rows(config, rows), config["tasks"],
-                         config["learning_rates"], config["seeds"], **_protocol(config))
+    """The runs of the protocol when it is complete (`Protocol.size`)."""
+    return _protocol(config).size(_protocol_rows(config, rows), config["tasks"])
 
 
 def _settings(config, job):
@@ -157,17 +141,14 @@ def run_study(config, command, report_command, only_variants=None, only_checkpoi
               flush=True)
         keras.backend.clear_session()
         if is_squad(config):
-            run_squad_protocol(job["init"], job["out"], config["learning_rates"],
-                               config["seeds"], vocab=job["vocab"], lowercase=job["lowercase"],
-                               offline_split=config["squad_file"], **_protocol(config),
-                               **config["settings"])
+            run_squad_protocol(job["init"], job["out"], protocol=_protocol(config),
+                               vocab=job["vocab"], lowercase=job["lowercase"],
+                               offline_split=config["squad_file"], **config["settings"])
         else:
-            run_protocol(config["tasks"], job["init"], job["out"],
-                         learning_rates=config["learning_rates"], seeds=config["seeds"],
+            run_protocol(config["tasks"], job["init"], job["out"], protocol=_protocol(config),
                          vocab=job["vocab"], lowercase=job["lowercase"],
                          data_dir=config.get("data_dir"),
-                         task_settings=config.get("task_settings"), **_protocol(config),
-                         **config["settings"])
+                         task_settings=config.get("task_settings"), **config["settings"])
     return report(config, report_command)
 
 
@@ -231,10 +212,7 @@ def cost(config, jobs):
 def _runs_left(config, rows, task):
     """The runs of `task` still to do: the protocol's known next runs, and with a selection
     seed not yet decided, the other seeds at the rate it will choose."""
-    from keras_tupe.finetuning import runs_to_do
-
-    todo = runs_to_do(rows, task, config["learning_rates"], config["seeds"],
-                      **_protocol(config))
+    todo = _protocol(config).runs_to_do(rows, task)
     selection_seed = config.get("selection_seed")
     if selection_seed is not None and todo and all(seed == selection_seed for _, seed in todo):
         return len(todo) + len(config["seeds"]) - 1
@@ -281,14 +259,12 @@ def job_summary(config, rows):
     the score, may change), the medians of the ceiling's other metrics at that rate and,
     for SQuAD, the median exact match there; the runs done and their time (runs
     fine-tuned before runs recorded their time have none and are left out)."""
-    from keras_tupe.finetuning import runs_to_do, summarize
-
-    rows = _protocol_rows(config, rows)
+    protocol = _protocol(config)
+    rows = protocol.rows(rows, config["tasks"])
     tasks = {}
-    for summary in summarize(rows, config["tasks"], **_protocol(config)):
+    for summary in protocol.summarize(rows, config["tasks"]):
         task, best = summary["task"], summary["best_learning_rate"]
-        summary["complete"] = not runs_to_do(rows, task, config["learning_rates"],
-                                             config["seeds"], **_protocol(config))
+        summary["complete"] = not protocol.runs_to_do(rows, task)
         at_best = [r for r in rows if r["task"] == task and r["learning_rate"] == best]
         if task == "squad":
             summary["exact_match"] = float(np.median([r["dev"]["eval"]["exact_match"]

@@ -142,16 +142,19 @@ def test_pad_each_batch_trims_every_batch_to_its_longest_example(encoder_dir, mo
         outputs = [np.concatenate([model.predict_on_batch(x) for x, _ in batches])
                    for batches in (fixed, trimmed)]
         np.testing.assert_allclose(outputs[1], outputs[0], rtol=1e-4, atol=1e-5)
-    built = []  # fine-tuning trims training batches; evaluation pads a split to one length
-    original = glue.glue_dataset
-    monkeypatch.setattr(glue, "glue_dataset", lambda task, split, *args, **kwargs: (
-        built.append((split, kwargs.get("pad_multiple"), kwargs.get("fill_last_batch")))
-        or original(task, split, *args, **kwargs)))
+    # Fine-tuning trims training batches (the preprocessor's `pad_to_multiple_of`, the
+    # same batches: tests/test_task_finetuning.py); evaluation pads a split to one length.
+    from keras_tupe.models import TupeTextClassifierPreprocessor
+
+    calls = []
+    original = TupeTextClassifierPreprocessor.call
+    monkeypatch.setattr(TupeTextClassifierPreprocessor, "call", lambda self, *args, **kwargs: (
+        calls.append(self.pad_to_multiple_of) or original(self, *args, **kwargs)))
     result = finetune_glue(FinetuneConfig(
         task="stsb", init=str(encoder_dir / "backbone.keras"), vocab=str(encoder_dir / "vocab.txt"),
         data_dir=str(DATA_DIR), epochs=1, max_train_examples=96, batch_size=32,
         learning_rate=1e-3, pad_each_batch=True, xla=True))
-    assert built == [("train", 16, True), ("validation", None, True)]
+    assert calls[0] is None and 16 in calls and calls[-1] is None  # check, train, evaluate
     assert result["train_lengths_compiled_at_most"] == list(range(16, 129, 16))
     assert -1.0 <= result["dev"]["validation"]["pearson"] <= 1.0
     with pytest.raises(ValueError, match="pad_multiple"):

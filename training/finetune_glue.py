@@ -56,6 +56,9 @@ def parse_args(argv=None):
     p.add_argument("--save-models", action="store_true",
                    help="keep every fine-tuned classifier in OUT/models/<task>_lr<lr>_seed<seed>/ "
                         "(for python -m training.export classifier)")
+    p.add_argument("--data-loader", choices=("tf.data", "grain"),
+                   help="feed the classifier's preprocessor through tf.data or Grain (default: "
+                        "tf.data where TensorFlow imports, else Grain)")
     p.add_argument("--verbose", type=int, default=0, choices=(0, 1, 2))
     add_common_flags(p)
     args = p.parse_args(argv)
@@ -112,11 +115,13 @@ def _main(argv=None):
         values[:], note = merge_repeats(flag, values)
         if note:
             print(note, file=sys.stderr, flush=True)
-    from keras_tupe.finetuning import run_protocol
+    from keras_tupe.finetuning import Protocol, run_protocol
 
+    protocol = Protocol(learning_rates, seeds, args.pop("selection_seed"),
+                        args.pop("edge_learning_rates"))
     # Progress lines (steps, metrics, time left, evaluation) unless Keras's own (--verbose).
     args["progress"] = args["verbose"] == 0
-    table = run_protocol(tasks, init, out, learning_rates=learning_rates, seeds=seeds, **args)
+    table = run_protocol(tasks, init, out, protocol=protocol, **args)
     for row in table:
         print(f"{row['task']}: {row['score']:.2f} (lr {row['best_learning_rate']:g}, "
               f"{row['seeds']} seeds)")

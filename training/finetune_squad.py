@@ -23,7 +23,7 @@ FLAG_TYPES = {"out": str, "train": str, "eval": str, "offline_split": str,
               "eval_fraction": float, "split_seed": int, "learning_rate": float, "seed": int,
               "epochs": int, "batch_size": int, "seq_len": int, "doc_stride": int,
               "max_query_length": int, "warmup_ratio": float, "weight_decay": float,
-              "vocab": str, "max_train_examples": int, "verbose": int}
+              "vocab": str, "max_train_examples": int, "verbose": int, "data_loader": str}
 
 
 def parse_args(argv=None):
@@ -31,7 +31,9 @@ def parse_args(argv=None):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--init", required=True, help="pre-training run directory or .keras file")
     for name, kind in FLAG_TYPES.items():
-        p.add_argument("--" + name.replace("_", "-"), type=kind)  # None: SquadConfig's default
+        choices = ("tf.data", "grain") if name == "data_loader" else None
+        p.add_argument("--" + name.replace("_", "-"), type=kind,
+                       choices=choices)  # None: SquadConfig's default
     p.add_argument("--no-xla", dest="xla", action="store_false")
     p.add_argument("--cased", dest="lowercase", action="store_false")
     add_common_flags(p)

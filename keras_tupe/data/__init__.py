@@ -8,12 +8,17 @@ are imported on first use: the pipeline needs TensorFlow, and importing
 """
 
 import importlib
+import importlib.util
 
 
 def __getattr__(name):
     # Other dunders (probed by tools) must not import TensorFlow.
     if name.startswith("__") and name != "__all__":
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        # `from keras_tupe.data import glue` asks for the attribute before importing the
+        # submodule: import it alone, not the TensorFlow pipeline.
+        return importlib.import_module(f"{__name__}.{name}")
     pipeline = importlib.import_module("keras_tupe.data.pretraining")
     if name == "__all__":
         return list(pipeline.__all__)

@@ -33,10 +33,11 @@ import math
 from pathlib import Path
 
 import numpy as np
-import tensorflow as tf
 
 from keras_tupe.data.network import require_network
-from keras_tupe.data.packing import pack_segments, ragged_ids, special_ids
+
+# TensorFlow is imported where it is used (tfds, packing into tensors, tf.data): loading
+# the TSV files needs none, so fine-tuning runs where TensorFlow is absent (Grain).
 
 logger = logging.getLogger(__name__)
 
@@ -422,6 +423,10 @@ def pack_inputs(tokenizer, sequence_length, first, second=None):
         padding; `segment_ids`, 0 on [CLS], the first segment and its [SEP], 1 on the
         second segment and its [SEP], 0 on padding.
     """
+    import tensorflow as tf
+
+    from keras_tupe.data.packing import pack_segments, ragged_ids, special_ids
+
     _check_positive_int("sequence_length", sequence_length, minimum=8)
     if getattr(tokenizer, "sequence_length", None) is not None:
         raise ValueError(
@@ -459,6 +464,10 @@ def longest_packed_length(tokenizer, examples, batch_size=1024):
         int: `len(first) + 2`, or `len(first) + len(second) + 3` for pairs, maximized over
         the examples.
     """
+    import tensorflow as tf
+
+    from keras_tupe.data.packing import ragged_ids
+
     _check_positive_int("batch_size", batch_size, minimum=1)
     if not len(examples):
         raise ValueError(f"No examples in {examples.task!r} {examples.split!r}: nothing to measure.")
@@ -525,6 +534,8 @@ def glue_dataset(task, split, tokenizer, sequence_length, batch_size, data_dir=N
     are cached in memory (12 bytes a token), then shuffled and batched each epoch, in
     the order a shuffle of the sentences would give.
     """
+    import tensorflow as tf
+
     task = get_task(task)
     _check_split(task, split)
     _check_positive_int("sequence_length", sequence_length, minimum=8)

@@ -14,6 +14,7 @@ where it stopped.
 import dataclasses
 import math
 import os
+import re
 import time
 from contextlib import nullcontext
 
@@ -24,25 +25,10 @@ from keras_tupe.callbacks import StepProgress
 from keras_tupe.folders import made_folder
 from keras_tupe.progress import Heartbeat
 
-from keras_tupe.finetuning.loading import (
-    default_vocabulary,
-    load_backbone,
-    load_matching_tokenizer,
-    save_classifier,
-)
-from keras_tupe.finetuning.summary import (
-    append_result,
-    check_selection,
-    protocol_rates,
-    protocol_runs,
-    read_results,
-    run_number,
-    summarize,
-    write_tables,
-)
+from keras_tupe.finetuning.loading import default_vocabulary, load_backbone, save_classifier
+from keras_tupe.finetuning.protocol import PAPER_LEARNING_RATES, PAPER_SEEDS, Protocol
+from keras_tupe.finetuning.summary import append_result, read_results, write_tables
 
-PAPER_LEARNING_RATES = (2e-5, 3e-5, 4e-5, 5e-5)
-PAPER_SEEDS = (0, 1, 2, 3, 4)
 SHORT_TASKS = ("mnli", "qqp", "qnli")  # 5 epochs instead of 10
 
 
@@ -91,41 +77,58 @@ class FinetuneConfig:
     # of fit's `verbose` output.
     progress: bool = False
     save_dir: str = None  # keep the fine-tuned classifier (see `save_classifier`)
+    # "tf.data" or "grain"; None: tf.data where TensorFlow imports, else Grain
+    # (`keras_tupe.finetuning.batches`). The two shuffle differently.
+    data_loader: str = None
 
 
 
 def finetune_glue(config):
-    """Fine-tunes `config.init` on one GLUE task; returns the dev metrics and timings."""
+    """Fine-tunes `config.init` on one GLUE task; returns the dev metrics and timings.
+
+    The task owns its data path: raw sentences (pairs: a tuple of two lists) go to a
+    `TupeTextClassifier` whose `TupeTextClassifierPreprocessor` tokenizes and packs
+    each batch inside `fit` and `predict`, on tf.data where TensorFlow imports and on
+    Grain where it does not (`config.data_loader`).
+    """
     from keras_tupe.data import glue
+    from keras_tupe.finetuning.batches import batches, resolve_loader
     from keras_tupe.metrics import glue_metrics, glue_score
-    from keras_tupe.models import TupeTextClassifier
+    from keras_tupe.models import TupeTextClassifier, TupeTextClassifierPreprocessor
     from keras_tupe.optimization import create_optimizer
 
     if config.task not in glue.GLUE_TASKS:
         raise ValueError(f"Unknown GLUE task {config.task!r}. Valid tasks: {sorted(glue.GLUE_TASKS)}")
     spec = glue.GLUE_TASKS[config.task]
+    loader = resolve_loader(config.data_loader)
     keras.utils.set_random_seed(config.seed)
     backbone = load_backbone(config.init)
     backbone.check_sequence_length(config.seq_len)
-    vocabulary_file = config.vocab or default_vocabulary(config.init)
-    tokenizer = load_matching_tokenizer(backbone, vocabulary_file, config.lowercase)
+    tokenizer = task_tokenizer(config.init, backbone, config.vocab, config.lowercase)
     train_examples = glue.load_glue(config.task, "train", config.data_dir)
     if config.max_train_examples:
         train_examples = _head(train_examples, config.max_train_examples)
+    if not len(train_examples):
+        raise ValueError(f"GLUE {config.task} train has no examples: nothing to fine-tune on.")
     if config.save_dir and os.path.exists(config.save_dir):
         raise FileExistsError(f"{config.save_dir} already exists; the fine-tuned classifier "
                               "would replace it. Choose another directory or remove it.")
     epochs = config.epochs or paper_epochs(config.task)
-    lengths = {"train": _padded_length(config, tokenizer, train_examples)}
+    preprocessor = TupeTextClassifierPreprocessor(tokenizer, sequence_length=config.seq_len)
+    check_tokenizes(preprocessor, _segments(train_examples), config.init)
+    lengths = {"train": _padded_length(config, preprocessor, train_examples)}
     pad_multiple = BATCH_PAD_MULTIPLE if config.pad_each_batch else None
+    preprocessor.sequence_length = lengths["train"]
+    preprocessor.pad_to_multiple_of = pad_multiple  # training batches only
     # The last batch is filled to the batch size (its copies weigh 0): one batch shape.
-    train = glue.glue_dataset(config.task, "train", tokenizer, lengths["train"], config.batch_size,
-                              shuffle=True, seed=config.seed, examples=train_examples,
-                              pad_multiple=pad_multiple, fill_last_batch=True)
-    steps = epochs * int(np.ceil(len(train_examples.labels) / config.batch_size))
+    train, steps_per_epoch = batches(
+        _segments(train_examples), _labels(spec, train_examples), config.batch_size,
+        shuffle=True, seed=config.seed, fill_last_batch=True, epochs=epochs, loader=loader)
+    steps = epochs * steps_per_epoch
     # Dropout of the pre-trained encoder: the fine-tuning value.
     backbone = _with_dropout(backbone, config.dropout)
-    model = TupeTextClassifier(backbone, num_classes=spec.num_classes, dropout=config.dropout)
+    model = TupeTextClassifier(backbone, num_classes=spec.num_classes, dropout=config.dropout,
+                               preprocessor=preprocessor)
     model.compile(
         optimizer=create_optimizer(model, config.learning_rate, total_steps=steps,
                                    warmup_steps=int(config.warmup_ratio * steps),
@@ -136,23 +139,24 @@ def finetune_glue(config):
     if config.progress:
         print(f"{config.task}: the training step compiles for at most {len(train_lengths)} "
               f"length(s) ({', '.join(map(str, train_lengths))}) at batch {config.batch_size}, "
-              f"prediction for one length a split.", flush=True)
+              f"prediction for one length a split; data on {loader}.", flush=True)
     start = time.perf_counter()
-    progress = [StepProgress(steps, steps // epochs)] if config.progress else []
+    progress = [StepProgress(steps, steps_per_epoch)] if config.progress else []
     try:
-        model.fit(train, epochs=epochs, verbose=0 if progress else config.verbose,
-                  shuffle=False, callbacks=progress)
+        model.fit(train, epochs=epochs, steps_per_epoch=steps_per_epoch, shuffle=False,
+                  verbose=0 if progress else config.verbose, callbacks=progress)
     finally:
         for callback in progress:
             callback.close()  # its heartbeat thread, when fit raised
     seconds = time.perf_counter() - start
+    preprocessor.pad_to_multiple_of = None  # evaluation: one length a split
     results = {}
     for split in spec.eval_splits:
         examples = glue.load_glue(config.task, split, config.data_dir)
-        lengths[split] = _padded_length(config, tokenizer, examples)
-        dataset = glue.glue_dataset(config.task, split, tokenizer, lengths[split],
-                                    config.batch_size, examples=examples,
-                                    fill_last_batch=True)
+        lengths[split] = _padded_length(config, preprocessor, examples)
+        preprocessor.sequence_length = lengths[split]
+        dataset, _ = batches(_segments(examples), _labels(spec, examples), config.batch_size,
+                             fill_last_batch=True, loader=loader)
         if config.progress:
             print(f"Evaluating {config.task} on {split} ({len(examples.labels):,} examples) ...",
                   flush=True)
@@ -161,8 +165,9 @@ def finetune_glue(config):
         predictions = outputs if spec.num_classes == 1 else np.argmax(outputs, axis=-1)
         metrics = glue_metrics(config.task, predictions, examples.labels)
         results[split] = {**metrics, "score": glue_score(config.task, metrics)}
+    preprocessor.sequence_length = config.seq_len
     if config.save_dir:
-        save_classifier(model, config.save_dir, vocabulary_file, {
+        save_classifier(model, config.save_dir, tokenizer, {
             "task": config.task, "seq_len": config.seq_len, "lowercase": config.lowercase,
             "num_segments": 2 if spec.is_pair else 1, "label_names": list(spec.label_names),
             "init": config.init, "learning_rate": config.learning_rate, "seed": config.seed,
@@ -170,7 +175,7 @@ def finetune_glue(config):
     return {"task": config.task, "learning_rate": config.learning_rate, "seed": config.seed,
             "epochs": epochs, "train_examples": len(train_examples.labels),
             "sequence_lengths": lengths, "train_lengths_compiled_at_most": train_lengths,
-            "train_seconds": seconds, "dev": results}
+            "train_seconds": seconds, "data_loader": loader, "dev": results}
 
 
 def compiled_lengths(split_length, pad_multiple):
@@ -181,15 +186,105 @@ def compiled_lengths(split_length, pad_multiple):
     return list(range(pad_multiple, split_length, pad_multiple)) + [split_length]
 
 
-def _padded_length(config, tokenizer, examples):
+def _segments(examples):
+    """The raw text a classifier takes: the sentences, or a tuple of the two lists."""
+    if examples.sentence2 is None:
+        return examples.sentence1
+    return examples.sentence1, examples.sentence2
+
+
+def _labels(spec, examples):
+    return np.asarray(examples.labels, np.float32 if spec.is_regression else np.int32)
+
+
+def _padded_length(config, preprocessor, examples):
     """The packed length of a split: `seq_len`, or with `pad_to_longest` its longest
     example rounded up to a multiple of 8, at most `seq_len`."""
-    from keras_tupe.data import glue
-
     if not config.pad_to_longest:
         return config.seq_len
-    longest = glue.longest_packed_length(tokenizer, examples)
+    longest = longest_packed_length(preprocessor.tokenizer, _segments(examples))
     return min(config.seq_len, 8 * math.ceil(longest / 8))
+
+
+def longest_packed_length(tokenizer, segments, chunk=1024):
+    """The packed length of the longest example: its tokens plus the special tokens.
+
+    `segments`: a list of sentences, or a tuple of two lists (pairs). The specials are
+    [CLS] and one [SEP] a segment, and for pairs the tokenizer's extra separators
+    (`pair_separators`, 2 for `TupeBpeTokenizer`). Tokenized eagerly (keras-hub's
+    Python path): no TensorFlow needed.
+    """
+    segments = segments if isinstance(segments, tuple) else (segments,)
+    specials = len(segments) + 1 + (getattr(tokenizer, "pair_separators", 1) - 1
+                                    if len(segments) == 2 else 0)
+    longest = 0
+    for start in range(0, len(segments[0]), chunk):
+        lengths = sum(np.array([len(ids) for ids in _rows(tokenizer(list(column[start:start + chunk])))])
+                      for column in segments)
+        longest = max(longest, int(np.max(lengths)))
+    return longest + specials
+
+
+def _rows(token_ids):
+    """A tokenizer's eager output as rows of ids (lists, a ragged or a dense batch)."""
+    if hasattr(token_ids, "to_list"):
+        return token_ids.to_list()
+    return list(token_ids)
+
+
+def task_tokenizer(init, backbone, vocab=None, lowercase=True):
+    """The tokenizer fine-tuning gives the task's preprocessor.
+
+    `vocab` (a WordPiece vocabulary file) when given; else the tokenizer of `init`'s
+    preset folder (a run's `preset/`), WordPiece or the TUPE authors' BPE; else a
+    `TupeTokenizer` of the vocabulary beside `init` (`default_vocabulary`). Refused
+    unless its size is the encoder's vocabulary size.
+    """
+    import keras_hub
+
+    from keras_tupe.models import TupeTokenizer
+    from keras_tupe.models.preset_folders import is_preset_folder
+
+    preset = next((folder for folder in (init, os.path.join(init, "preset"))
+                   if is_preset_folder(folder)
+                   and os.path.isfile(os.path.join(folder, "tokenizer.json"))), None)
+    if vocab is None and preset is not None:
+        tokenizer, source = keras_hub.tokenizers.Tokenizer.from_preset(preset), preset
+    else:
+        source = str(vocab or default_vocabulary(init))
+        if not os.path.isfile(source):
+            raise FileNotFoundError(f"Vocabulary file {source} does not exist.")
+        tokenizer = TupeTokenizer(vocabulary=source, lowercase=lowercase)
+    if tokenizer.vocabulary_size() != backbone.vocabulary_size:
+        raise ValueError(
+            f"{source} has {tokenizer.vocabulary_size()} tokens but the encoder was built for "
+            f"{backbone.vocabulary_size}: not the vocabulary it was pre-trained with."
+        )
+    return tokenizer
+
+
+def check_tokenizes(preprocessor, segments, init):
+    """Packs the first example as training will, or raises one line saying why it cannot.
+
+    Runs before any training, on the path the data loader takes (keras-hub's Python
+    path for Grain), so a tokenizer that needs TensorFlow where there is none fails
+    here, naming the encoder and the reason.
+    """
+    first = (tuple(column[:1] for column in segments) if isinstance(segments, tuple)
+             else segments[:1])
+    try:
+        preprocessor(first, None)  # `(x, None)`: a pair alone would read as `(x, y)`
+    except Exception as error:  # noqa: BLE001 - any failure: one line, before training
+        # Keras wraps a layer's error: "Exception encountered when calling ...", then the
+        # original message (in bold); keep that one.
+        lines = [re.sub(r"\x1b\[[0-9;]*m", "", line).strip()
+                 for line in str(error).splitlines()]
+        reason = next((line for line in lines
+                       if line and not line.startswith("Exception encountered")), "")
+        raise ValueError(
+            f"{init}: its tokenizer ({type(preprocessor.tokenizer).__name__}) cannot tokenize "
+            f"here: {type(error).__name__}: {reason}"
+        ) from error
 
 
 def _head(examples, n):
@@ -214,18 +309,28 @@ def _with_dropout(backbone, dropout):
 
 
 def _preflight(tasks, init, config_kwargs, task_settings):
-    """Loads the encoder, vocabulary and every split once: errors before any training."""
+    """Loads the encoder, tokenizer and every split once, and packs each task's first
+    example as training will: errors before any training."""
     from keras_tupe.data import glue
+    from keras_tupe.finetuning.batches import resolve_loader
+    from keras_tupe.models import TupeTextClassifierPreprocessor
 
+    resolve_loader(config_kwargs.get("data_loader"))
     backbone = load_backbone(init)
     for task in tasks:
         backbone.check_sequence_length({**config_kwargs, **task_settings.get(task, {})}.get(
             "seq_len", FinetuneConfig.seq_len))
-    load_matching_tokenizer(backbone, config_kwargs.get("vocab") or default_vocabulary(init),
-                            config_kwargs.get("lowercase", True))
+    tokenizer = task_tokenizer(init, backbone, config_kwargs.get("vocab"),
+                               config_kwargs.get("lowercase", True))
+    preprocessor = TupeTextClassifierPreprocessor(tokenizer, sequence_length=16)
     for task in tasks:
         for split in ("train",) + tuple(glue.GLUE_TASKS[task].eval_splits):
-            glue.load_glue(task, split, config_kwargs.get("data_dir"))
+            examples = glue.load_glue(task, split, config_kwargs.get("data_dir"))
+            if not len(examples):
+                raise ValueError(f"GLUE {task} {split} has no examples: nothing to "
+                                 f"{'fine-tune on' if split == 'train' else 'evaluate'}.")
+            if split == "train":
+                check_tokenizes(preprocessor, _segments(examples), init)
 
 
 TASK_SETTINGS = ("epochs", "batch_size", "seq_len", "max_train_examples", "warmup_ratio",
@@ -245,13 +350,15 @@ def check_task_settings(tasks, task_settings):
 
 def run_protocol(tasks, init, out_dir, learning_rates=PAPER_LEARNING_RATES, seeds=PAPER_SEEDS,
                  save_models=False, task_settings=None, selection_seed=None,
-                 edge_learning_rates=(), **config_kwargs):
+                 edge_learning_rates=(), protocol=None, **config_kwargs):
     """The papers' grid over tasks x learning rates x seeds, resumable; returns the table.
 
-    With `selection_seed` (one of `seeds`), each task's rate is chosen with that seed
-    alone, the grid widened by `edge_learning_rates` while the best rate sits at its
-    edge, and only the chosen rate runs every seed (`summary.runs_to_do`): for
-    `r` rates and `s` seeds, `r + s - 1` runs a task instead of `r x s`.
+    `protocol` (a `Protocol`) names the grid and how each task's rate is chosen; without
+    it, `learning_rates`, `seeds`, `selection_seed` and `edge_learning_rates` make one.
+    With a selection seed, each task's rate is chosen with that seed alone, the grid
+    widened by the edge rates while the best rate sits at its edge, and only the chosen
+    rate runs every seed: for `r` rates and `s` seeds, `r + s - 1` runs a task instead
+    of `r x s`.
 
     `task_settings` (`{task: {setting: value}}`) changes `FinetuneConfig` settings for
     one task, e.g. `{"sst2": {"max_train_examples": 20000}}` to cap SST-2's training
@@ -261,30 +368,26 @@ def run_protocol(tasks, init, out_dir, learning_rates=PAPER_LEARNING_RATES, seed
     """
     from keras_tupe.data import glue
 
-    # A repeated task, rate or seed is one point of the grid (run and counted once).
-    tasks, learning_rates, seeds = (list(dict.fromkeys(values))
-                                    for values in (tasks, learning_rates, seeds))
+    protocol = protocol or Protocol(learning_rates, seeds, selection_seed, edge_learning_rates)
+    # A repeated task is one point of the grid (run and counted once).
+    tasks = list(dict.fromkeys(tasks))
     unknown = [t for t in tasks if t not in glue.GLUE_TASKS]
     if unknown:
         raise ValueError(f"Unknown GLUE task(s) {unknown}. Valid tasks: {sorted(glue.GLUE_TASKS)}")
     task_settings = task_settings or {}
     check_task_settings(tasks, task_settings)
-    check_selection(seeds, selection_seed, edge_learning_rates, learning_rates)
     # every input checked before anything is written
     _preflight(tasks, init, config_kwargs, task_settings)
     # An interruption before the first finished run leaves no folder it made; after it,
     # results.jsonl stays, to resume from.
     with made_folder(out_dir, keep=lambda: bool(read_results(out_dir)[1])):
         results_path, rows = read_results(out_dir)
-        for task, rate, seed in protocol_runs(rows, tasks, learning_rates, seeds,
-                                               selection_seed, edge_learning_rates):
+        for task, rate, seed in protocol.runs(rows, tasks):
             save_dir = (os.path.join(out_dir, "models", f"{task}_lr{rate:g}_seed{seed}")
                         if save_models else None)
             if config_kwargs.get("progress"):
-                number = run_number(rows, tasks, learning_rates, seeds, selection_seed,
-                                    edge_learning_rates)
-                print(f"{task} lr={rate:g} seed={seed}: loading and fine-tuning ({number}) ...",
-                      flush=True)
+                print(f"{task} lr={rate:g} seed={seed}: loading and fine-tuning "
+                      f"({protocol.run_number(rows, tasks)}) ...", flush=True)
             start = time.perf_counter()
             settings = {**config_kwargs, **task_settings.get(task, {})}
             row = finetune_glue(FinetuneConfig(task=task, init=init, learning_rate=rate,
@@ -294,8 +397,6 @@ def run_protocol(tasks, init, out_dir, learning_rates=PAPER_LEARNING_RATES, seed
             append_result(results_path, row)
             scores = {split: round(100 * m["score"], 2) for split, m in row["dev"].items()}
             print(f"{task} lr={rate:g} seed={seed}: {scores}", flush=True)
-    rates = protocol_rates(learning_rates, selection_seed, edge_learning_rates)
-    table = summarize([r for r in rows if r["learning_rate"] in rates and r["seed"] in seeds],
-                      tasks, selection_seed, edge_learning_rates)
+    table = protocol.summarize(rows, tasks)
     write_tables(table, out_dir, f"GLUE dev, {os.path.basename(os.path.normpath(init))}")
     return table

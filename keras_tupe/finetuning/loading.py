@@ -111,8 +111,10 @@ def save_classifier(model, save_dir, vocabulary_file, info):
     """Writes `save_dir/` with `classifier.keras`, its `vocab.txt` and `finetune.json`.
 
     Everything `keras_tupe.export.export_classifier` needs to serve raw strings
-    (`python -m training.export classifier --init SAVE_DIR`). An existing `save_dir`
-    is refused: nothing a user has is replaced.
+    (`python -m training.export classifier --init SAVE_DIR`). `vocabulary_file` is the
+    vocabulary's path or the tokenizer itself (its `get_vocabulary()` is written). The
+    classifier is saved without its preprocessor (`vocab.txt` and `finetune.json` say
+    how it packs). An existing `save_dir` is refused: nothing a user has is replaced.
     """
     import shutil
 
@@ -124,9 +126,18 @@ def save_classifier(model, save_dir, vocabulary_file, info):
     os.makedirs(staging)
     from keras_tupe.models.task import without_training_state
 
-    with without_training_state(model):  # architecture and weights, for serving
-        model.save(os.path.join(staging, CLASSIFIER_FILE))
-    shutil.copyfile(vocabulary_file, os.path.join(staging, "vocab.txt"))
+    preprocessor = getattr(model, "preprocessor", None)
+    model.preprocessor = None
+    try:
+        with without_training_state(model):  # architecture and weights, for serving
+            model.save(os.path.join(staging, CLASSIFIER_FILE))
+    finally:
+        model.preprocessor = preprocessor
+    if isinstance(vocabulary_file, (str, os.PathLike)):
+        shutil.copyfile(vocabulary_file, os.path.join(staging, "vocab.txt"))
+    else:
+        with open(os.path.join(staging, "vocab.txt"), "w", encoding="utf-8") as f:
+            f.write("".join(token + "\n" for token in vocabulary_file.get_vocabulary()))
     with open(os.path.join(staging, CLASSIFIER_INFO), "w") as f:
         json.dump(info, f, indent=2)
     os.replace(staging, save_dir)

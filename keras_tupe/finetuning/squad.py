@@ -10,14 +10,9 @@ import keras
 import numpy as np
 
 from keras_tupe.callbacks import StepProgress
-from keras_tupe.finetuning.loading import default_vocabulary, load_backbone, load_matching_tokenizer
-from keras_tupe.finetuning.summary import (
-    append_result,
-    check_selection,
-    protocol_runs,
-    read_results,
-    run_number,
-)
+from keras_tupe.finetuning.loading import load_backbone
+from keras_tupe.finetuning.protocol import Protocol
+from keras_tupe.finetuning.summary import append_result, read_results
 from keras_tupe.progress import Heartbeat
 
 
@@ -48,20 +43,33 @@ class SquadConfig:
     max_train_examples: int = None
     xla: bool = True
     verbose: int = 0
+    # "tf.data" or "grain"; None: tf.data where TensorFlow imports, else Grain.
+    data_loader: str = None
 
 
 def finetune_squad(config):
-    """Fine-tunes a span-QA head; returns official EM/F1 on the evaluation questions."""
+    """Fine-tunes a span-QA head; returns official EM/F1 on the evaluation questions.
+
+    The task owns its data path: `TupeSpanQA` with a `TupeSpanQAPreprocessor` on the
+    encoder's tokenizer, whose `featurize_articles` windows the raw questions and
+    contexts; `fit` and `predict` take the windows in batches on tf.data, or on Grain
+    where TensorFlow is absent (`config.data_loader`).
+    """
     from keras_tupe.data import squad
+    from keras_tupe.finetuning.batches import batches, resolve_loader
+    from keras_tupe.finetuning.glue import task_tokenizer
     from keras_tupe.metrics import squad_evaluate
-    from keras_tupe.models import TupeSpanQA
+    from keras_tupe.models import TupeSpanQA, TupeSpanQAPreprocessor
     from keras_tupe.optimization import create_optimizer
 
+    loader = resolve_loader(config.data_loader)
     keras.utils.set_random_seed(config.seed)
     backbone = load_backbone(config.init)
     backbone.check_sequence_length(config.seq_len)
-    vocab = config.vocab or default_vocabulary(config.init)
-    load_matching_tokenizer(backbone, vocab, config.lowercase)
+    tokenizer = task_tokenizer(config.init, backbone, config.vocab, config.lowercase)
+    preprocessor = TupeSpanQAPreprocessor(tokenizer, sequence_length=config.seq_len,
+                                          doc_stride=config.doc_stride,
+                                          max_query_length=config.max_query_length)
     if config.offline_split:
         articles = squad.load_squad(config.offline_split)
         split_seed = config.seed if config.split_seed is None else config.split_seed
@@ -70,32 +78,41 @@ def finetune_squad(config):
         label = (f"article-level split of {config.offline_split} "
                  f"({1 - config.eval_fraction:.0%}/{config.eval_fraction:.0%}, seed {split_seed}); "
                  "NOT the official SQuAD train/dev split")
+        train_source = eval_source = config.offline_split
     else:
         train_articles, eval_articles = squad.load_squad(config.train), squad.load_squad(config.eval)
         label = f"train={config.train}, eval={config.eval}"
+        train_source, eval_source = config.train, config.eval
     talk = config.verbose == 0  # progress lines of our own instead of Keras's
     if talk:
         print(f"Windowing the questions into {config.seq_len}-token features ({label}) ...",
               flush=True)
-    featurize = dict(sequence_length=config.seq_len, doc_stride=config.doc_stride,
-                     max_query_length=config.max_query_length, lowercase=config.lowercase)
-    train_features = squad.featurize(train_articles, vocab, training=True, **featurize)
+    train_features = preprocessor.featurize_articles(train_articles, training=True)
     if config.max_train_examples:
         train_features = train_features.head(config.max_train_examples)
-    eval_features = squad.featurize(eval_articles, vocab, training=False, **featurize)
-    train = squad.squad_dataset(train_features, config.batch_size, training=True, shuffle=True,
-                                seed=config.seed)
-    steps = config.epochs * int(np.ceil(len(train_features.token_ids) / config.batch_size))
-    model = TupeSpanQA(backbone)
+    if not len(train_features):
+        raise ValueError(
+            f"SQuAD {train_source}: no training question has its first answer's text in its "
+            "context at the given answer_start (or nearby), so nothing is left to train on.")
+    eval_features = preprocessor.featurize_articles(eval_articles, training=False)
+    if not len(eval_features):
+        raise ValueError(f"SQuAD {eval_source}: no question to evaluate on.")
+    labels = {"start_positions": train_features.start_positions,
+              "end_positions": train_features.end_positions}
+    train, steps_per_epoch = batches(train_features.inputs, labels, config.batch_size,
+                                     shuffle=True, seed=config.seed, epochs=config.epochs,
+                                     loader=loader)
+    steps = config.epochs * steps_per_epoch
+    model = TupeSpanQA(backbone, preprocessor=preprocessor)
     model.compile(optimizer=create_optimizer(model, config.learning_rate, total_steps=steps,
                                              warmup_steps=int(config.warmup_ratio * steps),
                                              weight_decay=config.weight_decay),
                   jit_compile=config.xla)
-    progress = ([StepProgress(steps, steps // config.epochs)] if talk else [])
+    progress = ([StepProgress(steps, steps_per_epoch)] if talk else [])
     start = time.perf_counter()
     try:
-        model.fit(train, epochs=config.epochs, verbose=config.verbose, shuffle=False,
-                  callbacks=progress)
+        model.fit(train, epochs=config.epochs, steps_per_epoch=steps_per_epoch,
+                  verbose=config.verbose, shuffle=False, callbacks=progress)
     finally:
         for callback in progress:
             callback.close()  # its heartbeat thread, when fit raised
@@ -103,14 +120,14 @@ def finetune_squad(config):
     if talk:
         print(f"Evaluating on {len(eval_features.token_ids):,} features ...", flush=True)
     with Heartbeat("  evaluating") if talk else contextlib.nullcontext():
-        outputs = model.predict(
-            squad.squad_dataset(eval_features, config.batch_size, training=False), verbose=0)
+        dataset, _ = batches(eval_features.inputs, batch_size=config.batch_size, loader=loader)
+        outputs = model.predict(dataset, verbose=0)
     predictions = squad.postprocess(eval_features, outputs["start_positions"],
                                     outputs["end_positions"], eval_articles)
     result = {"data": label, **squad_evaluate(eval_articles, predictions),
               "train_features": int(len(train_features.token_ids)),
               "train_seconds": train_seconds,
-              "eval_questions": len(predictions)}
+              "eval_questions": len(predictions), "data_loader": loader}
     if config.out:
         os.makedirs(config.out, exist_ok=True)
         with open(os.path.join(config.out, "squad_results.json"), "w") as f:
@@ -120,23 +137,25 @@ def finetune_squad(config):
     return result
 
 
-def run_squad_protocol(init, out_dir, learning_rates, seeds, selection_seed=None,
-                       edge_learning_rates=(), **config_kwargs):
+def run_squad_protocol(init, out_dir, learning_rates=None, seeds=None, selection_seed=None,
+                       edge_learning_rates=(), protocol=None, **config_kwargs):
     """`finetune_squad` over learning rates x seeds, resumable, as `run_protocol` for GLUE
-    (with `selection_seed` and `edge_learning_rates` as there).
+    (`protocol`, a `Protocol`, or the four arguments that make one, as there).
 
     Each finished run is appended to `out_dir/results.jsonl` as a row of the GLUE
     protocol's form (`task` "squad", `learning_rate`, `seed`, `dev`: `{"eval":
     {"exact_match", "f1", "score"}}`, score = F1 / 100), so the GLUE summaries and
     study reports read it; a run already there is skipped. Returns every row.
     """
-    check_selection(seeds, selection_seed, edge_learning_rates, learning_rates)
+    if protocol is None:
+        if learning_rates is None or seeds is None:
+            raise ValueError("run_squad_protocol needs a `protocol` or `learning_rates` and "
+                             "`seeds`.")
+        protocol = Protocol(learning_rates, seeds, selection_seed, edge_learning_rates)
     os.makedirs(out_dir, exist_ok=True)
     results_path, rows = read_results(out_dir)
-    for _, rate, seed in protocol_runs(rows, ["squad"], learning_rates, seeds, selection_seed,
-                                       edge_learning_rates):
-        number = run_number(rows, ["squad"], learning_rates, seeds, selection_seed,
-                            edge_learning_rates)
+    for _, rate, seed in protocol.runs(rows, ["squad"]):
+        number = protocol.run_number(rows, ["squad"])
         print(f"squad lr={rate:g} seed={seed}: fine-tuning ({number}) ...", flush=True)
         start = time.perf_counter()
         config = SquadConfig(init=init, learning_rate=rate, seed=seed, **config_kwargs)

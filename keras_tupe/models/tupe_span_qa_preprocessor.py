@@ -90,16 +90,29 @@ class TupeSpanQAPreprocessor(keras_hub.models.Preprocessor):
 
     def featurize(self, questions, contexts, answers=None, answer_starts=None):
         """`SquadFeatures` of the questions over their contexts (labels with answers)."""
+        articles = self.articles(questions, contexts, answers, answer_starts)
+        return self.featurize_articles(articles, training=answers is not None)
+
+    def featurize_articles(self, articles, training=True):
+        """`SquadFeatures` of SQuAD v1.1 articles (`keras_tupe.data.squad.load_squad`).
+
+        With `training`, each window gets its answer's token span, and the questions
+        whose first answer is not found in their context are left out.
+        """
         from keras_tupe.data.squad import featurize
 
         self.check_lengths()
-        articles = self.articles(questions, contexts, answers, answer_starts)
+        if not isinstance(self.tokenizer, keras_hub.tokenizers.WordPieceTokenizer):
+            raise ValueError(
+                "SQuAD windowing maps WordPiece tokens back to characters; this "
+                f"preprocessor's tokenizer is a {type(self.tokenizer).__name__}. Use an "
+                "encoder with a WordPiece vocabulary (a TupeTokenizer).")
         with tempfile.TemporaryDirectory() as directory:
             return featurize(
                 articles, self.write_vocabulary(directory),
                 sequence_length=self.sequence_length, doc_stride=self.doc_stride,
                 max_query_length=self.max_query_length, lowercase=self.tokenizer.lowercase,
-                training=answers is not None)
+                training=training)
 
     def check_lengths(self):
         if self.sequence_length < self.max_query_length + 4:

@@ -1,0 +1,183 @@
+"""Batches for a task's `fit` and `predict`: tf.data where TensorFlow is, Grain where not.
+
+Fine-tuning hands the task raw strings (GLUE: a batch of sentences, or a tuple of two
+for pairs) or packed arrays (SQuAD's windows, from its preprocessor's `featurize`);
+the task's own preprocessor turns each batch into the encoder's inputs inside
+keras-hub's `PipelineModel.fit` / `predict`: traced into the `tf.data` graph, or, with
+a Grain dataset, on keras-hub's pure-Python path, where no TensorFlow is needed.
+
+`batches` builds either dataset from the same examples in the same order: every epoch
+a fresh permutation of the examples from `seed` (tf.data's `shuffle`, reshuffled each
+iteration; for Grain a NumPy permutation of `(seed, epoch)`), cut into batches of
+`batch_size`. The two loaders shuffle differently, so a seed's run is the same run
+only on the same loader.
+"""
+
+import functools
+
+import numpy as np
+
+LOADERS = ("tf.data", "grain")
+
+
+@functools.cache
+def tensorflow_available():
+    """Whether `import tensorflow` works here (a JAX machine may have no TensorFlow)."""
+    try:
+        import tensorflow  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def resolve_loader(loader=None):
+    """`loader`, or with None the default: "tf.data" where TensorFlow imports, else "grain"."""
+    if loader is None:
+        return "tf.data" if tensorflow_available() else "grain"
+    if loader not in LOADERS:
+        raise ValueError(f"Unknown data loader {loader!r}. Valid loaders: {', '.join(LOADERS)} "
+                         "(or None: tf.data where TensorFlow imports, else grain).")
+    if loader == "tf.data" and not tensorflow_available():
+        raise ValueError("The tf.data loader needs TensorFlow, which does not import here; "
+                         "use the grain loader (`pip install grain`).")
+    if loader == "grain":
+        try:
+            import grain  # noqa: F401
+        except ImportError as error:
+            raise ValueError("The grain loader needs Grain: `pip install grain` (keras-tupe's "
+                             "`jax` extra installs it).") from error
+    return loader
+
+
+def batches(x, y=None, batch_size=32, shuffle=False, seed=0, fill_last_batch=False, epochs=1,
+            loader=None):
+    """`(x, y)` batches of `x` for a keras-hub task, on tf.data or Grain.
+
+    Args:
+        x: the examples, first axis = examples: a list (or array) of strings, a tuple of
+            two such lists (sentence pairs), or a dict of arrays (packed inputs).
+        y: the labels: an array, a dict of arrays, or None (prediction).
+        batch_size: int >= 1.
+        shuffle: bool. A new permutation of the examples every epoch, from `seed`.
+            Defaults to `False` (the given order).
+        seed: int. Defaults to `0`.
+        fill_last_batch: bool. Complete the last, smaller batch to `batch_size` rows
+            with copies of its first rows, and add a `sample_weight`: `batch_size / n`
+            on its `n` real rows, 0 on the copies (1 everywhere in a full batch). The
+            loss reduced over the batch is then the mean over the real rows, weighted
+            metrics count only them, and every batch has one shape: one compiled step.
+            For prediction keep the first `len(x)` outputs. Defaults to `False`.
+        epochs: int. The passes Keras will make (Grain's dataset holds them all, each
+            its own permutation; tf.data reshuffles as it repeats).
+        loader: "tf.data", "grain" or None (`resolve_loader`).
+
+    Returns:
+        `(dataset, steps_per_epoch)`: a `tf.data.Dataset` or a `grain.MapDataset` of
+        `(x, y)` or `(x, y, sample_weight)` batches (`(x,)` without `y`), and the
+        batches in one epoch.
+    """
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"`batch_size` must be an int >= 1. Received: batch_size={batch_size!r}")
+    count = _count(x)
+    if not count:
+        raise ValueError("No examples to batch.")
+    steps = -(-count // batch_size)
+    if resolve_loader(loader) == "tf.data":
+        return _tf_batches(x, y, count, batch_size, shuffle, seed, fill_last_batch), steps
+    import grain
+
+    source = _Batches(x, y, count, batch_size, shuffle, seed, fill_last_batch, epochs)
+    return grain.MapDataset.source(source), steps
+
+
+def _count(x):
+    if isinstance(x, dict):
+        return len(next(iter(x.values())))
+    if isinstance(x, tuple):
+        return len(x[0])
+    return len(x)
+
+
+def _map(nest, fn):
+    if isinstance(nest, tuple):
+        return tuple(fn(leaf) for leaf in nest)
+    if isinstance(nest, dict):
+        return {name: fn(leaf) for name, leaf in nest.items()}
+    return fn(nest)
+
+
+def _element(x, y, sample_weight=None):
+    if y is None:
+        return (x,)  # a 1-tuple: a pair `(a, b)` alone would read as `(x, y)`
+    return (x, y) if sample_weight is None else (x, y, sample_weight)
+
+
+def _tf_batches(x, y, count, batch_size, shuffle, seed, fill_last_batch):
+    import tensorflow as tf
+
+    def tensor(leaf):
+        if isinstance(leaf, (list, tuple)) or getattr(leaf, "dtype", None) == object:
+            return tf.constant(list(leaf), tf.string, shape=[count])
+        return tf.convert_to_tensor(leaf)
+
+    x = _map(x, tensor)
+    dataset = tf.data.Dataset.from_tensor_slices(_element(x, None if y is None else _map(y, tensor)))
+    if shuffle:
+        dataset = dataset.shuffle(count, seed=seed, reshuffle_each_iteration=True)
+    dataset = dataset.batch(batch_size)
+    if not fill_last_batch:
+        return dataset
+
+    def fill(*element):
+        x, y = element[0], element[1] if len(element) > 1 else None
+        n = tf.shape(tf.nest.flatten(x)[0])[0]
+        rows = tf.range(batch_size) % n  # the real rows, then copies of the first ones
+        weight = tf.cast(batch_size, tf.float32) / tf.cast(n, tf.float32)
+        sample_weight = tf.where(tf.range(batch_size) < n, weight, 0.0)
+        x, y = (None if nest is None else tf.nest.map_structure(lambda t: tf.gather(t, rows), nest)
+                for nest in (x, y))
+        return _element(x, y if y is not None else tf.zeros([batch_size]), sample_weight)
+
+    return dataset.map(fill)
+
+
+class _Batches:
+    """A Grain source: batch `i` is batch `i % per_epoch` of epoch `i // per_epoch`."""
+
+    def __init__(self, x, y, count, batch_size, shuffle, seed, fill_last_batch, epochs):
+        self.x = _map(x, _array)
+        self.y = None if y is None else _map(y, _array)
+        self.count, self.batch_size, self.shuffle, self.seed = count, batch_size, shuffle, seed
+        self.fill_last_batch = fill_last_batch
+        self.per_epoch = -(-count // batch_size)
+        self.epochs = epochs
+
+    def __len__(self):
+        return self.per_epoch * self.epochs
+
+    @functools.lru_cache(maxsize=4)
+    def _order(self, epoch):
+        if not self.shuffle:
+            return np.arange(self.count)
+        return np.random.default_rng([self.seed, epoch]).permutation(self.count)
+
+    def __getitem__(self, index):
+        epoch, step = divmod(index, self.per_epoch)
+        rows = self._order(epoch)[step * self.batch_size:(step + 1) * self.batch_size]
+        sample_weight = None
+        if self.fill_last_batch:
+            n = len(rows)
+            sample_weight = np.where(np.arange(self.batch_size) < n,
+                                     np.float32(self.batch_size / n), np.float32(0.0))
+            rows = rows[np.arange(self.batch_size) % n]
+        x = _map(self.x, lambda leaf: leaf[rows])
+        y = None if self.y is None else _map(self.y, lambda leaf: leaf[rows])
+        if y is None and sample_weight is not None:
+            y = np.zeros(self.batch_size, np.float32)
+        return _element(x, y, sample_weight)
+
+
+def _array(leaf):
+    if isinstance(leaf, (list, tuple)):
+        return np.asarray(leaf, dtype=object)  # strings: Grain hands them to the Python path
+    return np.asarray(leaf)
