@@ -33,8 +33,8 @@ def made_folder(path, keep=None):
     """
     path = os.path.abspath(path)
     created = first_missing(path)
-    os.makedirs(path, exist_ok=True)
-    try:
+    try:  # a signal right after the folder is made still removes it
+        os.makedirs(path, exist_ok=True)
         yield path
     except BaseException:
         if created and not (keep and keep()):

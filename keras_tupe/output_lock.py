@@ -36,6 +36,7 @@ import os
 import socket
 import sys
 import threading
+import time
 
 # Locks this process holds: canonical lock-file path -> [file descriptor, depth].
 _HELD = {}
@@ -142,10 +143,16 @@ def _acquire(path, out, flag):
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as error:
-            record = _read_record(fd)
-            os.close(fd)
             if error.errno not in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES):
+                os.close(fd)
                 raise
+            record = _read_record(fd)
+            for _ in range(20):  # the holder writes its record just after it locks
+                if record:
+                    break
+                time.sleep(0.025)
+                record = _read_record(fd)
+            os.close(fd)
             raise OutputLockedError(_refusal(out, flag, record)) from None
         try:
             same = os.stat(path).st_ino == os.fstat(fd).st_ino

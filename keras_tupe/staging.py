@@ -28,6 +28,7 @@ import shutil
 # the limit or choose another folder, and run the same command again.
 SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS, errno.EACCES,
                           errno.EPERM})
+_SPACE_MESSAGES = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS)
 # HDF5 reports the C library's errno inside its message ("errno = 28, error message = ...").
 _HDF5_ERRNO = re.compile(r"errno = (\d+), error message = '([^']*)'")
 # Room HDF5 and zip need around the arrays themselves (headers, one entry per variable).
@@ -117,17 +118,22 @@ def check_space(path, needed):
 def space_error(error):
     """The (errno, reason) of an out-of-space, file-size or read-only failure, else None.
 
-    Recognizes plain `OSError`s and HDF5's (h5py raises `OSError` or `RuntimeError`
-    with the C library's errno inside the message).
+    Recognizes plain `OSError`s, HDF5's (h5py raises `OSError` or `RuntimeError`
+    with the C library's errno inside the message) and TensorFlow's (its `OpError`s
+    carry the C library's message).
     """
     if isinstance(error, WriteError):
         return error.errno, error.reason
     if isinstance(error, OSError) and error.errno in SPACE_ERRNOS:
         return error.errno, os.strerror(error.errno)
-    if isinstance(error, (OSError, RuntimeError)):
-        match = _HDF5_ERRNO.search(str(error))
+    if isinstance(error, Exception):
+        message = str(error)
+        match = _HDF5_ERRNO.search(message)
         if match and int(match.group(1)) in SPACE_ERRNOS:
             return int(match.group(1)), match.group(2)
+        for code in _SPACE_MESSAGES:  # TensorFlow's writers: the C library's words
+            if os.strerror(code) in message:
+                return code, os.strerror(code)
     return None
 
 

@@ -415,6 +415,7 @@ def test_export_says_what_it_does_and_the_next_command(tmp_path, monkeypatch, ca
     from training import export as export_cli
 
     out = tmp_path / "sst2"
+    (tmp_path / "clf").mkdir()  # --init must exist (checked before TensorFlow's import)
     monkeypatch.setattr(export_cli, "export", lambda args: str(out / "1"))
     code, stdout, err = run_main(export_cli.main, [
         "classifier", "--init", str(tmp_path / "clf"), "--out", str(out)], capsys)
@@ -752,7 +753,8 @@ sys.meta_path.insert(0, CtrlC())
 @pytest.mark.parametrize("module,argv", [
     ("training.pretrain", ["--preset", "tupe_r_tiny", "--corpus", "c.txt", "--out", "o"]),
     ("training.finetune_glue", ["--init", "r", "--tasks", "sst2", "--out", "o"]),
-    ("training.export", ["preprocessor", "--vocab", "v.txt", "--out", "o"]),
+    # Any file that exists: --vocab is checked before TensorFlow's import, read after it.
+    ("training.export", ["preprocessor", "--vocab", "pyproject.toml", "--out", "o"]),
 ])
 def test_ctrl_c_while_starting_is_one_line_and_exit_130(module, argv, tmp_path):
     """Was a 40-line KeyboardInterrupt traceback (TensorFlow was imported before `run`)."""
@@ -959,3 +961,101 @@ def test_a_preset_config_with_zero_heads_is_named(tmp_path):
     (folder / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match=r"`num_heads` must be a positive int. Received: num_heads=0"):
         keras_hub.models.Backbone.from_preset(str(folder))
+
+
+# --- issue 49: one writer per --out, corrupt inputs, messages in the interface's words ----
+
+
+def _held_by_another_process(out):
+    """A process holding `out`'s lock (`keras_tupe.output_lock`), as a running command would."""
+    from tests.test_output_lock import hold
+
+    return hold(out, 120)
+
+
+@pytest.mark.parametrize("module, argv", [
+    ("export", ["encoder", "--init", "{tmp}", "--out", "{out}"]),
+    ("convert", ["fairseq", "{tmp}/model.pt", "--out", "{out}"]),
+    ("shard_corpus", ["--corpus", "{tmp}/model.pt", "--vocab", "{tmp}/model.pt",
+                      "--out", "{out}"]),
+])
+def test_a_second_command_on_a_held_out_is_refused_naming_the_holder(
+        tmp_path, capsys, module, argv):
+    import importlib
+
+    (tmp_path / "model.pt").write_text("x")
+    out = tmp_path / "out"
+    argv = [a.format(tmp=tmp_path, out=out) for a in argv]
+    holder = _held_by_another_process(out)
+    try:
+        main = importlib.import_module(f"training.{module}").main
+        code, _, err = run_main(main, argv, capsys)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"error: --out {out} is being written by process {holder.pid} on "), err
+    assert not out.exists()
+
+
+def test_convert_without_dict_txt_names_the_flag_not_the_argument(tmp_path, capsys):
+    from training import convert as convert_cli
+
+    (tmp_path / "model.pt").write_bytes(b"x")
+    code, _, err = run_main(convert_cli.main, [
+        "fairseq", str(tmp_path / "model.pt"), "--out", str(tmp_path / "out")], capsys)
+    assert code == 2 and "pass it as `--dictionary`" in err and "dictionary=" not in err, err
+
+
+def test_export_under_another_backend_says_it_needs_tensorflow(tmp_path, monkeypatch, capsys):
+    from training import export as export_cli
+
+    monkeypatch.setenv("KERAS_BACKEND", "jax")
+    monkeypatch.setattr(export_cli, "export", lambda args: pytest.fail("exported under JAX"))
+    argv = ["encoder", "--init", str(tmp_path), "--out", str(tmp_path / "enc")]
+    code, _, err = run_main(export_cli.main, argv, capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    assert "needs the TensorFlow backend, not jax" in err
+    assert f"KERAS_BACKEND=tensorflow python -m training.export {' '.join(argv)}" in err
+
+
+NO_TENSORFLOW = """
+class NoTensorFlow:  # the checks of paths must come before TensorFlow's import
+    def find_spec(self, name, path=None, target=None):
+        if name == "tensorflow":
+            raise SystemExit("tensorflow was imported")
+sys.meta_path.insert(0, NoTensorFlow())
+"""
+
+
+@pytest.mark.parametrize("module, argv, message", [
+    ("training.convert", ["fairseq", "missing.pt", "--out", "o"], "SOURCE missing.pt does not exist"),
+    ("training.convert", ["huggingface", ".", "--out", "README.md"],
+     "--out README.md already exists and is not an empty folder"),
+    ("training.export", ["encoder", "--init", "missing_run", "--out", "o"],
+     "--init missing_run does not exist"),
+    ("training.shard_corpus", ["--corpus", "missing.txt", "--out", "o"],
+     "--corpus missing.txt does not exist"),
+    ("training.shard_corpus", ["--corpus", "README.md", "--vocab", "missing.txt", "--out", "o"],
+     "--vocab missing.txt does not exist"),
+])
+def test_path_mistakes_are_reported_before_tensorflow_is_imported(module, argv, message):
+    result = run_entry_point(module, argv, NO_TENSORFLOW)
+    assert result.returncode == 2 and result.stderr.startswith(f"error: {message}"), result.stderr
+    assert result.stderr.count("\n") == 1
+
+
+def test_a_truncated_preset_weights_file_is_named(tmp_path, capsys):
+    from keras_tupe.models import TupeBackbone
+    from training import export as export_cli
+
+    preset = tmp_path / "preset"
+    TupeBackbone.from_preset("tupe_r_tiny", vocabulary_size=64).save_to_preset(str(preset))
+    weights = preset / "model.weights.h5"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    with pytest.raises(ValueError, match=f"{weights} is truncated or corrupt"):
+        TupeBackbone.from_preset(str(preset))
+    code, _, err = run_main(export_cli.main, [
+        "encoder", "--init", str(preset), "--out", str(tmp_path / "enc")], capsys)
+    assert code == 2 and err.startswith(f"error: {weights} is truncated or corrupt"), err
+    assert err.count("\n") == 1

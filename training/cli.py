@@ -193,11 +193,15 @@ def _sigterm_raises():
         signal.signal(signal.SIGTERM, previous)
 
 
-def run(main, argv=None):
+def run(main, argv=None, flags=None):
     """Calls `main(argv)`; a user error becomes `error: ...` on stderr and status 2.
 
     Ctrl-C prints `interrupted` (status 130), SIGTERM `terminated` (status 143): one
     line each, after the cleanups of the code they stopped.
+
+    `flags` ({argument: flag}) makes the library's messages speak the command line:
+    the library names an argument as `` `name=` `` (what a Python caller passes), and
+    the line printed names the flag instead (`` `--flag` ``).
     """
     args = sys.argv[1:] if argv is None else list(argv)
     try:
@@ -208,7 +212,7 @@ def run(main, argv=None):
             raise  # an OSError of ours
         if TRACEBACK_FLAG in args or os.environ.get("KERAS_TUPE_TRACEBACK") == "1":
             raise
-        for line in error_lines(error):
+        for line in error_lines(error, flags):
             print(f"error: {line}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -220,17 +224,22 @@ def run(main, argv=None):
     except SystemExit as exit:  # `raise SystemExit("message")`, a script's user error
         if not isinstance(exit.code, str):
             raise  # argparse's (already reported) and sys.exit(n)
-        for line in error_lines(exit.code):
+        for line in error_lines(exit.code, flags):
             print(f"error: {line}", file=sys.stderr)
         return 2
 
 
-def error_lines(error):
-    """The exception's message (an OSError's with its path), a line per problem it lists."""
+def error_lines(error, flags=None):
+    """The exception's message (an OSError's with its path), a line per problem it lists.
+
+    Arguments named `` `name=` `` become `` `--flag` `` where `flags` maps them.
+    """
     if isinstance(error, OSError) and error.strerror and error.filename:
         message = f"{error.strerror}: {error.filename}"
     else:
         message = str(error)
+    for name, flag in (flags or {}).items():
+        message = message.replace(f"`{name}=`", f"`{flag}`")
     return [" ".join(line.split()) for line in message.splitlines() if line.strip()]
 
 

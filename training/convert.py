@@ -13,10 +13,14 @@ TUPE authors' fairseq fork (TUPE-R or TUPE-A; `dict.txt` beside it unless
 """
 
 import argparse
+import os
 
 from training.cli import add_common_flags, run
 
 KINDS = ("huggingface", "fairseq")
+# The library's arguments, as this command's flags (messages speak the command line).
+FLAGS = {"dictionary": "--dictionary", "bpe_codes": "--bpe-codes", "out": "--out",
+         "source": "SOURCE"}
 
 
 def parse_args(argv=None):
@@ -43,18 +47,33 @@ def parse_args(argv=None):
     return args
 
 
+def check_paths(args):
+    """The checks of the paths given that need no TensorFlow: before its seconds-long import."""
+    for flag, path in (("SOURCE", args.source), ("--dictionary", args.dictionary),
+                       ("--bpe-codes", args.bpe_codes)):
+        if path is not None and not os.path.exists(path):
+            raise FileNotFoundError(f"{flag} {path} does not exist.")
+    if os.path.exists(args.out) and (not os.path.isdir(args.out) or os.listdir(args.out)):
+        raise FileExistsError(
+            f"--out {args.out} already exists and is not an empty folder; a converter never "
+            "overwrites a preset or any other file. Choose a new --out folder.")
+
+
 def main(argv=None):
-    return run(_main, argv)
+    return run(_main, argv, flags=FLAGS)
 
 
 def _main(argv=None):
     args = parse_args(argv)  # usage errors return before TensorFlow is imported
+    check_paths(args)
     from keras_tupe.convert import convert
+    from keras_tupe.output_lock import output_lock
 
     kwargs = {}
     if args.kind == "fairseq":
         kwargs = {"dictionary": args.dictionary, "bpe_codes": args.bpe_codes}
-    out = convert(args.kind, args.source, args.out, **kwargs)
+    with output_lock(args.out, command=f"convert {args.kind} {args.source}"):
+        out = convert(args.kind, args.source, args.out, **kwargs)
     print(f"Wrote the keras_tupe preset {out} (keras_hub.models.Backbone.from_preset({out!r}))")
     return 0
 

@@ -106,15 +106,41 @@ def export(args):
 
 
 def main(argv=None):
-    return run(_main, argv)
+    return run(_main, argv, flags={"export_dir": "--out", "version": "--version",
+                                   "overwrite": "--overwrite"})
+
+
+def check_before_import(args, argv=None):
+    """What needs no TensorFlow, before its seconds-long import: the paths, the backend."""
+    for flag, path in (("--init", args.init), ("--vocab", getattr(args, "vocab", None))):
+        if path is not None and not os.path.exists(path):
+            raise FileNotFoundError(f"{flag} {path} does not exist.")
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        raise NotADirectoryError(f"--out {args.out} is a file; exports go into a folder "
+                                 "(OUT/<version>/).")
+    backend = os.environ.get("KERAS_BACKEND")
+    if backend is None:  # keras.json decides, read as Keras reads it
+        import keras
+
+        backend = keras.backend.backend()
+    if backend != "tensorflow":
+        command = " ".join(["python -m training.export",
+                            *(sys.argv[1:] if argv is None else argv)])
+        raise ValueError(
+            f"export writes TensorFlow SavedModels and needs the TensorFlow backend, not "
+            f"{backend}. Run it with KERAS_BACKEND=tensorflow: KERAS_BACKEND=tensorflow "
+            f"{command} (a model trained under {backend} exports unchanged).")
 
 
 def _main(argv=None):
     args = parse_args(argv)
+    check_before_import(args, argv)
+    from keras_tupe.output_lock import output_lock
     from keras_tupe.progress import Heartbeat
 
     print(f"Exporting the {args.command} to {args.out}/<version> ...", flush=True)
-    with Heartbeat(f"  exporting the {args.command}"):  # loading, tracing, saving: silent
+    with output_lock(args.out, command=f"export {args.command}"), Heartbeat(
+            f"  exporting the {args.command}"):  # loading, tracing, saving: silent
         path = export(args)
     print(f"Saved the {args.command} to {path}.\nNext: {next_step(args.command, path)}",
           flush=True)

@@ -44,6 +44,7 @@ def parse_args(argv=None):
     p.add_argument("--sequences-per-shard", type=int, default=DEFAULT_SEQUENCES_PER_SHARD)
     p.add_argument("--max-lines", type=int, help="read at most this many corpus lines")
     args = p.parse_args(argv)
+    check_paths(args)  # before TensorFlow's seconds-long import
     from keras_tupe.pretraining import PretrainConfig
 
     defaults = PretrainConfig(preset="", corpus=[], out="")
@@ -53,36 +54,44 @@ def parse_args(argv=None):
     return args
 
 
+def check_paths(args):
+    """The checks of the paths given that need no TensorFlow."""
+    for path in args.corpus:
+        if not path.startswith("tfds:") and not os.path.exists(path):
+            raise FileNotFoundError(f"--corpus {path} does not exist.")
+    if args.vocab is not None and not os.path.isfile(args.vocab):
+        raise FileNotFoundError(f"--vocab {args.vocab} does not exist.")
+    out = os.path.normpath(args.out)
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise NotADirectoryError(f"--out {out} is a file; shards go into a folder.")
+    if os.path.isdir(out) and os.listdir(out) and not args.overwrite:
+        raise FileExistsError(f"--out {out} is not empty; refusing to write into it. Choose "
+                              "another --out, or pass --overwrite to replace it.")
+
+
 def main(argv=None):
-    return run(_main, argv)
+    return run(_main, argv, flags={"out": "--out", "overwrite": "--overwrite"})
 
 
 def _main(argv=None):
     args = parse_args(argv)
     from keras_tupe import data
     from keras_tupe.data.sharding import shard_corpus
+    from keras_tupe.output_lock import output_lock
 
     out = os.path.normpath(args.out)
-    if os.path.isdir(out) and os.listdir(out) and not args.overwrite:
-        print(f"error: --out {out} is not empty; refusing to write into it. Choose another "
-              "--out, or pass --overwrite to replace it.", file=sys.stderr)
-        return 2
-    try:
-        with tempfile.TemporaryDirectory() as scratch:
-            vocab = args.vocab
-            if vocab is None:
-                print(f"Training a {args.vocabulary_size}-token WordPiece vocabulary on "
-                      f"{args.vocab_lines} lines of {args.corpus} ...", flush=True)
-                vocab = data.train_vocabulary(
-                    args.corpus, args.vocabulary_size, os.path.join(scratch, "vocab.txt"),
-                    lowercase=args.lowercase, max_lines=args.vocab_lines)
-            manifest = shard_corpus(
-                args.corpus, vocab, out, args.seq_len,
-                sequences_per_shard=args.sequences_per_shard, lowercase=args.lowercase,
-                max_lines=args.max_lines, overwrite=args.overwrite)
-    except (FileNotFoundError, FileExistsError, ValueError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    with output_lock(out, command="shard_corpus"), tempfile.TemporaryDirectory() as scratch:
+        vocab = args.vocab
+        if vocab is None:
+            print(f"Training a {args.vocabulary_size}-token WordPiece vocabulary on "
+                  f"{args.vocab_lines} lines of {args.corpus} ...", flush=True)
+            vocab = data.train_vocabulary(
+                args.corpus, args.vocabulary_size, os.path.join(scratch, "vocab.txt"),
+                lowercase=args.lowercase, max_lines=args.vocab_lines)
+        manifest = shard_corpus(
+            args.corpus, vocab, out, args.seq_len,
+            sequences_per_shard=args.sequences_per_shard, lowercase=args.lowercase,
+            max_lines=args.max_lines, overwrite=args.overwrite)
     print(f"Wrote {manifest['num_sequences']} sequences of {args.seq_len} tokens "
           f"({manifest['num_tokens']} tokens) in {len(manifest['shards'])} shards to {out}.")
     return 0

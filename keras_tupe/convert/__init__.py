@@ -22,28 +22,31 @@ KINDS = ("huggingface", "fairseq")
 
 
 def convert(kind, source, out, **kwargs):
-    """Converts `source` (a checkpoint of `kind`, one of `KINDS`) to the preset folder `out`."""
-    if kind == "huggingface":
-        from keras_tupe.convert.huggingface import convert_huggingface
+    """Converts `source` (a checkpoint of `kind`, one of `KINDS`) to the preset folder `out`.
 
+    Holds `out`'s lock (`keras_tupe.output_lock`) meanwhile: one writer per folder.
+    """
+    if kind == "huggingface":
         return convert_huggingface(source, out, **kwargs)
     if kind == "fairseq":
-        from keras_tupe.convert.fairseq import convert_fairseq
-
         return convert_fairseq(source, out, **kwargs)
     raise ConversionError(f"Unknown checkpoint kind {kind!r}. Valid kinds: {list(KINDS)}")
 
 
 def convert_huggingface(source, out, **kwargs):
     from keras_tupe.convert.huggingface import convert_huggingface as _convert
+    from keras_tupe.output_lock import output_lock
 
-    return _convert(source, out, **kwargs)
+    with output_lock(out, command=f"convert_huggingface({source!r})", flag="`out=`"):
+        return _convert(source, out, **kwargs)
 
 
 def convert_fairseq(source, out, **kwargs):
     from keras_tupe.convert.fairseq import convert_fairseq as _convert
+    from keras_tupe.output_lock import output_lock
 
-    return _convert(source, out, **kwargs)
+    with output_lock(out, command=f"convert_fairseq({source!r})", flag="`out=`"):
+        return _convert(source, out, **kwargs)
 
 
 __all__ = ["KINDS", "ConversionError", "convert", "convert_fairseq", "convert_huggingface"]

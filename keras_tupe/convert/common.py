@@ -1,9 +1,7 @@
 """What every converter shares: its error, reading inputs, writing the preset folder."""
 
 import hashlib
-import json
 import os
-import shutil
 
 import numpy as np
 
@@ -79,28 +77,13 @@ def assign_weights(values, target, what):
 def write_preset(out, model, conversion):
     """Writes `model` (a backbone or a task) to the preset folder `out`.
 
-    Staged in `<out>.partial` and renamed, so nothing is left at `out` when a
-    step fails. `conversion` (source, kind, files with their sha256, ...) is
-    recorded in `metadata.json` under `keras_tupe_conversion`.
+    `keras_tupe.models.preset_folders.write_preset_folder`, the one preset writer:
+    staged in `<out>.partial` and renamed, so nothing is left at `out` when a step
+    fails. `conversion` (source, kind, files with their sha256, ...) is recorded in
+    `metadata.json` under `keras_tupe_conversion`.
     """
+    from keras_tupe.models.preset_folders import write_preset_folder
+
     out = os.fspath(out).rstrip("/")
     refuse_existing_output(out)
-    staging = out + ".partial"
-    shutil.rmtree(staging, ignore_errors=True)
-    try:
-        model.save_to_preset(staging)
-        metadata_path = os.path.join(staging, "metadata.json")
-        metadata = {}
-        if os.path.isfile(metadata_path):
-            with open(metadata_path) as f:
-                metadata = json.load(f)
-        metadata["keras_tupe_conversion"] = conversion
-        with open(metadata_path, "w") as f:
-            json.dump(metadata, f, indent=2, default=str)
-        if os.path.isdir(out):
-            os.rmdir(out)  # empty (refuse_existing_output)
-        os.replace(staging, out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return out
+    return write_preset_folder(model, out, "keras_tupe_conversion", conversion)

@@ -34,6 +34,8 @@ import numpy as np
 
 from keras_tupe.data.masking import SPECIAL_TOKENS, mask_batch, mask_selection_length
 from keras_tupe.folders import made_folder
+from keras_tupe.output_lock import output_lock
+from keras_tupe.staging import staged, write_json
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -101,7 +103,8 @@ def write_shard_folder(out, batches, vocabulary_file, lowercase, sequence_length
     """Writes sequences as a shard folder, atomically. Returns the manifest.
 
     The files go to `<out>.partial` first, which is renamed to `out` once
-    complete, so a folder with a manifest is always whole.
+    complete, so a folder with a manifest is always whole; `out`'s lock
+    (`keras_tupe.output_lock`) is held meanwhile.
 
     Args:
         out: the folder to create. A non-empty one is refused unless `overwrite`.
@@ -125,12 +128,12 @@ def write_shard_folder(out, batches, vocabulary_file, lowercase, sequence_length
     with open(vocabulary_file, encoding="utf-8") as f:
         vocabulary_size = sum(1 for _ in f)  # a token a line, as keras-hub reads it
     dtype = shard_dtype(vocabulary_size)
-    staging = out + ".partial"
-    if os.path.exists(staging):
-        shutil.rmtree(staging)  # left by an interrupted earlier run
-    # An interruption (Ctrl-C, SIGTERM, an error) leaves no staging folder, nor the parents
-    # it created.
-    with made_folder(staging):
+    # One writer per folder; staged as `<out>.partial` and renamed when whole (an old `out`
+    # is replaced only then); an interruption (Ctrl-C, SIGTERM, a full disk, an error)
+    # leaves no staging folder, nor the parents this call created.
+    with output_lock(out, command="shard_corpus", flag="`out=`"), \
+            made_folder(os.path.dirname(os.path.abspath(out))), \
+            staged(out, folder=True) as staging:
         shards, pending, num_pending = [], [], 0
 
         def flush(rows):
@@ -173,11 +176,7 @@ def write_shard_folder(out, batches, vocabulary_file, lowercase, sequence_length
             "shards": shards,
             **record,
         }
-        with open(os.path.join(staging, MANIFEST), "w") as f:
-            json.dump(manifest, f, indent=2)
-    if os.path.exists(out):
-        shutil.rmtree(out)
-    os.replace(staging, out)
+        write_json(os.path.join(staging, MANIFEST), manifest, sync=False)
     return manifest
 
 

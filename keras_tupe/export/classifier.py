@@ -6,6 +6,7 @@ from keras_tupe.data.packing import pack_segments
 from keras_tupe.export.encoder import _jsonable, _version
 from keras_tupe.export.preprocessor import _tokenizer_and_specials
 from keras_tupe.export.versions import write_version
+from keras_tupe.staging import arrays_bytes
 
 
 def classifier_module(classifier, vocabulary_file, seq_length=128, num_segments=1,
@@ -84,4 +85,5 @@ def export_classifier(classifier, vocabulary_file, export_dir, seq_length=128, n
                 "label_names": None if label_names is None else list(label_names),
                 "backbone_config": _jsonable(classifier.backbone.get_config())}
     return write_version(export_dir, lambda path: tf.saved_model.save(root, path, signatures),
-                         version=version, overwrite=overwrite, metadata=metadata)
+                         version=version, overwrite=overwrite, metadata=metadata,
+                         needed=arrays_bytes(classifier.weights))

@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from keras_tupe.export.tfhub_names import ENCODER_INPUTS, from_tfhub
 from keras_tupe.export.versions import write_version
+from keras_tupe.staging import arrays_bytes
 
 
 def encoder_input_spec():
@@ -118,7 +119,8 @@ def export_encoder(model, export_dir, version=None, overwrite=False):
     metadata = {"kind": "encoder", "keras_tupe_version": _version(), "mlm": masked_lm is not None,
                 "backbone_config": _jsonable(backbone.get_config())}
     return write_version(export_dir, lambda path: tf.saved_model.save(root, path, signatures),
-                         version=version, overwrite=overwrite, metadata=metadata)
+                         version=version, overwrite=overwrite, metadata=metadata,
+                         needed=arrays_bytes((masked_lm or backbone).weights))
 
 
 def _version():

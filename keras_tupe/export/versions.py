@@ -1,12 +1,11 @@
 """TensorFlow Serving's versioned layout: `BASE/<version>/`, written atomically."""
 
-import json
 import os
-import shutil
-import tempfile
 import time
 
 from keras_tupe.folders import made_folder
+from keras_tupe.output_lock import output_lock
+from keras_tupe.staging import staged, write_json
 
 
 def existing_versions(base_dir):
@@ -23,13 +22,14 @@ def next_version(base_dir):
     return versions[-1] + 1 if versions else 1
 
 
-def write_version(base_dir, write, version=None, overwrite=False, metadata=None):
+def write_version(base_dir, write, version=None, overwrite=False, metadata=None, needed=None):
     """Writes one version of a SavedModel under `base_dir` and returns its path.
 
-    `write(path)` saves into a hidden temporary directory inside `base_dir` (TensorFlow
-    Serving ignores names that are not numbers), which is renamed to `base_dir/<version>`
-    once complete: a server polling `base_dir` never sees a half-written version, and a
-    failed export leaves nothing behind.
+    `write(path)` saves into a staging directory inside `base_dir`, `<version>.partial`
+    (`keras_tupe.staging`; TensorFlow Serving ignores names that are not numbers), which
+    is renamed to `base_dir/<version>` once complete: a server polling `base_dir` never
+    sees a half-written version, and a failed export leaves nothing behind. The process
+    holds `base_dir`'s lock meanwhile (`keras_tupe.output_lock`): one writer per folder.
 
     Args:
         base_dir: str. The model's directory (`saved_models/<name>`).
@@ -39,9 +39,12 @@ def write_version(base_dir, write, version=None, overwrite=False, metadata=None)
             is an error (nothing a user has is replaced silently).
         metadata: dict or None. Written as `assets.extra/keras_tupe.json` (the
             SavedModel convention for files TensorFlow does not read).
+        needed: int or None. Bytes the export needs (`staging.arrays_bytes` of the
+            weights): checked against the free space and the file-size limit first.
 
     Raises:
         FileExistsError: `version` exists and `overwrite` is False.
+        keras_tupe.staging.WriteError: no room, a file-size limit, a read-only folder.
         ValueError: `version` is not a positive int.
     """
     if version is None:
@@ -56,32 +59,12 @@ def write_version(base_dir, write, version=None, overwrite=False, metadata=None)
             f"version {next_version(base_dir)} (the next free one; leave the version unset), "
             "or pass overwrite=True (--overwrite) to replace it."
         )
-    # A new model folder goes again if its first export fails.
-    with made_folder(base_dir):
-        return _write_staged(base_dir, final, write, version, metadata)
-
-
-def _write_staged(base_dir, final, write, version, metadata):
-    """`write_version` once `base_dir` exists: stage, add the metadata, rename."""
-    staging = tempfile.mkdtemp(prefix=f".tmp-{version}-", dir=base_dir)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(staging, 0o777 & ~umask)  # mkdtemp's 0700 would hide it from a serving user
-    try:
-        write(staging)
-        if metadata is not None:
-            os.makedirs(os.path.join(staging, "assets.extra"), exist_ok=True)
-            with open(os.path.join(staging, "assets.extra", "keras_tupe.json"), "w") as f:
-                json.dump({**metadata, "version": version,
-                           "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, f, indent=2)
-        if os.path.exists(final):  # overwrite=True: swap, then delete the old one
-            retired = tempfile.mkdtemp(prefix=f".old-{version}-", dir=base_dir)
-            os.replace(final, os.path.join(retired, "saved_model"))
-            os.replace(staging, final)
-            shutil.rmtree(retired)
-        else:
-            os.replace(staging, final)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+    # One writer per model folder; a new one goes again if its first export fails.
+    with output_lock(base_dir, command="export", flag="`export_dir=`"), made_folder(base_dir):
+        with staged(final, folder=True, needed=needed) as staging:
+            write(staging)
+            if metadata is not None:
+                write_json(os.path.join(staging, "assets.extra", "keras_tupe.json"),
+                           {**metadata, "version": version,
+                            "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, sync=False)
     return final
