@@ -1038,6 +1038,12 @@ sys.meta_path.insert(0, NoTensorFlow())
      "--corpus missing.txt does not exist"),
     ("training.shard_corpus", ["--corpus", "README.md", "--vocab", "missing.txt", "--out", "o"],
      "--vocab missing.txt does not exist"),
+    ("training.pretrain", ["--preset", "tupe_r_tiny", "--corpus", "missing.txt", "--out", "o"],
+     "--corpus missing.txt does not exist"),
+    ("training.pretrain", ["--preset", "tupe_r_tiny", "--corpus", "README.md", "--out", "o",
+                           "--vocab", "missing.txt"], "--vocab missing.txt does not exist"),
+    ("training.pretrain", ["--preset", "tupe_r_tiny", "--corpus", "README.md", "--out",
+                           "README.md"], "--out README.md is a file"),
 ])
 def test_path_mistakes_are_reported_before_tensorflow_is_imported(module, argv, message):
     result = run_entry_point(module, argv, NO_TENSORFLOW)

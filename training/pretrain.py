@@ -15,6 +15,7 @@ JAX machine without TensorFlow can train from them).
 """
 
 import argparse
+import os
 import sys
 
 from training.cli import add_common_flags, run
@@ -91,6 +92,7 @@ def parse_args(argv=None):
                    help="0: silent, 1: a progress bar of steps (default), 2: a line per block")
     add_common_flags(p)
     args = p.parse_args(argv)
+    check_paths(args)  # before TensorFlow's seconds-long import (`_defaults`)
     defaults = _defaults()
     for name, value in vars(args).items():
         # seq_len, eval_every: fit_to_preset's; corpus: no default (`_defaults`' [] is a
@@ -98,6 +100,18 @@ def parse_args(argv=None):
         if value is None and name not in ("seq_len", "eval_every", "corpus"):
             setattr(args, name, getattr(defaults, name, None))
     return args
+
+
+def check_paths(args):
+    """The checks of the paths given that need no TensorFlow."""
+    for flag, paths in (("--corpus", args.corpus), ("--valid-corpus", args.valid_corpus),
+                        ("--shards", [args.shards]), ("--valid-shards", [args.valid_shards]),
+                        ("--vocab", [args.vocab])):
+        for path in paths or ():
+            if path is not None and not path.startswith("tfds:") and not os.path.exists(path):
+                raise FileNotFoundError(f"{flag} {path} does not exist.")
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        raise NotADirectoryError(f"--out {args.out} is a file; a run writes a folder.")
 
 
 def fit_to_preset(args):
