@@ -446,7 +446,7 @@ def ensure_vocabulary(config, command=None, verbose=True):
     study with this vocabulary file must tokenize identically.
     """
     from experiments import records
-    from keras_tupe import data
+    from keras_tupe.data.shards import file_sha256  # no TensorFlow: the GPU stages call this
 
     vocabulary = config["vocabulary"]
     path, record_path = vocabulary["file"], vocabulary_record_path(vocabulary)
@@ -460,7 +460,7 @@ def ensure_vocabulary(config, command=None, verbose=True):
             raise StudyError(f"{path} was trained with {record['settings']}, but "
                              f"{config['_path']} asks for {settings}. Every study sharing this "
                              "file must use the same vocabulary settings.")
-        sha = data.vocabulary_fingerprint(path)
+        sha = file_sha256(path)
         if sha != record["sha256"]:
             raise StudyError(f"{path} changed since it was trained (sha256 {sha}, recorded "
                              f"{record['sha256']}).")
@@ -471,11 +471,13 @@ def ensure_vocabulary(config, command=None, verbose=True):
     partial = path + ".partial"
     if os.path.exists(partial):
         os.remove(partial)
+    from keras_tupe import data
+
     start = time.perf_counter()
     data.train_vocabulary(settings["corpus"], settings["vocabulary_size"], partial,
                           lowercase=settings["lowercase"], max_lines=settings["lines"])
     seconds = time.perf_counter() - start
-    sha = data.vocabulary_fingerprint(partial)
+    sha = file_sha256(partial)
     records.write_json(record_path, {
         "settings": settings, "sha256": sha, "seconds": seconds, "command": command,
         "created": records.now(), "versions": records.machine()})

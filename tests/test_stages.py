@@ -1,0 +1,136 @@
+"""The GPU stages (`experiments/stage.py`): defined, sized, stopped in time, packed and
+collected without loss; S1 rehearsed end to end at tiny size under JAX without TensorFlow."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+import tarfile
+import time
+
+import pytest
+
+from experiments import records, stage
+from experiments.config import StudyError, load_config
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NO_TENSORFLOW = os.path.join(REPO, "tests", "no_tensorflow")
+DATA = os.path.join(REPO, "..", "shared", "data")
+
+
+def test_every_stage_names_configs_that_load_and_fit_its_window():
+    stages = stage.load_stages()["stages"]
+    assert {"S1", "S2", "S3", "S4", "S6"} <= set(stages)
+    for name, spec in stages.items():
+        assert spec["deadline_seconds"] <= stage.load_stages()["limits"]["call_seconds"]
+        pretrain, finetune = stage.stage_configs(spec)
+        if pretrain and not spec.get("blocked"):
+            stage._check_time(name, spec, pretrain)  # raises when it would not fit
+        if finetune:
+            assert finetune["pretrain_configs"] == [spec["pretrain"]]
+
+
+def test_s1_trains_the_plateau_control_and_fine_tunes_what_it_trained():
+    pretrain, finetune = stage.stage_configs(stage.stage_spec("S1"))
+    long_v2 = load_config("experiments/configs/long_v2_jax.json")
+    assert pretrain["settings"] == long_v2["settings"]
+    assert pretrain["variants"]["bert_a_pre"] == {"variant": "bert_a",
+                                                  "layer_norm_position": "pre"}
+    assert finetune["checkpoints"] == [1.0, 0.3, 0.0]
+    assert finetune["checkpoint_variants"] == {"0.3": ["tupe_a"], "0.0": ["bert_a"]}
+    assert finetune["tasks"] == ["sst2", "stsb", "rte", "cola", "mrpc"]
+
+
+def test_a_stage_too_long_for_its_window_is_refused_with_the_figure(monkeypatch):
+    spec = {**stage.stage_spec("S1"), "variants": ["a", "b", "c", "d", "e"]}
+    monkeypatch.setattr(stage, "stage_spec", lambda name: spec)
+    with pytest.raises(StudyError, match=r"5 pre-training runs need about \d+ s .* more than "
+                                         r"its pretrain_seconds 400"):
+        stage.prepare("S1", dest="unused")
+
+
+def test_a_blocked_stage_is_refused_with_its_reason():
+    with pytest.raises(StudyError, match="Stage S5a cannot run on the lent machine yet: the "
+                                         "length evaluation"):
+        stage.prepare("S5a", dest="unused")
+
+
+def test_runs_past_the_deadline_are_stopped_and_said_so(tmp_path):
+    os.makedirs(tmp_path / "logs")
+    sleep = [sys.executable, "-c", "import time; time.sleep(60)"]
+    quick = [sys.executable, "-c", "print('done')"]
+    start = time.time()
+    done = stage._run_all([quick, sleep], ["quick", "slow"], time.time() + 3, str(tmp_path))
+    assert time.time() - start < 3 + stage.STOP_GRACE_SECONDS
+    by_run = {d["run"]: d for d in done}
+    assert by_run["quick"]["exit"] == 0 and not by_run["quick"]["stopped"]
+    assert by_run["slow"]["stopped"] and by_run["slow"]["exit"] != 0
+    assert (tmp_path / "logs" / "quick.log").read_text().strip() == "done"
+
+
+def test_what_comes_back_is_unpacked_and_never_replaces_a_differing_record(tmp_path):
+    config = {"results_dir": str(tmp_path / "there"), "study": "stage_x"}
+    folder = records.record_dir(config, "bert_a")
+    os.makedirs(folder)
+    with open(os.path.join(folder, "metrics.csv"), "w") as f:
+        f.write("step,loss\n200,6.1\n")
+    os.makedirs(tmp_path / "work" / "logs")
+    (tmp_path / "work" / "logs" / "stage.json").write_text('{"stage": "SX"}')
+    names = stage.pack([config], str(tmp_path / "work"), str(tmp_path / "out"))
+    assert names == [stage.PACK]
+    here = str(tmp_path / "here")
+    written = stage.collect("SX", str(tmp_path / "out"), results_dir=here)
+    assert sorted(os.path.relpath(p, here) for p in written) == [
+        "records/stage_x/bert_a/metrics.csv", "records/stages/SX/logs/stage.json"]
+    assert stage.collect("SX", str(tmp_path / "out"), results_dir=here) == written  # same bytes
+    with open(written[0], "w") as f:
+        f.write("step,loss\n200,9.9\n")  # a record that differs is never replaced silently
+    with pytest.raises(StudyError, match="exists with other content"):
+        stage.collect("SX", str(tmp_path / "out"), results_dir=here)
+    assert open(written[0]).read() == "step,loss\n200,9.9\n"
+
+
+def test_a_machine_without_keras_hub_is_told_which_wheel_to_carry(tmp_path):
+    blocker = tmp_path / "sitecustomize.py"
+    blocker.write_text("import sys\nsys.modules['keras_hub'] = None\n")
+    code = ("from experiments import stage\n"
+            "try:\n    stage._check_packages('.stage/S1')\n"
+            "except Exception as error:\n    print(error)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(tmp_path)}).stdout
+    assert "lacks keras-hub: carry their wheels (.stage/S1/wheels/" in out
+
+
+@pytest.mark.slow
+@pytest.mark.jax
+@pytest.mark.skipif(not os.path.isdir(DATA), reason="needs ../shared/data (the text and GLUE)")
+def test_s1_rehearsed_at_tiny_size_under_jax_without_tensorflow(tmp_path):
+    """prepare (here, with TensorFlow), then run in processes where TensorFlow cannot be
+    imported, then collect: every pre-training run finishes and every fine-tuning job
+    scores its tasks."""
+    dest = str(tmp_path / "stage")
+    lines = stage.prepare("S1", tiny=True, dest=dest)
+    assert lines[-1].endswith("python3 -m experiments.stage run S1 --tiny --out $OUT")
+    env = {**os.environ, "PYTHONPATH": NO_TENSORFLOW, "KERAS_BACKEND": "jax"}
+    folder = os.path.join(dest, "S1_tiny")
+    code = ("import sys; from experiments import stage; "
+            f"stage.run('S1', {str(tmp_path / 'out')!r}, tiny=True, deadline=1500, "
+            f"folder={folder!r})")
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env,
+                            capture_output=True, text=True, timeout=1800)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    written = stage.collect("S1", str(tmp_path / "out"), results_dir=str(tmp_path / "back"))
+    log = json.load(open(next(p for p in written if p.endswith("stage.json"))))
+    assert log["processes"] and all(p["exit"] == 0 for p in log["processes"]), log
+    for variant in ("bert_a", "tupe_a", "bert_a_pre"):
+        run = json.load(open(tmp_path / "back" / "records" / "stage_s1" / variant /
+                             "run_config.json"))
+        assert run["status"] == "finished" and run["last_step"] == 10
+    results = [p for p in written if p.endswith("results.jsonl")]
+    assert len(results) == 5  # three final encoders, TUPE-A at 30%, the initialization
+    for path in results:
+        rows = records.read_jsonl(path)
+        assert {row["task"] for row in rows} == {"sst2", "stsb"}
+        for row in rows:
+            assert math.isfinite(row["dev"]["validation"]["score"]), row
