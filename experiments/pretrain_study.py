@@ -111,7 +111,7 @@ def _status(config, variant, step):
 def _backbone_config(run_dir):
     """The encoder config saved in `backbone.keras` (read from the archive, no model built),
     or in `backbone_config.json` beside a run brought back from another machine without its
-    models (`experiments/gpu_pack.py`); None without either."""
+    models; None without either."""
     path = os.path.join(run_dir, "backbone.keras")
     if os.path.exists(path):
         with zipfile.ZipFile(path) as archive:

@@ -68,7 +68,7 @@ def parse_args(argv=None):
                           "finetune_intermediate reads")
     sub.add_argument("--record-only", action="store_true",
                      help="train nothing: write the records of the runs in the run folders, "
-                          "e.g. runs trained on another machine (experiments/gpu_long_v2.sh)")
+                          "e.g. runs trained on another machine")
     sub = with_config("finetune", "the reduced GLUE protocol on the pre-trained checkpoints")
     sub.add_argument("--checkpoints", nargs="+", type=float,
                      help="only these fractions of the budget (default: the config's)")

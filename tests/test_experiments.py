@@ -164,7 +164,7 @@ def test_a_finished_run_is_skipped_and_a_recorded_one_without_its_folder_too(stu
 
 
 def test_record_only_records_runs_trained_elsewhere_and_trains_nothing(study, tmp_path, capsys):
-    # A run brought back from another machine (experiments/gpu_long_v2.sh) with its log and
+    # A run brought back from another machine (a GPU stage, experiments/stage.py) with its log and
     # settings but not its models; its encoder config beside it as backbone_config.json.
     copy = _copy_study(study, tmp_path / "copy")
     run = copy["runs"] / "pretrain" / "bert_a"
@@ -191,7 +191,7 @@ def test_record_only_records_runs_trained_elsewhere_and_trains_nothing(study, tm
 def test_the_cost_times_a_step_with_records_of_machines_like_this_one(study, tmp_path):
     copy = _copy_study(study, tmp_path / "copy")
     before = pretrain_study.recorded_step_seconds(str(copy["results"]), "tiny", (8, 32))
-    # The same record again as a 16-core GPU machine's run (experiments/gpu_long_v2.sh)
+    # The same record again as a 16-core GPU machine's run (a GPU stage, experiments/stage.py)
     source = _record(copy["results"], "pretrain", "bert_a") / "run_config.json"
     record = json.loads(source.read_text())
     record["versions"]["machine"] = "x86_64, 16 cores, Linux-6.18.44-fc-gpu-x86_64"
@@ -204,50 +204,6 @@ def test_the_cost_times_a_step_with_records_of_machines_like_this_one(study, tmp
     (gpu / "run_config.json").write_text(json.dumps(record))
     assert sorted(pretrain_study.recorded_step_seconds(str(copy["results"]), "tiny",
                                                        (8, 32))) == sorted(before + [0.001 / 4])
-
-
-def test_gpu_pack_brings_every_file_back_in_parts_the_device_tool_accepts(tmp_path,
-                                                                         monkeypatch):
-    import io
-    import lzma
-    import tarfile
-
-    from experiments import gpu_pack
-
-    runs, out, later = tmp_path / "runs", tmp_path / "out", tmp_path / "later"
-    for folder in (runs, out, later):
-        folder.mkdir()
-    monkeypatch.chdir(runs)
-    monkeypatch.setattr(gpu_pack, "PART", 1000)  # parts of 1,000 bytes: several a model
-    rng = np.random.default_rng(0)
-    models = {name: rng.bytes(2500) for name in gpu_pack.FIRST + gpu_pack.LATER[:2]}
-    for name, content in models.items():  # LATER[2] is missing: left out, no error
-        Path(name).parent.mkdir(parents=True, exist_ok=True)
-        Path(name).write_bytes(content)
-    for run in gpu_pack.RUNS:
-        Path(run, "metrics.csv").write_text(f"step,val_loss\n16000,{len(run)}\n")
-        with zipfile.ZipFile(Path(run, "backbone.keras"), "w") as archive:
-            archive.writestr("config.json", json.dumps({"config": {"run": run}}))
-    Path("bert_a_s0.log").write_text("log")
-    gpu_pack.main(str(out), str(later))
-
-    def unpack(folder, prefix):
-        parts = sorted(folder.glob(f"{prefix}.tar.xz.*"))
-        assert parts and all(p.stat().st_size <= 1000 for p in parts)
-        data = lzma.decompress(b"".join(p.read_bytes() for p in parts))
-        files = {}
-        with tarfile.open(fileobj=io.BytesIO(data), ignore_zeros=True) as archive:
-            for member in archive:
-                files[member.name] = archive.extractfile(member).read()
-        return files
-
-    assert unpack(out, "weights1") == {n: models[n] for n in gpu_pack.FIRST}
-    assert unpack(later, "weights2") == {n: models[n] for n in gpu_pack.LATER[:2]}
-    with tarfile.open(out / "logs.tar.xz") as archive:
-        names = set(archive.getnames())
-        config = json.load(archive.extractfile("tupe_a_s1/backbone_config.json"))
-    assert {"bert_a_s0.log", "tupe_a_s0/metrics.csv", "bert_a_s1/backbone_config.json"} <= names
-    assert config == {"config": {"run": "tupe_a_s1"}}
 
 
 def test_the_full_report_passes_over_a_finetuning_study_that_has_only_pinned_its_settings(
