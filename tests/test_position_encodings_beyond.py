@@ -472,10 +472,11 @@ def test_bad_config_is_refused_clearly(overrides, message):
 def test_bad_layer_arguments_are_refused_clearly():
     with pytest.raises(ValueError, match=r"head size .* must be even\. Received: head size 3"):
         layers.RotaryPositionalAttention(2, untied_scaling=False)(np.ones((1, 4, 6), "float32"))
-    with pytest.raises(ValueError, match=r"`bucket_size` must be an int >= 2. Received: "
+    with pytest.raises(ValueError, match=r"`bucket_size` k, an int >= 2 .* Received: "
                                          r"bucket_size=1"):
         layers.DisentangledAttention(2, bucket_size=1)
-    with pytest.raises(ValueError, match=r"`max_position` must be .* Received: max_position=5"):
+    with pytest.raises(ValueError, match=r"`max_position`, an int above k // 2 \+ 1 .* "
+                                         r"Received: bucket_size=8, max_position=5"):
         layers.DisentangledAttention(2, bucket_size=8, max_position=5)
     with pytest.raises(ValueError, match="needs `relative_embeddings`"):
         layers.DisentangledAttention(2, bucket_size=4, max_position=16)(

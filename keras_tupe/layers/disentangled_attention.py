@@ -9,6 +9,27 @@ from keras_tupe.layers.positional_attention_base import PositionalAttentionBase
 from keras_tupe.layers.utils import relative_positions
 
 
+def check_bucket_size(bucket_size, max_position, names=("bucket_size", "max_position")):
+    """Raises a clear error unless DeBERTa's log buckets are defined.
+
+    The bucket size `k` must be an int >= 2 and `max_position` an int above
+    `k // 2 + 1` (the buckets divide by `log((max_position - 1) / (k // 2))`).
+    `names` are the two arguments as the caller calls them (the backbone's
+    `max_relative_distance` and `max_sequence_length`).
+    """
+    size, scale = names
+    if (isinstance(bucket_size, int) and bucket_size >= 2 and isinstance(max_position, int)
+            and max_position > bucket_size // 2 + 1):
+        return
+    what = "k" if size == "bucket_size" else "(DeBERTa's bucket_size k)"
+    raise ValueError(
+        f"relative_position='disentangled' needs `{size}` {what}, an int >= 2 (distances "
+        f"exact up to k // 2), and `{scale}`, an int above k // 2 + 1 (the log buckets "
+        f"divide by log(({scale} - 1) / (k // 2))). "
+        f"Received: {size}={bucket_size!r}, {scale}={max_position!r}"
+    )
+
+
 def deberta_log_bucket_position(relative_position, bucket_size, max_position):
     """DeBERTa's log buckets of relative positions `δ = i - j` (query minus key).
 
@@ -126,16 +147,7 @@ class DisentangledAttention(PositionalAttentionBase):
 
     def __init__(self, num_heads, bucket_size=256, max_position=512, **kwargs):
         super().__init__(num_heads, **kwargs)
-        if not isinstance(bucket_size, int) or bucket_size < 2:
-            raise ValueError(
-                f"`bucket_size` must be an int >= 2. Received: bucket_size={bucket_size!r}"
-            )
-        if not isinstance(max_position, int) or max_position <= bucket_size // 2 + 1:
-            raise ValueError(
-                "`max_position` must be an int above bucket_size // 2 + 1 (the log buckets "
-                f"divide by log((max_position - 1) / (bucket_size // 2))). Received: "
-                f"max_position={max_position!r}, bucket_size={bucket_size!r}"
-            )
+        check_bucket_size(bucket_size, max_position)
         self.bucket_size = bucket_size
         self.max_position = max_position
 

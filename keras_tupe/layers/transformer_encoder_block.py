@@ -3,20 +3,19 @@
 import keras
 from keras import ops
 
-from keras_tupe.layers.disentangled_attention import DisentangledAttention
-from keras_tupe.layers.qkr_multiplicative_attention import METHODS, QKRMultiplicativeAttention
-from keras_tupe.layers.rotary_positional_attention import RotaryPositionalAttention
-from keras_tupe.layers.untied_positional_attention import (
-    UntiedPositionalAttention,
-    check_attention_implementation,
+from keras_tupe.layers.schemes import (
+    RELATIVE_METHODS,
+    check_fused,
+    relative_methods,
+    relative_scheme,
 )
+from keras_tupe.layers.untied_positional_attention import check_attention_implementation
 from keras_tupe.layers.utils import Float32BiasCallMixin, clone_initializer
 
-# The block's attentions besides the plain (untied) one: Shaw / Huang's tables,
-# RoFormer's rotation, DeBERTa's disentangled terms.
-RELATIVE_METHODS = METHODS + ("rotary", "disentangled")
 # Logits that are no scaled dot product plus an additive bias (no fused path).
-UNFUSABLE_METHODS = METHODS + ("disentangled",)
+UNFUSABLE_METHODS = tuple(
+    method for method in RELATIVE_METHODS if not relative_scheme(method).fusable
+)
 # Where the LayerNorms sit: after each residual sum (BERT) or before each
 # sublayer (Xiong et al. 2020).
 LAYER_NORM_POSITIONS = ("post", "pre")
@@ -43,15 +42,16 @@ class TransformerEncoderBlock(Float32BiasCallMixin, keras.layers.Layer):
         x = x + Dropout(Attention(LayerNorm(x)))
         x = x + Dropout(W2 act(W1 LayerNorm(x)))
 
-    The attention is `QKRMultiplicativeAttention` when `relative_method` is one
-    of Shaw, Huang methods 1-4 (per-layer tables), `RotaryPositionalAttention`
-    for `"rotary"`, `DisentangledAttention` for `"disentangled"` (which takes
-    the encoder-wide `relative_embeddings`), otherwise
+    The attention is the one the row of `relative_method` names in
+    `keras_tupe.layers.schemes.RELATIVE_POSITION_SCHEMES`, built with the block
+    settings the row lists: `QKRMultiplicativeAttention` for Shaw and Huang's
+    methods 1-4 (per-layer tables), `RotaryPositionalAttention` for
+    `"rotary"`, `DisentangledAttention` for `"disentangled"` (which takes the
+    encoder-wide `relative_embeddings`), and for `None`
     `UntiedPositionalAttention`, which takes the encoder-wide positional term as
     `attention_bias` (BERT-R, TUPE, ALiBi) or `position_query`/`position_key`
-    (BERT-A^d). Rotary and disentangled attention also add an `attention_bias`.
-    keras-hub's `TransformerEncoder` hard-codes Keras's standard attention,
-    hence this block.
+    (BERT-A^d). Every attention adds an `attention_bias`. keras-hub's
+    `TransformerEncoder` hard-codes Keras's standard attention, hence this block.
 
     Args:
         num_heads: int. Number of attention heads.
@@ -120,19 +120,17 @@ class TransformerEncoderBlock(Float32BiasCallMixin, keras.layers.Layer):
                 f"`layer_norm_position` must be one of {LAYER_NORM_POSITIONS}. "
                 f"Received: layer_norm_position={layer_norm_position!r}"
             )
-        if relative_method is not None and relative_method not in RELATIVE_METHODS:
+        if relative_method is not None and relative_method not in relative_methods():
             raise ValueError(
-                f"`relative_method` must be None or one of {RELATIVE_METHODS}. "
+                f"`relative_method` must be None or one of {relative_methods()}. "
                 f"Received: relative_method={relative_method!r}"
             )
         check_attention_implementation(attention_implementation)
-        if attention_implementation == "fused" and relative_method in UNFUSABLE_METHODS:
-            raise ValueError(
-                "attention_implementation='fused' needs logits that are a scaled dot "
-                "product plus an additive bias; the Shaw / Huang / disentangled relative "
-                "embeddings enter the logits otherwise. Use 'auto' or 'einsum'. Received: "
-                f"relative_method={relative_method!r}"
-            )
+        check_fused(
+            attention_implementation,
+            [relative_scheme(relative_method)],
+            f"relative_method={relative_method!r}",
+        )
         self.num_heads = num_heads
         self.intermediate_dim = intermediate_dim
         self.dropout = dropout
@@ -162,38 +160,16 @@ class TransformerEncoderBlock(Float32BiasCallMixin, keras.layers.Layer):
 
     def build(self, inputs_shape):
         hidden_dim = inputs_shape[-1]
-        common = dict(
+        scheme = relative_scheme(self.relative_method)
+        arguments = {name: getattr(self, key) for name, key in scheme.attention_arguments.items()}
+        self.attention = scheme.attention(
             num_heads=self.num_heads,
             dropout=self.dropout,
             kernel_initializer=self._kernel_initializer(),
             dtype=self.dtype_policy,
             name="self_attention",
+            **arguments,
         )
-        if self.relative_method is None:
-            self.attention = UntiedPositionalAttention(
-                untied_scaling=self.untied_scaling,
-                attention_implementation=self.attention_implementation,
-                **common,
-            )
-        elif self.relative_method == "rotary":
-            self.attention = RotaryPositionalAttention(
-                untied_scaling=self.untied_scaling,
-                attention_implementation=self.attention_implementation,
-                **common,
-            )
-        elif self.relative_method == "disentangled":
-            self.attention = DisentangledAttention(
-                bucket_size=self.max_relative_distance,
-                max_position=self.max_sequence_length,
-                **common,
-            )
-        else:
-            self.attention = QKRMultiplicativeAttention(
-                method=self.relative_method,
-                max_relative_distance=self.max_relative_distance,
-                zero_init_tables=self.zero_init_tables,
-                **common,
-            )
         self.attention.build(inputs_shape)
 
         def layer_norm(name):
@@ -234,23 +210,11 @@ class TransformerEncoderBlock(Float32BiasCallMixin, keras.layers.Layer):
         training=None,
     ):
         inputs = ops.cast(inputs, self.compute_dtype)
-        logit_kwargs = {}
-        if position_query is not None or position_key is not None:
-            if self.relative_method is not None:
-                raise ValueError(
-                    "`position_query`/`position_key` need the untied attention; this "
-                    f"block uses relative_method={self.relative_method!r}."
-                )
-            logit_kwargs = dict(position_query=position_query, position_key=position_key)
-        if (relative_embeddings is not None) != (self.relative_method == "disentangled"):
-            raise ValueError(
-                "`relative_embeddings` are given to, and needed by, exactly the blocks with "
-                f"relative_method='disentangled'. Received: relative_method="
-                f"{self.relative_method!r}, relative_embeddings given: "
-                f"{relative_embeddings is not None}"
-            )
-        if relative_embeddings is not None:
-            logit_kwargs = dict(relative_embeddings=relative_embeddings)
+        logit_kwargs = self._shared_inputs(
+            position_query=position_query,
+            position_key=position_key,
+            relative_embeddings=relative_embeddings,
+        )
         pre = self.layer_norm_position == "pre"
         attended = self.attention(
             self.attention_layer_norm(inputs) if pre else inputs,
@@ -265,6 +229,23 @@ class TransformerEncoderBlock(Float32BiasCallMixin, keras.layers.Layer):
         ffn = self.output_dense(self.intermediate_dense(self.output_layer_norm(x) if pre else x))
         x = x + self.dropout_layer(ffn, training=training)
         return x if pre else self.output_layer_norm(x)
+
+    def _shared_inputs(self, **given):
+        """The given shared terms, refused where this block's attention does not take them."""
+        scheme = relative_scheme(self.relative_method)
+        for name, value in given.items():
+            if value is None and name in scheme.needed_inputs:
+                raise ValueError(
+                    f"relative_method={self.relative_method!r} needs `{name}` (the backbone's "
+                    f"{scheme.shared_term.layer.__name__}). Received: {name}=None"
+                )
+            if value is not None and name not in scheme.attention_inputs:
+                raise ValueError(
+                    f"`{name}` is not taken by this block's {type(self.attention).__name__} "
+                    f"(relative_method={self.relative_method!r}); it takes "
+                    f"{scheme.attention_inputs + ('attention_bias',)}."
+                )
+        return {name: value for name, value in given.items() if value is not None}
 
     def compute_output_spec(self, inputs, **kwargs):
         return keras.KerasTensor(inputs.shape, self.compute_dtype)

@@ -6,18 +6,23 @@ import keras
 import keras_hub
 from keras import ops
 
-from keras_tupe.layers.bidirectional_alibi_bias import BidirectionalAlibiBias
 from keras_tupe.layers.cls_reset import CLS_RESET_STYLES, ClsReset
-from keras_tupe.layers.disentangled_relative_embedding import DisentangledRelativeEmbedding
-from keras_tupe.layers.qkr_multiplicative_attention import METHODS
-from keras_tupe.layers.relative_bucket_bias import RelativeBucketBias
-from keras_tupe.layers.rotary_positional_attention import check_rotary_head_dim
+from keras_tupe.layers.schemes import (  # noqa: F401 (the two tuples are public here)
+    ABSOLUTE_CORRELATION_SCHEMES,
+    ABSOLUTE_CORRELATIONS,
+    RELATIVE_POSITION_SCHEMES,
+    RELATIVE_POSITIONS,
+    SHARED_INPUTS,
+    SHARED_TERMS,
+    block_relative_method,
+    check_content_free,
+    check_schemes,
+)
 from keras_tupe.layers.transformer_encoder_block import (
     LAYER_NORM_POSITIONS,
     TransformerEncoderBlock,
 )
 from keras_tupe.layers.untied_positional_attention import ATTENTION_IMPLEMENTATIONS
-from keras_tupe.layers.untied_positional_correlation import UntiedPositionalCorrelation
 from keras_tupe.layers.utils import check_sequence_length, clone_initializer
 from keras_tupe.models.preset_folders import (
     check_preset_folder,
@@ -27,28 +32,14 @@ from keras_tupe.models.preset_folders import (
 from keras_tupe.models.presets import PRESETS, preset_description
 
 ABSOLUTE_POSITIONS = ("none", "added")
-ABSOLUTE_CORRELATIONS = ("none", "untied", "untied_cross")
 # Beyond the papers (issue 37): ALiBi (bidirectional), RoFormer's rotary
-# embeddings, DeBERTa's disentangled attention.
+# embeddings, DeBERTa's disentangled attention. Their rows in
+# `keras_tupe.layers.schemes` say what they compose with; kept here as they were.
 BEYOND_RELATIVE_POSITIONS = ("alibi", "rotary", "disentangled")
-RELATIVE_POSITIONS = ("none", "t5_bias") + METHODS + BEYOND_RELATIVE_POSITIONS
-# The `absolute_correlation` values each of them composes with, and why not the others.
 BEYOND_CORRELATIONS = {
-    # Both are additive position-only terms (untied) or added to q/k (untied_cross).
-    "alibi": (("none", "untied", "untied_cross"), ""),
-    # The rotated content term plus an additive untied correlation is well defined;
-    # positions added to q/k before or after the rotation is not.
-    "rotary": (
-        ("none", "untied"),
-        "BERT-A^d adds position projections to the rotated queries and keys, and "
-        "neither paper says whether before or after the rotation",
-    ),
-    # DeBERTa's logits have their own position terms and scale 1/sqrt(3 d_h).
-    "disentangled": (
-        ("none",),
-        "DeBERTa's logits have position terms of their own and the scale "
-        "1/sqrt(3 d_h), which leave no place for TUPE's 1/sqrt(2 d_h) terms",
-    ),
+    name: (RELATIVE_POSITION_SCHEMES[name].composes_with or ABSOLUTE_CORRELATIONS,
+           RELATIVE_POSITION_SCHEMES[name].why_not)
+    for name in BEYOND_RELATIVE_POSITIONS
 }
 INPUT_NAMES = ("token_ids", "padding_mask", "segment_ids")
 
@@ -77,111 +68,30 @@ def _choice(name, value, choices):
         raise ValueError(f"`{name}` must be one of {choices}. Received: {name}={value!r}")
 
 
-def _check_beyond_relative_position(
-    relative_position, absolute_correlation, cls_reset_style, cls_reset,
-    hidden_dim, num_heads, max_sequence_length, max_relative_distance,
-):
-    """Refuses the combinations of "alibi" / "rotary" / "disentangled" that do not compose.
-
-    Each message names the field, the value received and the valid choices.
-    """
-    if relative_position not in BEYOND_RELATIVE_POSITIONS:
-        return
-    valid, reason = BEYOND_CORRELATIONS[relative_position]
-    if absolute_correlation not in valid:
-        raise ValueError(
-            f"relative_position={relative_position!r} does not compose with "
-            f"absolute_correlation={absolute_correlation!r}: {reason}. With "
-            f"relative_position={relative_position!r}, `absolute_correlation` must be one "
-            f"of {valid}. Received: absolute_correlation={absolute_correlation!r}"
-        )
-    if cls_reset and cls_reset_style == "fairseq":
-        raise ValueError(
-            "cls_reset_style='fairseq' reproduces the TUPE authors' code, whose reset "
-            f"lives in the untied table and the T5 buckets; it has no {relative_position!r}. "
-            "`cls_reset_style` must be 'paper' here. Received: "
-            f"cls_reset_style={cls_reset_style!r}, relative_position={relative_position!r}"
-        )
-    if relative_position == "rotary":
-        check_rotary_head_dim(hidden_dim // num_heads, hidden_dim, num_heads)
-    if relative_position == "disentangled":
-        if max_relative_distance < 2 or max_sequence_length <= max_relative_distance // 2 + 1:
-            raise ValueError(
-                "relative_position='disentangled' uses `max_relative_distance` as DeBERTa's "
-                "bucket_size k (>= 2; exact distances up to k // 2) and "
-                "`max_sequence_length` as the scale of its log buckets, which must exceed "
-                f"k // 2 + 1. Received: max_relative_distance={max_relative_distance}, "
-                f"max_sequence_length={max_sequence_length}"
-            )
-
-
 @keras.saving.register_keras_serializable(package="keras_tupe")
 class TupeBackbone(keras_hub.models.Backbone):
     """A BERT-style encoder whose positional encoding is a set of choices.
 
-    The positional encoding is four orthogonal fields, so every variant of the
-    TUPE paper (Ke et al., ICLR 2021) and of Huang et al. (Findings of EMNLP
-    2020) is a configuration (see `keras_tupe.models.presets`):
-
-    - `absolute_position`: `"added"` adds a learned position embedding to the
-      words at the input (BERT); `"none"` does not.
-    - `absolute_correlation`: `"untied"` adds TUPE's untied positional
-      correlation `LN(p)U^Q (LN(p)U^K)^T / sqrt(2 d_h)` to every layer's
-      logits and scales the content term by `1/sqrt(2 d_h)` (Eq. 7);
-      `"untied_cross"` (BERT-A^d) uses `(q_i + PQ_i)·(k_j + PK_j) / sqrt(2 d_h)`;
-      `"none"` neither.
-    - `relative_position`: `"t5_bias"` adds the T5 bucketed bias (BERT-R,
-      TUPE-R, Eq. 8); `"shaw"`, `"method1"` ... `"method4"` use per-layer
-      relative embeddings in the logits; `"none"` nothing. Beyond the two
-      papers: `"alibi"` adds ALiBi's fixed `-m_h |i - j|`
-      (`BidirectionalAlibiBias`, a position-only term like the T5 bias);
-      `"rotary"` rotates queries and keys by position (RoFormer,
-      `RotaryPositionalAttention`, even head size); `"disentangled"` is
-      DeBERTa's content-to-position and position-to-content attention with
-      log buckets and one relative table for all layers
-      (`DisentangledAttention`). ALiBi composes with every
-      `absolute_correlation` and with `cls_reset`; rotary with `"untied"`
-      (its content term then scaled by `1/sqrt(2 d_h)`); disentangled with
-      neither.
-    - `cls_reset`: replace the [CLS] row and column of the position-only term
-      by learned `θ1, θ2` (Eq. 9). Needs a position-only term (`"untied"` or
-      `"t5_bias"`). `cls_reset_style="fairseq"` resets as the TUPE authors'
-      code does instead (below).
-
-    The authors' code (github.com/guolinke/TUPE at 4c64ff7, a fairseq fork)
-    differs from the paper in ways that two more fields reproduce (the
-    `tupe_a_fairseq_*` / `tupe_r_fairseq_*` presets and
-    `keras_tupe.convert.convert_fairseq` use them):
-
-    - `cls_reset_style="fairseq"`: no learned θ. The untied table has
-      `max_sequence_length + 1` rows, position `t` uses row `t + 1`, and the
-      [CLS] row / column of the correlation become `A_00` / `A_11` of the
-      first two rows; the T5 bias gets [CLS] buckets of its own (column 0:
-      an extra bucket `num_buckets`, then row 0: `num_buckets // 2`), added
-      after the untied reset. The [CLS] logits are thus `θ + b`, not `θ`.
-    - `mask_padding_embeddings=True`: the embeddings are multiplied by 0 at
-      padded positions after the input LayerNorm (fairseq's
-      `x *= 1 - padding_mask`), which changes the outputs at padded
-      positions (never those at real tokens).
-
-    With `layer_norm_epsilon=1e-5`, `num_segments=0` and
-    `absolute_position="none"` this is the authors' model exactly.
-
-    The position-only term (untied correlation, T5 bias, reset) is computed once
-    per forward pass, `(1, h, n, n)`, and shared by all layers;
-    `positional_bias(n)` returns it for inspection.
+    Four orthogonal fields make every variant of TUPE (Ke et al., ICLR 2021)
+    and of Huang et al. (Findings of EMNLP 2020), plus ALiBi, rotary and
+    DeBERTa, a configuration (`keras_tupe.models.presets`): `absolute_position`
+    (BERT's embedding added at the input), `absolute_correlation`,
+    `relative_position` and `cls_reset` (TUPE's untied [CLS], Eq. 9). Each
+    `absolute_correlation` / `relative_position` value is one row of
+    `keras_tupe.layers.schemes`: its attention layer, the term computed once
+    per pass (`(1, h, n, n)` or projections) and shared by all layers, whether
+    it runs fused, what it composes with; the constructor refuses what the
+    rows do not allow. `docs/formulas.md` gives every formula, and the TUPE
+    authors' [CLS] reset (`cls_reset_style="fairseq"`) with
+    `mask_padding_embeddings` (their `x *= 1 - padding_mask`) reproduce their
+    code (`docs/converting-checkpoints.md`).
 
     Inputs and outputs are keras-hub's (`keras_hub.models.BertBackbone`): a
     dict of int32 `token_ids`, `padding_mask` (1 or True = token) and
     `segment_ids`, each `(batch, seq)`; out comes a dict of `sequence_output`
     `(batch, seq, d)` and `pooled_output` `(batch, d)` (tanh dense on [CLS]).
-    The TF-Hub names (`token_ids`, ..., `encoder_outputs`) exist only in
-    the exported SavedModels (`keras_tupe.export`).
-
-    `from_preset` takes a preset folder written by `save_to_preset` (config,
-    weights and, from a task or `training.pretrain`, the tokenizer), or the
-    name of a built-in architecture (`TupeBackbone.presets`), which has no
-    published weights and is freshly initialized.
+    `from_preset` takes a preset folder (`save_to_preset`) or the name of a
+    built-in architecture (`TupeBackbone.presets`, freshly initialized).
 
     Args:
         vocabulary_size: int. Size of the token vocabulary.
@@ -196,15 +106,18 @@ class TupeBackbone(keras_hub.models.Backbone):
         num_segments: int. Rows of the segment (type) embedding; `0` for none.
             Defaults to `2`.
         absolute_position: `"added"` or `"none"`. Defaults to `"added"`.
-        absolute_correlation: `"none"`, `"untied"` or `"untied_cross"`.
-            Defaults to `"none"`.
-        relative_position: `"none"`, `"t5_bias"`, `"shaw"`, `"method1"`,
-            `"method2"`, `"method3"`, `"method4"`, `"alibi"`, `"rotary"` or
-            `"disentangled"`. Defaults to `"none"`.
-        cls_reset: bool. Defaults to `False`.
+        absolute_correlation: `"none"`, `"untied"` (TUPE's untied correlation,
+            Eq. 7, content scaled by `1/sqrt(2 d_h)`) or `"untied_cross"`
+            (BERT-A^d). Defaults to `"none"`.
+        relative_position: `"none"`, `"t5_bias"` (BERT-R, TUPE-R), `"shaw"`,
+            `"method1"` ... `"method4"` (Huang), `"alibi"`, `"rotary"` or
+            `"disentangled"` (DeBERTa). Defaults to `"none"`.
+        cls_reset: bool. Replace the [CLS] row and column of the
+            position-only term by learned `θ1, θ2`; needs a position-only
+            term (`"untied"`, `"t5_bias"` or `"alibi"`). Defaults to `False`.
         cls_reset_style: `"paper"` (learned θ, Eq. 9) or `"fairseq"` (the
-            authors' code, see above); needs `cls_reset=True`. Defaults to
-            `"paper"`.
+            authors' code: reserved rows and buckets, no θ); needs
+            `cls_reset=True`. Defaults to `"paper"`.
         mask_padding_embeddings: bool. Zero the embeddings at padded positions
             after the input LayerNorm (the authors' code). Defaults to `False`.
         num_buckets: int. T5 buckets. Defaults to `32`.
@@ -228,13 +141,10 @@ class TupeBackbone(keras_hub.models.Backbone):
         activation: feed-forward activation. Defaults to `"gelu"`.
         attention_implementation: `"auto"`, `"einsum"` or `"fused"`. `"fused"`
             runs the attention through `keras.ops.dot_product_attention` (fused
-            or flash kernels on a GPU) with the position-only term as its bias;
-            it applies to BERT-A, BERT-R, TUPE-A, TUPE-R, ALiBi and rotary
-            and is refused for BERT-A^d, Shaw / methods 1-4 and
-            disentangled. `"einsum"` is the reference path;
-            `"auto"` is fused where it applies. A training call with
-            `dropout > 0` always takes the einsum path (the fused op has no
-            attention dropout). See `UntiedPositionalAttention`.
+            or flash kernels on a GPU) with the position-only term as its bias,
+            for the schemes whose row says `fusable` (not BERT-A^d, Shaw /
+            methods 1-4, disentangled); `"einsum"` is the reference path;
+            `"auto"` is fused where it applies. See `UntiedPositionalAttention`.
             Defaults to `"auto"`.
         dtype: dtype policy of the model. Defaults to the global policy.
 
@@ -279,8 +189,8 @@ class TupeBackbone(keras_hub.models.Backbone):
         **kwargs,
     ):
         _choice("absolute_position", absolute_position, ABSOLUTE_POSITIONS)
-        _choice("absolute_correlation", absolute_correlation, ABSOLUTE_CORRELATIONS)
-        _choice("relative_position", relative_position, RELATIVE_POSITIONS)
+        _choice("absolute_correlation", absolute_correlation, tuple(ABSOLUTE_CORRELATION_SCHEMES))
+        _choice("relative_position", relative_position, tuple(RELATIVE_POSITION_SCHEMES))
         _choice("attention_implementation", attention_implementation, ATTENTION_IMPLEMENTATIONS)
         _choice("cls_reset_style", cls_reset_style, CLS_RESET_STYLES)
         _choice("layer_norm_position", layer_norm_position, LAYER_NORM_POSITIONS)
@@ -301,57 +211,29 @@ class TupeBackbone(keras_hub.models.Backbone):
                 f"cls_reset_style={cls_reset_style!r} needs cls_reset=True. Received: "
                 f"cls_reset={cls_reset!r}"
             )
-        if attention_implementation == "fused" and (
-            absolute_correlation == "untied_cross"
-            or relative_position in METHODS + ("disentangled",)
-        ):
-            raise ValueError(
-                "attention_implementation='fused' applies to logits that are a scaled "
-                "dot product plus an additive positional bias (BERT-A, BERT-R, TUPE-A, "
-                "TUPE-R, ALiBi, rotary); use 'auto' or 'einsum'. Received: "
-                f"absolute_correlation={absolute_correlation!r}, "
-                f"relative_position={relative_position!r}"
-            )
         if hidden_dim % num_heads:
             raise ValueError(
                 "`hidden_dim` must be divisible by `num_heads`. Received: "
                 f"hidden_dim={hidden_dim}, num_heads={num_heads}"
             )
-        has_position_only_term = (
-            absolute_correlation == "untied" or relative_position in ("t5_bias", "alibi")
-        )
-        if cls_reset and not has_position_only_term:
-            raise ValueError(
-                "`cls_reset=True` resets the position-only correlation, which needs "
-                "absolute_correlation='untied' or relative_position in ('t5_bias', "
-                "'alibi'). Received: "
-                f"absolute_correlation={absolute_correlation!r}, "
-                f"relative_position={relative_position!r}"
-            )
-        relative_method = relative_position if relative_position in METHODS else None
-        if absolute_correlation != "none" and relative_method is not None:
-            raise ValueError(
-                "The untied correlation and the Shaw / Huang relative embeddings are "
-                "not combined by either paper; choose one. Received: "
-                f"absolute_correlation={absolute_correlation!r}, "
-                f"relative_position={relative_position!r}"
-            )
-        fairseq_reset = cls_reset and cls_reset_style == "fairseq"
         if max_relative_distance is None:
-            max_relative_distance = (
-                max_sequence_length // 2
-                if relative_position == "disentangled"
-                else max_sequence_length
-            )
-        _check_beyond_relative_position(
-            relative_position, absolute_correlation, cls_reset_style, cls_reset,
-            hidden_dim, num_heads, max_sequence_length, max_relative_distance,
-        )
-        if relative_position in ("rotary", "disentangled"):
-            relative_method = relative_position
+            divisor = RELATIVE_POSITION_SCHEMES[relative_position].distance_divisor
+            max_relative_distance = max_sequence_length // divisor
+        fairseq_reset = cls_reset and cls_reset_style == "fairseq"
         # Every weight gets its own clone (`clone_initializer`): one shared
         # unseeded initializer would give them all the same numbers.
         initializer = keras.initializers.TruncatedNormal(stddev=0.02)
+        # What the rows' shared terms and checks are built from.
+        values = dict(
+            hidden_dim=hidden_dim, num_heads=num_heads, max_sequence_length=max_sequence_length,
+            layer_norm_epsilon=layer_norm_epsilon, num_buckets=num_buckets,
+            max_distance=max_distance, max_relative_distance=max_relative_distance,
+            fairseq_reset=fairseq_reset, initializer=initializer,
+        )
+        correlation, relative = check_schemes(
+            absolute_correlation, relative_position, attention_implementation, cls_reset,
+            cls_reset_style, **values,
+        )
 
         # === Layers ===
         self.token_embedding = keras_hub.layers.ReversibleEmbedding(
@@ -384,40 +266,15 @@ class TupeBackbone(keras_hub.models.Backbone):
         self.embeddings_dropout = keras.layers.Dropout(
             dropout, dtype=dtype, name="embeddings_dropout"
         )
-        self.untied_correlation = None
-        if absolute_correlation != "none":
-            self.untied_correlation = UntiedPositionalCorrelation(
-                num_heads,
-                max_sequence_length,
-                output_mode="correlation" if absolute_correlation == "untied" else "projections",
-                layer_norm_epsilon=layer_norm_epsilon,
-                reserved_cls_rows=fairseq_reset and absolute_correlation == "untied",
-                dtype=dtype,
-                name="untied_positional_correlation",
-            )
-        self.relative_bias = None
-        if relative_position == "t5_bias":
-            self.relative_bias = RelativeBucketBias(
-                num_heads,
-                num_buckets=num_buckets,
-                max_distance=max_distance,
-                reserved_cls_buckets=fairseq_reset,
-                dtype=dtype,
-                name="relative_bucket_bias",
-            )
-        self.alibi_bias = None
-        if relative_position == "alibi":
-            self.alibi_bias = BidirectionalAlibiBias(num_heads, dtype=dtype, name="alibi_bias")
-        self.disentangled_embedding = None
-        if relative_position == "disentangled":
-            self.disentangled_embedding = DisentangledRelativeEmbedding(
-                max_relative_distance,
-                layer_norm_epsilon=layer_norm_epsilon,
-                embeddings_initializer=clone_initializer(initializer),
-                dtype=dtype,
-                name="disentangled_relative_embedding",
-            )
-        # The fairseq-style reset happens inside the two layers above.
+        # The schemes' terms computed once per pass (`untied_correlation`,
+        # `relative_bias`, `alibi_bias`, `disentangled_embedding`; `None` if unused).
+        shared = {term.attribute: None for term in SHARED_TERMS}
+        for scheme in (correlation, relative):
+            if scheme.shared_term is not None:
+                shared[scheme.shared_term.attribute] = scheme.shared_term.build(values, dtype)
+        for attribute, layer in shared.items():
+            setattr(self, attribute, layer)
+        # The fairseq-style reset happens inside the untied table and the T5 buckets.
         self.cls_reset_layer = None
         if cls_reset and not fairseq_reset:
             self.cls_reset_layer = ClsReset(num_heads, dtype=dtype, name="cls_reset")
@@ -428,8 +285,8 @@ class TupeBackbone(keras_hub.models.Backbone):
                 dropout=dropout,
                 activation=activation,
                 layer_norm_epsilon=layer_norm_epsilon,
-                untied_scaling=absolute_correlation != "none",
-                relative_method=relative_method,
+                untied_scaling=correlation.untied_scaling,
+                relative_method=block_relative_method(relative_position),
                 max_relative_distance=max_relative_distance,
                 zero_init_tables=zero_init_relative_tables,
                 attention_implementation=attention_implementation,
@@ -467,20 +324,9 @@ class TupeBackbone(keras_hub.models.Backbone):
         x = self.embeddings_dropout(self.embeddings_layer_norm(x))
         if mask_padding_embeddings:
             x = x * ops.cast(padding_mask, x.dtype)[:, :, None]  # (B, n, d)
-        bias, position_query, position_key = self._positional_terms(x)
-        # DeBERTa's relative table, LayerNorm-ed once and shared by all layers.
-        relative_embeddings = (
-            None if self.disentangled_embedding is None else self.disentangled_embedding(x)
-        )  # (1, 2k, d)
+        shared_inputs = self._positional_terms(x, (correlation, relative))
         for layer in self.transformer_layers:
-            x = layer(
-                x,
-                padding_mask=padding_mask,
-                attention_bias=bias,
-                position_query=position_query,
-                position_key=position_key,
-                relative_embeddings=relative_embeddings,
-            )
+            x = layer(x, padding_mask=padding_mask, **shared_inputs)
         if self.final_layer_norm is not None:
             x = self.final_layer_norm(x)
         pooled = self.pooled_dense(x[:, 0, :])
@@ -519,25 +365,27 @@ class TupeBackbone(keras_hub.models.Backbone):
         self.attention_implementation = attention_implementation
         self.layer_norm_position = layer_norm_position
 
-    def _positional_terms(self, x):
-        """The position-only term `(1, h, n, n)` and BERT-A^d's projections.
+    def _positional_terms(self, x, schemes):
+        """The block inputs (`SHARED_INPUTS`) the `schemes` compute once per pass.
 
-        Computed once from the embedded sequence `x` (only its length is used)
-        and shared by every layer.
+        From the embedded sequence `x` (only its length is used): the
+        position-only `attention_bias` `(1, h, n, n)` after the [CLS] reset,
+        BERT-A^d's `position_query`/`position_key` `(1, n, h, d_h)`, DeBERTa's
+        LayerNorm-ed `relative_embeddings` `(1, 2k, d)`; `None` where absent.
         """
-        bias = position_query = position_key = None
-        if self.untied_correlation is not None:
-            if self.untied_correlation.output_mode == "projections":
-                position_query, position_key = self.untied_correlation(x)
-            else:
-                bias = self.untied_correlation(x)
-        for layer in (self.relative_bias, self.alibi_bias):
-            if layer is not None:
-                relative = layer(x)  # (1, h, n, n)
-                bias = relative if bias is None else bias + relative
+        terms = dict.fromkeys(SHARED_INPUTS)
+        for scheme in schemes:
+            term = scheme.shared_term
+            if term is None:
+                continue
+            outputs = getattr(self, term.attribute)(x)
+            if len(term.outputs) == 1:
+                outputs = (outputs,)
+            for name, value in zip(term.outputs, outputs):
+                terms[name] = value if terms[name] is None else terms[name] + value
         if self.cls_reset_layer is not None:
-            bias = self.cls_reset_layer(bias)
-        return bias, position_query, position_key
+            terms["attention_bias"] = self.cls_reset_layer(terms["attention_bias"])
+        return terms
 
     @property
     def absolute_length_limit(self):
@@ -560,24 +408,9 @@ class TupeBackbone(keras_hub.models.Backbone):
         interact with the content (BERT-A, BERT-A^d, Shaw, methods 1-4, rotary,
         disentangled) have no such term.
         """
-        if self.untied_correlation is None and self.relative_bias is None and (
-            self.alibi_bias is None
-        ):
-            raise ValueError(
-                "This encoder has no content-free positional term: it needs "
-                "absolute_correlation='untied' or relative_position in ('t5_bias', "
-                "'alibi'). Received: "
-                f"absolute_correlation={self.absolute_correlation!r}, "
-                f"relative_position={self.relative_position!r}"
-            )
-        if self.absolute_correlation == "untied_cross":
-            raise ValueError(
-                "BERT-A^d (absolute_correlation='untied_cross') adds positions to the "
-                "queries and keys; its positional term mixes with the content."
-            )
+        schemes = check_content_free(self.absolute_correlation, self.relative_position)
         x = ops.zeros((1, sequence_length, self.hidden_dim), self.compute_dtype)
-        bias, _, _ = self._positional_terms(x)
-        return bias[0]
+        return self._positional_terms(x, schemes)["attention_bias"][0]
 
     def call(self, inputs, training=None, mask=None):
         self._validate_inputs(inputs)

@@ -1,0 +1,399 @@
+"""The table of positional schemes: one row per `relative_position` / `absolute_correlation`.
+
+A row says everything `TupeBackbone` and `TransformerEncoderBlock` need to know about one
+value: the attention layer of every block and which block settings it takes, the term the
+backbone computes once per forward pass and hands to every block, whether the logits can run
+through the fused `keras.ops.dot_product_attention`, what the value composes with, and whether
+its shared term is position-only (what `cls_reset` resets and `positional_bias` returns). The
+backbone and the block validate and build by looking rows up; neither names a scheme.
+
+A new encoding is one layer file and one row. The rotary scheme, for instance, is
+`rotary_positional_attention.py` plus this row of `RELATIVE_POSITION_SCHEMES`:
+
+    "rotary": PositionalScheme(
+        "rotary position embeddings of the queries and keys (RoFormer)",
+        **_dot_product_attention(RotaryPositionalAttention, inputs=()),
+        composes_with=("none", "untied"),
+        why_not="BERT-A^d adds position projections to the rotated queries and keys, ...",
+        check=_check_rotary,  # an even head size
+    ),
+
+The table lives in `layers/`, not `models/`: the block reads its attention class from the
+row, and layers never import from models.
+"""
+
+import dataclasses
+from typing import Callable, Optional
+
+import keras
+
+from keras_tupe.layers.bidirectional_alibi_bias import BidirectionalAlibiBias
+from keras_tupe.layers.disentangled_attention import DisentangledAttention, check_bucket_size
+from keras_tupe.layers.disentangled_relative_embedding import DisentangledRelativeEmbedding
+from keras_tupe.layers.qkr_multiplicative_attention import METHODS, QKRMultiplicativeAttention
+from keras_tupe.layers.relative_bucket_bias import RelativeBucketBias
+from keras_tupe.layers.rotary_positional_attention import (
+    RotaryPositionalAttention,
+    check_rotary_head_dim,
+)
+from keras_tupe.layers.untied_positional_attention import UntiedPositionalAttention
+from keras_tupe.layers.untied_positional_correlation import UntiedPositionalCorrelation
+from keras_tupe.layers.utils import clone_initializer
+
+# What the backbone computes once per pass and gives every block (its call arguments).
+SHARED_INPUTS = ("attention_bias", "position_query", "position_key", "relative_embeddings")
+
+
+@dataclasses.dataclass(frozen=True)
+class SharedTerm:
+    """A layer the backbone builds once and calls once per pass; every block gets its output.
+
+    Attributes:
+        layer: the layer class.
+        name: its layer name, the path of its weights.
+        attribute: the `TupeBackbone` attribute that holds it (`None` when unused).
+        arguments: its constructor arguments, each mapped to the backbone value it takes
+            (`num_heads`, `max_sequence_length`, `layer_norm_epsilon`, `num_buckets`,
+            `max_distance`, `max_relative_distance`, `fairseq_reset`, `initializer`).
+        fixed: constructor arguments the row sets.
+        outputs: the block call arguments (`SHARED_INPUTS`) its outputs go to; terms
+            given as `attention_bias` are summed.
+    """
+
+    layer: type
+    name: str
+    attribute: str
+    arguments: dict
+    fixed: dict = dataclasses.field(default_factory=dict)
+    outputs: tuple = ("attention_bias",)
+
+    def build(self, values, dtype):
+        """The layer, from the backbone's `values`; each initializer a fresh clone."""
+        arguments = {}
+        for argument, key in self.arguments.items():
+            value = values[key]
+            if isinstance(value, keras.initializers.Initializer):
+                # One unseeded initializer shared by two weights fills both alike.
+                value = clone_initializer(value)
+            arguments[argument] = value
+        return self.layer(**self.fixed, **arguments, dtype=dtype, name=self.name)
+
+
+@dataclasses.dataclass(frozen=True)
+class PositionalScheme:
+    """One value of `relative_position` or `absolute_correlation`.
+
+    Attributes:
+        description: what it is, in a few words (for messages and docs).
+        attention: relative rows: the attention layer of every block.
+        attention_arguments: its constructor arguments, each mapped to the
+            `TransformerEncoderBlock` attribute it takes.
+        attention_inputs: the block call arguments besides `attention_bias`
+            (`SHARED_INPUTS`) the attention takes.
+        shared_term: the `SharedTerm` the backbone computes once per pass, or `None`.
+        fusable: the logits are a scaled dot product plus an additive bias, so
+            `attention_implementation="fused"` applies.
+        position_only: the shared term depends on positions only (the [CLS] reset
+            and `TupeBackbone.positional_bias` need one).
+        composes_with: relative rows: the `absolute_correlation` values it takes
+            (`None`: all of them); `why_not` says why not the others.
+        fairseq_cls_reset: relative rows: the TUPE authors' [CLS] reset
+            (`cls_reset_style="fairseq"`) is defined with it.
+        untied_scaling: correlation rows: content logits scaled by `1/sqrt(2 d_h)`.
+        distance_divisor: relative rows: `max_relative_distance` defaults to
+            `max_sequence_length // distance_divisor`.
+        check: further checks of the backbone values (keyword arguments), raising a
+            one-line `ValueError`.
+    """
+
+    description: str
+    attention: Optional[type] = None
+    attention_arguments: dict = dataclasses.field(default_factory=dict)
+    attention_inputs: tuple = ()
+    shared_term: Optional[SharedTerm] = None
+    fusable: bool = True
+    position_only: bool = False
+    composes_with: Optional[tuple] = None
+    why_not: str = ""
+    fairseq_cls_reset: bool = False
+    untied_scaling: bool = False
+    distance_divisor: int = 1
+    check: Optional[Callable] = None
+
+    @property
+    def needed_inputs(self):
+        """The block inputs its attention cannot do without: its own shared term's."""
+        if self.shared_term is None:
+            return ()
+        return tuple(name for name in self.shared_term.outputs if name in self.attention_inputs)
+
+
+def _same(*names):
+    """Arguments that take the value of the same name: `{name: name}`."""
+    return {name: name for name in names}
+
+
+def _dot_product_attention(attention, inputs=("position_query", "position_key")):
+    """The row fields of an attention whose logits are a scaled dot product plus a bias."""
+    return dict(
+        attention=attention,
+        attention_arguments=_same("untied_scaling", "attention_implementation"),
+        attention_inputs=inputs,
+    )
+
+
+def _check_rotary(hidden_dim, num_heads, **_):
+    check_rotary_head_dim(hidden_dim // num_heads, hidden_dim, num_heads)
+
+
+def _check_disentangled(max_relative_distance, max_sequence_length, **_):
+    check_bucket_size(
+        max_relative_distance, max_sequence_length, ("max_relative_distance", "max_sequence_length")
+    )
+
+
+def _untied_correlation(output_mode, **row):
+    return SharedTerm(
+        UntiedPositionalCorrelation,
+        "untied_positional_correlation",
+        "untied_correlation",
+        {**_same("num_heads", "max_sequence_length", "layer_norm_epsilon"), **row},
+        fixed={"output_mode": output_mode},
+        outputs=("attention_bias",) if output_mode == "correlation" else (
+            "position_query", "position_key"
+        ),
+    )
+
+
+ABSOLUTE_CORRELATION_SCHEMES = {
+    "none": PositionalScheme("no absolute correlation"),
+    "untied": PositionalScheme(
+        "TUPE's untied positional correlation (TUPE Eq. 7)",
+        shared_term=_untied_correlation("correlation", reserved_cls_rows="fairseq_reset"),
+        position_only=True,
+        untied_scaling=True,
+    ),
+    "untied_cross": PositionalScheme(
+        "BERT-A^d's position projections added to the queries and keys",
+        shared_term=_untied_correlation("projections"),
+        fusable=False,
+        untied_scaling=True,
+    ),
+}
+
+_QKR_ROW = dict(
+    attention=QKRMultiplicativeAttention,
+    attention_arguments={
+        "method": "relative_method", **_same("max_relative_distance", "zero_init_tables")
+    },
+    fusable=False,
+    composes_with=("none",),
+    why_not="the untied correlation and the Shaw / Huang relative embeddings are not combined "
+    "by either paper; choose one",
+)
+
+RELATIVE_POSITION_SCHEMES = {
+    "none": PositionalScheme(
+        "no relative term", **_dot_product_attention(UntiedPositionalAttention),
+        fairseq_cls_reset=True,
+    ),
+    "t5_bias": PositionalScheme(
+        "T5's bucketed relative bias (BERT-R, TUPE-R; TUPE Eq. 8)",
+        **_dot_product_attention(UntiedPositionalAttention),
+        shared_term=SharedTerm(
+            RelativeBucketBias,
+            "relative_bucket_bias",
+            "relative_bias",
+            {
+                **_same("num_heads", "num_buckets", "max_distance"),
+                "reserved_cls_buckets": "fairseq_reset",
+            },
+        ),
+        position_only=True,
+        fairseq_cls_reset=True,
+    ),
+    **{
+        method: PositionalScheme(
+            "Shaw et al.'s relative embeddings" if method == "shaw"
+            else f"Huang et al.'s relative embeddings, {method}",
+            **_QKR_ROW,
+        )
+        for method in METHODS
+    },
+    "alibi": PositionalScheme(
+        "ALiBi's fixed linear bias, both directions (Press et al.)",
+        **_dot_product_attention(UntiedPositionalAttention),
+        shared_term=SharedTerm(
+            BidirectionalAlibiBias, "alibi_bias", "alibi_bias", _same("num_heads")
+        ),
+        position_only=True,
+    ),
+    "rotary": PositionalScheme(
+        "rotary position embeddings of the queries and keys (RoFormer)",
+        **_dot_product_attention(RotaryPositionalAttention, inputs=()),
+        # The rotated content term plus an additive untied correlation is well
+        # defined; positions added to q/k before or after the rotation is not.
+        composes_with=("none", "untied"),
+        why_not="BERT-A^d adds position projections to the rotated queries and keys, and "
+        "neither paper says whether before or after the rotation",
+        check=_check_rotary,
+    ),
+    "disentangled": PositionalScheme(
+        "DeBERTa's disentangled attention",
+        attention=DisentangledAttention,
+        attention_arguments={
+            "bucket_size": "max_relative_distance", "max_position": "max_sequence_length"
+        },
+        attention_inputs=("relative_embeddings",),
+        shared_term=SharedTerm(
+            DisentangledRelativeEmbedding,
+            "disentangled_relative_embedding",
+            "disentangled_embedding",
+            {
+                "bucket_size": "max_relative_distance",
+                "embeddings_initializer": "initializer",
+                **_same("layer_norm_epsilon"),
+            },
+            outputs=("relative_embeddings",),
+        ),
+        fusable=False,
+        composes_with=("none",),
+        why_not="DeBERTa's logits have position terms of their own and the scale "
+        "1/sqrt(3 d_h), which leave no place for TUPE's 1/sqrt(2 d_h) terms",
+        distance_divisor=2,  # DeBERTa's bucket_size 256 for 512 positions.
+        check=_check_disentangled,
+    ),
+}
+
+SCHEMES = {
+    "absolute_correlation": ABSOLUTE_CORRELATION_SCHEMES,
+    "relative_position": RELATIVE_POSITION_SCHEMES,
+}
+ABSOLUTE_CORRELATIONS = tuple(ABSOLUTE_CORRELATION_SCHEMES)
+RELATIVE_POSITIONS = tuple(RELATIVE_POSITION_SCHEMES)
+
+
+def relative_methods():
+    """The block's `relative_method` values: the relative schemes with their own attention.
+
+    `None` stands for the plain attention, whose positions come from the shared terms.
+    """
+    plain = RELATIVE_POSITION_SCHEMES["none"].attention
+    return tuple(
+        name for name, scheme in RELATIVE_POSITION_SCHEMES.items() if scheme.attention is not plain
+    )
+
+
+RELATIVE_METHODS = relative_methods()
+# Every shared term, once per backbone attribute.
+SHARED_TERMS = tuple(
+    {
+        scheme.shared_term.attribute: scheme.shared_term
+        for table in SCHEMES.values()
+        for scheme in table.values()
+        if scheme.shared_term is not None
+    }.values()
+)
+
+
+def relative_scheme(relative_method):
+    """The row of a block's `relative_method` (`None`: the plain attention)."""
+    return RELATIVE_POSITION_SCHEMES["none" if relative_method is None else relative_method]
+
+
+def block_relative_method(relative_position):
+    """The block's `relative_method` for a `relative_position` (see `RELATIVE_METHODS`)."""
+    return relative_position if relative_position in relative_methods() else None
+
+
+def _values_with(field, keep):
+    """`field='a'` or `field in ('a', 'b')`: the values of a table whose row `keep`s."""
+    names = tuple(name for name, scheme in SCHEMES[field].items() if keep(scheme))
+    return f"{field}={names[0]!r}" if len(names) == 1 else f"{field} in {names}"
+
+
+def position_only_choices():
+    """The values that give a position-only term, as a message names them."""
+    return " or ".join(_values_with(field, lambda s: s.position_only) for field in SCHEMES)
+
+
+def check_content_free(absolute_correlation, relative_position):
+    """Refuses a combination with no content-free term to return; returns the two rows.
+
+    It needs a position-only term and no shared term that mixes the positions
+    with the content (BERT-A^d's projections, DeBERTa's table).
+    """
+    schemes = (
+        ABSOLUTE_CORRELATION_SCHEMES[absolute_correlation],
+        RELATIVE_POSITION_SCHEMES[relative_position],
+    )
+    if not any(s.position_only for s in schemes) or any(_mixes(s) for s in schemes):
+        mixing = " or ".join(_values_with(field, _mixes) for field in SCHEMES)
+        raise ValueError(
+            "This encoder has no content-free positional term: it needs "
+            f"{position_only_choices()}, and not {mixing}, whose positions mix with the "
+            f"content. Received: absolute_correlation={absolute_correlation!r}, "
+            f"relative_position={relative_position!r}"
+        )
+    return schemes
+
+
+def _mixes(scheme):
+    return scheme.shared_term is not None and not scheme.position_only
+
+
+def check_fused(attention_implementation, schemes, received):
+    """Refuses `attention_implementation="fused"` unless every row in `schemes` is fusable."""
+    if attention_implementation == "fused" and not all(s.fusable for s in schemes):
+        fusable = " and ".join(_values_with(field, lambda s: s.fusable) for field in SCHEMES)
+        raise ValueError(
+            "attention_implementation='fused' applies to logits that are a scaled dot "
+            f"product plus an additive positional bias: {fusable}; use 'auto' or 'einsum' "
+            f"with the others. Received: {received}"
+        )
+
+
+def check_schemes(
+    absolute_correlation,
+    relative_position,
+    attention_implementation="auto",
+    cls_reset=False,
+    cls_reset_style="paper",
+    **values,
+):
+    """Refuses a combination the table does not allow, one line naming the valid choices.
+
+    `values` are the backbone's sizes (`hidden_dim`, `num_heads`,
+    `max_sequence_length`, `max_relative_distance`, ...) for the rows' own
+    checks. Returns the two rows, `(correlation, relative)`.
+    """
+    correlation = ABSOLUTE_CORRELATION_SCHEMES[absolute_correlation]
+    relative = RELATIVE_POSITION_SCHEMES[relative_position]
+    received = (
+        f"absolute_correlation={absolute_correlation!r}, relative_position={relative_position!r}"
+    )
+    check_fused(attention_implementation, (correlation, relative), received)
+    if cls_reset and not (correlation.position_only or relative.position_only):
+        raise ValueError(
+            "`cls_reset=True` resets the position-only correlation, which needs "
+            f"{position_only_choices()}. Received: {received}"
+        )
+    valid = relative.composes_with
+    if valid is not None and absolute_correlation not in valid:
+        raise ValueError(
+            f"relative_position={relative_position!r} does not compose with "
+            f"absolute_correlation={absolute_correlation!r}: {relative.why_not}. With "
+            f"relative_position={relative_position!r}, `absolute_correlation` must be one "
+            f"of {valid}. Received: absolute_correlation={absolute_correlation!r}"
+        )
+    if cls_reset and cls_reset_style == "fairseq" and not relative.fairseq_cls_reset:
+        raise ValueError(
+            "cls_reset_style='fairseq' reproduces the TUPE authors' code, whose reset "
+            f"lives in the untied table and the T5 buckets; it has no {relative_position!r}. "
+            "`cls_reset_style` must be 'paper' here. Received: "
+            f"cls_reset_style={cls_reset_style!r}, relative_position={relative_position!r}"
+        )
+    for scheme in (correlation, relative):
+        if scheme.check is not None:
+            scheme.check(**values)
+    return correlation, relative
