@@ -386,7 +386,8 @@ def convert_fairseq(source, out, dictionary=None, bpe_codes=None):
         tokenizer = TupeBpeTokenizer(
             vocabulary=dictionary_path, bpe_codes=os.fspath(bpe_codes), lowercase=True
         )
-        preprocessor = TupeMaskedLMPreprocessor(tokenizer, sequence_length=used["max_positions"])
+        preprocessor = TupeMaskedLMPreprocessor(tokenizer, sequence_length=used["max_positions"],
+                                                segment_ids=False)  # num_segments=0
     model = TupeMaskedLM(backbone, preprocessor=preprocessor)
     values = _weights(state, used, checkpoint_path)
     values.update(_pooler_values(used["encoder_embed_dim"]))

@@ -27,8 +27,8 @@ class TupeMaskedLMPreprocessor(TextPreprocessorMixin, keras_hub.models.MaskedLMP
     masks in Python instead, each token with probability 15% (at most
     `mask_selection_length`), not exactly `ceil(15%)`. Outputs
     `(x, y, sample_weight)`: `x` holds `token_ids`, `padding_mask`,
-    `segment_ids` and `mask_positions`, `y` the original ids at those
-    positions, `sample_weight` 1 on real slots.
+    `segment_ids` (unless `segment_ids=False`) and `mask_positions`, `y` the
+    original ids at those positions, `sample_weight` 1 on real slots.
 
     This is per-example packing, for fine-tuning an MLM on sentences; the
     pre-training corpus pipeline (`keras_tupe.data.mlm_dataset`) packs
@@ -40,6 +40,9 @@ class TupeMaskedLMPreprocessor(TextPreprocessorMixin, keras_hub.models.MaskedLMP
         mask_selection_length: int or None, slots per example. `None` (the
             default) gives `ceil(mask_selection_rate * (sequence_length - 1))`,
             so no selected token is dropped.
+        segment_ids: bool. Whether `x` holds `segment_ids`: `False` for a backbone
+            without a segment embedding (`num_segments=0`), as keras-hub's RoBERTa
+            preprocessor. Defaults to `True`; `TupeMaskedLM` sets it from its backbone.
         **kwargs: other `MaskedLMPreprocessor` arguments (`mask_selection_rate`
             0.15, `mask_token_rate` 0.8, `random_token_rate` 0.1).
     """
@@ -48,7 +51,7 @@ class TupeMaskedLMPreprocessor(TextPreprocessorMixin, keras_hub.models.MaskedLMP
     tokenizer_cls = TupeTokenizer
 
     def __init__(self, tokenizer, sequence_length=512, mask_selection_length=None,
-                 mask_selection_rate=0.15, **kwargs):
+                 mask_selection_rate=0.15, segment_ids=True, **kwargs):
         if mask_selection_length is None:
             mask_selection_length = default_mask_selection_length(
                 sequence_length, mask_selection_rate)
@@ -59,3 +62,15 @@ class TupeMaskedLMPreprocessor(TextPreprocessorMixin, keras_hub.models.MaskedLMP
             mask_selection_rate=mask_selection_rate,
             **kwargs,
         )
+        self.segment_ids = segment_ids
+
+    def call(self, x, y=None, sample_weight=None):
+        outputs = super().call(x, y, sample_weight)
+        if self.segment_ids:
+            return outputs
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(outputs)
+        x = {key: value for key, value in x.items() if key != "segment_ids"}
+        return keras.utils.pack_x_y_sample_weight(x, y, sample_weight)
+
+    def get_config(self):
+        return {**super().get_config(), "segment_ids": self.segment_ids}
