@@ -615,7 +615,7 @@ def check_readable(paths):
                 if broken:
                     raise ValueError(f"{file} did not read back whole ({broken}).")
             elif file.endswith(".h5"):
-                check_weights_file(file)
+                check_weights_file(file, read_data=True)
 
 
 def console_command(name):
