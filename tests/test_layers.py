@@ -129,3 +129,20 @@ def test_untied_correlation_refuses_longer_sequence():
     layer = layers.UntiedPositionalCorrelation(num_heads=H, max_sequence_length=5)
     with pytest.raises(ValueError, match="max_sequence_length=5.*Received: sequence length 7"):
         layer(X)
+
+
+def test_alibi_bias_stays_float32_under_float16():
+    """At 12 heads half the slopes are not powers of 2 (2^-0.5, 2^-1.5, ...).
+
+    So float16 would round `-m |i - j|` (at 6 heads every slope is a power of 2
+    and float16 is exact up to length 2048, so a check there cannot fail).
+    """
+    from tests.numpy_reference import alibi_bias
+
+    want = alibi_bias(12, 300, 300)  # float64 (h, q, k)
+    # The control: in float16 the bias is off by far more than the tolerance below.
+    assert np.max(np.abs(want.astype("float16") - want)) > 1e-2
+    for policy in ("mixed_float16", "float16"):
+        got = layers.BidirectionalAlibiBias(12, dtype=policy)(np.zeros((1, 300, 4), "float16"))
+        assert keras.backend.standardize_dtype(got.dtype) == "float32"
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(got)[0], want, rtol=0, atol=1e-4)

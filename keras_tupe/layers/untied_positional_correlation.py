@@ -33,8 +33,11 @@ class UntiedPositionalCorrelation(keras.layers.Layer):
     rows 0 and 1 (`reset_cls_from_reserved_rows`): the output is already
     [CLS]-reset, with no learned θ.
 
-    The computation runs in float32 under every dtype policy: it is tiny
-    (`n × d` rows, once per step), and the result is added to float32 logits.
+    The LayerNorm and projections follow the layer's dtype policy (so
+    `mixed_bfloat16` computes them in bfloat16, and a `DTypePolicyMap` can
+    quantize the projections); the correlation itself is taken in float32
+    from them, as keras-hub takes its softmax, because it is added to float32
+    logits. Under `float32` every number is as before.
 
     Args:
         num_heads: int. Number of attention heads; must divide the hidden size.
@@ -114,16 +117,15 @@ class UntiedPositionalCorrelation(keras.layers.Layer):
             initializer=clone_initializer(self.embeddings_initializer),
             dtype=self.variable_dtype,
         )
-        # float32 sublayers: see the class docstring.
         self.position_layer_norm = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, dtype="float32", name="position_layer_norm"
+            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="position_layer_norm"
         )
         self.position_layer_norm.build((None, hidden_dim))
         projection = dict(
             equation="nd,dhk->nhk",
             output_shape=(self.num_heads, self.head_dim),
             bias_axes="hk",
-            dtype="float32",
+            dtype=self.dtype_policy,
         )
         # U^Q and U^K each get their own draw (one shared initializer object
         # would make them equal, and the initial positional term symmetric).
@@ -146,10 +148,11 @@ class UntiedPositionalCorrelation(keras.layers.Layer):
         check_sequence_length(length, self.max_sequence_length, "untied position table")
         # The authors' table: row t + 1 for position t, rows 0 and 1 give [CLS]'s θ.
         rows = length + 1 if self.reserved_cls_rows else length
-        table = ops.cast(self.position_embeddings, "float32")[:rows]  # (n or n + 1, d)
+        table = ops.cast(self.position_embeddings, self.compute_dtype)[:rows]  # (n or n + 1, d)
         positions = self.position_layer_norm(table)
-        query = self.query_projection(positions)  # (n, h, d_h)
-        key = self.key_projection(positions)  # (n, h, d_h)
+        # In the compute dtype; up to float32 for the correlation and the outputs.
+        query = ops.cast(self.query_projection(positions), "float32")  # (n, h, d_h)
+        key = ops.cast(self.key_projection(positions), "float32")  # (n, h, d_h)
         if self.output_mode == "projections":
             return query[None], key[None]  # (1, n, h, d_h) each
         query = query * (1.0 / math.sqrt(2 * self.head_dim))
