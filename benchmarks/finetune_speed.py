@@ -23,7 +23,8 @@ steady-state `batch x length / median step` and the whole call's), and the XLA
 compilations: the HLO modules XLA compiled in that process, counted from
 `XLA_FLAGS=--xla_dump_to` (every compilation is dumped once; TensorFlow and JAX alike).
 
-Results: `OUT.json` (machine, versions, command, rows) and `OUT.md`.
+Each row runs in a fresh process (`benchmarks.harness.run_fresh`; "before" through
+`harness.library_at`). Results: `OUT.json` (machine, versions, command, rows) and `OUT.md`.
 """
 
 import argparse
@@ -32,14 +33,13 @@ import os
 import platform
 import shlex
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-DATA_DIR = REPO_ROOT.parent / "shared" / "data"
+from benchmarks import harness
+
+DATA_DIR = harness.REPO_ROOT.parent / "shared" / "data"
 MODES = ("pretrain", "finetune_128", "finetune_study")
 BATCH, LENGTH = 32, 128
 
@@ -47,6 +47,9 @@ BATCH, LENGTH = 32, 128
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="python -m benchmarks.finetune_speed", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    from training.cli import one_line_errors
+
+    one_line_errors(p)  # the parser's own errors: one line
     p.add_argument("--task", default="mrpc", help="GLUE task (default: mrpc)")
     p.add_argument("--epochs", type=int, default=1, help="fine-tuning epochs (default: 1)")
     p.add_argument("--pretrain-steps", type=int, default=None,
@@ -59,7 +62,9 @@ def parse_args(argv=None):
     p.add_argument("--before", default=None, help="git revision to compare fine-tuning with")
     p.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     p.add_argument("--out", default=None, help="write OUT.json and OUT.md")
+    # Internal: each row runs as `--worker SPEC --worker-out FILE` (harness.run_fresh).
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--worker-out", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.epochs < 1:
         p.error(f"--epochs must be >= 1. Received: {args.epochs}")
@@ -90,8 +95,6 @@ def _timed_fit(step_times):
 
 
 def worker(spec):
-    import numpy as np
-
     step_times = []
     _timed_fit(step_times)
     start = time.perf_counter()
@@ -113,37 +116,24 @@ def worker(spec):
             learning_rate=1e-4, pad_to_longest=study, pad_each_batch=study))
         steps = spec["epochs"] * -(-result["train_examples"] // BATCH)
     wall = time.perf_counter() - start
-    median = float(np.median(step_times[1:]))
+    median = harness.timing_stats([1000 * t for t in step_times[1:]])["median_ms"] / 1000
     return {"wall_seconds": wall, "steps": steps, "timed_steps": len(step_times),
             "first_step_seconds": step_times[0], "median_step_seconds": median,
             "steady_tokens_per_second": BATCH * LENGTH / median,
-            "whole_call_tokens_per_second": steps * BATCH * LENGTH / wall}
+            "whole_call_tokens_per_second": steps * BATCH * LENGTH / wall,
+            "versions": harness.versions()}
 
 
 # === Parent ===
-def _git(*args):
-    return subprocess.run(["git", *args], cwd=REPO_ROOT, check=True, capture_output=True,
-                          text=True).stdout.strip()
-
-
-def _library_of(revision, into):
-    archive = subprocess.run(["git", "archive", revision, "keras_tupe"], cwd=REPO_ROOT,
-                             check=True, capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-C", into], input=archive, check=True)
-    return into
-
-
 def _run_row(spec, library, work):
+    """One row in a fresh process with `library` (None: this checkout); XLA's dumps counted."""
     dump = tempfile.mkdtemp(dir=work, prefix="xla_")
     spec = {**spec, "scratch": tempfile.mkdtemp(dir=work, prefix="run_") + "/run"}
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([library, str(REPO_ROOT)]),
-           "XLA_FLAGS": f"--xla_dump_to={dump}", "TF_CPP_MIN_LOG_LEVEL": "3"}
-    out = subprocess.run([sys.executable, "-m", "benchmarks.finetune_speed",
-                          "--worker", json.dumps(spec)], cwd=work, env=env,
-                         capture_output=True, text=True)
-    if out.returncode:
-        raise SystemExit(f"{spec['mode']} ({spec['library']}) failed:\n{out.stderr[-3000:]}")
-    row = json.loads(out.stdout.strip().splitlines()[-1])
+    env = {"XLA_FLAGS": f"--xla_dump_to={dump}", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    row, error, _ = harness.run_fresh("benchmarks.finetune_speed",
+                                      ["--worker", json.dumps(spec)], env=env, library=library)
+    if row is None:
+        raise SystemExit(f"{spec['mode']} ({spec['library']}) failed: {error}")
     row["xla_compilations"] = sum(name.endswith(".before_optimizations.txt")
                                   for name in os.listdir(dump))
     shutil.rmtree(dump)
@@ -207,10 +197,8 @@ def _ratios(rows):
 def main(argv=None):
     args = parse_args(argv)
     if args.worker:
-        print(json.dumps(worker(json.loads(args.worker))))
+        harness.write_worker_result(args.worker_out, worker(json.loads(args.worker)))
         return 0
-    from benchmarks.encoders import machine_info
-
     work = tempfile.mkdtemp(prefix="finetune_speed_")
     started = time.time()
     try:
@@ -223,9 +211,10 @@ def main(argv=None):
         base = dict(size=args.size, vocab=vocab, init=init, task=args.task, epochs=args.epochs,
                     glue_dir=os.path.join(args.data_dir, "glue"), steps=steps,
                     corpus=os.path.join(args.data_dir, "enwiki", "train.txt"))
-        libraries = [("today", str(REPO_ROOT))]
+        libraries = [("today", None)]
         if args.before:
-            libraries.append(("before", _library_of(args.before, tempfile.mkdtemp(dir=work))))
+            libraries.append(("before", harness.library_at(args.before,
+                                                           tempfile.mkdtemp(dir=work))))
         rows = []
         for mode in args.modes:
             for name, library in (libraries[:1] if mode == "pretrain" else libraries):
@@ -236,13 +225,17 @@ def main(argv=None):
         shutil.rmtree(work, ignore_errors=True)
     command = "python -m benchmarks.finetune_speed " + shlex.join(argv if argv is not None
                                                                   else sys.argv[1:])
-    machine = machine_info()
+    machine, git = harness.machine_info(), harness.git_state()
+    versions = rows[0].pop("versions")
+    for row in rows[1:]:
+        row.pop("versions")
     report = "\n".join([
         f"# Fine-tuning against pre-training throughput ({args.size}, {args.task})", "",
         f"Command: `{command}`", "",
         f"- Machine: {machine.get('cpu_model')}, {machine.get('cpus_usable')} usable cores; "
-        f"{platform.platform()}; Python {platform.python_version()}; keras_tupe "
-        f"{_git('rev-parse', 'HEAD')}{' (dirty)' if _git('status', '--porcelain') else ''}"
+        f"{platform.platform()}; "
+        + ", ".join(f"{name} {value}" for name, value in versions.items()) + "; keras_tupe "
+        f"{git['commit']}{' (dirty)' if git['dirty'] else ''}"
         f"{f'; before = {args.before}' if args.before else ''}.",
         f"- Started {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(started))}, took "
         f"{(time.time() - started) / 60:.1f} min. Each row in a fresh process, one after another.",
@@ -255,11 +248,14 @@ def main(argv=None):
     if args.out:
         os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
         with open(args.out + ".json", "w") as f:
-            json.dump({"command": command, "machine": machine, "rows": rows}, f, indent=2)
+            json.dump({"command": command, "machine": machine, "versions": versions,
+                       "keras_tupe": git, "rows": rows}, f, indent=2)
         with open(args.out + ".md", "w") as f:
             f.write(report)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from training.cli import run  # importing `training` quiets TensorFlow's start
+
+    sys.exit(run(main))

@@ -1,5 +1,6 @@
-"""benchmarks.encoders: ratios, headline and report from known numbers; a real quick run;
-and TUPE's positional term computed once per forward pass (issue 6, item 2)."""
+"""benchmarks.harness and benchmarks.encoders: fresh processes, statistics, the "before"
+library; ratios, headline and report from known numbers; a real quick run; and TUPE's
+positional term computed once per forward pass (issue 6, item 2)."""
 
 import json
 import os
@@ -11,8 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks import encoders
-from keras_tupe import TupeBackbone
+from benchmarks import encoders, harness
+from benchmarks.encoders import cli, flops, plan, report, worker
+from keras_tupe import TupeBackbone, models
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,7 +26,9 @@ def _result(variant, seq_len, mode, xla, times, peak=100.0, round_index=0, cpu=N
         vocabulary_size=None, activation=None, status="ok", params=1000, times_ms=list(times),
         cpu_ms=list(cpu or times), cpu_utilization=0.9, compile_s=1.0, xla_effective=xla,
         peak_mb=peak, peak_abs_mb=900.0, peak_build_delta_mb=150.0,
-        memory_kind="tensorflow_allocator_cpu", order=0, **encoders.timing_stats(times),
+        memory_kind="tensorflow_allocator_cpu", order=0, **harness.timing_stats(times),
+        model_flops_per_token=encoders.variant_flops_per_token(variant, "tiny", seq_len, 2,
+                                                               training=mode == "train"),
     )
 
 
@@ -57,7 +61,7 @@ SETTINGS = dict(seq_lens=[128, 512], precisions=["float32"], modes=["train", "in
 
 
 def test_ratios_are_medians_over_the_reference_medians():
-    rows = encoders.add_ratios(encoders.merge_rounds(_synthetic_results()))
+    rows = report.add_ratios(report.merge_rounds(_synthetic_results()))
     assert len(rows) == 2 * 2 * 2 * 5
     by = {(r["variant"], r["seq_len"], r["mode"], r["xla"]): r for r in rows}
     for (_, seq_len, mode, xla), row in by.items():
@@ -71,8 +75,8 @@ def test_ratios_are_medians_over_the_reference_medians():
 
 
 def test_headline_verdicts_against_the_thresholds():
-    rows = encoders.add_ratios(encoders.merge_rounds(_synthetic_results()))
-    checks = encoders.headline(rows, SETTINGS)
+    rows = report.add_ratios(report.merge_rounds(_synthetic_results()))
+    checks = report.headline(rows, SETTINGS)
     speed = {(c["name"], c["seq_len"]): c for c in checks if c["kind"] == "speed"}
     assert set(speed) == {(f"tupe_r / {ref}", n) for ref in ("bert_a", "keras_hub_bert")
                           for n in (128, 512)}
@@ -96,10 +100,10 @@ def test_failed_measurements_are_kept_and_method3_failure_fails_the_memory_check
         for mode in ("train", "infer"):
             results.append(dict(_result("huang_m3", 512, mode, xla, [1.0]),
                                 status="out_of_memory", error="killed by signal 9"))
-    rows = encoders.add_ratios(encoders.merge_rounds(results))
+    rows = report.add_ratios(report.merge_rounds(results))
     failed = [r for r in rows if r["status"] != "ok"]
     assert len(failed) == 4 and all(r["ratio_bert_a"] is None for r in failed)
-    (memory,) = [c for c in encoders.headline(rows, SETTINGS) if c["kind"] == "memory"]
+    (memory,) = [c for c in report.headline(rows, SETTINGS) if c["kind"] == "memory"]
     assert memory["verdict"] == "FAIL" and memory["value"] is None
 
 
@@ -107,7 +111,7 @@ def test_rounds_pool_timings_and_plan_interleaves_variants():
     settings = dict(SETTINGS, size="tiny", batch_size=2, repeats=5, warmup=1, rounds=2,
                     vocabulary_size=None, activation=None, modes=["train"], xla=[True],
                     variants=["bert_a", "tupe_r", "keras_hub_bert"])
-    jobs = encoders.plan_jobs(settings)
+    jobs = plan.plan_jobs(settings)
     assert len(jobs) == 2 * 2 * 3
     assert [j["repeats"] for j in jobs] == [3] * 6 + [2] * 6
     # Variants inner, configurations outer; the second round is rotated by one.
@@ -116,23 +120,23 @@ def test_rounds_pool_timings_and_plan_interleaves_variants():
     assert [j["variant"] for j in jobs[6:9]] == ["tupe_r", "keras_hub_bert", "bert_a"]
     results = [_result("bert_a", 128, "train", True, [1.0, 2.0, 3.0], round_index=0),
                _result("bert_a", 128, "train", True, [10.0, 20.0], round_index=1, peak=300.0)]
-    (row,) = encoders.merge_rounds(results)
+    (row,) = report.merge_rounds(results)
     assert row["times_ms"] == [1.0, 2.0, 3.0, 10.0, 20.0] and row["median_ms"] == 3.0
     assert (row["rounds"], row["peak_mb"]) == (2, 300.0)
 
 
 def test_markdown_has_every_variant_in_every_table():
-    rows = encoders.add_ratios(encoders.merge_rounds(_synthetic_results()))
-    report = dict(
+    rows = report.add_ratios(report.merge_rounds(_synthetic_results()))
+    summary = dict(
         command="python -m benchmarks.encoders", started="now", duration_s=60.0,
         machine=dict(platform="Linux", cpu_model="CPU", cpu_count=2, memory_total_gb=8,
                      gpus=[]),
         versions=dict(python="3.11", keras="3", keras_tupe=dict(commit="abc", dirty=False)),
         settings=dict(SETTINGS, size="tiny", backend="tensorflow", device="cpu", batch_size=2,
                       repeats=3, warmup=0, rounds=1),
-        notes=["Mixed precision skipped."], rows=rows, headline=encoders.headline(rows, SETTINGS),
+        notes=["Mixed precision skipped."], rows=rows, headline=report.headline(rows, SETTINGS),
     )
-    text = encoders.render_markdown(report)
+    text = report.render_markdown(summary)
     tables = text.split("\n### ")[1:]
     assert len(tables) == 8
     for table in tables:
@@ -259,29 +263,153 @@ def test_model_flops_against_a_hand_count():
 
 
 def test_throughput_mfu_and_gpu_targets():
-    rows = encoders.add_ratios(encoders.merge_rounds(_synthetic_results()))
+    rows = report.add_ratios(report.merge_rounds(_synthetic_results()))
     gpus = [dict(name="NVIDIA H100 80GB HBM3", compute_capability="9.0")]
-    encoders.add_throughput(rows, SETTINGS, gpus)
+    flops.add_throughput(rows, gpus)
     row = next(r for r in rows if r["variant"] == "bert_a" and r["seq_len"] == 512
                and r["mode"] == "train" and r["xla"])
     assert row["tokens_per_s"] == pytest.approx(2 * 512 / 0.010)
+    # The FLOPs the worker recorded for the row, kept through merge_rounds.
+    per_token = encoders.variant_flops_per_token("bert_a", "tiny", 512, 2)
+    assert row["model_flops_per_step"] == per_token * 2 * 512
+    assert row["model_tflops_per_s"] == pytest.approx(per_token * 2 * 512 / 0.010 / 1e12)
     assert row["mfu"] is None and row["peak_tflops_source"].startswith("n/a: no float32")
-    assert encoders.peak_tflops(None, gpus, "mixed_bfloat16")[0] == 989.4
-    assert encoders.peak_tflops(None, [dict(name="NVIDIA A100-SXM4-40GB")],
+    assert flops.peak_tflops(None, gpus, "mixed_bfloat16")[0] == 989.4
+    assert flops.peak_tflops(None, gpus, "bfloat16")[0] == 989.4  # the same tensor cores
+    assert flops.peak_tflops(None, [dict(name="NVIDIA A100-SXM4-40GB")],
                                 "mixed_bfloat16")[0] == 312.0
-    assert encoders.peak_tflops(None, [], "mixed_bfloat16")[0] is None
-    encoders.add_throughput(rows, SETTINGS, [], override=2.0)
+    assert flops.peak_tflops(None, [], "mixed_bfloat16")[0] is None
+    flops.add_throughput(rows, [], override=2.0)
     assert row["mfu"] == pytest.approx(row["model_tflops_per_s"] / 2.0)
-    targets = encoders.gpu_targets(rows, SETTINGS)  # tiny, float32: none measured
+    targets = report.gpu_targets(rows, SETTINGS)  # tiny, float32: none measured
     assert [c["verdict"] for c in targets] == ["n/a (not measured)"] * 4
     base = []
     for r in rows:
         if r["seq_len"] == 512 and r["mode"] == "train" and r["xla"]:
             base.append(dict(r, size="base", precision="mixed_bfloat16", mfu=0.5,
                              model_tflops_per_s=500.0, peak_tflops=1000.0))
-    targets = {c["name"]: c for c in encoders.gpu_targets(base, SETTINGS)}
+    targets = {c["name"]: c for c in report.gpu_targets(base, SETTINGS)}
     assert targets["tupe_r / bert_a step time"]["value"] == pytest.approx(1.04)
     assert targets["tupe_r / bert_a step time"]["verdict"] == "PASS"
     assert targets["tupe_r / keras_hub_bert step time"]["verdict"] == "FAIL"  # 1.3 > 1.0
     assert targets["bert_a MFU"]["verdict"] == "PASS"
     assert targets["huang_m4 / bert_a step time"]["value"] == pytest.approx(0.5)
+
+
+# --- benchmarks.harness --------------------------------------------------------------------
+
+WORKER = """
+import json, os, sys, time
+out = sys.argv[sys.argv.index("--worker-out") + 1]
+what = sys.argv[1]
+if what == "ok":
+    json.dump({"cwd": os.getcwd(), "files": os.listdir("."), "argv": sys.argv[1:-2],
+               "env": os.environ.get("BENCH_TEST")}, open(out, "w"))
+elif what == "exit":
+    sys.exit("first line\\nthe reason")
+elif what == "kill":
+    os.kill(os.getpid(), 9)
+else:
+    time.sleep(30)
+"""
+
+
+def test_run_fresh_returns_the_workers_result_and_names_each_failure(tmp_path):
+    (tmp_path / "fake_worker.py").write_text(WORKER)
+    result, error, wall = harness.run_fresh("fake_worker", ["ok", "x"], env={"BENCH_TEST": "1"},
+                                            library=tmp_path)
+    assert error is None and wall > 0
+    # In an empty folder of its own (the result file appears only when it writes it).
+    assert result["files"] == [] and result["cwd"] != str(tmp_path)
+    assert (result["argv"], result["env"]) == (["ok", "x"], "1")
+    assert not Path(result["cwd"]).exists()  # removed afterwards
+    result, error, _ = harness.run_fresh("fake_worker", ["exit"], library=tmp_path)
+    assert result is None and error == "exit status 1: first line | the reason"
+    result, error, _ = harness.run_fresh("fake_worker", ["kill"], library=tmp_path)
+    assert result is None and error.startswith("killed by signal 9 (out of memory?)")
+    result, error, _ = harness.run_fresh("fake_worker", ["sleep"], timeout=1, library=tmp_path)
+    assert result is None and error == "timed out after 1 s"
+
+
+def test_library_at_a_revision_comes_first_in_the_fresh_process(tmp_path):
+    """The "before" of before/after: that revision's keras_tupe, this checkout's benchmarks."""
+    library = harness.library_at("HEAD", tmp_path / "before")
+    (tmp_path / "before" / "where.py").write_text(
+        "import importlib.util, json, sys\n"
+        "out = sys.argv[sys.argv.index('--worker-out') + 1]\n"
+        "json.dump({name: importlib.util.find_spec(name).origin\n"
+        "           for name in ('keras_tupe', 'benchmarks')}, open(out, 'w'))\n")
+    origins, error, _ = harness.run_fresh("where", [], library=library)
+    assert error is None
+    assert origins["keras_tupe"] == str(tmp_path / "before" / "keras_tupe" / "__init__.py")
+    assert origins["benchmarks"] == str(REPO_ROOT / "benchmarks" / "__init__.py")
+    committed = subprocess.run(["git", "show", "HEAD:keras_tupe/__init__.py"], cwd=REPO_ROOT,
+                               capture_output=True, text=True, check=True).stdout
+    assert Path(origins["keras_tupe"]).read_text() == committed
+
+
+def test_timing_stats_are_numpys_quantiles():
+    rng = np.random.default_rng(0)
+    for n in (1, 2, 5, 10, 11):
+        times = list(rng.uniform(1, 100, n))
+        stats = harness.timing_stats(times)
+        q1, median, q3 = np.percentile(times, [25, 50, 75])
+        assert (stats["q1_ms"], stats["median_ms"], stats["q3_ms"]) == pytest.approx(
+            (q1, median, q3))
+        assert stats["iqr_ms"] == pytest.approx(q3 - q1)
+        assert (stats["min_ms"], stats["max_ms"], stats["repeats"]) == (min(times), max(times), n)
+
+
+def test_the_benchmarks_parent_imports_no_framework():
+    script = ("import sys\n"
+              "import benchmarks.finetune_speed, benchmarks.harness\n"
+              "from benchmarks.encoders import cli, flops, plan, report, worker\n"
+              "print(sorted({'keras', 'tensorflow', 'jax', 'keras_tupe'} & set(sys.modules)))\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=60, check=True)
+    assert done.stdout == "[]\n"
+
+
+# --- benchmarks.encoders: names from keras_tupe -------------------------------------------
+
+PROBE = dict(backend="tensorflow", gpus=[], fast_mixed_precisions=[], cpu_low_precision_flags="",
+             keras_hub=True, keras_hub_error=None, preset_variants=list(models.VARIANTS),
+             preset_sizes=list(models.SIZES))
+
+
+def test_variants_and_sizes_are_the_presets_with_no_copy():
+    settings, _, _ = cli.resolve_settings(cli.parse_args(["--quick"]), PROBE)
+    assert settings["variants"] == [*models.VARIANTS, "keras_hub_bert"]
+    assert settings["size"] == "tiny"
+    probe = dict(PROBE, preset_variants=["bert_a", "new_one"])  # a variant added to the presets
+    settings, _, _ = cli.resolve_settings(cli.parse_args(["--variants", "new_one"]), probe)
+    assert settings["variants"] == ["new_one"]
+    with pytest.raises(ValueError, match=r"--variants takes \['bert_a', 'new_one', "
+                                         r"'keras_hub_bert'\]. Received: \['tupe_r'\]"):
+        cli.resolve_settings(cli.parse_args(["--variants", "bert_a", "tupe_r"]), probe)
+    with pytest.raises(ValueError, match=r"--size takes .*Received: 'huge'"):
+        cli.resolve_settings(cli.parse_args(["--size", "huge"]), PROBE)
+
+
+def test_the_gpu_stage_command_parses():
+    """experiments/stages.json runs this command on a GPU machine (stage S2)."""
+    stages = json.loads((REPO_ROOT / "experiments" / "stages.json").read_text())
+    command = next(stage["command"] for stage in stages["stages"].values()
+                   if stage.get("command", [None])[0] == "benchmarks.encoders")
+    settings, _, _ = cli.resolve_settings(cli.parse_args(command[1:]),
+                                          dict(PROBE, gpus=[dict(name="NVIDIA H100")]))
+    assert (settings["size"], settings["seq_lens"]) == ("base", [128, 512])
+    assert settings["precisions"] == ["bfloat16"]
+
+
+def test_fused_attention_where_the_schemes_table_says_fusable():
+    fused = {variant for variant in models.VARIANTS
+             if worker.attention_choice(variant, True, "infer", 0.0, False)[0] == "fused"}
+    # Rotary and ALiBi are a dot product plus a bias: fused, like BERT and TUPE.
+    assert fused == set(models.VARIANTS) - {"bert_a_d", "shaw", "huang_m1", "huang_m2",
+                                            "huang_m3", "huang_m4", "deberta"}
+    assert worker.attention_choice("rope", True, "train", 0.1, True) == ("fused", "einsum", False)
+    assert worker.attention_choice("rope", True, "train", 0.0, True) == ("fused", "fused",
+                                                                          "backend")
+    assert worker.attention_choice("rope", False, "infer", 0.0, True)[0] == "einsum"
+

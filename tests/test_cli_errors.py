@@ -30,8 +30,8 @@ The inputs at the edges (issue 38), each with its test here (all fail on the cod
 - a preset `config.json` with `num_heads: 0` (was a ZeroDivisionError):
   `test_a_preset_config_with_zero_heads_is_named`
 - a corpus on one enormous line: `test_one_enormous_line_is_read_in_bounded_pieces`,
-  `test_the_pieces_of_a_line_pack_as_the_whole_line` (slow); the peak memory:
-  `python -m benchmarks.edge_memory` (benchmarks/README.md)
+  `test_the_pieces_of_a_line_pack_as_the_whole_line` (slow); the peak memory: the retired
+  `benchmarks.edge_memory` (docs/benchmarks.md, "Retired benchmarks")
 """
 
 import json
@@ -88,8 +88,7 @@ def test_traceback_flag_shows_user_errors_raw():
 ENTRY_POINTS = ["training.pretrain", "training.finetune_glue", "training.finetune_squad",
                 "training.export", "training.predict", "training.presets", "training.demo",
                 "training.plot_metrics", "training.shard_corpus", "experiments.run",
-                "benchmarks.encoders", "benchmarks.shard_loader", "benchmarks.method3_memory",
-                "benchmarks.edge_memory"]
+                "benchmarks.encoders", "benchmarks.finetune_speed"]
 
 
 @pytest.mark.parametrize("module", ENTRY_POINTS)
@@ -456,22 +455,12 @@ def test_experiments_run_names_an_unknown_study_and_the_choices(tmp_path, capsys
     assert list(tmp_path.iterdir()) == []
 
 
-def test_shard_loader_benchmark_names_a_folder_that_is_not_shards(tmp_path, capsys):
-    from benchmarks import shard_loader
-
-    code, out, err = run_main(lambda argv: cli.run(shard_loader.main, argv),
-                              ["--shards", str(tmp_path)], capsys)
-    assert code == 2 and out == ""
-    assert err.startswith(f"error: --shards {tmp_path} has no manifest.json")
-    assert len(err.splitlines()) == 1
-
-
 @pytest.mark.parametrize("module,argv,message", [
     ("benchmarks.encoders", ["--batch-size", "0"], "error: --batch-size must be >= 1. "
      "Received: 0 (`python -m benchmarks.encoders --help` lists the flags)"),
-    pytest.param("benchmarks.method3_memory", ["--seq-len", "many"],
-                 "error: argument --seq-len: invalid int value: 'many' (`python -m "
-                 "benchmarks.method3_memory --help` lists the flags)",
+    pytest.param("benchmarks.finetune_speed", ["--epochs", "many"],
+                 "error: argument --epochs: invalid int value: 'many' (`python -m "
+                 "benchmarks.finetune_speed --help` lists the flags)",
                  marks=pytest.mark.slow),  # imports TensorFlow (its quiet start): ~15 s
 ])
 def test_benchmark_entry_points_exit_2_and_the_encoders_parent_imports_no_framework(

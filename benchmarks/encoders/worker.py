@@ -1,0 +1,377 @@
+"""One measurement (or one --interleave group) in its fresh process: build, compile, time.
+
+The parent runs `python -m benchmarks.encoders --worker JOBS --worker-out FILE`
+(`plan.run_group`) and `--probe` (`plan.probe_backend`); this module is what
+those run. It is the only part of the benchmark that imports a framework.
+"""
+
+import json
+import statistics
+import time
+import traceback
+
+from benchmarks import harness
+from benchmarks.encoders.flops import variant_flops_per_token
+from benchmarks.encoders.plan import KERAS_HUB_BERT
+
+# Pre-training optimizer (TUPE Table 1); the schedule is far from its end.
+LEARNING_RATE, TOTAL_STEPS, WARMUP_STEPS = 1e-4, 1_000_000, 10_000
+INPUT_NAMES = ("token_ids", "padding_mask", "segment_ids")
+
+
+# === Backend ===
+def probe():
+    """Backend, versions and accelerators, for the parent's defaults and header."""
+    import keras
+
+    from keras_tupe.models.presets import SIZES, VARIANTS
+
+    backend = keras.backend.backend()
+    gpus = []
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        for device in tf.config.list_physical_devices("GPU"):
+            details = tf.config.experimental.get_device_details(device)
+            capability = details.get("compute_capability")
+            gpus.append(dict(name=details.get("device_name", device.name),
+                             compute_capability=(".".join(map(str, capability))
+                                                 if capability else None)))
+    elif backend == "jax":
+        import jax
+
+        for device in jax.devices():
+            if device.platform == "gpu":
+                gpus.append(dict(name=device.device_kind,
+                                 compute_capability=getattr(device, "compute_capability", None)))
+    elif backend == "torch":
+        import torch
+
+        for i in range(torch.cuda.device_count()):
+            major, minor = torch.cuda.get_device_capability(i)
+            gpus.append(dict(name=torch.cuda.get_device_name(i),
+                             compute_capability=f"{major}.{minor}"))
+    fast = []
+    if gpus:
+        try:
+            capability = float(gpus[0]["compute_capability"])
+        except (TypeError, ValueError):
+            capability = 8.0  # unknown: assume a recent GPU
+        fast = [p for p, need in (("mixed_bfloat16", 8.0), ("mixed_float16", 7.0))
+                if capability >= need]
+    keras_hub_ok, keras_hub_error = True, None
+    try:
+        import keras_hub  # noqa: F401
+    except Exception as error:  # noqa: BLE001
+        keras_hub_ok, keras_hub_error = False, f"{type(error).__name__}: {error}"
+    return dict(backend=backend, gpus=gpus, fast_mixed_precisions=fast,
+                cpu_low_precision_flags=harness.low_precision_cpu_flags(),
+                versions=harness.versions(), keras_hub=keras_hub_ok,
+                keras_hub_error=keras_hub_error, preset_variants=list(VARIANTS),
+                preset_sizes=list(SIZES))
+
+
+def _on_gpu():
+    import keras
+
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+
+        return jax.devices()[0].platform == "gpu"
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return bool(tf.config.list_physical_devices("GPU"))
+    if backend == "torch":
+        import torch
+
+        return torch.cuda.is_available()
+    return False
+
+
+# === The model and its step ===
+def attention_choice(variant, flash, mode, dropout, on_gpu):
+    """What `--flash` sets and what the attention then runs, for one measurement.
+
+    Returns `attention_implementation` (the keras_tupe setting; keras_hub_bert:
+    Keras's `MultiHeadAttention`), `attention_path` (what a step runs) and
+    `flash_attention` (what `keras.ops.dot_product_attention` is asked: never
+    True on a CPU, where the flash kernels do not exist; "backend" where the
+    backend chooses). keras_tupe's "fused" applies where every positional scheme
+    of the variant is `fusable` in `keras_tupe.layers.schemes` (a scaled dot
+    product plus a bias: not BERT-A^d, Shaw, methods 1-4 or DeBERTa, which run
+    "einsum"); both fused paths (keras_tupe's and keras-hub's, i.e. Keras's
+    MultiHeadAttention) fall back to einsums while attention dropout is active.
+    """
+    if variant == KERAS_HUB_BERT:
+        implementation = "keras MultiHeadAttention"
+        # Keras's MultiHeadAttention calls dot_product_attention whenever its
+        # dropout is 0, even in inference (it checks the rate, not `training`).
+        fused = dropout == 0
+        flash_attention = bool(flash and on_gpu and fused)
+        return implementation, "dot_product_attention" if fused else "einsum", flash_attention
+    from keras_tupe.layers.schemes import SCHEMES
+    from keras_tupe.models.presets import VARIANTS
+
+    fields = VARIANTS[variant]
+    applies = all(rows[fields.get(field, "none")].fusable for field, rows in SCHEMES.items())
+    implementation = "fused" if flash and applies else "einsum"
+    fused = implementation == "fused" and not (mode == "train" and dropout > 0)
+    # keras_tupe passes flash_attention=None: the backend picks a flash kernel on a GPU.
+    return implementation, "fused" if fused else "einsum", "backend" if fused and on_gpu else False
+
+
+def build_encoder(variant, size, vocabulary_size=None, activation=None,
+                  attention_implementation=None, dropout=None):
+    """The backbone and a function mapping TF-Hub-named inputs to its inputs.
+
+    keras-hub's BERT gets every size field of `bert_a_<size>`, read from the
+    built keras_tupe config so both always agree.
+    """
+    from keras_tupe import TupeBackbone
+
+    overrides = {}
+    if vocabulary_size:
+        overrides["vocabulary_size"] = vocabulary_size
+    if dropout is not None:
+        overrides["dropout"] = dropout
+    if variant != KERAS_HUB_BERT:
+        if activation:
+            overrides["activation"] = activation
+        if attention_implementation:  # keras_hub_bert: set by keras.config (_set_attention)
+            overrides["attention_implementation"] = attention_implementation
+        backbone = TupeBackbone.from_preset(f"{variant}_{size}", **overrides)
+        return backbone, (lambda inputs: inputs), backbone.activation
+    import keras_hub
+
+    from keras_tupe.models.conversion import keras_hub_inputs
+
+    reference = TupeBackbone.from_preset(f"bert_a_{size}", **overrides)
+    config = reference.get_config()
+    del reference
+    backbone = keras_hub.models.BertBackbone(
+        vocabulary_size=config["vocabulary_size"],
+        num_layers=config["num_layers"],
+        num_heads=config["num_heads"],
+        hidden_dim=config["hidden_dim"],
+        intermediate_dim=config["intermediate_dim"],
+        dropout=config["dropout"],
+        max_sequence_length=config["max_sequence_length"],
+        num_segments=config["num_segments"],
+    )
+    return backbone, keras_hub_inputs, "gelu_approximate"
+
+
+def _score_loss(y_true, y_pred):
+    """The model's output is already the per-example loss."""
+    del y_true
+    return y_pred
+
+
+def build_benchmark_model(job):
+    """(model, step function, parameter count, activation) for one measurement."""
+    import keras
+    import numpy as np
+    from keras import ops
+
+    from keras_tupe.optimization import create_optimizer
+
+    backbone, adapt, activation = build_encoder(
+        job["variant"], job["size"], job["vocabulary_size"], job["activation"],
+        job.get("attention_implementation"), job.get("dropout"),
+    )
+    n = job["seq_len"]
+    inputs = {name: keras.Input(shape=(n,), dtype="int32", name=name) for name in INPUT_NAMES}
+    outputs = backbone(adapt(inputs))
+    sequence, pooled = outputs["sequence_output"], outputs["pooled_output"]
+    rng = np.random.default_rng(0)
+    batch = job["batch_size"]
+    data = {
+        "token_ids": rng.integers(1, backbone.vocabulary_size, (batch, n)).astype("int32"),
+        "padding_mask": np.ones((batch, n), "int32"),
+        "segment_ids": (np.arange(n)[None, :] >= n // 2).repeat(batch, 0).astype("int32"),
+    }
+    x = {name: ops.convert_to_tensor(value) for name, value in data.items()}
+    if job["mode"] == "train":
+        # Every output position reaches the loss, so XLA can prune nothing.
+        square_mean = keras.layers.Lambda(
+            lambda t: ops.mean(ops.square(ops.cast(t[0], "float32")), axis=(1, 2))
+            + ops.mean(ops.square(ops.cast(t[1], "float32")), axis=1),
+            dtype="float32", name="score",
+        )
+        model = keras.Model(inputs, square_mean([sequence, pooled]))
+        optimizer = create_optimizer(model, LEARNING_RATE, TOTAL_STEPS, WARMUP_STEPS)
+        model.compile(optimizer=optimizer, loss=_score_loss, jit_compile=job["xla"])
+        y = ops.convert_to_tensor(np.zeros((batch,), "float32"))
+
+        def step():
+            return model.train_on_batch(x, y)
+    else:
+        model = keras.Model(inputs, {"sequence_output": sequence, "pooled_output": pooled})
+        model.compile(jit_compile=job["xla"])
+
+        def step():
+            return model.predict_on_batch(x)
+    return model, step, backbone.count_params(), activation
+
+
+# === Measuring ===
+def _failure(job, error):
+    lines = traceback.format_exc().strip().splitlines()
+    kind = "out_of_memory" if "ResourceExhausted" in type(error).__name__ or (
+        "out of memory" in str(error).lower()) else "failed"
+    return dict(job, status=kind, error=f"{type(error).__name__}: {str(error)[:400]}",
+                traceback=lines[-12:])
+
+
+def _new_result(job, backend, **fields):
+    """The result of `job` before it runs: its model FLOPs, the machine's load, no times."""
+    flops = variant_flops_per_token(job["variant"], job["size"], job["seq_len"],
+                                    job["batch_size"], training=job["mode"] == "train")
+    return dict(job, status="ok", backend=backend, model_flops_per_token=flops,
+                load_average_start=harness.load_average(), cpu_ms=[], **fields)
+
+
+def _timed(step, result):
+    """Times one call; returns wall ms and appends the call's CPU ms to `result`."""
+    cpu = harness.process_cpu_s()
+    start = time.perf_counter()
+    step()  # returns host values (loss or outputs as NumPy): the step has finished
+    elapsed = time.perf_counter() - start
+    result["cpu_ms"].append((harness.process_cpu_s() - cpu) * 1000)
+    return elapsed * 1000
+
+
+def _finish_timing(result, times, cpu_count):
+    result["times_ms"] = times
+    result.update(harness.timing_stats(times))
+    # Busy fraction of the usable cores during the timed steps: lower than the
+    # same model's usual value means other processes took the CPU.
+    result["cpu_median_ms"] = statistics.median(result["cpu_ms"])
+    result["cpu_utilization"] = sum(result["cpu_ms"]) / (sum(times) * cpu_count)
+
+
+def _set_attention(job):
+    """Fills the job's attention fields (see `attention_choice`) and Keras's flash flag."""
+    import keras
+
+    dropout = 0.1 if job.get("dropout") is None else job["dropout"]  # the presets' dropout
+    implementation, path, flash_attention = attention_choice(
+        job["variant"], job.get("flash", False), job["mode"], dropout, _on_gpu())
+    job.update(attention_implementation=implementation, attention_path=path,
+               flash_attention=flash_attention)
+    if flash_attention is True:
+        keras.config.enable_flash_attention()
+    else:
+        keras.config.disable_flash_attention()
+    return job
+
+
+def worker(job):
+    """One measurement alone in this process: builds, compiles, warms up, times, memory."""
+    import keras
+
+    keras.config.set_dtype_policy(job["precision"])
+    job = _set_attention(dict(job))
+    keras.utils.set_random_seed(0)
+    backend = keras.backend.backend()
+    cpus = harness.usable_cpus()
+    result = _new_result(job, backend)
+    allocator = harness.AllocatorMemory.for_backend(backend)
+    model, step, params, activation = build_benchmark_model(job)
+    result.update(params=params, activation=activation)
+    result["rss_after_build_mb"] = harness.current_rss_mb()
+    start = time.perf_counter()
+    step()  # trace + compile + first run (builds the optimizer state too)
+    result["compile_s"] = time.perf_counter() - start
+    result["xla_effective"] = bool(model.jit_compile)
+    if allocator:
+        result["allocated_after_compile_mb"] = allocator.mark()
+    for _ in range(job["warmup"]):
+        step()
+    times = [_timed(step, result) for _ in range(job["repeats"])]
+    _finish_timing(result, times, cpus)
+    result["load_average_end"] = harness.load_average()
+    # peak_mb ("step Δ"): the allocator's peak during the steps above what stays
+    # allocated (weights, optimizer state): activations, gradients, temporaries.
+    # peak_build_delta_mb: the process's whole-life peak RSS above the RSS after
+    # the build (adds the optimizer state, the compiler's memory and what the
+    # allocators keep); peak_abs_mb: the whole-life peak RSS.
+    result["peak_abs_mb"] = harness.maxrss_mb()
+    base = result["rss_after_build_mb"]
+    result["peak_build_delta_mb"] = None if base is None else result["peak_abs_mb"] - base
+    if allocator:
+        result["memory_kind"] = allocator.kind
+        result["peak_mb"] = allocator.peak_above_mark_mb()
+        result["allocator_peak_mb"] = allocator.peak_mb()
+    else:  # no allocator statistics (e.g. JAX on a CPU): the RSS figure
+        result["memory_kind"] = "process_rss"
+        result["peak_mb"] = result["peak_build_delta_mb"]
+    return result
+
+
+def worker_interleaved(jobs):
+    """The variants of one configuration in this process, their steps alternating.
+
+    Every model is built and compiled first; then each warm-up and timed
+    repeat runs one step of every model, the order rotated by one each
+    repeat, so a change in the machine's load hits all of them alike. Memory
+    is not measured (the models share the process).
+    """
+    import keras
+
+    keras.config.set_dtype_policy(jobs[0]["precision"])
+    backend = keras.backend.backend()
+    cpus = harness.usable_cpus()
+    results, steps = [], []
+    for job in jobs:
+        keras.utils.set_random_seed(0)
+        job = _set_attention(dict(job))
+        result = _new_result(job, backend, memory_kind="not measured (--interleave)",
+                             peak_mb=None)
+        try:
+            model, step, params, activation = build_benchmark_model(job)
+            result.update(params=params, activation=activation)
+            start = time.perf_counter()
+            step()
+            result["compile_s"] = time.perf_counter() - start
+            result["xla_effective"] = bool(model.jit_compile)
+        except Exception as error:  # noqa: BLE001 (recorded, the others go on)
+            result, step = _failure(job, error), None
+        results.append(result)
+        steps.append(step)
+    live = [i for i, step in enumerate(steps) if step is not None]
+    times = {i: [] for i in live}
+    for repeat in range(-jobs[0]["warmup"], jobs[0]["repeats"]):
+        shift = repeat % len(live) if live else 0
+        for i in live[shift:] + live[:shift]:
+            try:
+                if repeat < 0:
+                    steps[i]()
+                else:
+                    times[i].append(_timed(steps[i], results[i]))
+            except Exception as error:  # noqa: BLE001
+                results[i], steps[i] = _failure(jobs[i], error), None
+        live = [i for i in live if steps[i] is not None]
+    for i in live:
+        _finish_timing(results[i], times[i], cpus)
+        results[i]["load_average_end"] = harness.load_average()
+    return results
+
+
+def worker_main(args):
+    out = args.worker_out
+    if args.probe:
+        harness.write_worker_result(out, probe())
+        return 0
+    jobs = json.loads(args.worker)
+    if len(jobs) > 1:
+        results = worker_interleaved(jobs)
+    else:
+        try:
+            results = [worker(jobs[0])]
+        except Exception as error:  # noqa: BLE001 (recorded in the results, not raised)
+            results = [_failure(jobs[0], error)]
+    harness.write_worker_result(out, results)
+    return 0
