@@ -9,6 +9,12 @@ of the BERT-A run of the same seed (same data order and masks), as a step, as a 
 BERT-A's steps, as a share of BERT-A's training FLOPs (a TUPE-A step costs more:
 `benchmarks.encoders.variant_flops_per_token`), and as a share of BERT-A's measured wall
 time. Like every report, it reads the committed records alone.
+
+The plateau control (issue 48 item 3): at the swept setting (peak LR 1e-3, 20% warm-up,
+2,000 steps), does a pre-LN BERT-A get below the unigram plateau (`PLATEAU_LOSS`) as TUPE-A
+does and post-LN BERT-A does not? For each run of `PLATEAU_RUNS` with a record: its first
+evaluation below `PLATEAU_LOSS`, and its loss at steps 1,000 and 2,000; written with its figure
+to `docs/results/plateau_control.{md,png}`.
 """
 
 import argparse
@@ -24,6 +30,19 @@ CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
 # `references` name the base (`replicates.seed_groups` puts the three together).
 T2_REPLICATES = ("long_v2_jax_seed1.json", "long_v2_jax_seed2.json")
 T2_FAST, T2_SLOW = "tupe_a", "bert_a"
+# The plateau control: (label, study, variant). The post-LN BERT-A of this setting exists on
+# the old initialization only (the initialization moved its curve by at most 0.015).
+PLATEAU_RUNS = (
+    ("post-LN BERT-A, old init., seed 0", "sweep_lr1e3_wu20", "bert_a"),
+    ("post-LN TUPE-A, old init., seed 0", "sweep_lr1e3_wu20", "tupe_a"),
+    ("post-LN TUPE-A, seed 0", "sweep_v2_lr1e3_wu20", "tupe_a"),
+    ("pre-LN BERT-A, seed 0", "plateau_preln", "bert_a_pre"),
+    ("pre-LN BERT-A, seed 1", "plateau_preln_seed1", "bert_a_pre"),
+    ("pre-LN TUPE-A, seed 0", "plateau_preln", "tupe_a_pre"),
+    ("pre-LN TUPE-A, seed 1", "plateau_preln_seed1", "tupe_a_pre"),
+)
+PLATEAU_LOSS = 6.0
+PLATEAU_PAGE = "plateau_control"
 
 
 def first_step_at_or_below(rows, target):
@@ -113,6 +132,67 @@ def t2_table(rows, fast=T2_FAST, slow=T2_SLOW):
     return "\n".join(lines)
 
 
+def first_step_below(rows, target):
+    """The first logged step whose validation loss is below `target`; None if none."""
+    return next((row["step"] for row in rows
+                 if row["val_loss"] is not None and row["val_loss"] < target), None)
+
+
+def plateau_rows(results_dir, runs=PLATEAU_RUNS, loss=PLATEAU_LOSS):
+    """One row a recorded run of `runs`: label, status, last step, first step below `loss`,
+    and the validation losses at steps 1,000 and 2,000 (None where not logged)."""
+    rows = []
+    for label, study, variant in runs:
+        folder = os.path.join(results_dir, "records", study, variant)
+        record = records.read_json(os.path.join(folder, pretrain_study.RECORD))
+        logged, _ = records.read_metrics(folder)
+        if record is None or not logged:
+            continue
+        by_step = {row["step"]: row["val_loss"] for row in logged}
+        rows.append({"label": label, "study": study, "variant": variant,
+                     "status": record["status"], "last_step": logged[-1]["step"],
+                     "below": first_step_below(logged, loss),
+                     "at_1000": by_step.get(1000), "at_2000": by_step.get(2000),
+                     "curve": [(row["step"], row["val_loss"]) for row in logged
+                               if row["val_loss"] is not None]})
+    return rows
+
+
+def plateau_page(rows, results_dir, loss=PLATEAU_LOSS):
+    """Writes `plateau_control.md` and `.png` into `results_dir`; returns their paths."""
+    def value(number):
+        return "–" if number is None else f"{number:.3f}"
+
+    lines = [f"# The plateau control: which runs get below {loss} within 2,000 steps", "",
+             "Peak LR 1e-3, 20% warm-up, 2,000 steps of 32 x 128 tokens (the sweep's setting); "
+             f"records in `records/<study>/<variant>/`. Made by `python -m experiments.claims`.",
+             "", f"| run | study | status | first step below {loss} | loss at 1,000 | "
+             "loss at 2,000 |", "| --- | --- | --- | ---: | ---: | ---: |"]
+    for row in rows:
+        below = "never" if row["below"] is None else f"{row['below']:,}"
+        if row["below"] is None and row["last_step"] < 2000:
+            below = f"not by {row['last_step']:,}"
+        lines.append(f"| {row['label']} | {row['study']} | {row['status']} | {below} | "
+                     f"{value(row['at_1000'])} | {value(row['at_2000'])} |")
+    page = os.path.join(results_dir, f"{PLATEAU_PAGE}.md")
+    with open(page, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    figure, axis = records.pyplot().subplots(figsize=(7, 4.5))
+    for index, row in enumerate(rows):
+        style = records.line_style(index)
+        if "old init." in row["label"]:
+            style.update(linestyle=":")
+        axis.plot(*zip(*row["curve"]), ms=2.5, lw=1.3, label=row["label"], **style)
+    axis.axhline(loss, color="grey", lw=0.8, linestyle="--")
+    axis.set_xlabel("pre-training step (x 4,096 tokens)")
+    axis.set_ylabel("validation masked-LM loss")
+    axis.set_title(f"Pre-LN against post-LN: who leaves the plateau (dashed: {loss})",
+                   fontsize=10)
+    axis.grid(alpha=0.3)
+    records.legend_outside(axis)
+    return page, records.save_figure(figure, os.path.join(results_dir, f"{PLATEAU_PAGE}.png"))
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m experiments.claims", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -121,6 +201,9 @@ def main(argv=None):
                          for name in T2_REPLICATES]
     (group_configs, _), = replicates.seed_groups(replicate_configs).values()
     print(t2_table(t2_rows(group_configs)))
+    results_dir = replicate_configs[0]["results_dir"]
+    for path in plateau_page(plateau_rows(results_dir), results_dir):
+        print(f"wrote {path}")
     return 0
 
 

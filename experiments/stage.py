@@ -132,6 +132,7 @@ def prepare(name, tiny=False, dest=STAGE_DIR):
         _prepare_pretraining(pretrain, spec, staging, tiny)
     if finetune:
         _prepare_finetune_data(stage_configs(spec)[1], staging, tiny)
+    _compress_data(staging)
     if not tiny:
         _download_wheels(load_stages()["wheels"], os.path.join(staging, "wheels"))
     if os.path.exists(folder):
@@ -221,16 +222,43 @@ def _prepare_finetune_data(config, staging, tiny):
         os.makedirs(os.path.join(staging, "squad"))
         shutil.copy(config["squad_file"], os.path.join(staging, "squad", "squad.json"))
         return
-    for task in config["tasks"]:
-        folder = get_task(task).directory
-        os.makedirs(os.path.join(staging, "glue", folder), exist_ok=True)
-        for path in glob.glob(os.path.join(config["data_dir"], folder, "*.tsv")):
-            target = os.path.join(staging, "glue", folder, os.path.basename(path))
-            with open(path, encoding="utf-8") as source, open(target, "w", encoding="utf-8") as f:
-                for index, line in enumerate(source):
-                    if tiny and index > TINY_EXAMPLES:
+    for name in config["tasks"]:
+        task = get_task(name)
+        os.makedirs(os.path.join(staging, "glue", task.directory), exist_ok=True)
+        cap = (config.get("task_settings") or {}).get(name, {}).get("max_train_examples")
+        for split in ("train", *task.eval_splits):
+            lines = TINY_EXAMPLES if tiny else (cap if split == "train" else None)
+            file = task.split_files[split]
+            with open(os.path.join(config["data_dir"], task.directory, file),
+                      encoding="utf-8") as source, open(
+                    os.path.join(staging, "glue", task.directory, file), "w",
+                    encoding="utf-8") as f:
+                for index, line in enumerate(source):  # the header, then the examples
+                    if lines is not None and index > lines:
                         break
                     f.write(line)
+
+
+DATA_PACK = "data.tar.xz"
+DATA_PARTS = ("shards", "glue", "squad", "vocab.txt", "vocab.json")
+
+
+def _compress_data(staging):
+    """The data as one xz tar (token ids compress to about half); `run` unpacks it."""
+    with tarfile.open(os.path.join(staging, DATA_PACK), "w:xz") as archive:
+        for name in DATA_PARTS:
+            path = os.path.join(staging, name)
+            if os.path.exists(path):
+                archive.add(path, arcname=name)
+                shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+
+
+def _unpack_data(folder):
+    """Unpacks `prepare`'s data pack beside it, once."""
+    if os.path.exists(os.path.join(folder, DATA_PACK)) and not os.path.exists(
+            os.path.join(folder, "vocab.txt")):
+        with tarfile.open(os.path.join(folder, DATA_PACK)) as archive:
+            archive.extractall(folder, filter="data")
 
 
 def _download_wheels(names, folder):
@@ -267,6 +295,7 @@ def run(name, out, tiny=False, deadline=None, folder=None):
     deadline = start + (deadline or spec["deadline_seconds"])
     folder = folder or os.path.join(STAGE_DIR, name + ("_tiny" if tiny else ""))
     _check_packages(folder)
+    _unpack_data(folder)
     work = os.path.join(folder, "work")
     if tiny:  # a rehearsal starts from nothing, as the lent machine does
         for made in ("runs", "results", "logs"):

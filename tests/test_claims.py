@@ -62,3 +62,29 @@ def test_the_long_runs_t2_table_from_the_committed_records(capsys):
     # BERT-A's forward per token is 4 x (2 (4 d^2 + 2 d d_ff) + 4 n d) = 6,815,744; TUPE-A
     # adds its untied correlation once a batch, (4 n d^2 + 2 n^2 d) / (32 n) = 10,240.
     assert f"costs {(6_815_744 + 10_240) / 6_815_744:.4f} x a bert_a step" in table
+
+
+def test_the_plateau_table_gives_each_runs_first_evaluation_below_the_line(tmp_path):
+    # Three runs: one crosses 6.0 between steps 1,000 and 1,500 (6.0 itself is not below),
+    # one never does in its 2,000 steps, one was stopped at step 1,000 still above it; a
+    # run without a record is left out.
+    records_dir = tmp_path / "records"
+    crossing = _record(records_dir / "s" / "fast", [(500, 6.5, 1), (1000, 6.0, 2),
+                                                    (1500, 5.2, 3), (2000, 4.8, 4)])
+    _record(records_dir / "s" / "slow", [(1000, 6.3, 1), (2000, 6.1, 2)])
+    _record(records_dir / "t" / "stopped", [(500, 6.9, 1), (1000, 6.4, 2)])
+    for folder, status in ((crossing, "finished"), (str(records_dir / "s" / "slow"), "finished"),
+                           (str(records_dir / "t" / "stopped"), "stopped at step 1000")):
+        (tmp_path / folder / "run_config.json").write_text(f'{{"status": "{status}"}}')
+    runs = (("fast one", "s", "fast"), ("slow one", "s", "slow"), ("stopped one", "t", "stopped"),
+            ("absent", "s", "absent"))
+    rows = claims.plateau_rows(str(tmp_path), runs)
+    assert [(r["label"], r["below"], r["at_1000"], r["at_2000"]) for r in rows] == [
+        ("fast one", 1500, 6.0, 4.8), ("slow one", None, 6.3, 6.1),
+        ("stopped one", None, 6.4, None)]
+    page, figure = claims.plateau_page(rows, str(tmp_path))
+    text = open(page).read()
+    assert "| fast one | s | finished | 1,500 | 6.000 | 4.800 |" in text
+    assert "| slow one | s | finished | never | 6.300 | 6.100 |" in text
+    assert "| stopped one | t | stopped at step 1000 | not by 1,000 | 6.400 | – |" in text
+    assert open(figure, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
