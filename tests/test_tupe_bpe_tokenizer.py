@@ -1,12 +1,15 @@
 """TupeBpeTokenizer against the reference tools (sacremoses, subword-nmt, a fairseq Dictionary).
 
-Test-only dependency: `subword-nmt` (learns the codes and applies the reference
-BPE). `sacremoses` is a runtime dependency of the tokenizer.
+`subword-nmt` and `sacremoses` are runtime dependencies of the tokenizer; the
+reference here spells out the authors' steps from them independently of the class
+(subword-nmt also learns the codes).
 """
 
 import io
 import os
 import re
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -259,3 +262,27 @@ def test_errors_name_file_problem_and_form(corpus, tmp_path):
         TupeBpeTokenizer(dict_txt, str(empty))
     with pytest.raises(ValueError, match="No vocabulary or BPE codes have been set"):
         TupeBpeTokenizer()("text")
+
+
+def test_a_pair_tokenizes_without_tensorflow():
+    # Fine-tuning on Grain (JAX) runs the tokenizer's pure-Python path; the
+    # sitecustomize in tests/no_tensorflow makes `import tensorflow` fail.
+    script = (
+        "import sys\n"
+        "from keras_tupe.models.tupe_bpe_tokenizer import TupeBpeTokenizer\n"
+        "from keras_tupe.models.tupe_text_classifier_preprocessor import "
+        "TupeTextClassifierPreprocessor\n"
+        f"words = {SPECIALS + ['the', 'fi@@', 'lm', '<mask>']!r}\n"
+        "tokenizer = TupeBpeTokenizer(words, ['#version: 0.2', 't h', 'th e</w>', 'f i'])\n"
+        "packer = TupeTextClassifierPreprocessor(tokenizer, sequence_length=10)\n"
+        "x = packer(x=(['The film'], ['the']))\n"
+        "print(x['token_ids'].tolist())\n"
+        "assert sys.modules.get('tensorflow') is None\n"
+    )
+    env = dict(os.environ, KERAS_BACKEND="jax",
+               PYTHONPATH=os.pathsep.join([str(REPO / "tests" / "no_tensorflow"), str(REPO)]))
+    result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    # <s> the fi@@ l@@ m </s> </s> the </s> <pad>: no merge makes `lm`, so `l@@` and `m` are <unk>.
+    assert result.stdout.split("\n")[-2] == "[[0, 7, 8, 3, 3, 2, 2, 7, 2, 1]]"

@@ -1,11 +1,15 @@
 """The tokenizer of the TUPE authors' checkpoints: Moses + BPE (`@@ `) + a fairseq dictionary."""
 
+import io
 import os
 import re
 import sys
+import warnings
 
 import keras
 import numpy as np
+from subword_nmt.apply_bpe import BPE
+from subword_nmt.apply_bpe import encode as subword_nmt_encode
 
 import keras_hub
 
@@ -35,7 +39,6 @@ def _is_tf(value, name):
 FAIRSEQ_SPECIAL_TOKENS = ("<s>", "<pad>", "</s>", "<unk>", "<file>", "<email>", "<url>")
 MASK_TOKEN = "<mask>"
 BPE_SEPARATOR = "@@"
-END_OF_WORD = "</w>"
 VOCABULARY_ASSET = "vocabulary.txt"
 BPE_CODES_ASSET = "bpe_codes.txt"
 
@@ -149,47 +152,14 @@ def read_bpe_codes(path):
 
 
 def apply_bpe(word, ranks, version):
-    """The BPE pieces of one word: subword-nmt's `encode` (and fastBPE's `process_bpe`).
+    """Deprecated: the BPE pieces of one word, subword-nmt's `apply_bpe.encode`.
 
-    Repeatedly merges the adjacent pair of lowest rank, every non-overlapping
-    occurrence left to right, until no pair has a rank; then drops `</w>`.
-
-    Args:
-        word: str, one whitespace-free token.
-        ranks: dict `(left, right) -> rank` from `parse_bpe_codes`.
-        version: `(0, 1)` (`</w>` a separate symbol) or `(0, 2)` (`</w>` glued
-            to the last character).
-
-    Returns:
-        A tuple of pieces whose concatenation is `word`.
+    `TupeBpeTokenizer.bpe` calls subword-nmt itself; this name stays for one release.
     """
-    if len(word) == 1:
-        return (word,)
-    if version == (0, 1):
-        symbols = list(word) + [END_OF_WORD]
-    else:
-        symbols = list(word[:-1]) + [word[-1] + END_OF_WORD]
-    while len(symbols) > 1:
-        candidates = [(ranks[pair], i) for i, pair in enumerate(zip(symbols, symbols[1:]))
-                      if pair in ranks]
-        if not candidates:
-            break
-        first = min(candidates)[1]
-        best = symbols[first], symbols[first + 1]
-        merged, i = [], 0
-        while i < len(symbols):
-            if i + 1 < len(symbols) and (symbols[i], symbols[i + 1]) == best:
-                merged.append(best[0] + best[1])
-                i += 2
-            else:
-                merged.append(symbols[i])
-                i += 1
-        symbols = merged
-    if symbols[-1] == END_OF_WORD:
-        symbols = symbols[:-1]
-    elif symbols[-1].endswith(END_OF_WORD):
-        symbols[-1] = symbols[-1][: -len(END_OF_WORD)]
-    return tuple(symbols)
+    warnings.warn("keras_tupe.models.tupe_bpe_tokenizer.apply_bpe is deprecated: call "
+                  "subword_nmt.apply_bpe.encode (or TupeBpeTokenizer.bpe).",
+                  DeprecationWarning, stacklevel=2)
+    return tuple(subword_nmt_encode(word, ranks, None, None, BPE_SEPARATOR, version, {}))
 
 
 def _to_python_strings(inputs):
@@ -253,8 +223,9 @@ class TupeBpeTokenizer(keras_hub.tokenizers.Tokenizer):
     2. `sacremoses.MosesTokenizer("en").tokenize(escape=False,
        aggressive_dash_splits=False)`, with the fairseq special tokens
        (`<unk>`, `</s>`, `<url>`, ...) protected as `process.sh` protects them.
-    3. BPE: subword-nmt's `apply_bpe` algorithm (= fastBPE's), pieces joined by
-       `@@ `; the codes may be fastBPE (`a b count`) or subword-nmt codes.
+    3. BPE by `subword_nmt.apply_bpe.BPE` (fastBPE applies the same merges),
+       pieces joined by `@@ `; the codes may be fastBPE (`a b count`) or
+       subword-nmt codes.
     4. ids: `<s>`=0 `<pad>`=1 `</s>`=2 `<unk>`=3 `<file>`=4 `<email>`=5
        `<url>`=6, then the `dict.txt` lines, then `<mask>`; unknown -> `<unk>`.
 
@@ -277,7 +248,7 @@ class TupeBpeTokenizer(keras_hub.tokenizers.Tokenizer):
     such a model would fail at load or call. Export a model that takes token
     ids instead, and tokenize in the client with this class.
 
-    Needs `sacremoses` at runtime (`pip install sacremoses`).
+    Needs `sacremoses` and `subword-nmt` at runtime (dependencies of keras_tupe).
 
     Args:
         vocabulary: the path of the checkpoint's fairseq `dict.txt`, or a list
@@ -344,9 +315,8 @@ class TupeBpeTokenizer(keras_hub.tokenizers.Tokenizer):
         self._token_to_id = {token: i for i, token in enumerate(vocabulary)}
 
     def _set_bpe_codes(self, bpe_codes):
-        self._bpe_cache = {}
         if bpe_codes is None:
-            self.bpe_codes, self._bpe_ranks, self._bpe_version = None, None, None
+            self.bpe_codes, self._bpe = None, None
             return
         if isinstance(bpe_codes, (str, os.PathLike)):
             ranks, version, merges = read_bpe_codes(bpe_codes)
@@ -356,7 +326,9 @@ class TupeBpeTokenizer(keras_hub.tokenizers.Tokenizer):
             raise ValueError("`bpe_codes` must be the path of a BPE codes file or a list of "
                              f"'left right' merges. Received: {type(bpe_codes).__name__}")
         self.bpe_codes = [f"#version: {version[0]}.{version[1]}"] + merges
-        self._bpe_ranks, self._bpe_version = ranks, version
+        # subword-nmt applies them (its own rank and version rules, and its word cache);
+        # fastBPE codes reach it as the `left right` lines of version 0.2.
+        self._bpe = BPE(io.StringIO("\n".join(self.bpe_codes)), separator=BPE_SEPARATOR)
 
     def set_vocabulary_and_codes(self, vocabulary, bpe_codes):
         """Sets (or, with `None`, clears) the dictionary and the BPE codes."""
@@ -369,7 +341,7 @@ class TupeBpeTokenizer(keras_hub.tokenizers.Tokenizer):
             self._update_special_token_ids()
 
     def _check_vocabulary(self):
-        if self.vocabulary is None or self._bpe_ranks is None:
+        if self.vocabulary is None or self._bpe is None:
             raise ValueError("No vocabulary or BPE codes have been set for TupeBpeTokenizer. "
                              "Pass `vocabulary` (dict.txt) and `bpe_codes` when creating it, "
                              "or load it with `from_preset`.")
@@ -430,15 +402,7 @@ class TupeBpeTokenizer(keras_hub.tokenizers.Tokenizer):
 
     def bpe(self, words):
         """The BPE tokens (with `@@` on every piece but a word's last) of Moses tokens."""
-        tokens = []
-        for word in words:
-            pieces = self._bpe_cache.get(word)
-            if pieces is None:
-                pieces = apply_bpe(word, self._bpe_ranks, self._bpe_version)
-                self._bpe_cache[word] = pieces
-            tokens.extend(piece + BPE_SEPARATOR for piece in pieces[:-1])
-            tokens.append(pieces[-1])
-        return tokens
+        return self._bpe.segment_tokens(words)
 
     def encode(self, text):
         """The ids of one Python string."""
