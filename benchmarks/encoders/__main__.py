@@ -6,9 +6,15 @@ from benchmarks.encoders.cli import main
 
 # training.cli's one-line errors, without the TensorFlow import of `training`'s quiet
 # start (which sets the quiet log level and CUDA devices its workers inherit): the
-# parent process imports no framework.
+# parent process imports no framework. An entry already there (None where TensorFlow is
+# refused, as tests/no_tensorflow does) is put back.
+absent = object()
+before = sys.modules.get("tensorflow", absent)
 sys.modules["tensorflow"] = None  # quiet_tensorflow skips its import
 from training.cli import run  # noqa: E402
 
-del sys.modules["tensorflow"]
+if before is absent:
+    del sys.modules["tensorflow"]
+else:
+    sys.modules["tensorflow"] = before
 sys.exit(run(main))
