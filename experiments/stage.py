@@ -146,6 +146,10 @@ def prepare(name, tiny=False, dest=STAGE_DIR):
                          f"travel, the limit is {limits['carry_bytes'] / 2**20:.0f} MiB "
                          f"({folder}: {carried / 2**20:.1f} MiB).")
     lines.append(f"run there (carry {folder}): {device_command(name, folder, tiny)}")
+    if "pretrain" in spec and "finetune" in spec and not tiny:
+        lines.append("or in two calls on the same warm machine: the same with `--phases "
+                     "pretrain --deadline 560`, then `--phases finetune --deadline S` "
+                     "(S: the device time left, less two minutes)")
     return lines
 
 
@@ -287,9 +291,15 @@ def _tree_size():
 
 # === run (there) ===
 
-def run(name, out, tiny=False, deadline=None, folder=None):
-    """Runs the stage whole before `deadline` seconds from now; packs its records into
-    `out`. Returns the stage record."""
+PHASES = ("pretrain", "finetune")
+
+
+def run(name, out, tiny=False, deadline=None, folder=None, phases=PHASES):
+    """Runs the stage's `phases` before `deadline` seconds from now; packs its records into
+    `out`. Returns the stage record.
+
+    One call runs both phases. Where one call's limit is too short, two calls on the same
+    warm machine run `pretrain`, then `finetune` (the run folders stay between them)."""
     start = time.time()
     spec = stage_spec(name)
     deadline = start + (deadline or spec["deadline_seconds"])
@@ -297,12 +307,12 @@ def run(name, out, tiny=False, deadline=None, folder=None):
     _check_packages(folder)
     _unpack_data(folder)
     work = os.path.join(folder, "work")
-    if tiny:  # a rehearsal starts from nothing, as the lent machine does
+    if tiny and "pretrain" in phases:  # a rehearsal starts from nothing, as the lent machine
         for made in ("runs", "results", "logs"):
             shutil.rmtree(os.path.join(work, made), ignore_errors=True)
     pretrain, finetune = stage_configs(spec, tiny, work)
     os.makedirs(os.path.join(work, "logs"), exist_ok=True)
-    stage = {"stage": name, "tiny": tiny, "command": records.command_line(sys.argv[1:]),
+    stage = {"stage": name, "tiny": tiny, "phases": list(phases), "command": records.command_line(sys.argv[1:]),
              "card": _card(), "versions": records.machine(), "started": records.now(),
              "processes": []}
     if "command" in spec:
@@ -312,13 +322,14 @@ def run(name, out, tiny=False, deadline=None, folder=None):
     if pretrain:
         _lay_out(pretrain, finetune, folder, tiny)
         names = spec.get("variants") or list(pretrain["variants"])
+    if pretrain and "pretrain" in phases:
         stop = deadline - PACK_RESERVE_SECONDS  # a rehearsal's pace is the CPU's
-        if not tiny:
+        if not tiny and finetune and "finetune" in phases:
             stop = min(start + spec["pretrain_seconds"], stop)
         stage["processes"] += _run_all(
             [_experiment("pretrain", pretrain, ["--variants", v]) for v in names],
             [f"pretrain {v}" for v in names], stop, work, progress=_pretrain_progress(pretrain))
-    if finetune:
+    if finetune and "finetune" in phases:
         from experiments.finetune_study import plan
 
         jobs = [job for job in plan(finetune) if job["variant"] in names]
@@ -330,7 +341,7 @@ def run(name, out, tiny=False, deadline=None, folder=None):
         labels = [f"finetune {job['variant']} step {job['step']}" for job in jobs]
         stage["processes"] += _run_all(commands, labels, deadline - PACK_RESERVE_SECONDS, work)
     stage["seconds"] = round(time.time() - start, 1)
-    records.write_json(os.path.join(work, "logs", "stage.json"), stage)
+    records.write_json(os.path.join(work, "logs", f"stage_{'_'.join(phases)}.json"), stage)
     stage["packed"] = pack([c for c in (pretrain, finetune) if c], work, out)
     print(f"stage {name}: {stage['seconds']:.0f} s, packed {stage['packed']}", flush=True)
     return stage
@@ -518,6 +529,9 @@ def main(argv=None):
         commands.choices["run"].add_argument("--out", default=os.environ.get("OUT", "stage_out"))
         commands.choices["run"].add_argument("--deadline", type=float,
                                              help="seconds from now (default: the stage's)")
+        commands.choices["run"].add_argument(
+            "--phases", nargs="+", choices=PHASES, default=list(PHASES),
+            help="pretrain, then finetune in a second call on the same warm machine")
         sub = commands.add_parser("collect")
         sub.add_argument("stage")
         sub.add_argument("folder", help="where the packed records came back")
@@ -525,7 +539,7 @@ def main(argv=None):
         if args.command == "prepare":
             print("\n".join(prepare(args.stage, args.tiny)))
         elif args.command == "run":
-            run(args.stage, args.out, args.tiny, args.deadline)
+            run(args.stage, args.out, args.tiny, args.deadline, phases=tuple(args.phases))
         else:
             for path in collect(args.stage, args.folder):
                 print(f"wrote {path}")

@@ -399,7 +399,7 @@ def test_the_gpu_stage_command_parses():
     settings, _, _ = cli.resolve_settings(cli.parse_args(command[1:]),
                                           dict(PROBE, gpus=[dict(name="NVIDIA H100")]))
     assert (settings["size"], settings["seq_lens"]) == ("base", [128, 512])
-    assert settings["precisions"] == ["bfloat16"]
+    assert settings["precisions"] == ["mixed_bfloat16"]
 
 
 def test_fused_attention_where_the_schemes_table_says_fusable():

@@ -76,13 +76,13 @@ def test_what_comes_back_is_unpacked_and_never_replaces_a_differing_record(tmp_p
     with open(os.path.join(folder, "metrics.csv"), "w") as f:
         f.write("step,loss\n200,6.1\n")
     os.makedirs(tmp_path / "work" / "logs")
-    (tmp_path / "work" / "logs" / "stage.json").write_text('{"stage": "SX"}')
+    (tmp_path / "work" / "logs" / "stage_pretrain.json").write_text('{"stage": "SX"}')
     names = stage.pack([config], str(tmp_path / "work"), str(tmp_path / "out"))
     assert names == [stage.PACK]
     here = str(tmp_path / "here")
     written = stage.collect("SX", str(tmp_path / "out"), results_dir=here)
     assert sorted(os.path.relpath(p, here) for p in written) == [
-        "records/stage_x/bert_a/metrics.csv", "records/stages/SX/logs/stage.json"]
+        "records/stage_x/bert_a/metrics.csv", "records/stages/SX/logs/stage_pretrain.json"]
     assert stage.collect("SX", str(tmp_path / "out"), results_dir=here) == written  # same bytes
     with open(written[0], "w") as f:
         f.write("step,loss\n200,9.9\n")  # a record that differs is never replaced silently
@@ -112,6 +112,7 @@ def test_s1_rehearsed_at_tiny_size_under_jax_without_tensorflow(tmp_path):
     dest = str(tmp_path / "stage")
     lines = stage.prepare("S1", tiny=True, dest=dest)
     assert lines[-1].endswith("python3 -m experiments.stage run S1 --tiny --out $OUT")
+    assert "travels:" in lines[2]
     env = {**os.environ, "PYTHONPATH": NO_TENSORFLOW, "KERAS_BACKEND": "jax"}
     folder = os.path.join(dest, "S1_tiny")
     code = ("import sys; from experiments import stage; "
@@ -121,7 +122,7 @@ def test_s1_rehearsed_at_tiny_size_under_jax_without_tensorflow(tmp_path):
                             capture_output=True, text=True, timeout=1800)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     written = stage.collect("S1", str(tmp_path / "out"), results_dir=str(tmp_path / "back"))
-    log = json.load(open(next(p for p in written if p.endswith("stage.json"))))
+    log = json.load(open(next(p for p in written if p.endswith("stage_pretrain_finetune.json"))))
     assert log["processes"] and all(p["exit"] == 0 for p in log["processes"]), log
     for variant in ("bert_a", "tupe_a", "bert_a_pre"):
         run = json.load(open(tmp_path / "back" / "records" / "stage_s1" / variant /
