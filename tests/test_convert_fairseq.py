@@ -384,6 +384,19 @@ def test_wrong_dictionary_size_is_refused(tmp_path):
     assert_nothing_written(out)
 
 
+@needs_reference
+def test_a_dictionary_that_lists_mask_keeps_its_row(tmp_path):
+    # masked_lm's `add_symbol("<mask>")` adds no row when dict.txt lists `<mask>`, so the
+    # checkpoint's 113 rows are 7 specials + 106 lines (the tokenizer always counted so).
+    listed = tmp_path / "dict.txt"
+    listed.write_text(DICTIONARY.read_text() + "<mask> 0\n")
+    out = convert_fairseq(REFERENCE / "tupe_a" / "checkpoint_fp32.pt", tmp_path / "out",
+                          dictionary=listed)
+    with open(os.path.join(out, "metadata.json")) as f:
+        notes = json.load(f)["keras_tupe_conversion"]["notes"]
+    assert any("<mask>=112." in note for note in notes)
+
+
 def test_non_empty_output_folder_is_refused(tmp_path):
     out = tmp_path / "out"
     out.mkdir()

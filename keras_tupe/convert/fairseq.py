@@ -43,10 +43,12 @@ from keras_tupe.convert.common import (
     write_preset,
 )
 from keras_tupe.convert.torch_files import TorchFileError, load_torch_file
+from keras_tupe.models.tupe_bpe_tokenizer import (
+    FAIRSEQ_SPECIAL_TOKENS as SPECIAL_SYMBOLS,
+    MASK_TOKEN as MASK_SYMBOL,
+    read_fairseq_dictionary_words,
+)
 
-# The fork's `Dictionary` specials, in id order; `<mask>` is appended last by masked_lm.
-SPECIAL_SYMBOLS = ("<s>", "<pad>", "</s>", "<unk>", "<file>", "<email>", "<url>")
-MASK_SYMBOL = "<mask>"
 PAD_ID = SPECIAL_SYMBOLS.index("<pad>")
 # Checkpoint names looked for, in this order, when `source` is a folder.
 CHECKPOINT_NAMES = ("model.pt", "checkpoint_best.pt", "checkpoint_last.pt")
@@ -106,23 +108,12 @@ def _dictionary_path(checkpoint, dictionary):
 
 
 def read_dictionary(path):
-    """The words of a fairseq `dict.txt` (`word count [flag]` a line), in id order."""
-    words = []
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            line = line.rstrip("\n")
-            if not line.strip():
-                continue
-            fields = line.rsplit(" ", 1)
-            if len(fields) == 2 and fields[1] == "#fairseq:overwrite":
-                fields = fields[0].rsplit(" ", 1)
-            if len(fields) != 2 or not fields[1].lstrip("-").isdigit():
-                raise ConversionError(
-                    f"{path}, line {number}: not a fairseq dictionary line "
-                    f"(`<word> <count>`). Received: {line!r}"
-                )
-            words.append(fields[0])
-    return words
+    """The words of a fairseq `dict.txt` in id order (`read_fairseq_dictionary_words`),
+    or a `ConversionError` naming the line that is not a `dict.txt` line."""
+    try:
+        return read_fairseq_dictionary_words(path)
+    except ValueError as error:
+        raise ConversionError(str(error)) from None
 
 
 def _load_checkpoint(path):
@@ -360,7 +351,10 @@ def convert_fairseq(source, out, dictionary=None, bpe_codes=None):
     state = checkpoint["model"]
     dtypes = sorted({str(np.asarray(value).dtype) for value in state.values()})
 
-    rows = len(SPECIAL_SYMBOLS) + len(words) + 1
+    # The fork's ids: masked_lm's `add_symbol("<mask>")` adds a row unless dict.txt has one.
+    tokens = [*SPECIAL_SYMBOLS, *words] + [MASK_SYMBOL] * (MASK_SYMBOL not in words)
+    rows = len(tokens)
+    mask_id = {token: i for i, token in enumerate(tokens)}[MASK_SYMBOL]
     embedding = state.get(ENCODER + "embed_tokens.weight")
     if embedding is None:
         raise ConversionError(
@@ -401,7 +395,7 @@ def convert_fairseq(source, out, dictionary=None, bpe_codes=None):
         "The TUPE authors' fairseq fork (github.com/guolinke/TUPE at 4c64ff7): "
         "cls_reset_style='fairseq', mask_padding_embeddings=True, LayerNorm epsilon 1e-5.",
         f"Token ids are the fork's dictionary's: {specials}, "
-        f"the words of dict.txt from {len(SPECIAL_SYMBOLS)}, {MASK_SYMBOL}={rows - 1}. "
+        f"the words of dict.txt from {len(SPECIAL_SYMBOLS)}, {MASK_SYMBOL}={mask_id}. "
         f"Feed padding_mask = token_ids != {PAD_ID}; <s> plays [CLS], </s> ends a sentence.",
         f"Weights stored as {dtypes} in the checkpoint, converted to float32.",
         "pooled_dense (the [CLS] tanh pooler) is not in the fork's model; it is a fixed "

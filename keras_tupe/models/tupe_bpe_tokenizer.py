@@ -49,9 +49,23 @@ BPE_CODES_ASSET = "bpe_codes.txt"
 def read_fairseq_dictionary(path):
     """The id-ordered tokens of a fairseq `dict.txt`, as the fork's `Dictionary` numbers them.
 
-    The 7 specials, then one token per `word count` line (split at the last
-    space, as `Dictionary.add_from_file` does), then `<mask>` unless the file
-    already holds it (`add_symbol` returns the existing id then).
+    The 7 specials, then the words (`read_fairseq_dictionary_words`), then `<mask>`
+    unless the file already holds it (`add_symbol` returns the existing id then).
+    """
+    tokens = [*FAIRSEQ_SPECIAL_TOKENS, *read_fairseq_dictionary_words(path)]
+    if MASK_TOKEN not in tokens:
+        tokens.append(MASK_TOKEN)
+    return tokens
+
+
+def read_fairseq_dictionary_words(path):
+    """The words of a fairseq `dict.txt` in file order: the one reader of that format.
+
+    A line is `<token> <count>` split at its last space, as the fork's
+    `Dictionary.add_from_file` splits it; a repeated token is a word each time.
+    Refused, naming the line: a line without a space (a blank one too: the fork
+    fails on it), an empty token, a count that is not a non-negative integer, and
+    later fairseq's `#fairseq:overwrite` flag (the fork cannot read it).
     """
     path = os.fspath(path)
     if not os.path.isfile(path):
@@ -60,21 +74,19 @@ def read_fairseq_dictionary(path):
             "`dict.txt` of the checkpoint (one `<token> <count>` a line) or a list of tokens "
             "in id order."
         )
-    tokens = list(FAIRSEQ_SPECIAL_TOKENS)
+    words = []
     with open(path, encoding="utf-8") as f:
         for number, line in enumerate(f, start=1):
             word, _, count = line.rstrip("\n").rpartition(" ")
-            if not word or not count.strip().isdigit():
+            if not word or not count.strip().isdecimal():
                 raise ValueError(
                     f"Vocabulary file {path}, line {number}: expected `<token> <count>` (a "
                     f"fairseq dict.txt line, count a non-negative integer). Received: "
                     f"{line.rstrip(chr(10))!r}. Pass a fairseq dict.txt (specials not listed), "
                     "or a Python list of tokens in id order."
                 )
-            tokens.append(word)
-    if MASK_TOKEN not in tokens:
-        tokens.append(MASK_TOKEN)
-    return tokens
+            words.append(word)
+    return words
 
 
 def parse_bpe_codes(lines, source="bpe_codes"):
