@@ -9,7 +9,12 @@ import pytest
 import tensorflow as tf
 
 from keras_tupe.data import squad
-from keras_tupe.data.vocabulary import train_vocabulary
+from keras_tupe.data.vocabulary import load_tokenizer, train_vocabulary
+from keras_tupe.data.wordpiece_offsets import (
+    TfWordPieceOffsets,
+    WordPieceOffsets,
+    wordpiece_offsets,
+)
 
 DATA_DIR = Path(
     os.environ.get("KERAS_TUPE_DATA_DIR")
@@ -55,14 +60,14 @@ def vocabulary(articles, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tokenizer(vocabulary):
-    return squad.WordPieceWithOffsets(vocabulary)
+    return wordpiece_offsets(load_tokenizer(vocabulary))  # tensorflow-text's, here
 
 
 @pytest.fixture(scope="module")
 def keras_context_ids(articles, tokenizer):
     """{context: keras-hub WordPieceTokenizer ids}, the reference."""
     contexts = list(dict.fromkeys(p["context"] for a in articles for p in a["paragraphs"]))
-    return dict(zip(contexts, (list(ids) for ids in tokenizer.keras_tokenizer(contexts))))
+    return dict(zip(contexts, (list(ids) for ids in tokenizer.tokenizer(contexts))))
 
 
 @pytest.fixture(scope="module")
@@ -200,14 +205,14 @@ def test_ids_equal_keras_hub_on_real_contexts_and_questions(articles, tokenizer,
     assert len(contexts) == 2067
     assert all(ids.tolist() == keras_context_ids[c] for c, (ids, _, _) in zip(contexts, ours))
     questions = [qa["question"] for qa in questions_of(articles)]
-    reference = tokenizer.keras_tokenizer(questions)
+    reference = tokenizer.tokenizer(questions)
     assert all(ids.tolist() == list(expected)
                for (ids, _, _), expected in zip(tokenizer.tokenize(questions), reference))
 
 
 @needs_data
 def test_offsets_point_at_each_token_in_the_original_text(tokenizer, keras_context_ids):
-    vocabulary = tokenizer.keras_tokenizer.get_vocabulary()
+    vocabulary = tokenizer.tokenizer.get_vocabulary()
     checked = 0
     contexts = list(keras_context_ids)
     for context, (ids, starts, ends) in zip(contexts, tokenizer.tokenize(contexts)):
@@ -221,8 +226,9 @@ def test_offsets_point_at_each_token_in_the_original_text(tokenizer, keras_conte
     assert checked > 300_000
 
 
+@pytest.mark.parametrize("offsets", [WordPieceOffsets, TfWordPieceOffsets])
 @pytest.mark.parametrize("lowercase", [True, False])
-def test_offsets_through_unicode_and_case_folding(tmp_path, lowercase):
+def test_offsets_through_unicode_and_case_folding(tmp_path, lowercase, offsets):
     texts = ["Straße in İstanbul… café (cafe\u0301) ＡＢ ﬁne",
              "東京 tower\u00a0X, €27 — ok!", ""]
     characters = sorted({c for text in texts for c in text if not c.isspace()} | set("sifneab."))
@@ -231,14 +237,14 @@ def test_offsets_through_unicode_and_case_folding(tmp_path, lowercase):
         "##" + c for c in characters]
     path = tmp_path / "vocab.txt"
     path.write_text("".join(t + "\n" for t in dict.fromkeys(tokens)), encoding="utf-8")
-    tokenizer = squad.WordPieceWithOffsets(path, lowercase=lowercase)
+    tokenizer = offsets(load_tokenizer(path, lowercase=lowercase))
     outputs = tokenizer.tokenize(texts)
-    references = tokenizer.keras_tokenizer(texts)
+    references = tokenizer.tokenizer(texts)
     for text, (ids, starts, ends), expected in zip(texts, outputs, references):
         assert ids.tolist() == list(expected)
         assert np.all(ends > starts) and (len(ids) == 0 or ends.max() <= len(text))
         assert np.all(starts[1:] >= starts[:-1]) and np.all(ends[1:] >= ends[:-1])
-    vocabulary = tokenizer.keras_tokenizer.get_vocabulary()
+    vocabulary = tokenizer.tokenizer.get_vocabulary()
     spans = [(vocabulary[i], texts[0][s:e]) for i, s, e in zip(*outputs[0])]
     if lowercase:
         assert spans == [
@@ -306,7 +312,7 @@ def test_windows_cover_each_context_with_the_stride(features, articles, tokenize
     for example, qid in enumerate(features.example_ids):
         rows = np.flatnonzero(features.example_index == example)
         context_ids = keras_context_ids[contexts[qid]]
-        question_ids = list(tokenizer.keras_tokenizer(questions[qid]))[:MAX_QUERY_LENGTH]
+        question_ids = list(tokenizer.tokenizer(questions[qid]))[:MAX_QUERY_LENGTH]
         window = SEQUENCE_LENGTH - len(question_ids) - 3
         expected = 1 + max(0, -(-(len(context_ids) - window) // DOC_STRIDE))  # ceil
         assert len(rows) == expected, qid
@@ -494,32 +500,3 @@ def test_postprocess_judges_a_start_in_its_max_context_window_only(features, art
     assert predictions[qid] == contexts[qid][starts[u]:ends[u]] != contexts[qid][starts[t]:ends[t]]
     with pytest.raises(ValueError, match="not in `articles`"):
         squad.postprocess(features, start_logits, end_logits, articles[:1])
-
-
-# Datasets -------------------------------------------------------------------------------
-
-
-@needs_data
-def test_squad_dataset(articles, vocabulary):
-    features = squad.featurize(articles[:1], vocabulary, sequence_length=64, doc_stride=32,
-                               max_query_length=16)
-    n = len(features)
-    x, y = next(iter(squad.squad_dataset(features, 8, training=True)))
-    assert set(x) == set(squad.INPUT_NAMES) and set(y) == {"start_positions", "end_positions"}
-    assert x["token_ids"].shape == (8, 64) and x["token_ids"].dtype == tf.int32
-    np.testing.assert_array_equal(y["start_positions"], features.start_positions[:8])
-    batches = list(squad.squad_dataset(features, 8, training=False))
-    assert sum(len(b["padding_mask"]) for b in batches) == n and isinstance(batches[0], dict)
-    np.testing.assert_array_equal(
-        np.concatenate([b["segment_ids"] for b in batches]), features.segment_ids)
-
-    def order(seed):
-        dataset = squad.squad_dataset(features, n, training=True, shuffle=True, seed=seed)
-        return next(iter(dataset))[0]["token_ids"].numpy()
-
-    first = order(0)
-    assert np.array_equal(first, order(0)) and not np.array_equal(first, order(1))
-    assert sorted(map(tuple, first)) == sorted(map(tuple, features.token_ids))
-    eval_features = squad.featurize(articles[:1], vocabulary, 64, 32, 16, training=False)
-    with pytest.raises(ValueError, match="training=True"):
-        squad.squad_dataset(eval_features, 8, training=True)

@@ -9,7 +9,11 @@ The steps, in the order data flows:
    token keeps the character span it came from, so that
 3. `postprocess` can return answers as exact substrings of the original context
    (case, accents and punctuation preserved).
-4. `squad_dataset`: the features as a `tf.data.Dataset` with keras-hub's input names.
+
+Fine-tuning batches the features with `keras_tupe.finetuning.batches` (tf.data or
+Grain). Nothing here needs TensorFlow except reading SQuAD from tensorflow-datasets:
+the character offsets come from `keras_tupe.data.wordpiece_offsets` (tensorflow-text where it
+imports, else pure Python).
 
 `split_articles` makes a small, unofficial article-level split of one file, for offline
 experiments when the dev set is the only SQuAD file at hand.
@@ -18,19 +22,13 @@ experiments when the dev set is the only SQuAD file at hand.
 import dataclasses
 import json
 import logging
+import os
 from pathlib import Path
 
 import numpy as np
-import tensorflow as tf
-import tensorflow_text as tf_text
-# The exact word-splitting patterns of keras-hub's `WordPieceTokenizer` (keras-hub is
-# pinned), so that the ids below equal the tokenizer's ids by construction.
-from keras_hub.src.tokenizers.word_piece_tokenizer import PUNCTUATION_AND_CJK_REGEX
-from keras_hub.src.tokenizers.word_piece_tokenizer import WHITESPACE_PUNCTUATION_AND_CJK_REGEX
 
 from keras_tupe.data.network import require_network
-from keras_tupe.data.packing import special_ids
-from keras_tupe.data.vocabulary import load_tokenizer
+from keras_tupe.data.wordpiece_offsets import wordpiece_offsets
 
 SPLITS = {"train": "train-v1.1.json", "validation": "dev-v1.1.json"}
 TFDS_NAME = "squad/v1.1"
@@ -237,149 +235,6 @@ def _article_key(article):
     return str(article.get("title", "")), paragraphs[0].get("context", "")
 
 
-# Tokenization with character offsets -----------------------------------------------------
-
-
-class WordPieceWithOffsets:
-    """keras-hub's `WordPieceTokenizer` ids, with each token's character span in the text.
-
-    Reproduces `keras_tupe.data.load_tokenizer(vocabulary_file, lowercase)` (a
-    `keras_hub.tokenizers.WordPieceTokenizer`: split on whitespace, punctuation and CJK
-    characters, punctuation and CJK kept as words; unicode case folding when
-    `lowercase`; no accent stripping; greedy WordPiece) with tensorflow-text ops that
-    keep offsets: `regex_split_with_offsets` with keras-hub's own patterns,
-    `case_fold_utf8` per word, and a `FastWordpieceTokenizer` built like keras-hub's
-    (same vocabulary list, `no_pretokenization=True`) whose `tokenize_with_offsets`
-    gives each piece's bytes in its folded word.
-
-    Offsets are Python `str` (code point) indices into the original text, end
-    exclusive. Case folding can change a word's length (`"ß"` → `"ss"`, `"…"` → `"..."`);
-    the pieces of such a (rare) word are mapped back through the folding of each of its
-    characters (both pieces of `"ss"` span `"ß"`), or, where folding composes
-    characters (`"e"` + a combining accent → `"é"`), proportionally, with the first
-    piece starting at the word's start and the last ending at its end. An unknown word
-    is one `[UNK]` spanning the word.
-
-    Args:
-        vocabulary_file: a WordPiece vocabulary of `train_vocabulary`.
-        lowercase: bool. As the vocabulary was trained. Defaults to `True`.
-    """
-
-    def __init__(self, vocabulary_file, lowercase=True):
-        self.vocabulary_file = str(vocabulary_file)
-        self.lowercase = lowercase
-        self.keras_tokenizer = load_tokenizer(vocabulary_file, lowercase=lowercase)
-        vocabulary = self.keras_tokenizer.get_vocabulary()
-        self._wordpiece = tf_text.FastWordpieceTokenizer(
-            vocab=vocabulary,
-            suffix_indicator=self.keras_tokenizer.suffix_indicator,
-            unknown_token=self.keras_tokenizer.oov_token,
-            no_pretokenization=True,
-            token_out_type=tf.int32,
-        )
-        self.cls_id, self.sep_id, self.pad_id = special_ids(self.keras_tokenizer)
-
-    def tokenize(self, texts):
-        """`[(ids, start_chars, end_chars)]`, three int32 arrays for each text of `texts`."""
-        texts = list(texts)
-        if not texts:
-            return []
-        words, word_starts, word_ends = tf_text.regex_split_with_offsets(
-            tf.constant(texts, tf.string),
-            delim_regex_pattern=WHITESPACE_PUNCTUATION_AND_CJK_REGEX,
-            keep_delim_regex_pattern=PUNCTUATION_AND_CJK_REGEX,
-        )  # (texts, words), byte offsets into the text
-        folded = tf_text.case_fold_utf8(words) if self.lowercase else words
-        ids, piece_starts, piece_ends = self._wordpiece.tokenize_with_offsets(folded)
-        # (texts, words, pieces), byte offsets into the folded word
-        word_splits = words.row_splits.numpy()
-        piece_splits = ids.values.row_splits.numpy()  # pieces of each word, all texts
-        ids = ids.flat_values.numpy().astype(np.int32)
-        piece_starts = piece_starts.flat_values.numpy()
-        piece_ends = piece_ends.flat_values.numpy()
-        word_starts = word_starts.flat_values.numpy()
-        word_ends = word_ends.flat_values.numpy()
-        words = words.flat_values.numpy()
-        folded = folded.flat_values.numpy()
-        # Which word each piece belongs to.
-        piece_word = np.repeat(np.arange(len(word_starts)), np.diff(piece_splits))
-        # Folding kept the bytes of most words (all of them without `lowercase`, every
-        # ASCII word): their pieces' bytes map straight back into the text. The others
-        # are aligned through the folding of each of their characters.
-        changed = np.array([
-            i for i, (word, fold) in enumerate(zip(words, folded))
-            if word != fold and not (word.isascii() and len(word) == len(fold))
-        ], np.int64)
-        alignments = _fold_alignments([words[i].decode("utf-8") for i in changed])
-        outputs = []
-        for t, text in enumerate(texts):
-            w0, w1 = word_splits[t], word_splits[t + 1]
-            p0, p1 = piece_splits[w0], piece_splits[w1]
-            char_of_byte = _char_of_byte(text)
-            w = piece_word[p0:p1]
-            starts = char_of_byte[word_starts[w] + piece_starts[p0:p1]]
-            ends = char_of_byte[word_starts[w] + piece_ends[p0:p1]]
-            for c in range(*np.searchsorted(changed, [w0, w1])):
-                i = changed[c]
-                lo, hi = piece_splits[i] - p0, piece_splits[i + 1] - p0
-                if lo == hi:  # folded to nothing
-                    continue
-                length = char_of_byte[word_ends[i]] - char_of_byte[word_starts[i]]
-                first, last = _map_folded_pieces(
-                    folded[i].decode("utf-8"), length, alignments[c],
-                    piece_starts[lo + p0:hi + p0], piece_ends[lo + p0:hi + p0])
-                starts[lo:hi] = char_of_byte[word_starts[i]] + first
-                ends[lo:hi] = char_of_byte[word_starts[i]] + last
-            outputs.append((ids[p0:p1], starts.astype(np.int32), ends.astype(np.int32)))
-        return outputs
-
-
-def _fold_alignments(words):
-    """For each word, `(k + 1,)` offsets: where the case folding of its character `k` starts.
-
-    `None` where folding the characters one by one does not give the folded word (NFKC
-    composes some sequences, e.g. `"e"` + a combining accent into `"é"`).
-    """
-    if not words:
-        return []
-    characters = tf.ragged.constant([list(word) for word in words], tf.string)
-    folded = tf_text.case_fold_utf8(characters)
-    lengths = tf.strings.length(folded, unit="UTF8_CHAR").to_list()
-    whole = tf_text.case_fold_utf8(tf.constant(words)).numpy()
-    return [
-        np.concatenate([[0], np.cumsum(length)]) if b"".join(parts) == fold else None
-        for length, parts, fold in zip(lengths, folded.to_list(), whole)
-    ]
-
-
-def _map_folded_pieces(folded, length, alignment, piece_starts, piece_ends):
-    """Character offsets in the original word of the pieces of its folding `folded`.
-
-    Args:
-        folded: str, the folded word.
-        length: int, the original word's length in characters.
-        alignment: the word's `_fold_alignments` entry.
-        piece_starts, piece_ends: byte offsets of the pieces in `folded`.
-    """
-    char_of_byte = _char_of_byte(folded)
-    starts, ends = char_of_byte[piece_starts], char_of_byte[piece_ends]
-    if alignment is not None:
-        # The original character whose folding holds each piece's first and last character.
-        return (np.searchsorted(alignment, starts, side="right") - 1,
-                np.searchsorted(alignment, ends, side="left"))
-    # Proportionally, exact at both ends of the word; no piece is left empty.
-    return starts * length // len(folded), -(-ends * length // len(folded))
-
-
-def _char_of_byte(text):
-    """`a[b]`: the code point index of UTF-8 byte offset `b` of `text` (`len(a)` = bytes + 1)."""
-    encoded = np.frombuffer(text.encode("utf-8"), np.uint8)
-    if len(encoded) == len(text):
-        return np.arange(len(text) + 1)
-    is_start = (encoded & 0xC0) != 0x80  # not a continuation byte
-    return np.concatenate([[0], np.cumsum(is_start)])
-
-
 # Features --------------------------------------------------------------------------------
 
 
@@ -441,8 +296,8 @@ class SquadFeatures:
         return {name: getattr(self, name) for name in INPUT_NAMES}
 
 
-def featurize(articles, tokenizer_vocab_file, sequence_length=384, doc_stride=128,
-              max_query_length=64, lowercase=True, training=True):
+def featurize(articles, tokenizer, sequence_length=384, doc_stride=128, max_query_length=64,
+              lowercase=True, training=True):
     """BERT-style SQuAD features: `[CLS] question [SEP] context window [SEP]`.
 
     As in Google's BERT `run_squad.py`: the question is cut to `max_query_length`
@@ -456,18 +311,21 @@ def featurize(articles, tokenizer_vocab_file, sequence_length=384, doc_stride=12
 
     Args:
         articles: the output of `load_squad` (or `split_articles`).
-        tokenizer_vocab_file: a WordPiece vocabulary (`train_vocabulary`).
+        tokenizer: a `keras_hub.tokenizers.WordPieceTokenizer` (the task's
+            `TupeTokenizer`), or a WordPiece vocabulary file (`train_vocabulary`), read
+            with `keras_tupe.data.load_tokenizer(tokenizer, lowercase)` (which imports
+            TensorFlow: without it, pass the tokenizer).
         sequence_length: int. `L`. Defaults to `384`.
         doc_stride: int. Tokens between the starts of two windows. Defaults to `128`.
         max_query_length: int. Defaults to `64`.
-        lowercase: bool. As the vocabulary was trained. Defaults to `True`.
+        lowercase: bool. As the vocabulary was trained; for a vocabulary file only (a
+            tokenizer knows its own). Defaults to `True`.
         training: bool. Computes `start_positions`/`end_positions`, and leaves out (with
             a warning) the questions without an answer found in their context.
             Defaults to `True`.
 
     Returns:
-        A `SquadFeatures`. The token ids are those of `load_tokenizer(vocabulary_file,
-        lowercase)` (`WordPieceWithOffsets`).
+        A `SquadFeatures`. The token ids are the tokenizer's (`wordpiece_offsets`).
     """
     for name, value in (("sequence_length", sequence_length), ("doc_stride", doc_stride),
                         ("max_query_length", max_query_length)):
@@ -479,7 +337,12 @@ def featurize(articles, tokenizer_vocab_file, sequence_length=384, doc_stride=12
             f"context token: at least max_query_length + 4 = {max_query_length + 4}. "
             f"Received: sequence_length={sequence_length}, max_query_length={max_query_length}"
         )
-    tokenizer = WordPieceWithOffsets(tokenizer_vocab_file, lowercase=lowercase)
+    if isinstance(tokenizer, (str, os.PathLike)):
+        from keras_tupe.data.vocabulary import load_tokenizer
+
+        tokenizer = load_tokenizer(tokenizer, lowercase=lowercase)
+    tokenizer = wordpiece_offsets(tokenizer)
+    cls_id, sep_id, pad_id = tokenizer.special_ids()
     paragraphs = [paragraph for article in articles for paragraph in article["paragraphs"]]
     contexts = tokenizer.tokenize(paragraph["context"] for paragraph in paragraphs)
     questions = tokenizer.tokenize(
@@ -510,8 +373,8 @@ def featurize(articles, tokenizer_vocab_file, sequence_length=384, doc_stride=12
                 if answer is not None and start <= answer[0] and answer[1] < start + length:
                     label = (answer[0] - start + offset, answer[1] - start + offset)
                 rows.append((
-                    np.concatenate([[tokenizer.cls_id], question_ids, [tokenizer.sep_id],
-                                    context_ids[start:start + length], [tokenizer.sep_id]]),
+                    np.concatenate([[cls_id], question_ids, [sep_id],
+                                    context_ids[start:start + length], [sep_id]]),
                     offset, length,
                     context_starts[start:start + length], context_ends[start:start + length],
                     best_window[start:start + length] == w,
@@ -521,7 +384,7 @@ def featurize(articles, tokenizer_vocab_file, sequence_length=384, doc_stride=12
         logger.warning(
             "featurize: left out %d question(s) whose first answer is not found in its "
             "context (e.g. %s).", len(skipped), skipped[:3])
-    return _stack(rows, sequence_length, tokenizer.pad_id, example_ids, training)
+    return _stack(rows, sequence_length, pad_id, example_ids, training)
 
 
 def _answer_tokens(context, qa, context_starts, context_ends):
@@ -665,36 +528,3 @@ def postprocess(features, start_logits, end_logits, articles, n_best=20, max_ans
                                  features.token_end_char[f, best_end[f]]]
             answers[qid] = (text, best_score[f])
     return {qid: text for qid, (text, _) in answers.items()}
-
-
-# Datasets --------------------------------------------------------------------------------
-
-
-def squad_dataset(features, batch_size, training, shuffle=False, seed=0):
-    """The features as a batched `tf.data.Dataset`.
-
-    Args:
-        features: a `SquadFeatures`.
-        batch_size: int.
-        training: bool. `True`: elements `(x, {"start_positions", "end_positions"})`;
-            `False`: `x` only. `x` is the dict of `token_ids`, `padding_mask`,
-            `segment_ids`.
-        shuffle: bool. Shuffle all the features (reshuffled every epoch, deterministic
-            given `seed`). Defaults to `False`.
-        seed: int. Defaults to `0`.
-    """
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"`batch_size` must be an int >= 1. Received: batch_size={batch_size!r}")
-    x = features.inputs
-    if training:
-        if features.start_positions is None:
-            raise ValueError("These features have no answer positions: featurize them "
-                             "with `training=True` for a training dataset.")
-        y = {"start_positions": features.start_positions,
-             "end_positions": features.end_positions}
-        dataset = tf.data.Dataset.from_tensor_slices((x, y))
-    else:
-        dataset = tf.data.Dataset.from_tensor_slices(x)
-    if shuffle:
-        dataset = dataset.shuffle(len(features), seed=seed, reshuffle_each_iteration=True)
-    return dataset.batch(batch_size).prefetch(tf.data.AUTOTUNE)

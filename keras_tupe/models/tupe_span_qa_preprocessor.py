@@ -1,8 +1,5 @@
 """Raw questions and contexts to SQuAD windows for `TupeSpanQA`, and logits back to text."""
 
-import os
-import tempfile
-
 import keras
 import keras_hub
 
@@ -61,13 +58,6 @@ class TupeSpanQAPreprocessor(keras_hub.models.Preprocessor):
         kwargs.setdefault("sequence_length", min(384, preset_sequence_length(loader)))
         return kwargs
 
-    def write_vocabulary(self, directory):
-        """The tokenizer's vocabulary as a file in `directory` (the offset tokenizer reads one)."""
-        path = os.path.join(directory, "vocabulary.txt")
-        with open(path, "w", encoding="utf-8") as f:
-            f.write("".join(token + "\n" for token in self.tokenizer.get_vocabulary()))
-        return path
-
     @staticmethod
     def articles(questions, contexts, answers=None, answer_starts=None):
         """The SQuAD structure of `keras_tupe.data.squad` for parallel lists."""
@@ -107,12 +97,10 @@ class TupeSpanQAPreprocessor(keras_hub.models.Preprocessor):
                 "SQuAD windowing maps WordPiece tokens back to characters; this "
                 f"preprocessor's tokenizer is a {type(self.tokenizer).__name__}. Use an "
                 "encoder with a WordPiece vocabulary (a TupeTokenizer).")
-        with tempfile.TemporaryDirectory() as directory:
-            return featurize(
-                articles, self.write_vocabulary(directory),
-                sequence_length=self.sequence_length, doc_stride=self.doc_stride,
-                max_query_length=self.max_query_length, lowercase=self.tokenizer.lowercase,
-                training=training)
+        return featurize(
+            articles, self.tokenizer, sequence_length=self.sequence_length,
+            doc_stride=self.doc_stride, max_query_length=self.max_query_length,
+            training=training)
 
     def check_lengths(self):
         if self.sequence_length < self.max_query_length + 4:
