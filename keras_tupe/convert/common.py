@@ -1,9 +1,10 @@
 """What every converter shares: its error, reading inputs, writing the preset folder."""
 
-import hashlib
 import os
 
 import numpy as np
+
+from keras_tupe.files import file_sha256
 
 
 class ConversionError(ValueError):
@@ -30,18 +31,13 @@ def refuse_existing_output(out):
         )
 
 
-def sha256(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+sha256 = file_sha256  # the name this module has always offered
 
 
 def file_records(files):
     """`{role: {"path", "sha256"}}` of the files a conversion read, for its metadata."""
     return {
-        role: {"path": os.path.abspath(path), "sha256": sha256(path)}
+        role: {"path": os.path.abspath(path), "sha256": file_sha256(path)}
         for role, path in files.items()
     }
 

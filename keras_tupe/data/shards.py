@@ -23,7 +23,6 @@ Nothing here imports TensorFlow or tensorflow-text.
 """
 
 import concurrent.futures
-import hashlib
 import json
 import os
 import shutil
@@ -33,6 +32,7 @@ import keras
 import numpy as np
 
 from keras_tupe.data.masking import SPECIAL_TOKENS, mask_batch, mask_selection_length
+from keras_tupe.files import file_sha256
 from keras_tupe.folders import made_folder
 from keras_tupe.output_lock import output_lock
 from keras_tupe.staging import staged, write_json
@@ -51,12 +51,6 @@ def shard_name(index):
 def shard_dtype(vocabulary_size):
     """uint16 while every id fits (vocabulary_size <= 65536), else int32."""
     return np.uint16 if vocabulary_size <= UINT16_VOCABULARY_LIMIT else np.int32
-
-
-def file_sha256(path):
-    """The sha256 hex digest of a file's bytes: `vocabulary_fingerprint`, without TensorFlow."""
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
 
 
 class ShardError(ValueError):

@@ -1,7 +1,6 @@
 """WordPiece vocabularies: training, loading, fingerprinting."""
 
 import contextlib
-import hashlib
 import os
 import time
 from pathlib import Path
@@ -11,6 +10,7 @@ import tensorflow as tf
 
 from keras_tupe.data.corpus import line_batches, line_dataset
 from keras_tupe.data.masking import SPECIAL_TOKENS  # ids 0..4; the MLM pipelines rely on them
+from keras_tupe.files import file_sha256
 from keras_tupe.progress import Heartbeat
 
 
@@ -225,5 +225,4 @@ def load_tokenizer(vocabulary_file, lowercase=True, sequence_length=None):
 
 def vocabulary_fingerprint(vocabulary_file):
     """The sha256 hex digest of the vocabulary file's bytes (to match checkpoints)."""
-    with open(vocabulary_file, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
+    return file_sha256(vocabulary_file)
