@@ -25,8 +25,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-# keras-hub's test harness has no public name; its own model tests import it from here.
-from keras_hub.src.tests.test_case import TestCase
+# keras-hub's test harness has no public name; its own model tests import it from here
+# (as a module: a `TestCase` name here would be collected by pytest).
+from keras_hub.src.tests import test_case
 
 from keras_tupe.data import load_tokenizer
 from keras_tupe.data.glue import pack_inputs
@@ -157,7 +158,7 @@ def variants(fast):
     return [pytest.param(v, marks=() if v in fast else pytest.mark.slow) for v in ALL_VARIANTS]
 
 
-class KerasHubHarness(TestCase):
+class KerasHubHarness(test_case.TestCase):
     """keras-hub's own TestCase: its checks are its methods, called by the tests below."""
 
     __test__ = False  # not collected itself (TensorFlow's TestCase has a `test_session`)
