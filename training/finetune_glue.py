@@ -22,7 +22,8 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="python -m training.finetune_glue", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--init", required=True,
-                   help="pre-training run directory, or a backbone / task .keras file")
+                   help="a preset folder or a pre-training run folder (its preset/); an old "
+                        "run folder or a backbone / task .keras file is accepted too")
     p.add_argument("--tasks", nargs="+", required=True, help="GLUE tasks, e.g. cola sst2 mrpc")
     p.add_argument("--out", required=True, help="results directory (resumed if it exists)")
     p.add_argument("--data-dir", help="folder with the glue_data TSV layout (or its parent)")
@@ -54,8 +55,9 @@ def parse_args(argv=None):
                         "the split's length): same batches and outputs, less work on [PAD]")
     p.add_argument("--no-xla", dest="xla", action="store_false")
     p.add_argument("--save-models", action="store_true",
-                   help="keep every fine-tuned classifier in OUT/models/<task>_lr<lr>_seed<seed>/ "
-                        "(for python -m training.export classifier)")
+                   help="keep every fine-tuned classifier as the preset folder "
+                        "OUT/models/<task>_lr<lr>_seed<seed>/ (TextClassifier.from_preset; "
+                        "python -m training.export classifier)")
     p.add_argument("--data-loader", choices=("tf.data", "grain"),
                    help="feed the classifier's preprocessor through tf.data or Grain (default: "
                         "tf.data where TensorFlow imports, else Grain)")

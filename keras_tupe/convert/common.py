@@ -23,12 +23,14 @@ def require_file(folder, names, what):
 
 
 def refuse_existing_output(out):
-    """`out` must not exist, or be an empty folder: a converter never replaces a preset."""
-    if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
-        raise ConversionError(
-            f"{out} already exists and is not an empty folder; a converter never "
-            "overwrites a preset or any other file. Choose a new --out folder."
-        )
+    """`out` must not exist, or be an empty folder: checked before a checkpoint is read.
+
+    The one writer's rule (`preset_folders.refuse_existing_folder`), as a
+    `ConversionError`.
+    """
+    from keras_tupe.models.preset_folders import refuse_existing_folder
+
+    refuse_existing_folder(out, ConversionError)
 
 
 sha256 = file_sha256  # the name this module has always offered
@@ -70,16 +72,17 @@ def assign_weights(values, target, what):
         )
 
 
-def write_preset(out, model, conversion):
-    """Writes `model` (a backbone or a task) to the preset folder `out`.
+def write_preset(out, model, conversion, preprocessor=None):
+    """Writes `model` (a backbone or a task; `preprocessor` beside a backbone) to the
+    preset folder `out`.
 
     `keras_tupe.models.preset_folders.write_preset_folder`, the one preset writer:
     staged in `<out>.partial` and renamed, so nothing is left at `out` when a step
-    fails. `conversion` (source, kind, files with their sha256, ...) is recorded in
-    `metadata.json` under `keras_tupe_conversion`.
+    fails, and a folder that holds files is refused. `conversion` (source, kind, files
+    with their sha256, ...) is recorded in `metadata.json` under `keras_tupe_conversion`.
     """
     from keras_tupe.models.preset_folders import write_preset_folder
 
-    out = os.fspath(out).rstrip("/")
     refuse_existing_output(out)
-    return write_preset_folder(model, out, "keras_tupe_conversion", conversion)
+    return write_preset_folder(model, out, "keras_tupe_conversion", conversion,
+                               preprocessor=preprocessor)

@@ -98,7 +98,7 @@ def convert_huggingface(source, out, weights="auto", dropout=None):
     out = os.fspath(out).rstrip("/")
     refuse_existing_output(out)
     checked = read_source(os.fspath(source), weights, dropout)
-    model, contents = build_model(checked)
+    model, preprocessor, contents = build_model(checked)
     assign_weights(checked["values"], model, checked["weights_path"])
     conversion = {
         "kind": "huggingface",
@@ -110,7 +110,7 @@ def convert_huggingface(source, out, weights="auto", dropout=None):
         "files": file_records(checked["files"]),
         "notes": checked["notes"],
     }
-    return write_preset(out, model, conversion)
+    return write_preset(out, model, conversion, preprocessor=preprocessor)
 
 
 def read_source(source, weights="auto", dropout=None):
@@ -168,10 +168,12 @@ def read_source(source, weights="auto", dropout=None):
 
 
 def build_model(checked):
-    """`(model, description)`: what `write_preset` saves for a `read_source` result.
+    """`(model, preprocessor, description)`: what `write_preset` saves for a `read_source`
+    result.
 
-    With a head, a `TupeMaskedLM` and its preprocessor; without, the backbone
-    and a text-classifier preprocessor. `checked["values"]` gains the head's
+    With a head, a `TupeMaskedLM` holding its preprocessor (and None); without, the
+    backbone and a text-classifier preprocessor saved beside it (keras-hub's loaders
+    take the two files as a task preset without `task.json`). `checked["values"]` gains the head's
     weights and, where the checkpoint has no pooler, the fresh pooler's.
     """
     from keras_tupe.models import (
@@ -189,10 +191,7 @@ def build_model(checked):
         values.update({weight.path: weight.numpy() for weight in backbone.pooled_dense.weights})
     sequence_length = min(MAX_PREPROCESSOR_LENGTH, backbone.max_sequence_length)
     if checked["head"] is None:
-        model = _BackboneWithPreprocessor(
-            backbone, TupeTextClassifierPreprocessor(tokenizer, sequence_length)
-        )
-        return model, (
+        return backbone, TupeTextClassifierPreprocessor(tokenizer, sequence_length), (
             "TupeBackbone with its pooler, tokenizer, "
             f"TupeTextClassifierPreprocessor(sequence_length={sequence_length}); no "
             "masked-LM head (the checkpoint has none: MaskedLM.from_preset would give a "
@@ -202,7 +201,7 @@ def build_model(checked):
     model = TupeMaskedLM(
         backbone, preprocessor=TupeMaskedLMPreprocessor(tokenizer, sequence_length)
     )
-    return model, (
+    return model, None, (
         "TupeMaskedLM (backbone, masked-LM head from cls.predictions), tokenizer, "
         f"TupeMaskedLMPreprocessor(sequence_length={sequence_length})"
     )
@@ -534,27 +533,6 @@ class _Checkpoint:
                 "Task heads other than the masked LM (classifiers, QA) are not converted; "
                 "convert the base model's folder."
             )
-
-
-class _BackboneWithPreprocessor:
-    """What `write_preset` saves for a checkpoint without a task head.
-
-    keras-hub has no model class holding a backbone and a preprocessor alone;
-    its loaders take the two files (`config.json`, `preprocessor.json`) as a
-    task preset without `task.json`.
-    """
-
-    def __init__(self, backbone, preprocessor):
-        self.backbone = backbone
-        self.preprocessor = preprocessor
-
-    @property
-    def weights(self):
-        return self.backbone.weights
-
-    def save_to_preset(self, preset_dir):
-        self.backbone.save_to_preset(preset_dir)
-        self.preprocessor.save_to_preset(preset_dir)
 
 
 def _read_json(path):

@@ -32,6 +32,7 @@ from keras_tupe.finetuning.loading import (
     load_backbone,
     load_classifier,
     load_matching_tokenizer,
+    resolve_init,
     save_classifier,
 )
 from keras_tupe.finetuning.protocol import PAPER_LEARNING_RATES, PAPER_SEEDS, Protocol
@@ -61,6 +62,7 @@ __all__ = [
     "load_classifier",
     "load_matching_tokenizer",
     "paper_epochs",
+    "resolve_init",
     "resolve_loader",
     "run_protocol",
     "run_squad_protocol",

@@ -23,9 +23,15 @@ import numpy as np
 
 from keras_tupe.callbacks import StepProgress
 from keras_tupe.folders import made_folder
+from keras_tupe.output_lock import output_lock
 from keras_tupe.progress import Heartbeat
 
-from keras_tupe.finetuning.loading import default_vocabulary, load_backbone, save_classifier
+from keras_tupe.finetuning.loading import (
+    default_vocabulary,
+    load_backbone,
+    resolve_init,
+    save_classifier,
+)
 from keras_tupe.finetuning.protocol import PAPER_LEARNING_RATES, PAPER_SEEDS, Protocol
 from keras_tupe.finetuning.summary import append_result, read_results, write_tables
 
@@ -76,7 +82,7 @@ class FinetuneConfig:
     # Print a line per epoch and at least every 10 s (steps, metrics, time left) instead
     # of fit's `verbose` output.
     progress: bool = False
-    save_dir: str = None  # keep the fine-tuned classifier (see `save_classifier`)
+    save_dir: str = None  # keep the fine-tuned classifier as a preset folder (`save_classifier`)
     # "tf.data" or "grain"; None: tf.data where TensorFlow imports, else Grain
     # (`keras_tupe.finetuning.batches`). The two shuffle differently.
     data_loader: str = None
@@ -243,12 +249,10 @@ def task_tokenizer(init, backbone, vocab=None, lowercase=True):
     import keras_hub
 
     from keras_tupe.models import TupeTokenizer
-    from keras_tupe.models.preset_folders import is_preset_folder
 
-    preset = next((folder for folder in (init, os.path.join(init, "preset"))
-                   if is_preset_folder(folder)
-                   and os.path.isfile(os.path.join(folder, "tokenizer.json"))), None)
-    if vocab is None and preset is not None:
+    kind, preset = resolve_init(init)
+    if vocab is None and kind == "preset" and os.path.isfile(os.path.join(preset,
+                                                                          "tokenizer.json")):
         tokenizer, source = keras_hub.tokenizers.Tokenizer.from_preset(preset), preset
     else:
         source = str(vocab or default_vocabulary(init))
@@ -363,8 +367,9 @@ def run_protocol(tasks, init, out_dir, learning_rates=PAPER_LEARNING_RATES, seed
     `task_settings` (`{task: {setting: value}}`) changes `FinetuneConfig` settings for
     one task, e.g. `{"sst2": {"max_train_examples": 20000}}` to cap SST-2's training
     set; the names in `TASK_SETTINGS` may change. With `save_models`, each run's
-    classifier is kept in `out_dir/models/<task>_lr<rate>_seed<seed>/`
-    (`save_classifier`), ready for export.
+    classifier is kept as the preset folder `out_dir/models/<task>_lr<rate>_seed<seed>/`
+    (`save_classifier`), ready for `TextClassifier.from_preset` and export. Holds
+    `out_dir`'s lock meanwhile (`keras_tupe.output_lock`): one writer per folder.
     """
     from keras_tupe.data import glue
 
@@ -380,7 +385,8 @@ def run_protocol(tasks, init, out_dir, learning_rates=PAPER_LEARNING_RATES, seed
     _preflight(tasks, init, config_kwargs, task_settings)
     # An interruption before the first finished run leaves no folder it made; after it,
     # results.jsonl stays, to resume from.
-    with made_folder(out_dir, keep=lambda: bool(read_results(out_dir)[1])):
+    with output_lock(out_dir, command="finetune_glue"), \
+            made_folder(out_dir, keep=lambda: bool(read_results(out_dir)[1])):
         results_path, rows = read_results(out_dir)
         for task, rate, seed in protocol.runs(rows, tasks):
             save_dir = (os.path.join(out_dir, "models", f"{task}_lr{rate:g}_seed{seed}")

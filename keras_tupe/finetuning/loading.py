@@ -1,41 +1,71 @@
 """Loading and saving for fine-tuning: the pre-trained encoder, its vocabulary, the classifier.
 
-`load_backbone` and `default_vocabulary` accept a keras-hub preset folder, a
-pre-training run directory or a `.keras` file; `load_matching_tokenizer` refuses a
-vocabulary of another size than the encoder's. `save_classifier` writes a fine-tuned
-classifier with its vocabulary and settings, `load_classifier` reads it back.
+Every artefact is a keras-hub preset folder. `resolve_init` says what an `--init`
+names, by one rule: a preset folder, a run folder (its `preset/`), or as input only
+an old run folder (its `.keras` encoder, `OLD_RUN_FILES`) or a `.keras` file; anything
+else is refused with that list. `load_backbone` and `default_vocabulary` follow it;
+`load_matching_tokenizer` refuses a vocabulary of another size than the encoder's.
+`save_classifier` writes a fine-tuned classifier with its preprocessor as a preset
+folder (`keras_hub.models.TextClassifier.from_preset(folder)` predicts on raw
+strings); `load_classifier` reads it back, and also a folder of an older
+`save_classifier` (`CLASSIFIER_FILE`, `vocab.txt`, `CLASSIFIER_INFO`).
 """
 
 import json
 import os
 
-import keras
+# What older versions wrote, read as input only: a pre-training run's encoder and masked
+# LM, and a fine-tuned classifier's folder.
+OLD_RUN_FILES = ("backbone.keras", "mlm.keras")
+CLASSIFIER_FILE = "classifier.keras"
+CLASSIFIER_INFO = "finetune.json"
+# `metadata.json`'s key for how a fine-tuned preset was made (task, settings, scores).
+FINETUNING_RECORD = "keras_tupe_finetuning"
+INIT_ACCEPTS = ("a preset folder (with config.json, e.g. a run's preset/), a pre-training "
+                "run folder (its preset/), or, from older versions, a run folder with "
+                f"{' or '.join(OLD_RUN_FILES)} or a .keras file")
 
 
-def load_backbone(init):
-    """A `TupeBackbone` from a preset folder, a pre-training run or a `.keras` file.
+def resolve_init(init):
+    """`("preset", folder)` or `("keras", file)`: what `--init` names, or a clear error.
 
-    Accepts a keras-hub preset folder (`save_to_preset`; a run's `preset/`), a
-    pre-training run directory (its `preset/`, else its `backbone.keras`), a
-    backbone `.keras`, or a task `.keras` (masked LM, classifier: its `.backbone`).
+    Raises:
+        ValueError: `init` is an unfinished pre-training run (what to do is said).
+        FileNotFoundError: nothing `init` names is an encoder; the message lists what
+            is accepted.
     """
-    import keras_tupe  # noqa: F401  (registers the classes for loading)
-    from keras_tupe.models import TupeBackbone
     from keras_tupe.models.preset_folders import is_preset_folder
 
-    run_preset = os.path.join(init, "preset")
-    if is_preset_folder(init) or is_preset_folder(run_preset):
-        return TupeBackbone.from_preset(init if is_preset_folder(init) else run_preset)
-    path = os.path.join(init, "backbone.keras") if os.path.isdir(init) else init
-    if not os.path.exists(path) and os.path.isdir(init):
+    init = os.fspath(init)
+    for folder in (init, os.path.join(init, "preset")):
+        if is_preset_folder(folder):
+            return "preset", folder
+    if os.path.isfile(init) and init.endswith(".keras"):
+        return "keras", init
+    if os.path.isdir(init):
+        for name in OLD_RUN_FILES:
+            if os.path.isfile(os.path.join(init, name)):
+                return "keras", os.path.join(init, name)
         unfinished = unfinished_run(init)
         if unfinished:
             raise ValueError(unfinished)
-    if not os.path.exists(path):
-        raise FileNotFoundError(
-            f"No encoder at {init}: give a preset folder (with config.json), a pre-training "
-            "run directory (with preset/ or backbone.keras) or a .keras file."
-        )
+    what = ("does not exist" if not os.path.exists(init)
+            else "is a folder without an encoder" if os.path.isdir(init)
+            else "is not a .keras file")
+    raise FileNotFoundError(f"No encoder at {init} ({what}): give {INIT_ACCEPTS}.")
+
+
+def load_backbone(init):
+    """A `TupeBackbone` from what `init` names (`resolve_init`).
+
+    A task's preset or `.keras` file (masked LM, classifier) gives its backbone.
+    """
+    import keras_tupe  # noqa: F401  (registers the classes for loading)
+    from keras_tupe.models import TupeBackbone
+
+    kind, path = resolve_init(init)
+    if kind == "preset":
+        return TupeBackbone.from_preset(path)
     from keras_tupe.models.task import load_saved_model
 
     model = load_saved_model(path)
@@ -48,7 +78,7 @@ def load_backbone(init):
 def unfinished_run(run_dir):
     """What to do with a pre-training run directory that has no encoder yet, or None.
 
-    A run saves its encoder (`preset/`, `backbone.keras`) only after its last step; until
+    A run saves its encoder (`preset/`) only after its last step; until
     then it holds `run_config.json`, a backup to resume from and any `--save-steps`
     checkpoints, which fine-tuning can start from.
     """
@@ -84,80 +114,87 @@ def unfinished_run(run_dir):
 
 
 def default_vocabulary(init):
-    """The vocabulary of a preset folder or run directory (or of a `.keras` file's directory)."""
+    """The vocabulary of what `init` names (`resolve_init`): a preset's asset, else the
+    `vocab.txt` beside a `.keras` file (or of its run, for a step checkpoint)."""
     from keras_tupe.models.preset_folders import VOCABULARY_ASSET
 
-    directory = init if os.path.isdir(init) else os.path.dirname(os.path.abspath(init))
-    directories = [directory]
-    if os.path.basename(directory) == "checkpoints":  # a run's step_N.keras: the run's
-        directories.append(os.path.dirname(directory))
-    for folder in directories:
-        for candidate in (os.path.join(folder, VOCABULARY_ASSET),
-                          os.path.join(folder, "vocab.txt")):
-            if os.path.exists(candidate):
-                return candidate
+    kind, path = resolve_init(init)
+    if kind == "preset":
+        candidates = [os.path.join(path, VOCABULARY_ASSET)]
+    else:
+        directory = os.path.dirname(os.path.abspath(path))
+        candidates = [os.path.join(directory, "vocab.txt")]
+        if os.path.basename(directory) == "checkpoints":  # a run's step_N.keras
+            candidates.append(os.path.join(os.path.dirname(directory), "vocab.txt"))
+    for candidate in candidates:
+        if os.path.exists(candidate):
+            return candidate
     raise FileNotFoundError(
-        f"No vocabulary in {directory} (neither {VOCABULARY_ASSET} nor vocab.txt); pass the "
+        f"No vocabulary for {init} (looked for {', '.join(candidates)}); pass the "
         "vocabulary the encoder was pre-trained with."
     )
 
 
+def save_classifier(model, save_dir, vocabulary_file=None, info=None):
+    """Writes the fine-tuned `model` with its preprocessor as the preset folder `save_dir`.
 
-CLASSIFIER_FILE = "classifier.keras"
-CLASSIFIER_INFO = "finetune.json"
-
-
-def save_classifier(model, save_dir, vocabulary_file, info):
-    """Writes `save_dir/` with `classifier.keras`, its `vocab.txt` and `finetune.json`.
-
-    Everything `keras_tupe.export.export_classifier` needs to serve raw strings
-    (`python -m training.export classifier --init SAVE_DIR`). `vocabulary_file` is the
-    vocabulary's path or the tokenizer itself (its `get_vocabulary()` is written). The
-    classifier is saved without its preprocessor (`vocab.txt` and `finetune.json` say
-    how it packs). An existing `save_dir` is refused: nothing a user has is replaced.
+    `keras_hub.models.TextClassifier.from_preset(save_dir)` reloads it and predicts on
+    raw strings; `python -m training.export classifier --init SAVE_DIR` serves it.
+    `info` (task, settings, dev scores) is recorded in `metadata.json` under
+    `keras_tupe_finetuning`. A model without a preprocessor gets a
+    `TupeTextClassifierPreprocessor` of `vocabulary_file` (a path or a tokenizer) at
+    `info["seq_len"]`. Written by `write_preset_folder` (staged, renamed once whole);
+    an existing `save_dir` that is not empty is refused: nothing a user has is replaced.
     """
-    import shutil
+    from keras_tupe.models.preset_folders import refuse_existing_folder, write_preset_folder
 
-    if os.path.exists(save_dir):
-        raise FileExistsError(f"{save_dir} already exists; choose another directory for the "
-                              "fine-tuned classifier or remove it.")
-    staging = save_dir.rstrip("/") + ".partial"
-    shutil.rmtree(staging, ignore_errors=True)  # a previous interrupted save
-    os.makedirs(staging)
-    from keras_tupe.models.task import without_training_state
+    info = dict(info or {})
+    refuse_existing_folder(save_dir)
+    preprocessor = model.preprocessor
+    if preprocessor is None:
+        from keras_tupe.models import TupeTextClassifierPreprocessor, TupeTokenizer
 
-    preprocessor = getattr(model, "preprocessor", None)
-    model.preprocessor = None
+        tokenizer = (TupeTokenizer(vocabulary=os.fspath(vocabulary_file),
+                                   lowercase=info.get("lowercase", True))
+                     if isinstance(vocabulary_file, (str, os.PathLike)) else vocabulary_file)
+        if tokenizer is None:
+            raise ValueError("save_classifier: the model has no preprocessor; pass its "
+                             "vocabulary_file.")
+        model.preprocessor = TupeTextClassifierPreprocessor(
+            tokenizer, sequence_length=info.get("seq_len", 128))
     try:
-        with without_training_state(model):  # architecture and weights, for serving
-            model.save(os.path.join(staging, CLASSIFIER_FILE))
+        return write_preset_folder(model, save_dir, FINETUNING_RECORD, info)
     finally:
         model.preprocessor = preprocessor
-    if isinstance(vocabulary_file, (str, os.PathLike)):
-        shutil.copyfile(vocabulary_file, os.path.join(staging, "vocab.txt"))
-    else:
-        with open(os.path.join(staging, "vocab.txt"), "w", encoding="utf-8") as f:
-            f.write("".join(token + "\n" for token in vocabulary_file.get_vocabulary()))
-    with open(os.path.join(staging, CLASSIFIER_INFO), "w") as f:
-        json.dump(info, f, indent=2)
-    os.replace(staging, save_dir)
-    return save_dir
 
 
 def load_classifier(save_dir):
-    """`(classifier, vocabulary_file, info)` from a directory of `save_classifier`."""
-    import keras_tupe  # noqa: F401  (registers the classes for loading)
+    """`(classifier, vocabulary_file, info)` from a folder of `save_classifier`.
 
+    A preset folder (the classifier with its preprocessor; `info` from its
+    `metadata.json`), or the folder of an older version (`CLASSIFIER_FILE`, `vocab.txt`,
+    `finetune.json`).
+    """
+    import keras_hub
+
+    import keras_tupe  # noqa: F401  (registers the classes for loading)
+    from keras_tupe.models.preset_folders import VOCABULARY_ASSET
+
+    if os.path.isfile(os.path.join(save_dir, "task.json")):
+        model = keras_hub.models.TextClassifier.from_preset(save_dir)
+        with open(os.path.join(save_dir, "metadata.json"), encoding="utf-8") as f:
+            info = json.load(f).get(FINETUNING_RECORD, {})
+        return model, os.path.join(save_dir, VOCABULARY_ASSET), info
     path = os.path.join(save_dir, CLASSIFIER_FILE)
     if not os.path.exists(path):
-        raise FileNotFoundError(f"No {CLASSIFIER_FILE} in {save_dir}: give a directory written by "
+        raise FileNotFoundError(f"{save_dir} holds no fine-tuned classifier (no task.json, nor "
+                                f"an older {CLASSIFIER_FILE}): give a folder written by "
                                 "fine-tuning with --save-models (or save_classifier).")
     with open(os.path.join(save_dir, CLASSIFIER_INFO)) as f:
         info = json.load(f)
     from keras_tupe.models.task import load_saved_model
 
-    model = load_saved_model(path)
-    return model, os.path.join(save_dir, "vocab.txt"), info
+    return load_saved_model(path), os.path.join(save_dir, "vocab.txt"), info
 
 
 def load_matching_tokenizer(backbone, vocab, lowercase=True):

@@ -16,9 +16,6 @@ import shutil
 from keras_tupe.staging import arrays_bytes, staged, write_json
 
 REGISTERED_BACKBONE = "keras_tupe>TupeBackbone"
-# Everything keras-hub writes into a preset folder.
-PRESET_FILES = ("config.json", "model.weights.h5", "model.weights.json", "metadata.json",
-                "task.json", "task.weights.h5", "preprocessor.json", "tokenizer.json", "assets")
 VOCABULARY_ASSET = os.path.join("assets", "tokenizer", "vocabulary.txt")
 
 
@@ -127,37 +124,101 @@ def check_vocabulary_size(preset, vocabulary_size):
         )
 
 
-def write_preset_folder(model, preset_dir, record_key=None, record=None, overwrite=False):
+# Folders `write_preset_folder` is writing now: a `save_to_preset` into one of them (the
+# model's own, then keras-hub's nested backbone / preprocessor / tokenizer saves) writes
+# straight through keras-hub's saver.
+_WRITING = set()
+
+
+class StagedPresetSaving:
+    """Mixed in before a keras-hub class: `save_to_preset` goes through `write_preset_folder`.
+
+    The one overwrite policy for every preset keras_tupe writes, whatever writes it (a
+    backbone, a task, a preprocessor, a tokenizer): staged beside the folder and renamed;
+    a file already in the folder is never replaced unless `overwrite=True`, which
+    replaces the whole folder once the new one is complete.
+    """
+
+    def save_to_preset(self, preset_dir, *args, overwrite=False, **kwargs):
+        """Writes this object into the preset folder `preset_dir` (`write_preset_folder`).
+
+        Args:
+            preset_dir: str. The folder. Files already there are kept; one this save
+                would write is refused unless `overwrite`.
+            *args, **kwargs: keras-hub's `save_to_preset` arguments (`max_shard_size`).
+            overwrite: bool. Replace the whole folder with this save.
+        """
+        if os.path.abspath(preset_dir) in _WRITING:
+            return super().save_to_preset(preset_dir, *args, **kwargs)
+        return write_preset_folder(self, preset_dir, overwrite=overwrite,
+                                   save_args=(args, kwargs))
+
+
+def refuse_existing_folder(preset_dir, error=FileExistsError):
+    """Raises `error` when `preset_dir` exists and is not an empty folder.
+
+    What a writer that makes whole folders only (a converter, before it reads a
+    checkpoint) checks first; `write_preset_folder` itself also adds files beside
+    others, refusing only the files it would replace.
+    """
+    preset_dir = os.fspath(preset_dir).rstrip(os.sep)
+    if os.path.exists(preset_dir) and (not os.path.isdir(preset_dir)
+                                       or os.listdir(preset_dir)):
+        raise error(
+            f"{preset_dir} already exists and is not an empty folder; refusing to replace "
+            "a preset or any other file. Choose another folder, or remove it."
+        )
+
+
+def write_preset_folder(model, preset_dir, record_key=None, record=None, overwrite=False,
+                        preprocessor=None, save_args=((), {})):
     """The one writer of preset folders: stage, refuse or overwrite, record, rename.
 
     `model.save_to_preset` writes into `<preset_dir>.partial` (its free space checked
     against the weights' size first), `record` is added to its `metadata.json` under
     `record_key` (how the preset was made: a run's command and settings, a conversion's
-    sources), and the folder is renamed to `preset_dir` once whole. An existing
-    non-empty `preset_dir` is refused unless `overwrite`, and then replaced only after
-    the new folder is complete.
+    sources, a fine-tuning's settings and scores), and the folder is renamed to
+    `preset_dir` once whole. Into an existing folder the new files are added beside the
+    others (keras-hub's idiom: a tokenizer saved beside its backbone), unless one of
+    them is already there: then nothing is written (`FileExistsError`) unless
+    `overwrite`, which replaces the whole folder once the new one is complete.
 
     Args:
-        model: a keras_tupe backbone or task (anything with `save_to_preset`).
+        model: a keras_tupe backbone, task, preprocessor or tokenizer (anything with
+            `save_to_preset`).
         preset_dir: str. The folder to write.
         record_key: str or None. The `metadata.json` key of `record`.
         record: dict or None.
         overwrite: bool. Replace an existing preset folder.
+        preprocessor: a preprocessor saved beside `model` (a backbone), or None: a
+            backbone-and-preprocessor preset without `task.json`.
+        save_args: `(args, kwargs)` for `model.save_to_preset` (`max_shard_size`).
 
     Raises:
-        FileExistsError: `preset_dir` holds files and `overwrite` is false.
+        FileExistsError: a file this save writes is in `preset_dir` and `overwrite` is
+            false.
         keras_tupe.staging.WriteError: no room, a file-size limit, a read-only folder.
     """
     preset_dir = os.fspath(preset_dir).rstrip(os.sep)
     if os.path.isdir(preset_dir) and not os.listdir(preset_dir):
         os.rmdir(preset_dir)  # an empty folder holds nothing to protect
-    if os.path.exists(preset_dir) and not overwrite:
-        raise FileExistsError(
-            f"{preset_dir} already exists and is not an empty folder; refusing to replace "
-            "a preset or any other file. Choose another folder, or pass overwrite=True."
-        )
-    with staged(preset_dir, folder=True, needed=arrays_bytes(model.weights)) as staging:
-        model.save_to_preset(staging)
+    adding = os.path.exists(preset_dir) and not overwrite
+    if adding and not os.path.isdir(preset_dir):
+        raise FileExistsError(f"{preset_dir} is a file, not a preset folder; refusing to "
+                              "replace it. Choose another folder.")
+    weights = getattr(model, "weights", None) or []
+    # Adding: staged under another name, then moved in file by file once none clashes.
+    target = preset_dir + ".adding" if adding else preset_dir
+    args, kwargs = save_args
+    with staged(target, folder=True, needed=arrays_bytes(weights)) as staging:
+        key = os.path.abspath(staging)
+        _WRITING.add(key)
+        try:
+            model.save_to_preset(staging, *args, **kwargs)
+            if preprocessor is not None:
+                preprocessor.save_to_preset(staging)
+        finally:
+            _WRITING.discard(key)
         if record_key:
             metadata_path = os.path.join(staging, "metadata.json")
             metadata = {}
@@ -166,7 +227,26 @@ def write_preset_folder(model, preset_dir, record_key=None, record=None, overwri
                     metadata = json.load(f)
             metadata[record_key] = record
             write_json(metadata_path, metadata, sync=False)
+        if adding:
+            _add_files(staging, preset_dir)
+    if adding:
+        shutil.rmtree(target, ignore_errors=True)
     return preset_dir
+
+
+def _add_files(staging, preset_dir):
+    """Moves every file of `staging` into `preset_dir`, or none when one is there already."""
+    files = [os.path.relpath(os.path.join(root, name), staging)
+             for root, _, names in os.walk(staging) for name in names]
+    present = sorted(f for f in files if os.path.lexists(os.path.join(preset_dir, f)))
+    if present:
+        raise FileExistsError(
+            f"Preset folder {preset_dir} already holds {present}; refusing to overwrite a "
+            "saved model. Choose another folder, or pass overwrite=True."
+        )
+    for name in files:
+        os.makedirs(os.path.dirname(os.path.join(preset_dir, name)), exist_ok=True)
+        os.replace(os.path.join(staging, name), os.path.join(preset_dir, name))
 
 
 def check_weights_file(path, read_data=False):
@@ -196,30 +276,6 @@ def check_weights_file(path, read_data=False):
         ) from None
 
 
-def refuse_overwrite(preset_dir, files, overwrite):
-    """Refuses to write `files` into `preset_dir` where one exists, unless `overwrite`.
-
-    keras-hub's saver replaces files silently; a preset folder holds a user's
-    weights. With `overwrite=True` the named files are removed first, so a new
-    save never mixes with an old one.
-    """
-    present = [f for f in files if os.path.exists(os.path.join(preset_dir, f))]
-    if present and not overwrite:
-        raise FileExistsError(
-            f"Preset folder {preset_dir} already holds {present}; refusing to overwrite a "
-            "saved model. Choose another folder, or pass overwrite=True."
-        )
-    if present:
-        # Overwriting replaces the saved model as a whole: no task, head, preprocessor
-        # or tokenizer of the old one may stay beside the new files.
-        for f in PRESET_FILES:
-            path = os.path.join(preset_dir, f)
-            if os.path.isdir(path):
-                shutil.rmtree(path)
-            elif os.path.exists(path):
-                os.remove(path)
-
-
 def preset_sequence_length(loader):
     """The `sequence_length` a preprocessor built from a preset folder gets by default.
 
@@ -233,3 +289,30 @@ def preset_sequence_length(loader):
         if length:
             return int(length)
     return min(512, int(loader.config["config"].get("max_sequence_length", 512)))
+
+
+def refuse_overwrite(preset_dir, files, overwrite):
+    """Deprecated: `StagedPresetSaving` (`write_preset_folder`) is the one policy.
+
+    Refuses `files` already in `preset_dir` unless `overwrite`, which removes every
+    file keras-hub writes into a preset folder first. Kept for one release.
+    """
+    import warnings
+
+    warnings.warn("keras_tupe.models.preset_folders.refuse_overwrite is deprecated: "
+                  "save_to_preset goes through write_preset_folder (StagedPresetSaving).",
+                  DeprecationWarning, stacklevel=2)
+    present = [f for f in files if os.path.exists(os.path.join(preset_dir, f))]
+    if present and not overwrite:
+        raise FileExistsError(
+            f"Preset folder {preset_dir} already holds {present}; refusing to overwrite a "
+            "saved model. Choose another folder, or pass overwrite=True."
+        )
+    for f in (("config.json", "model.weights.h5", "model.weights.json", "metadata.json",
+               "task.json", "task.weights.h5", "preprocessor.json", "tokenizer.json", "assets")
+              if present else ()):
+        path = os.path.join(preset_dir, f)
+        if os.path.isdir(path):
+            shutil.rmtree(path)
+        elif os.path.exists(path):
+            os.remove(path)

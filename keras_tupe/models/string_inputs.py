@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from keras_tupe.models.preset_folders import preset_sequence_length, refuse_overwrite
+from keras_tupe.models.preset_folders import StagedPresetSaving, preset_sequence_length
 
 
 def _is_text(value):
@@ -87,7 +87,7 @@ def check_text_batch(owner, x):
                     f"{_describe(item)}. {_TOKEN_IDS_HINT}")
 
 
-class TextPreprocessorMixin:
+class TextPreprocessorMixin(StagedPresetSaving):
     """Mixed in before a keras-hub text preprocessor: preset length, safe saving, text check."""
 
     @classmethod
@@ -98,11 +98,6 @@ class TextPreprocessorMixin:
         kwargs = super()._add_missing_kwargs(loader, kwargs)
         kwargs.setdefault("sequence_length", preset_sequence_length(loader))
         return kwargs
-
-    def save_to_preset(self, preset_dir, overwrite=False):
-        """Writes `preprocessor.json` and the tokenizer; refuses to replace them."""
-        refuse_overwrite(preset_dir, ["preprocessor.json", "tokenizer.json"], overwrite)
-        super().save_to_preset(preset_dir)
 
     def call(self, x, y=None, sample_weight=None):
         check_string_inputs(type(self).__name__, x)

@@ -4,10 +4,12 @@ import contextlib
 
 import keras
 
+from keras_tupe.models.preset_folders import StagedPresetSaving
+
 _TENSORFLOW = keras.backend.backend() == "tensorflow"
 
 
-class ReplicaXLAStep:
+class ReplicaXLAStep(StagedPresetSaving):
     """Mixed in before a keras-hub task class: its training step is XLA-compiled per replica.
 
     Keras 3 jit-compiles the whole distributed step, `strategy.run` and the
@@ -48,17 +50,12 @@ class ReplicaXLAStep:
             ) from error
 
     def save_to_preset(self, preset_dir, max_shard_size=10, overwrite=False):
-        """Writes the task, its backbone and its preprocessor into `preset_dir`.
-
-        A folder that already holds a saved model is refused unless `overwrite`.
-        """
-        from keras_tupe.models.preset_folders import refuse_overwrite
-
-        refuse_overwrite(preset_dir, ["task.json", "task.weights.h5", "config.json",
-                                      "model.weights.h5", "model.weights.json",
-                                      "preprocessor.json", "tokenizer.json"], overwrite)
+        """Writes the task, its backbone and its preprocessor into `preset_dir`, without
+        the optimizer's state (`write_preset_folder`: refused where a saved model is,
+        unless `overwrite`)."""
         with without_training_state(self):
-            super().save_to_preset(preset_dir, max_shard_size=max_shard_size)
+            return super().save_to_preset(preset_dir, max_shard_size=max_shard_size,
+                                          overwrite=overwrite)
 
     def load_task_weights(self, filepath):
         """keras-hub's, without the optimizer warning of `load_saved_model` (same cause)."""

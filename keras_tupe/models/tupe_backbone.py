@@ -1,6 +1,7 @@
 """The encoder backbone for every positional encoding of TUPE and Huang et al."""
 
 import numbers
+import os
 
 import keras
 import keras_hub
@@ -25,9 +26,10 @@ from keras_tupe.layers.transformer_encoder_block import (
 from keras_tupe.layers.untied_positional_attention import ATTENTION_IMPLEMENTATIONS
 from keras_tupe.layers.utils import check_sequence_length, clone_initializer
 from keras_tupe.models.preset_folders import (
+    StagedPresetSaving,
     check_preset_folder,
+    check_weights_file,
     classproperty,
-    refuse_overwrite,
 )
 from keras_tupe.models.presets import PRESETS, preset_description
 
@@ -69,7 +71,7 @@ def _choice(name, value, choices):
 
 
 @keras.saving.register_keras_serializable(package="keras_tupe")
-class TupeBackbone(keras_hub.models.Backbone):
+class TupeBackbone(StagedPresetSaving, keras_hub.models.Backbone):
     """A BERT-style encoder whose positional encoding is a set of choices.
 
     Four orthogonal fields make every variant of TUPE (Ke et al., ICLR 2021)
@@ -493,15 +495,16 @@ class TupeBackbone(keras_hub.models.Backbone):
         check_preset_folder(preset, cls, load_weights)
         return super().from_preset(preset, load_weights=load_weights, **kwargs)
 
-    def save_to_preset(self, preset_dir, max_shard_size=10, overwrite=False):
-        """Writes `config.json`, the weights and `metadata.json` into `preset_dir`.
+    def load_weights(self, filepath, *args, **kwargs):
+        """Keras's `load_weights`; a truncated or corrupt `.h5` file is named first.
 
-        An existing config or weights file there is refused unless `overwrite`.
+        keras-hub's `Backbone.from_preset` loads `model.weights.h5` through here, so
+        its bare h5py `OSError` becomes one message naming the file
+        (`check_weights_file`).
         """
-        refuse_overwrite(
-            preset_dir, ["config.json", "model.weights.h5", "model.weights.json"], overwrite
-        )
-        super().save_to_preset(preset_dir, max_shard_size=max_shard_size)
+        if str(filepath).endswith(".h5") and os.path.isfile(filepath):
+            check_weights_file(filepath)
+        return super().load_weights(filepath, *args, **kwargs)
 
     def get_config(self):
         config = super().get_config()

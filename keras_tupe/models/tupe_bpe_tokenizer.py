@@ -13,7 +13,7 @@ from subword_nmt.apply_bpe import encode as subword_nmt_encode
 
 import keras_hub
 
-from keras_tupe.models.preset_folders import check_backbone_vocabulary_size, refuse_overwrite
+from keras_tupe.models.preset_folders import StagedPresetSaving, check_backbone_vocabulary_size
 from keras_tupe.models.tupe_backbone import TupeBackbone
 
 
@@ -221,7 +221,7 @@ def _to_python_ids(inputs):
 
 
 @keras.saving.register_keras_serializable(package="keras_tupe")
-class TupeBpeTokenizer(keras_hub.tokenizers.Tokenizer):
+class TupeBpeTokenizer(StagedPresetSaving, keras_hub.tokenizers.Tokenizer):
     """The TUPE authors' text pipeline: lowercase, Moses, BPE with `@@ `, fairseq ids.
 
     `guolinke/TUPE` (a fairseq fork) prepared text with `preprocess/pretrain/
@@ -510,11 +510,6 @@ class TupeBpeTokenizer(keras_hub.tokenizers.Tokenizer):
         with open(path, encoding="utf-8", newline="\n") as f:
             vocabulary = f.read().split("\n")[:-1]
         self.set_vocabulary_and_codes(vocabulary, os.path.join(dir_path, BPE_CODES_ASSET))
-
-    def save_to_preset(self, preset_dir, overwrite=False):
-        """Writes `tokenizer.json` and `assets/tokenizer/{vocabulary,bpe_codes}.txt`."""
-        refuse_overwrite(preset_dir, ["tokenizer.json"], overwrite)
-        super().save_to_preset(preset_dir)
 
     def load_preset_assets(self, preset):
         """Reads the assets back; checks the vocabulary against the backbone's size (if any)."""

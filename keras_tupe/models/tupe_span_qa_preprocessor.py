@@ -3,13 +3,13 @@
 import keras
 import keras_hub
 
-from keras_tupe.models.preset_folders import preset_sequence_length, refuse_overwrite
+from keras_tupe.models.preset_folders import StagedPresetSaving, preset_sequence_length
 from keras_tupe.models.tupe_backbone import TupeBackbone
 from keras_tupe.models.tupe_tokenizer import TupeTokenizer
 
 
 @keras.saving.register_keras_serializable(package="keras_tupe")
-class TupeSpanQAPreprocessor(keras_hub.models.Preprocessor):
+class TupeSpanQAPreprocessor(StagedPresetSaving, keras_hub.models.Preprocessor):
     """BERT's SQuAD windowing over raw strings, and the answer text from span logits.
 
     Span extraction does not fit keras-hub's one-example-in, one-example-out
@@ -125,11 +125,6 @@ class TupeSpanQAPreprocessor(keras_hub.models.Preprocessor):
                 "`fit`/`predict` take its packed features (`features.inputs`). Received: "
                 f"{type(x).__name__}")
         return keras.utils.pack_x_y_sample_weight(x, y, sample_weight)
-
-    def save_to_preset(self, preset_dir, overwrite=False):
-        """Writes `preprocessor.json` and the tokenizer; refuses to replace them."""
-        refuse_overwrite(preset_dir, ["preprocessor.json", "tokenizer.json"], overwrite)
-        super().save_to_preset(preset_dir)
 
     def get_config(self):
         config = super().get_config()

@@ -4,12 +4,12 @@ import keras
 
 import keras_hub
 
-from keras_tupe.models.preset_folders import check_backbone_vocabulary_size, refuse_overwrite
+from keras_tupe.models.preset_folders import StagedPresetSaving, check_backbone_vocabulary_size
 from keras_tupe.models.tupe_backbone import TupeBackbone
 
 
 @keras.saving.register_keras_serializable(package="keras_tupe")
-class TupeTokenizer(keras_hub.tokenizers.WordPieceTokenizer):
+class TupeTokenizer(StagedPresetSaving, keras_hub.tokenizers.WordPieceTokenizer):
     """keras-hub's `WordPieceTokenizer` with the special tokens of keras_tupe vocabularies.
 
     Like `keras_hub.models.BertTokenizer`: `[CLS]` starts and `[SEP]` ends every
@@ -45,11 +45,6 @@ class TupeTokenizer(keras_hub.tokenizers.WordPieceTokenizer):
         self._add_special_token("[SEP]", "end_token")
         kwargs.setdefault("oov_token", "[UNK]")
         super().__init__(vocabulary=vocabulary, lowercase=lowercase, **kwargs)
-
-    def save_to_preset(self, preset_dir, overwrite=False):
-        """Writes `tokenizer.json` and the vocabulary asset; refuses to replace them."""
-        refuse_overwrite(preset_dir, ["tokenizer.json"], overwrite)
-        super().save_to_preset(preset_dir)
 
     def load_preset_assets(self, preset):
         """Loads the vocabulary of a preset folder, checking it against the backbone's size.

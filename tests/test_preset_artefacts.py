@@ -1,0 +1,261 @@
+"""The preset folder is the only artefact (issue 51 item 1).
+
+Every kind the project writes (a pre-trained masked LM, a fine-tuned classifier, a
+span-QA model, a converted checkpoint) is read back through keras-hub's base classes
+in a fresh process; `--init` resolves by one rule and still takes an old run folder
+or a `.keras` file; one writer holds the one overwrite policy.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import keras
+import keras_hub
+import numpy as np
+import pytest
+
+import keras_tupe  # noqa: F401  (registers the family with keras-hub)
+from keras_tupe.finetuning import (
+    default_vocabulary,
+    load_backbone,
+    load_classifier,
+    resolve_init,
+    save_classifier,
+)
+from keras_tupe.models import (
+    TupeBackbone,
+    TupeMaskedLM,
+    TupeMaskedLMPreprocessor,
+    TupeSpanQA,
+    TupeSpanQAPreprocessor,
+    TupeTextClassifier,
+    TupeTextClassifierPreprocessor,
+    TupeTokenizer,
+)
+from keras_tupe.models.preset_folders import write_preset_folder
+
+REPO = Path(__file__).resolve().parents[1]
+DATA_DIR = Path(os.environ.get("KERAS_TUPE_DATA_DIR") or REPO.parent / "shared" / "data")
+HF_BERT = DATA_DIR / "reference_checkpoints" / "hf" / "absolute" / "bert_model"
+VOCABULARY = ["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]", "a", "fine", "film", "the",
+              "plot", "was", "long", "dull", "who", "made", "it", "?", "."]
+SENTENCES = ["a fine film", "the plot was long", "a dull film ."]
+V = len(VOCABULARY)
+
+# Loads each folder with keras-hub's base classes only (no keras_tupe class named) and
+# writes what it computes, for the parent to compare.
+FRESH = """
+import json, sys
+import numpy as np
+import keras, keras_hub
+import keras_tupe  # registers the family, as `pip install keras-tupe` users import it
+folders, out = json.loads(sys.argv[1]), sys.argv[2]
+inputs = {k: np.asarray(v, "int32") for k, v in json.loads(sys.argv[3]).items()}
+sentences = json.loads(sys.argv[4])
+found = {}
+pre = keras_hub.models.Backbone.from_preset(folders["pretrained"])
+found["pretrained"] = keras.ops.convert_to_numpy(pre(inputs)["sequence_output"])
+assert type(keras_hub.models.MaskedLM.from_preset(folders["pretrained"])).__name__ == \\
+    "TupeMaskedLM"
+clf = keras_hub.models.TextClassifier.from_preset(folders["classifier"])
+found["classifier"] = keras.ops.convert_to_numpy(clf.predict(sentences, verbose=0))
+# keras-hub has no span-QA base class (and refuses Task.from_preset): the class that
+# task.json names, as keras-hub's loader finds it.
+with open(folders["span_qa"] + "/task.json") as f:
+    task_class = keras.saving.get_registered_object(json.load(f)["registered_name"])
+qa = task_class.from_preset(folders["span_qa"])
+assert type(qa).__name__ == "TupeSpanQA", type(qa)
+assert type(qa.preprocessor).__name__ == "TupeSpanQAPreprocessor", type(qa.preprocessor)
+outputs = qa(inputs)
+found["span_qa"] = np.stack([keras.ops.convert_to_numpy(outputs[k])
+                             for k in sorted(outputs)])
+if "converted" in folders:
+    converted = keras_hub.models.Backbone.from_preset(folders["converted"])
+    converted_inputs = {k: np.asarray(v, "int32") for k, v in json.loads(sys.argv[5]).items()}
+    found["converted"] = keras.ops.convert_to_numpy(
+        converted(converted_inputs)["sequence_output"])
+    task = keras_hub.models.TextClassifier.from_preset(folders["converted"], num_classes=2)
+    assert task.predict(["hello world"], verbose=0).shape == (1, 2)
+np.savez(out, **found)
+"""
+
+
+def tokenizer():
+    return TupeTokenizer(vocabulary=VOCABULARY)
+
+
+def small_backbone(seed=0, **overrides):
+    keras.utils.set_random_seed(seed)
+    return TupeBackbone.from_preset("tupe_r_tiny", vocabulary_size=V, **overrides)
+
+
+def packed_inputs():
+    return {"token_ids": np.array([[1, 5, 6, 7, 2, 0, 0, 0], [1, 8, 9, 10, 11, 2, 0, 0]]),
+            "segment_ids": np.zeros((2, 8), "int32"),
+            "padding_mask": np.array([[1] * 5 + [0] * 3, [1] * 6 + [0] * 2])}
+
+
+def outputs_of(model, inputs):
+    result = model(inputs)
+    return np.stack([keras.ops.convert_to_numpy(result[k]) for k in sorted(result)])
+
+
+def test_every_artefact_kind_round_trips_through_keras_hub_in_a_fresh_process(tmp_path):
+    inputs = packed_inputs()
+    expected = {}
+    folders = {}
+
+    # Pre-trained: the masked LM with its preprocessor, as `training.pretrain` writes it.
+    masked_lm = TupeMaskedLM(small_backbone(1), preprocessor=TupeMaskedLMPreprocessor(
+        tokenizer(), sequence_length=16))
+    folders["pretrained"] = write_preset_folder(masked_lm, str(tmp_path / "run" / "preset"),
+                                                "keras_tupe_training", {"steps": 1})
+    expected["pretrained"] = keras.ops.convert_to_numpy(
+        masked_lm.backbone(inputs)["sequence_output"])
+
+    # Fine-tuned classifier: from the run folder (meaning its preset), as fine-tuning does.
+    classifier = TupeTextClassifier(
+        load_backbone(str(tmp_path / "run")), num_classes=3,
+        preprocessor=TupeTextClassifierPreprocessor(tokenizer(), sequence_length=16))
+    info = {"task": "x", "seq_len": 16, "lowercase": True, "num_segments": 1,
+            "label_names": ["p", "q", "r"], "dev": {"validation": {"score": 0.5}}}
+    folders["classifier"] = save_classifier(classifier, str(tmp_path / "clf"), None, info)
+    expected["classifier"] = keras.ops.convert_to_numpy(classifier.predict(SENTENCES,
+                                                                           verbose=0))
+
+    # Span QA.
+    qa = TupeSpanQA(small_backbone(2), preprocessor=TupeSpanQAPreprocessor(
+        tokenizer(), sequence_length=16, doc_stride=4, max_query_length=4))
+    folders["span_qa"] = str(tmp_path / "qa")
+    qa.save_to_preset(folders["span_qa"])
+    expected["span_qa"] = outputs_of(qa, inputs)
+
+    # Converted (a Hugging Face BERT folder), where the reference checkpoints are.
+    hf_inputs = {}
+    if HF_BERT.is_dir():
+        from keras_tupe.convert import convert_huggingface
+
+        folders["converted"] = str(convert_huggingface(HF_BERT, tmp_path / "converted"))
+        converted = TupeBackbone.from_preset(folders["converted"])
+        hf_inputs = {"token_ids": np.array([[2, 5, 6, 3]]) % converted.vocabulary_size,
+                     "segment_ids": np.zeros((1, 4), "int32"),
+                     "padding_mask": np.ones((1, 4), "int32")}
+        expected["converted"] = keras.ops.convert_to_numpy(
+            converted(hf_inputs)["sequence_output"])
+
+    out = tmp_path / "found.npz"
+    subprocess.run(
+        [sys.executable, "-c", FRESH, json.dumps(folders), str(out),
+         json.dumps({k: v.tolist() for k, v in inputs.items()}), json.dumps(SENTENCES),
+         json.dumps({k: v.tolist() for k, v in hf_inputs.items()})],
+        check=True, cwd=REPO, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    found = np.load(out)
+    assert sorted(found.files) == sorted(expected)
+    for kind, value in expected.items():
+        np.testing.assert_allclose(found[kind], value, atol=1e-5, rtol=0, err_msg=kind)
+    # The fine-tuning record travels in the preset; load_classifier returns it.
+    _, vocab, loaded_info = load_classifier(folders["classifier"])
+    assert loaded_info == info
+    assert Path(vocab).read_text().split() == VOCABULARY
+    assert not os.path.exists(os.path.join(folders["classifier"], "classifier.keras"))
+
+
+def test_init_takes_a_preset_a_run_folder_an_old_run_folder_or_a_keras_file(tmp_path):
+    inputs = packed_inputs()
+    backbone = small_backbone(3)
+    reference = keras.ops.convert_to_numpy(backbone(inputs)["pooled_output"])
+
+    def pooled(init):
+        return keras.ops.convert_to_numpy(load_backbone(str(init))(inputs)["pooled_output"])
+
+    # A run folder means its preset/.
+    run = tmp_path / "run"
+    backbone.save_to_preset(str(run / "preset"))
+    assert resolve_init(str(run)) == ("preset", str(run / "preset"))
+    np.testing.assert_allclose(pooled(run), reference, atol=1e-6)
+
+    # An old run folder (backbone.keras, else mlm.keras) and .keras files, as input.
+    old = tmp_path / "old_run"
+    old.mkdir()
+    TupeMaskedLM(backbone).save(old / "mlm.keras")
+    (old / "vocab.txt").write_text("".join(t + "\n" for t in VOCABULARY))
+    assert resolve_init(str(old)) == ("keras", str(old / "mlm.keras"))
+    np.testing.assert_allclose(pooled(old), reference, atol=1e-6)
+    backbone.save(old / "backbone.keras")
+    assert resolve_init(str(old)) == ("keras", str(old / "backbone.keras"))
+    np.testing.assert_allclose(pooled(old / "backbone.keras"), reference, atol=1e-6)
+    assert default_vocabulary(str(old)) == str(old / "vocab.txt")
+    with pytest.raises(FileNotFoundError, match="No vocabulary"):
+        default_vocabulary(str(run))  # a backbone-only preset has no tokenizer
+    # Anything else: one error that lists what is accepted.
+    (tmp_path / "empty").mkdir()
+    for wrong in (tmp_path / "empty", tmp_path / "missing", old / "vocab.txt"):
+        with pytest.raises(FileNotFoundError, match=r"give a preset folder .* a pre-training "
+                                                    r"run folder .* or a \.keras file"):
+            resolve_init(str(wrong))
+
+
+def test_one_policy_adds_beside_refuses_a_clash_and_overwrites_whole(tmp_path):
+    folder = tmp_path / "preset"
+    folder.mkdir()
+    (folder / "README.md").write_text("mine")
+    small_backbone(4).save_to_preset(str(folder))  # added beside the user's file
+    tokenizer().save_to_preset(str(folder))  # keras-hub's idiom: the tokenizer beside
+    assert (folder / "README.md").read_text() == "mine"
+    assert isinstance(keras_hub.tokenizers.Tokenizer.from_preset(str(folder)), TupeTokenizer)
+    before = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    with pytest.raises(FileExistsError, match=r"already holds \['config.json', "
+                                              r"'metadata.json', 'model.weights.h5'\]"):
+        small_backbone(5).save_to_preset(str(folder))
+    # Refused as a whole: nothing changed, nothing staged left beside.
+    assert {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()} == before
+    assert sorted(os.listdir(tmp_path)) == ["preset"]
+    new = small_backbone(5)
+    new.save_to_preset(str(folder), overwrite=True)
+    assert sorted(os.listdir(folder)) == ["config.json", "metadata.json", "model.weights.h5"]
+    inputs = packed_inputs()
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(TupeBackbone.from_preset(str(folder))(inputs)["pooled_output"]),
+        keras.ops.convert_to_numpy(new(inputs)["pooled_output"]), atol=1e-6)
+
+
+def test_save_classifier_refuses_a_folder_with_files_before_writing(tmp_path):
+    classifier = TupeTextClassifier(small_backbone(6), num_classes=2,
+                                    preprocessor=TupeTextClassifierPreprocessor(tokenizer(), 16))
+    folder = tmp_path / "clf"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("keep")
+    with pytest.raises(FileExistsError, match="already exists"):
+        save_classifier(classifier, str(folder), None, {"task": "x"})
+    assert sorted(os.listdir(folder)) == ["notes.txt"]
+
+
+def test_glue_protocol_holds_its_out_lock(tmp_path, monkeypatch):
+    from keras_tupe.finetuning import glue
+    from keras_tupe.output_lock import OutputLockedError
+    from tests.test_output_lock import hold
+
+    monkeypatch.setattr(glue, "_preflight", lambda *args: None)
+    out = tmp_path / "glue"
+    holder = hold(out, 30)
+    try:
+        with pytest.raises(OutputLockedError, match="holder-test"):
+            glue.run_protocol(["sst2"], str(tmp_path), out_dir=str(out))
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not out.exists()
+
+
+def test_keras_hub_loading_a_truncated_weights_file_names_it(tmp_path):
+    folder = str(tmp_path / "preset")
+    small_backbone(7).save_to_preset(folder)
+    weights = os.path.join(folder, "model.weights.h5")
+    with open(weights, "r+b") as f:
+        f.truncate(os.path.getsize(weights) // 2)
+    # keras-hub's own entry point (not TupeBackbone.from_preset's folder check).
+    with pytest.raises(ValueError, match=rf"{weights} is truncated or corrupt"):
+        keras_hub.models.Backbone.from_preset(folder)
