@@ -109,18 +109,15 @@ def test_alibi_bias_matches_reference(num_heads, q_len, k_len):
     assert not_close(got[0], ref.alibi_bias(2 * num_heads, q_len, k_len)[:num_heads])
 
 
-def test_alibi_layer_config_symbolic_and_mixed_precision():
+def test_alibi_layer_config_and_symbolic():
     layer = layers.BidirectionalAlibiBias(6, name="alibi")
     config = layer.get_config()
     revived = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(layer))
     assert type(revived) is layers.BidirectionalAlibiBias and revived.get_config() == config
     symbolic = layer(keras.KerasTensor((None, None, 16)))
     assert tuple(symbolic.shape) == (1, 6, None, None)
-    for policy in ("mixed_float16", "mixed_bfloat16"):
-        mixed = layers.BidirectionalAlibiBias(6, dtype=policy)(np.zeros((1, 300, 4), "float32"))
-        # float32 keeps -m |i - j| exact; float16 would round -299 / 8 etc.
-        assert keras.backend.standardize_dtype(mixed.dtype) == "float32"
-        assert_close(mixed[0], ref.alibi_bias(6, 300, 300))
+    # Mixed precision: tests/test_layers.py, at 12 heads (at 6 every slope is a power of 2,
+    # so float16 would be exact and could not tell).
 
 
 def test_keras_hub_alibi_bias_is_not_the_bidirectional_form():
@@ -517,16 +514,3 @@ def test_preset_trains_under_xla_with_dynamic_batch_and_length(variant):
         assert np.isfinite(model.train_on_batch(data, np.arange(batch) % 2))
     after = [to_numpy(w) for w in backbone.trainable_weights]
     assert all(not np.array_equal(b, a) for b, a in zip(before, after))
-
-
-@pytest.mark.parametrize("variant", ["rope", "alibi", "deberta"])
-@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
-def test_preset_under_mixed_precision(variant, policy):
-    mixed = TupeBackbone.from_preset(f"{variant}_tiny", dtype=policy)
-    data = inputs(2, 16, real=10)
-    got = to_numpy(ops.cast(mixed(data)["sequence_output"], "float32"))
-    float32 = TupeBackbone.from_preset(f"{variant}_tiny")
-    float32.set_weights(mixed.get_weights())
-    want = to_numpy(float32(data)["sequence_output"])
-    assert np.all(np.isfinite(got))
-    assert np.max(np.abs(got - want)) < 0.1  # the same model, in lower precision
