@@ -28,7 +28,8 @@ def test_offline_split_fine_tune_reports_labelled_official_metrics(tmp_path, cap
     code = cli.main(["--init", str(tmp_path / "m4.keras"), "--vocab", vocab,
                      "--offline-split", str(DEV), "--seq-len", "192", "--doc-stride", "64",
                      "--max-train-examples", "300", "--epochs", "1", "--batch-size", "16",
-                     "--learning-rate", "1e-3", "--out", str(out)])
+                     "--learning-rate", "1e-3", "--out", str(out),
+                     "--save-dir", str(tmp_path / "qa_preset")])
     assert code == 0, capsys.readouterr().err
     saved = json.loads((out / "squad_results.json").read_text())["result"]
     assert "NOT the official" in saved["data"]
@@ -39,3 +40,14 @@ def test_offline_split_fine_tune_reports_labelled_official_metrics(tmp_path, cap
     assert saved["eval_questions"] == questions
     predictions = json.loads((out / "squad_predictions.json").read_text())
     assert len(predictions) == questions and all(isinstance(v, str) for v in predictions.values())
+    # The fine-tuned span-QA model is a preset folder: the task with its preprocessor, its
+    # record in metadata.json, and usable as --init.
+    preset = tmp_path / "qa_preset"
+    metadata = json.loads((preset / "metadata.json").read_text())["keras_tupe_finetuning"]
+    assert metadata["task"] == "squad" and metadata["result"]["f1"] == saved["f1"]
+    from keras_tupe.finetuning import load_backbone
+    from keras_tupe.models import TupeSpanQA
+
+    restored = TupeSpanQA.from_preset(str(preset))
+    assert restored.preprocessor.sequence_length == 192
+    assert load_backbone(str(preset)).relative_position == "method4"

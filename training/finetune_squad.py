@@ -23,13 +23,16 @@ FLAG_TYPES = {"out": str, "train": str, "eval": str, "offline_split": str,
               "eval_fraction": float, "split_seed": int, "learning_rate": float, "seed": int,
               "epochs": int, "batch_size": int, "seq_len": int, "doc_stride": int,
               "max_query_length": int, "warmup_ratio": float, "weight_decay": float,
-              "vocab": str, "max_train_examples": int, "verbose": int, "data_loader": str}
+              "vocab": str, "max_train_examples": int, "verbose": int, "data_loader": str,
+              "save_dir": str}
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="python -m training.finetune_squad", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--init", required=True, help="pre-training run directory or .keras file")
+    p.add_argument("--init", required=True,
+                   help="a preset folder or a pre-training run folder (its preset/); an old "
+                        "run folder or a .keras file is accepted too")
     for name, kind in FLAG_TYPES.items():
         choices = ("tf.data", "grain") if name == "data_loader" else None
         p.add_argument("--" + name.replace("_", "-"), type=kind,

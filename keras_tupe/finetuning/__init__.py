@@ -1,8 +1,8 @@
 """Fine-tuning pre-trained encoders on GLUE and SQuAD.
 
-- `keras_tupe.finetuning.loading`: the encoder, its vocabulary and the fine-tuned
-  classifier (`load_backbone`, `default_vocabulary`, `save_classifier`,
-  `load_classifier`, `load_matching_tokenizer`).
+- `keras_tupe.finetuning.loading`: what `--init` names (`resolve_init`), the encoder,
+  its vocabulary and the fine-tuned classifier as a preset folder (`load_backbone`,
+  `default_vocabulary`, `save_classifier`, `load_classifier`, `load_matching_tokenizer`).
 - `keras_tupe.finetuning.protocol`: the fine-tuning protocol as one object
   (`Protocol`: learning rates, seeds, selection seed, edge rates; its plan, chosen
   rate and medians), shared by the CLI, `run_protocol` and the studies.

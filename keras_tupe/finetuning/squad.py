@@ -13,6 +13,7 @@ from keras_tupe.callbacks import StepProgress
 from keras_tupe.finetuning.loading import load_backbone
 from keras_tupe.finetuning.protocol import Protocol
 from keras_tupe.finetuning.summary import append_result, read_results
+from keras_tupe.output_lock import output_lock
 from keras_tupe.progress import Heartbeat
 
 
@@ -45,6 +46,9 @@ class SquadConfig:
     verbose: int = 0
     # "tf.data" or "grain"; None: tf.data where TensorFlow imports, else Grain.
     data_loader: str = None
+    # Keep the fine-tuned span-QA model with its preprocessor as a preset folder
+    # (`keras_hub.models.Task.from_preset(save_dir)`); refused where a folder holds files.
+    save_dir: str = None
 
 
 def finetune_squad(config):
@@ -65,6 +69,10 @@ def finetune_squad(config):
     from keras_tupe.optimization import create_optimizer
 
     loader = resolve_loader(config.data_loader)
+    if config.save_dir:  # refused before any training
+        from keras_tupe.models.preset_folders import refuse_existing_folder
+
+        refuse_existing_folder(config.save_dir)
     keras.utils.set_random_seed(config.seed)
     backbone = load_backbone(config.init)
     backbone.check_sequence_length(config.seq_len)
@@ -130,12 +138,21 @@ def finetune_squad(config):
               "train_features": int(len(train_features.token_ids)),
               "train_seconds": train_seconds,
               "eval_questions": len(predictions), "data_loader": loader}
+    if config.save_dir:
+        from keras_tupe.finetuning.loading import FINETUNING_RECORD
+        from keras_tupe.models.preset_folders import write_preset_folder
+
+        write_preset_folder(model, config.save_dir, FINETUNING_RECORD,
+                            {"task": "squad", "config": dataclasses.asdict(config),
+                             "result": result})
     if config.out:
-        os.makedirs(config.out, exist_ok=True)
-        with open(os.path.join(config.out, "squad_results.json"), "w") as f:
-            json.dump({"config": dataclasses.asdict(config), "result": result}, f, indent=2)
-        with open(os.path.join(config.out, "squad_predictions.json"), "w") as f:
-            json.dump(predictions, f)
+        with output_lock(config.out, command="finetune_squad"):
+            os.makedirs(config.out, exist_ok=True)
+            with open(os.path.join(config.out, "squad_results.json"), "w") as f:
+                json.dump({"config": dataclasses.asdict(config), "result": result}, f,
+                          indent=2)
+            with open(os.path.join(config.out, "squad_predictions.json"), "w") as f:
+                json.dump(predictions, f)
     return result
 
 
@@ -154,6 +171,11 @@ def run_squad_protocol(init, out_dir, learning_rates=None, seeds=None, selection
             raise ValueError("run_squad_protocol needs a `protocol` or `learning_rates` and "
                              "`seeds`.")
         protocol = Protocol(learning_rates, seeds, selection_seed, edge_learning_rates)
+    with output_lock(out_dir, command="finetune_squad"):
+        return _run_squad_protocol(init, out_dir, protocol, config_kwargs)
+
+
+def _run_squad_protocol(init, out_dir, protocol, config_kwargs):
     os.makedirs(out_dir, exist_ok=True)
     results_path, rows = read_results(out_dir)
     for _, rate, seed in protocol.runs(rows, ["squad"]):
