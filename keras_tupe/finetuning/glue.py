@@ -250,9 +250,8 @@ def task_tokenizer(init, backbone, vocab=None, lowercase=True):
 
     from keras_tupe.models import TupeTokenizer
 
-    kind, preset = resolve_init(init)
-    if vocab is None and kind == "preset" and os.path.isfile(os.path.join(preset,
-                                                                          "tokenizer.json")):
+    kind, preset = resolve_init(init) if vocab is None else (None, None)
+    if kind == "preset" and os.path.isfile(os.path.join(preset, "tokenizer.json")):
         tokenizer, source = keras_hub.tokenizers.Tokenizer.from_preset(preset), preset
     else:
         source = str(vocab or default_vocabulary(init))
