@@ -196,13 +196,15 @@ def plateau_page(rows, results_dir, loss=PLATEAU_LOSS):
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m experiments.claims", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.parse_args(argv)
+    parser.add_argument("--out", help="where the plateau page goes (default: the results "
+                                      "folder of the records, docs/results)")
+    args = parser.parse_args(argv)
     replicate_configs = [study_config.load_config(os.path.join(CONFIG_DIR, name))
                          for name in T2_REPLICATES]
     (group_configs, _), = replicates.seed_groups(replicate_configs).values()
     print(t2_table(t2_rows(group_configs)))
     results_dir = replicate_configs[0]["results_dir"]
-    for path in plateau_page(plateau_rows(results_dir), results_dir):
+    for path in plateau_page(plateau_rows(results_dir), args.out or results_dir):
         print(f"wrote {path}")
     return 0
 
