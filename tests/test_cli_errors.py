@@ -188,15 +188,19 @@ def test_defaults_fit_the_preset_and_the_steps(preset, steps, seq_len, eval_ever
 
 
 def test_effective_settings_are_printed_first(tmp_path, capsys):
-    missing = tmp_path / "missing.txt"
+    # A corpus the run itself refuses (a missing path is refused before the settings are
+    # known, without TensorFlow: test_path_mistakes_are_reported_before_tensorflow_is_imported).
+    empty = tmp_path / "empty"
+    empty.mkdir()
     out = tmp_path / "run"
     code, stdout, err = run_main(pretrain_cli.main, [
-        "--preset", "tupe_r_tiny", "--corpus", str(missing), "--out", str(out),
+        "--preset", "tupe_r_tiny", "--corpus", str(empty), "--out", str(out),
         "--steps", "300"], capsys)
     assert stdout == (
         "pretrain tupe_r_tiny: 300 steps of batch 256 x sequence 128, validation and backup "
         f"every 30 steps, peak LR 0.0001, float32, strategy default, XLA -> {out}\n")
-    assert (code, err) == (2, f"error: --corpus: Corpus path {missing} does not exist.\n")
+    assert (code, err) == (
+        2, f"error: --corpus: Corpus directory {empty} is empty: it holds no *.txt file.\n")
     assert not out.exists()
 
 
@@ -740,7 +744,8 @@ sys.meta_path.insert(0, CtrlC())
 
 
 @pytest.mark.parametrize("module,argv", [
-    ("training.pretrain", ["--preset", "tupe_r_tiny", "--corpus", "c.txt", "--out", "o"]),
+    # Any file that exists: --corpus is checked before TensorFlow's import, read after it.
+    ("training.pretrain", ["--preset", "tupe_r_tiny", "--corpus", "README.md", "--out", "o"]),
     ("training.finetune_glue", ["--init", "r", "--tasks", "sst2", "--out", "o"]),
     # Any file that exists: --vocab is checked before TensorFlow's import, read after it.
     ("training.export", ["preprocessor", "--vocab", "pyproject.toml", "--out", "o"]),
@@ -781,7 +786,7 @@ def test_usage_errors_come_before_tensorflow_is_imported(module, argv):
     assert result.stdout == "False"
 
 
-def test_the_parsers_choices_are_the_librarys():
+def test_the_parsers_choices_are_the_librarys(tmp_path):
     """The entry points list these so that parsing needs no keras_tupe (TensorFlow) import."""
     import dataclasses
 
@@ -796,9 +801,11 @@ def test_the_parsers_choices_are_the_librarys():
     fields = {field.name: field.type for field in dataclasses.fields(SquadConfig)}
     assert set(fields) == set(finetune_squad.FLAG_TYPES) | {"init", "xla", "lowercase"}
     # The defaults come from the dataclasses, filled in after parsing.
-    args = pretrain_cli.parse_config(["--preset", "tupe_r_tiny", "--corpus", "c", "--out", "o"])
+    corpus, out = str(tmp_path / "c"), str(tmp_path / "o")  # the corpus must exist
+    (tmp_path / "c").write_text("")
+    args = pretrain_cli.parse_config(["--preset", "tupe_r_tiny", "--corpus", corpus, "--out", out])
     assert dataclasses.replace(args, seq_len=512, eval_every=1000) == pretraining.PretrainConfig(
-        preset="tupe_r_tiny", corpus=["c"], out="o")
+        preset="tupe_r_tiny", corpus=[corpus], out=out)
     assert vars(finetune_squad.parse_args(["--init", "r"])) == {
         **dataclasses.asdict(SquadConfig(init="r")), "tf_logs": False, "traceback": False}
 
@@ -1033,6 +1040,8 @@ sys.meta_path.insert(0, NoTensorFlow())
                            "--vocab", "missing.txt"], "--vocab missing.txt does not exist"),
     ("training.pretrain", ["--preset", "tupe_r_tiny", "--corpus", "README.md", "--out",
                            "README.md"], "--out README.md is a file"),
+    ("training.pretrain", ["--preset", "tupe_r_tiny", "--shards", "README.md", "--out", "o"],
+     "--shards README.md is not a folder. Make it with `python -m training.shard_corpus"),
 ])
 def test_path_mistakes_are_reported_before_tensorflow_is_imported(module, argv, message):
     result = run_entry_point(module, argv, NO_TENSORFLOW)

@@ -204,8 +204,10 @@ def tiny_shard_args(out, shard_dir, *extra):
 
 
 @pytest.mark.parametrize("change, message", [
-    (["--shards", "/nonexistent/shards"], "--shards /nonexistent/shards is not a folder.*"
+    (["--shards", "/nonexistent/shards"], "--shards /nonexistent/shards does not exist.*"
                                           "training.shard_corpus"),
+    (["--shards", str(ENWIKI_VALID)], f"--shards {ENWIKI_VALID} is not a folder.*"
+                                      "training.shard_corpus"),
     (["--seq-len", "64"], "--seq-len 64 does not match --shards .*sequence_length=32.*"
                           "Pass --seq-len 32"),
     (["--corpus", str(ENWIKI_TRAIN)], "exactly one of --corpus .* and --shards.*both"),
@@ -219,6 +221,21 @@ def test_bad_shard_input_is_refused_before_training(shard_dir, tmp_path, capsys,
     assert pretrain_cli.main(tiny_shard_args(tmp_path / "run", shard_dir) + change) == 2
     assert re.search(message, capsys.readouterr().err, re.S)
     assert not (tmp_path / "run").exists()
+
+
+def test_read_manifest_tells_a_missing_folder_from_a_file(tmp_path):
+    """The library says what `training.pretrain` says before TensorFlow's import."""
+    import re
+
+    missing, file = tmp_path / "x", tmp_path / "f"
+    file.write_text("")
+    hint = pretrain_cli.SHARDS_HINT
+    with pytest.raises(shards.ShardError,
+                       match=re.escape(f"--shards {missing} does not exist. {hint}")):
+        shards.read_manifest(str(missing))
+    with pytest.raises(shards.ShardError,
+                       match=re.escape(f"--valid-shards {file} is not a folder. {hint}")):
+        shards.read_manifest(str(file), flag="--valid-shards")
 
 
 def test_seq_len_defaults_to_the_shards_length(shard_dir):

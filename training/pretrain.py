@@ -102,14 +102,27 @@ def parse_args(argv=None):
     return args
 
 
+# `keras_tupe.data.shards`' advice (that module imports Keras, so it is not imported here).
+SHARDS_HINT = "Make it with `python -m training.shard_corpus --out DIR ...`."
+
+
 def check_paths(args):
-    """The checks of the paths given that need no TensorFlow."""
+    """The checks of the paths given that need no TensorFlow.
+
+    A path that does not exist, a shard folder that is a file and an `--out` that is a
+    file; what is inside them is checked by `keras_tupe.pretraining.pretrain`.
+    """
     for flag, paths in (("--corpus", args.corpus), ("--valid-corpus", args.valid_corpus),
                         ("--shards", [args.shards]), ("--valid-shards", [args.valid_shards]),
                         ("--vocab", [args.vocab])):
+        hint = f" {SHARDS_HINT}" if flag.endswith("shards") else ""
         for path in paths or ():
-            if path is not None and not path.startswith("tfds:") and not os.path.exists(path):
-                raise FileNotFoundError(f"{flag} {path} does not exist.")
+            if path is None or path.startswith("tfds:"):
+                continue
+            if not os.path.exists(path):
+                raise FileNotFoundError(f"{flag} {path} does not exist.{hint}")
+            if hint and not os.path.isdir(path):
+                raise NotADirectoryError(f"{flag} {path} is not a folder.{hint}")
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         raise NotADirectoryError(f"--out {args.out} is a file; a run writes a folder.")
 

@@ -64,6 +64,8 @@ def read_manifest(directory, flag="--shards"):
     that gave the folder), the file, what is wrong and what to do.
     """
     hint = "Make it with `python -m training.shard_corpus --out DIR ...`."
+    if not os.path.exists(directory):
+        raise ShardError(f"{flag} {directory} does not exist. {hint}")
     if not os.path.isdir(directory):
         raise ShardError(f"{flag} {directory} is not a folder. {hint}")
     path = os.path.join(directory, MANIFEST)

@@ -27,6 +27,7 @@ from keras_tupe.output_lock import output_lock
 from keras_tupe.progress import Heartbeat
 
 from keras_tupe.finetuning.loading import (
+    check_unique_tokens,
     default_vocabulary,
     load_backbone,
     resolve_init,
@@ -257,6 +258,7 @@ def task_tokenizer(init, backbone, vocab=None, lowercase=True):
         source = str(vocab or default_vocabulary(init))
         if not os.path.isfile(source):
             raise FileNotFoundError(f"Vocabulary file {source} does not exist.")
+        check_unique_tokens(source)
         tokenizer = TupeTokenizer(vocabulary=source, lowercase=lowercase)
     if tokenizer.vocabulary_size() != backbone.vocabulary_size:
         raise ValueError(

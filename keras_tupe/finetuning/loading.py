@@ -4,6 +4,7 @@ Every artefact is a keras-hub preset folder. `resolve_init` says what an `--init
 names, by one rule: a preset folder, a run folder (its `preset/`), or as input only
 an old run folder (its `.keras` encoder, `OLD_RUN_FILES`) or a `.keras` file; anything
 else is refused with that list. `load_backbone` and `default_vocabulary` follow it;
+`check_unique_tokens` names a vocabulary file's repeated token without TensorFlow;
 `load_matching_tokenizer` refuses a vocabulary of another size than the encoder's.
 `save_classifier` writes a fine-tuned classifier with its preprocessor as a preset
 folder (`keras_hub.models.TextClassifier.from_preset(folder)` predicts on raw
@@ -133,6 +134,35 @@ def default_vocabulary(init):
         f"No vocabulary for {init} (looked for {', '.join(candidates)}); pass the "
         "vocabulary the encoder was pre-trained with."
     )
+
+
+def check_unique_tokens(vocabulary_file):
+    """Refuses a vocabulary file that is not UTF-8 or repeats a token, naming the file and line.
+
+    Pure Python, so fine-tuning (which may run without TensorFlow) refuses it before any
+    training; otherwise keras-hub's tokenizer fails with "Tokens in the vocabulary must be
+    unique.", naming neither. The wording is `keras_tupe.data.check_vocabulary`'s, which
+    also checks the special tokens but imports TensorFlow. Tokens are compared as
+    keras-hub reads them (trailing whitespace stripped).
+    """
+    try:
+        with open(vocabulary_file, encoding="utf-8") as f:
+            tokens = [line.rstrip() for line in f]
+    except UnicodeDecodeError as error:
+        raise ValueError(
+            f"Vocabulary file {vocabulary_file} is not UTF-8 text (byte {error.start} is "
+            f"0x{error.object[error.start]:02x}): a vocabulary is UTF-8, one token a line."
+        ) from None
+    first_line = {}
+    for number, token in enumerate(tokens, 1):
+        if token in first_line:
+            shown = repr(token) if token else "'' (a blank line)"
+            raise ValueError(
+                f"Vocabulary file {vocabulary_file} has the token {shown} twice, on lines "
+                f"{first_line[token]} and {number}: a token's line is its id, so each token "
+                f"may appear once. Remove line {number} (and any other repeat)."
+            )
+        first_line[token] = number
 
 
 def save_classifier(model, save_dir, vocabulary_file=None, info=None):
