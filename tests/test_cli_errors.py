@@ -1063,3 +1063,33 @@ def test_a_truncated_preset_weights_file_is_named(tmp_path, capsys):
         "encoder", "--init", str(preset), "--out", str(tmp_path / "enc")], capsys)
     assert code == 2 and err.startswith(f"error: {weights} is truncated or corrupt"), err
     assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize("damage", ["truncated", "empty", "corrupt member"])
+def test_a_damaged_keras_file_is_named(tmp_path, capsys, damage):
+    import zipfile
+
+    from keras_tupe.models import TupeBackbone
+    from keras_tupe.models.task import load_saved_model
+    from training import export as export_cli
+
+    path = tmp_path / "encoder.keras"
+    TupeBackbone.from_preset("bert_a_tiny", vocabulary_size=64).save(str(path))
+    data = path.read_bytes()
+    if damage == "truncated":
+        path.write_bytes(data[: len(data) // 2])
+    elif damage == "empty":
+        path.write_bytes(b"")
+    else:  # a whole archive whose weights member is flipped: its CRC no longer matches
+        with zipfile.ZipFile(path) as archive:
+            info = archive.getinfo("model.weights.h5")
+        offset = info.header_offset + 30 + len(info.filename) + len(info.extra) + 100
+        path.write_bytes(data[:offset] + bytes(b ^ 0xFF for b in data[offset:offset + 64])
+                         + data[offset + 64:])
+    # Keras itself says "File not found" for a file that is there.
+    with pytest.raises(ValueError, match=f"{path} is not a readable .keras file"):
+        load_saved_model(str(path))
+    code, _, err = run_main(export_cli.main, [
+        "encoder", "--init", str(path), "--out", str(tmp_path / "enc")], capsys)
+    assert code == 2 and err.startswith(f"error: {path} is not a readable .keras file"), err
+    assert err.count("\n") == 1

@@ -1,6 +1,8 @@
 """What keras_tupe's tasks add to keras-hub's: XLA that works under tf.distribute."""
 
 import contextlib
+import os
+import zipfile
 
 import keras
 
@@ -192,8 +194,17 @@ def load_saved_model(path):
     "Skipping variable loading for optimizer ...", about a state that is meant to be
     absent. That one warning is not shown; every other one is.
     """
-    with _absent_optimizer_state_expected():
-        return keras.saving.load_model(path, compile=False)
+    path = os.fspath(path)
+    # Keras says "File not found" for a `.keras` file that exists but is no whole zip.
+    if os.path.isfile(path) and path.endswith(".keras") and not zipfile.is_zipfile(path):
+        raise ValueError(f"{path} is not a readable .keras file: it is not a complete zip "
+                         "archive (truncated or corrupt). Save the model again.")
+    try:
+        with _absent_optimizer_state_expected():
+            return keras.saving.load_model(path, compile=False)
+    except (zipfile.BadZipFile, EOFError) as error:
+        raise ValueError(f"{path} is not a readable .keras file (corrupt: {error}). Save "
+                         "the model again.") from error
 
 
 @contextlib.contextmanager
