@@ -11,3 +11,18 @@ def file_sha256(path):
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def check_unique_tokens(vocabulary_file, tokens):
+    """Refuses a vocabulary whose `tokens` (its lines, in order) repeat one, naming the file
+    and both lines: a token's line is its id. Pure Python (no TensorFlow)."""
+    first_line = {}
+    for number, token in enumerate(tokens, 1):
+        if token in first_line:
+            shown = repr(token) if token else "'' (a blank line)"
+            raise ValueError(
+                f"Vocabulary file {vocabulary_file} has the token {shown} twice, on lines "
+                f"{first_line[token]} and {number}: a token's line is its id, so each token "
+                f"may appear once. Remove line {number} (and any other repeat)."
+            )
+        first_line[token] = number

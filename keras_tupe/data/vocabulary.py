@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from keras_tupe.data.corpus import line_batches, line_dataset
 from keras_tupe.data.masking import SPECIAL_TOKENS  # ids 0..4; the MLM pipelines rely on them
-from keras_tupe.files import file_sha256
+from keras_tupe.files import check_unique_tokens, file_sha256
 from keras_tupe.progress import Heartbeat
 
 
@@ -186,16 +186,7 @@ def check_vocabulary(vocabulary_file):
             f"{SPECIAL_TOKENS} (ids 0-4), in that order; it {what}. Received first lines: "
             f"{head}"
         )
-    first_line = {}
-    for number, token in enumerate(tokens, 1):
-        if token in first_line:
-            shown = repr(token) if token else "'' (a blank line)"
-            raise ValueError(
-                f"Vocabulary file {vocabulary_file} has the token {shown} twice, on lines "
-                f"{first_line[token]} and {number}: a token's line is its id, so each token "
-                f"may appear once. Remove line {number} (and any other repeat)."
-            )
-        first_line[token] = number
+    check_unique_tokens(vocabulary_file, tokens)
     return vocabulary_file
 
 

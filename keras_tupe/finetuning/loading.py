@@ -15,6 +15,8 @@ strings); `load_classifier` reads it back, and also a folder of an older
 import json
 import os
 
+from keras_tupe import files
+
 # What older versions wrote, read as input only: a pre-training run's encoder and masked
 # LM, and a fine-tuned classifier's folder.
 OLD_RUN_FILES = ("backbone.keras", "mlm.keras")
@@ -153,16 +155,7 @@ def check_unique_tokens(vocabulary_file):
             f"Vocabulary file {vocabulary_file} is not UTF-8 text (byte {error.start} is "
             f"0x{error.object[error.start]:02x}): a vocabulary is UTF-8, one token a line."
         ) from None
-    first_line = {}
-    for number, token in enumerate(tokens, 1):
-        if token in first_line:
-            shown = repr(token) if token else "'' (a blank line)"
-            raise ValueError(
-                f"Vocabulary file {vocabulary_file} has the token {shown} twice, on lines "
-                f"{first_line[token]} and {number}: a token's line is its id, so each token "
-                f"may appear once. Remove line {number} (and any other repeat)."
-            )
-        first_line[token] = number
+    files.check_unique_tokens(vocabulary_file, tokens)
 
 
 def save_classifier(model, save_dir, vocabulary_file=None, info=None):
