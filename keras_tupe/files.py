@@ -26,3 +26,17 @@ def check_unique_tokens(vocabulary_file, tokens):
                 f"may appear once. Remove line {number} (and any other repeat)."
             )
         first_line[token] = number
+
+
+def vocabulary_tokens(vocabulary_file):
+    """The tokens of a vocabulary file, one a line, as keras-hub reads them (trailing
+    whitespace stripped); a file that is not UTF-8 is refused naming the byte."""
+    try:
+        with open(vocabulary_file, encoding="utf-8") as f:
+            tokens = [line.rstrip() for line in f]
+    except UnicodeDecodeError as error:
+        raise ValueError(
+            f"Vocabulary file {vocabulary_file} is not UTF-8 text (byte {error.start} is "
+            f"0x{error.object[error.start]:02x}): a vocabulary is UTF-8, one token a line."
+        ) from None
+    return tokens

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from keras_tupe.data.corpus import line_batches, line_dataset
 from keras_tupe.data.masking import SPECIAL_TOKENS  # ids 0..4; the MLM pipelines rely on them
-from keras_tupe.files import check_unique_tokens, file_sha256
+from keras_tupe.files import check_unique_tokens, file_sha256, vocabulary_tokens
 from keras_tupe.progress import Heartbeat
 
 
@@ -168,14 +168,7 @@ def check_vocabulary(vocabulary_file):
     vocabulary_file = Path(vocabulary_file)
     if not vocabulary_file.is_file():
         raise FileNotFoundError(f"Vocabulary file {vocabulary_file} does not exist.")
-    try:
-        with open(vocabulary_file, encoding="utf-8") as f:
-            tokens = [line.rstrip() for line in f]
-    except UnicodeDecodeError as error:
-        raise ValueError(
-            f"Vocabulary file {vocabulary_file} is not UTF-8 text (byte {error.start} is "
-            f"0x{error.object[error.start]:02x}): a vocabulary is UTF-8, one token a line."
-        ) from None
+    tokens = vocabulary_tokens(vocabulary_file)
     head = tokens[:len(SPECIAL_TOKENS)]
     if head != SPECIAL_TOKENS:
         missing = [token for token in SPECIAL_TOKENS if token not in tokens]

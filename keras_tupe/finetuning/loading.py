@@ -147,15 +147,7 @@ def check_unique_tokens(vocabulary_file):
     also checks the special tokens but imports TensorFlow. Tokens are compared as
     keras-hub reads them (trailing whitespace stripped).
     """
-    try:
-        with open(vocabulary_file, encoding="utf-8") as f:
-            tokens = [line.rstrip() for line in f]
-    except UnicodeDecodeError as error:
-        raise ValueError(
-            f"Vocabulary file {vocabulary_file} is not UTF-8 text (byte {error.start} is "
-            f"0x{error.object[error.start]:02x}): a vocabulary is UTF-8, one token a line."
-        ) from None
-    files.check_unique_tokens(vocabulary_file, tokens)
+    files.check_unique_tokens(vocabulary_file, files.vocabulary_tokens(vocabulary_file))
 
 
 def save_classifier(model, save_dir, vocabulary_file=None, info=None):
