@@ -92,7 +92,8 @@ def _tiny_configs(pretrain, finetune, work):
         written["pretrain"] = _write_json(os.path.join(work, "pretrain.json"), raw)
     if finetune:
         raw = {k: v for k, v in finetune.items() if not k.startswith("_")}
-        raw.update(pretrain_configs=["pretrain.json"], tasks=raw["tasks"][:TINY_TASKS], runs_dir=os.path.join(work, "runs"),
+        raw.update(pretrain_configs=["pretrain.json"], tasks=raw["tasks"][:TINY_TASKS],
+                   runs_dir=os.path.join(work, "runs"),
                    results_dir=os.path.join(work, "results"), data_dir=os.path.join(work, "glue"),
                    learning_rates=raw["learning_rates"][:1], seeds=raw["seeds"][:1],
                    edge_learning_rates=[], selection_seed=raw["seeds"][0],
@@ -171,7 +172,7 @@ def _prepare_pretraining(config, spec, staging, tiny):
     sources = spec.get("shards") or {}
     settings = config["settings"]
     for key, part in (("shards", "train"), ("valid_shards", "valid")):
-        corpus = sources.get(part) or (TINY_CORPUS[part] if tiny else None)
+        corpus = sources.get(part)  # the same text at --tiny, fewer lines of it
         if corpus is None:
             raise StudyError(f"stages.json: the stage names no corpus for {settings[key]}.")
         out = os.path.join(staging, "shards", part)
@@ -179,10 +180,6 @@ def _prepare_pretraining(config, spec, staging, tiny):
                      lowercase=vocab["lowercase"], max_lines=lines.get(part))
     shutil.copy(vocab["file"], os.path.join(staging, "vocab.txt"))
     shutil.copy(vocabulary_record_path(vocab), os.path.join(staging, "vocab.json"))
-
-
-TINY_CORPUS = {"train": "../shared/data/enwiki/train.txt",
-               "valid": "../shared/data/enwiki/valid.txt"}
 
 
 def _check_time(name, spec, pretrain):
@@ -312,7 +309,8 @@ def run(name, out, tiny=False, deadline=None, folder=None, phases=PHASES):
             shutil.rmtree(os.path.join(work, made), ignore_errors=True)
     pretrain, finetune = stage_configs(spec, tiny, work)
     os.makedirs(os.path.join(work, "logs"), exist_ok=True)
-    stage = {"stage": name, "tiny": tiny, "phases": list(phases), "command": records.command_line(sys.argv[1:]),
+    stage = {"stage": name, "tiny": tiny, "phases": list(phases),
+             "command": records.command_line(sys.argv[1:]),
              "card": _card(), "versions": records.machine(), "started": records.now(),
              "processes": []}
     if "command" in spec:
