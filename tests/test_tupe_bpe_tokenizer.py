@@ -264,6 +264,7 @@ def test_errors_name_file_problem_and_form(corpus, tmp_path):
         TupeBpeTokenizer()("text")
 
 
+@pytest.mark.jax
 def test_a_pair_tokenizes_without_tensorflow():
     # Fine-tuning on Grain (JAX) runs the tokenizer's pure-Python path; the
     # sitecustomize in tests/no_tensorflow makes `import tensorflow` fail.
