@@ -15,7 +15,7 @@ TUPE authors' fairseq fork (TUPE-R or TUPE-A; `dict.txt` beside it unless
 import argparse
 import os
 
-from training.cli import add_common_flags, run
+from keras_tupe.cli.common import add_common_flags, run
 
 KINDS = ("huggingface", "fairseq")
 # The library's arguments, as this command's flags (messages speak the command line).

@@ -8,7 +8,7 @@ import csv
 import os
 import sys
 
-from training.cli import add_common_flags, run
+from keras_tupe.cli.common import add_common_flags, run
 
 
 def read_metrics(run_dir):

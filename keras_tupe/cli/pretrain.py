@@ -18,7 +18,7 @@ import argparse
 import os
 import sys
 
-from training.cli import add_common_flags, run
+from keras_tupe.cli.common import add_common_flags, run
 
 # The choices of `keras_tupe.pretraining` (a test checks they agree): the parser knows them
 # without importing keras_tupe, so a usage error comes before TensorFlow's seconds-long import.

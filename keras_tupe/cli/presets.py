@@ -10,7 +10,7 @@ import argparse
 import sys
 import time
 
-from training.cli import add_common_flags, run
+from keras_tupe.cli.common import add_common_flags, run
 
 # `keras_tupe.models.presets.SIZES` (a test checks they agree): the parser knows them
 # without importing keras_tupe, so a usage error comes before TensorFlow's import.

@@ -15,7 +15,7 @@ lacks) the data come from tensorflow-datasets (online).
 import argparse
 import sys
 
-from training.cli import add_common_flags, run
+from keras_tupe.cli.common import add_common_flags, run
 
 
 def parse_args(argv=None):

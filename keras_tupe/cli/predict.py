@@ -23,7 +23,7 @@ import json
 import os
 import sys
 
-from training.cli import add_common_flags, run
+from keras_tupe.cli.common import add_common_flags, run
 
 DEFAULT_BATCH_SIZE = 64
 

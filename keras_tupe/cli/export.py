@@ -20,7 +20,7 @@ import argparse
 import os
 import sys
 
-from training.cli import add_common_flags, one_line_errors, run
+from keras_tupe.cli.common import add_common_flags, one_line_errors, run
 
 
 def parse_args(argv=None):

@@ -20,7 +20,7 @@ import os
 import sys
 import tempfile
 
-from training.cli import add_common_flags, run
+from keras_tupe.cli.common import add_common_flags, run
 
 DEFAULT_SEQUENCES_PER_SHARD = 100_000
 

@@ -14,7 +14,7 @@ import dataclasses
 import json
 import sys
 
-from training.cli import add_common_flags, run
+from keras_tupe.cli.common import add_common_flags, run
 
 # `keras_tupe.finetuning.SquadConfig`'s fields (but init, xla, lowercase) and their types,
 # listed here so the parser needs no keras_tupe import (a usage error comes before

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 
-from training.cli import add_common_flags, run
+from keras_tupe.cli.common import add_common_flags, run
 
 SENTENCES = [
     "a gripping , beautifully acted film that stays with you .",
