@@ -1,11 +1,11 @@
-"""Entry points: `python -m training.<name>`, or the `keras-tupe-<name>` console scripts.
+"""Thin scripts: `python -m training.<name>` runs the command `keras_tupe.cli.<name>`, which
+is also the console script `keras-tupe-<name>`; the code lives in `keras_tupe/cli/`.
 
-Importing the package prepares TensorFlow's quiet start (`training.cli`) without importing
-it, so an entry point's usage errors come before the seconds TensorFlow takes; and makes
-Ctrl-C while the entry point is still importing one line, not a traceback.
+Importing the package starts as a command does (`keras_tupe.cli`): TensorFlow's quiet start,
+and Ctrl-C as one line.
 """
 
-from training.cli import one_line_interrupts, quiet_tensorflow
+from keras_tupe.cli.common import one_line_interrupts, quiet_tensorflow
 
 one_line_interrupts()  # first: the sooner Ctrl-C is one line, the better
 quiet_tensorflow()
