@@ -1,11 +1,11 @@
-"""Thin scripts: `python -m training.<name>` runs the command `keras_tupe.cli.<name>`, which
-is also the console script `keras-tupe-<name>`; the code lives in `keras_tupe/cli/`.
+"""Thin scripts: `python -m training.<name>` runs the command `keras_tupe.cli.<name>` (the
+console script `keras-tupe-<name>`); the code lives in `keras_tupe/cli/`.
 
-Importing the package starts as a command does (`keras_tupe.cli`): TensorFlow's quiet start,
-and Ctrl-C as one line.
+Importing the package makes this process a command's: `import keras_tupe` then defers the
+model family (and TensorFlow) to its first use, and `keras_tupe.cli` starts TensorFlow
+quietly and makes Ctrl-C one line. The studies and the benchmarks import it first for that.
 """
 
-from keras_tupe.cli.common import one_line_interrupts, quiet_tensorflow
+RUNS_KERAS_TUPE_COMMANDS = True  # read by keras_tupe/__init__.py, imported next
 
-one_line_interrupts()  # first: the sooner Ctrl-C is one line, the better
-quiet_tensorflow()
+import keras_tupe.cli  # noqa: E402,F401

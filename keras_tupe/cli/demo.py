@@ -4,7 +4,7 @@
 2. fine-tune it on SST-2,
 3. export the encoder (TF-Hub encoder API, with `.mlm`), its preprocessor and the
    classifier (raw strings in, probabilities out) as versioned SavedModels,
-4. load the classifier SavedModel in a fresh process that never imports keras_tupe,
+4. load the classifier SavedModel in a fresh process that imports no keras_tupe model,
    and print its predictions for a few sentences.
 
     python -m training.demo [--data-dir ../shared/data] [--out runs/demo] \\
@@ -124,9 +124,10 @@ def _main(argv=None):
         print(f"{kind:<17} {path}")
     print(f"[{time.perf_counter() - began:.0f}s]")
 
-    began = step("4. The classifier SavedModel in a fresh process (no keras_tupe)")
+    began = step("4. The classifier SavedModel in a fresh process (no keras_tupe model)")
     with Heartbeat("  loading the SavedModel in a new process"):
-        answer = subprocess.run([sys.executable, "-m", "training.predict", served, *SENTENCES],
+        answer = subprocess.run([sys.executable, "-m", "keras_tupe.cli.predict", served,
+                                 *SENTENCES],
                                 capture_output=True, text=True)
     print(answer.stdout, end="")
     if answer.returncode:

@@ -1,4 +1,4 @@
-"""Ask a classifier SavedModel for predictions, in a process that never imports keras_tupe.
+"""Ask a classifier SavedModel for predictions, in a process that imports no keras_tupe model.
 
     python -m training.predict saved_models/demo_tupe_r_tiny_sst2 "a gripping film" "dull , dull"
     python -m training.predict saved_models/mrpc/1 --pairs "first a" "second a" ...
@@ -14,7 +14,9 @@ The model is a classifier export (`training.export classifier`, or the one `make
 writes): a version folder (`.../1`), or its model folder, whose newest version is taken.
 
 Only TensorFlow and tensorflow-text (whose WordPiece ops the SavedModel uses) are
-imported: this is what a serving client of an exported model needs.
+imported, and of keras_tupe only this command (`keras_tupe.cli`; in a command's process
+`import keras_tupe` defers the model family): this is what a serving client of an exported
+model needs.
 """
 
 import argparse
@@ -177,10 +179,11 @@ def _main(argv=None):
             print(_result_line(example, outputs, index, args.json), flush=index == len(batch) - 1)
         count += len(batch)
     if not args.json:
-        imported = sorted(m for m in sys.modules if m.split(".")[0] == "keras_tupe")
+        imported = sorted(m for m in sys.modules if m.split(".")[0] == "keras_tupe" and
+                          m != "keras_tupe" and not m.startswith("keras_tupe.cli"))
         print(f"({count} sentence{'s' if count != 1 else ''} in batches of {args.batch_size}; "
-              f"this process imported TensorFlow and tensorflow-text only; keras_tupe modules "
-              f"loaded: {imported or 'none'})")
+              f"this process imported TensorFlow and tensorflow-text only; the command aside, "
+              f"keras_tupe modules loaded: {imported or 'none'})")
     return 0
 
 
