@@ -25,10 +25,9 @@ from experiments import config as study_config
 from experiments import pretrain_study, records, replicates
 from experiments.config import StudyError
 
-CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
 # The long runs on the corrected initialization: the base study's seed replicates, whose
 # `references` name the base (`replicates.seed_groups` puts the three together).
-T2_REPLICATES = ("long_v2_jax_seed1.json", "long_v2_jax_seed2.json")
+T2_REPLICATES = ("long_v2_jax_seed1", "long_v2_jax_seed2")
 T2_FAST, T2_SLOW = "tupe_a", "bert_a"
 # The plateau control: (label, study, variant). The post-LN BERT-A of this setting exists on
 # the old initialization only (the initialization moved its curve by at most 0.015).
@@ -174,9 +173,8 @@ def plateau_page(rows, results_dir, loss=PLATEAU_LOSS):
             below = f"not by {row['last_step']:,}"
         lines.append(f"| {row['label']} | {row['study']} | {row['status']} | {below} | "
                      f"{value(row['at_1000'])} | {value(row['at_2000'])} |")
-    page = os.path.join(results_dir, f"{PLATEAU_PAGE}.md")
-    with open(page, "w") as f:
-        f.write("\n".join(lines) + "\n")
+    page = records.write_text(os.path.join(results_dir, f"{PLATEAU_PAGE}.md"),
+                              "\n".join(lines) + "\n")
     figure, axis = records.pyplot().subplots(figsize=(7, 4.5))
     for index, row in enumerate(rows):
         style = records.line_style(index)
@@ -199,8 +197,7 @@ def main(argv=None):
     parser.add_argument("--out", help="where the plateau page goes (default: the results "
                                       "folder of the records, docs/results)")
     args = parser.parse_args(argv)
-    replicate_configs = [study_config.load_config(os.path.join(CONFIG_DIR, name))
-                         for name in T2_REPLICATES]
+    replicate_configs = [study_config.load_config(name) for name in T2_REPLICATES]
     (group_configs, _), = replicates.seed_groups(replicate_configs).values()
     print(t2_table(t2_rows(group_configs)))
     results_dir = replicate_configs[0]["results_dir"]

@@ -1,12 +1,14 @@
-"""Study configs: loading, checking, and the exact settings of every run.
+"""Studies: loading, checking, and the exact settings of every run.
 
-A study is one JSON file in `experiments/configs/`; its keys are listed in
-`experiments/README.md`. Three kinds: `"pretrain"` (variants pre-trained with identical
-settings; a study with a `base` takes the base's `size`, `vocabulary`, `settings`,
-`runs_dir` and `results_dir` and may add only `seed`, a replicate, and `overrides` of
-`OVERRIDABLE_FIELDS`), `"finetune"` (the reduced GLUE or SQuAD protocol on checkpoints
-of pre-training studies) and `"length"` (masked-LM loss at longer sequences). Paths in a
-config are relative to the repository root; `base` and `pretrain_configs` to the config.
+A study is an entry of `experiments/studies.json` (or a JSON file of its own, `--config`);
+its keys are listed in `experiments/README.md`. An entry that `extends` another takes its
+keys, `settings` and `vocabulary` key by key. Three kinds: `"pretrain"` (variants
+pre-trained with identical settings; a study with a `base` takes the base's `size`,
+`vocabulary`, `settings`, `runs_dir` and `results_dir` and may add only `seed`, a
+replicate, and `overrides` of `OVERRIDABLE_FIELDS`), `"finetune"` (the reduced GLUE or
+SQuAD protocol on checkpoints of pre-training studies) and `"length"` (masked-LM loss at
+longer sequences). Paths are relative to the repository root; `base`, `references` and
+`pretrain_configs` name studies (a `.json` file relative to the naming one).
 """
 
 import contextlib
@@ -34,6 +36,10 @@ INHERITED_KEYS = ("size", "vocabulary", "settings", "runs_dir", "results_dir")
 # point). Data, budget, model and everything else stay the base's.
 OVERRIDABLE_FIELDS = ("precision", "xla", "learning_rate", "warmup_ratio")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_]*$")
+# Every study, by name; a study in a file of its own (`--config FILE`) is loaded as well.
+STUDIES_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "studies.json")
+# The keys an entry that `extends` another overrides key by key; it replaces any other.
+EXTENDED_BY_KEY = ("settings", "vocabulary")
 
 
 class StudyError(ValueError):
@@ -44,23 +50,62 @@ def _fail(path, message):
     raise StudyError(f"{path}: {message}")
 
 
-def load_config(path, kind=None):
-    """The config at `path`, `base` merged in, checked; `kind` if given must match.
-
-    The returned dict also holds `_path` and `_sources` (the exact JSON of this
-    file and of its base, for the record).
-    """
-    if not os.path.exists(path):
-        raise StudyError(f"Study config {path} does not exist.")
-    with open(path) as f:
+def studies():
+    """`{name: entry}` of `STUDIES_FILE`, as written (an entry may `extend` another)."""
+    with open(STUDIES_FILE) as f:
         try:
-            raw = json.load(f)
+            return json.load(f)
         except json.JSONDecodeError as error:
-            raise StudyError(f"{path} is not valid JSON: {error}") from error
-    config = copy.deepcopy(raw)
-    sources = {path: raw}
+            raise StudyError(f"{STUDIES_FILE} is not valid JSON: {error}") from error
+
+
+def _named(name, table, seen=()):
+    """Study `name` with its `extends` chain resolved: an entry takes every key of the
+    study it extends that it does not set, `settings` and `vocabulary` key by key."""
+    if name not in table:
+        raise StudyError(f"There is no study {name!r} in {os.path.relpath(STUDIES_FILE)}. "
+                         f"Studies: {', '.join(sorted(table))}")
+    if name in seen:
+        raise StudyError(f"{STUDIES_FILE}: study {name!r} extends itself ({' -> '.join(seen)}).")
+    entry = {"study": name, **copy.deepcopy(table[name])}
+    if "extends" in entry:
+        parent = _named(entry.pop("extends"), table, (*seen, name))
+        entry = {**parent, **entry, **{key: {**parent[key], **entry[key]} for key in
+                                        EXTENDED_BY_KEY if key in parent and key in entry}}
+    return entry
+
+
+def locate(reference, folder):
+    """What `load_config` takes for a study a config names: a study of `STUDIES_FILE`
+    by name, or a `.json` file relative to `folder` (the naming config's)."""
+    return os.path.join(folder, reference) if reference.endswith(".json") else reference
+
+
+def load_config(reference, kind=None):
+    """The study named `reference` in `STUDIES_FILE`, or the one in the `.json` file at that
+    path: `base` merged in, checked; `kind` if given must match.
+
+    The returned dict also holds `_path` (where it is written, for messages and pages),
+    `_flag` (the command-line flags that name it) and `_dir` (the folder its `.json`
+    references are relative to); `resolved` leaves them out.
+    """
+    reference = os.fspath(reference)
+    if reference.endswith(".json"):
+        if not os.path.exists(reference):
+            raise StudyError(f"Study config {reference} does not exist.")
+        with open(reference) as f:
+            try:
+                raw = json.load(f)
+            except json.JSONDecodeError as error:
+                raise StudyError(f"{reference} is not valid JSON: {error}") from error
+        config = raw
+        path, flag, folder = reference, ["--config", reference], os.path.dirname(reference)
+    else:
+        config = _named(reference, studies())
+        path = f"{os.path.relpath(STUDIES_FILE)}: {reference}"
+        flag, folder = ["--study", reference], os.path.dirname(STUDIES_FILE)
     if "base" in config:
-        base_path = os.path.join(os.path.dirname(path), config["base"])
+        base_path = locate(config["base"], folder)
         base = load_config(base_path, kind="pretrain")
         clashing = [key for key in INHERITED_KEYS if key in config]
         if clashing:
@@ -90,14 +135,17 @@ def load_config(path, kind=None):
             _fail(path, f"`overrides` sets {same} to the base's own values; remove them.")
         config["settings"].update(copy.deepcopy(overrides))
         config.setdefault("kind", "pretrain")
-        sources.update(base["_sources"])
-    config["_path"] = path
-    config["_sources"] = sources
+    config.update(_path=path, _flag=flag, _dir=folder)
     _check(config, path)
     if kind is not None and config["kind"] != kind:
         raise StudyError(f"{path} is a {config['kind']!r} study, not a {kind!r} one: use "
-                         f"`python -m experiments.run {config['kind']} --config {path}`.")
+                         f"`python -m experiments.run {config['kind']} {' '.join(flag)}`.")
     return config
+
+
+def resolved(config):
+    """What a study is, its `base` and `extends` resolved: the record a report writes."""
+    return {key: value for key, value in config.items() if not key.startswith("_")}
 
 
 def _require(config, path, keys):
@@ -400,9 +448,8 @@ def differing_settings(config, other, free=()):
 
 def related_configs(config, key):
     """The pre-training study configs a finetune/length study names (relative paths)."""
-    folder = os.path.dirname(config["_path"])
     paths = config[key] if isinstance(config[key], list) else [config[key]]
-    return [load_config(os.path.join(folder, p), kind="pretrain") for p in paths]
+    return [load_config(locate(p, config["_dir"]), kind="pretrain") for p in paths]
 
 
 def checkpoints(config, only_variants=None, only_checkpoints=None):

@@ -315,7 +315,7 @@ def report(config, command):
                                 "wall_seconds", "timed_runs", "train_seconds")}})
     if not any(row["summary"]["runs_done"] for row in table_rows):
         raise StudyError(f"No fine-tuning result yet for study {config['study']!r}: run "
-                         f"python -m experiments.run finetune --config {config['_path']}")
+                         f"python -m experiments.run finetune {' '.join(config['_flag'])}")
     out_dir, study = config["results_dir"], config["study"]
     header = [f"command: {command}", f"study config: {config['_path']}",
               ("score: median over seeds at the best learning rate of the task (x100); "
@@ -331,7 +331,7 @@ def report(config, command):
     paths["table"] = records.write_text(os.path.join(out_dir, f"{study}_table.md"), _table(
         config, table_rows, command, floor))
     paths["config"] = records.write_json(os.path.join(out_dir, f"{study}_config.json"), {
-        "command": command, "study_config": config["_sources"], "jobs": job_records,
+        "command": command, "study_config": study_config.resolved(config), "jobs": job_records,
         "majority_class": floor})
     return paths
 

@@ -245,7 +245,7 @@ def report(config, command):
             if (key := (job["pretrain_study"], job["variant"], job["step"], n)) in by_key]
     if not rows:
         raise StudyError(f"No result yet for study {config['study']!r}: run "
-                         f"python -m experiments.run length --config {config['_path']}")
+                         f"python -m experiments.run length {' '.join(config['_flag'])}")
     out_dir, study = config["results_dir"], config["study"]
     header = [f"command: {command}", f"study config: {config['_path']}",
               (f"text: the first {config['batches']} x {config['tokens_per_batch']} tokens of "
@@ -258,7 +258,7 @@ def report(config, command):
     paths["table"] = records.write_text(os.path.join(out_dir, f"{study}_table.md"),
                                         _table(config, jobs, by_key, command))
     paths["config"] = records.write_json(os.path.join(out_dir, f"{study}_config.json"), {
-        "command": command, "study_config": config["_sources"], "evaluated": jobs,
+        "command": command, "study_config": study_config.resolved(config), "evaluated": jobs,
         "seconds": sum(r["seconds"] for r in rows)})
     return paths
 

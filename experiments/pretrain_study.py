@@ -220,12 +220,12 @@ def read_references(config, own_runs=None):
     when its runs started from another initialization than this study's (`own_runs`:
     this study's `read_runs`, when the caller has them).
     """
-    folder = os.path.dirname(config["_path"])
     result = []
     mine = {run["record"].get("initialization") for run in (
         read_runs(config) if own_runs is None else own_runs) if run["record"]}
     for file, names in config.get("references", {}).items():
-        other = study_config.load_config(os.path.join(folder, file), kind="pretrain")
+        other = study_config.load_config(study_config.locate(file, config["_dir"]),
+                                         kind="pretrain")
         if other["study"] == config["study"]:
             raise StudyError(f"{config['_path']}: `references` names its own study ({file}); "
                              "its runs are in the report already.")
@@ -279,7 +279,7 @@ def report(config, command):
     if not started:
         raise StudyError(f"No run of study {config['study']!r} has a record yet (looked in "
                          f"{records.record_dir(config)}). Pre-train first: "
-                         f"python -m experiments.run pretrain --config {config['_path']}")
+                         f"python -m experiments.run pretrain {' '.join(config['_flag'])}")
     out_dir, study = config["results_dir"], config["study"]
     tokens_per_step = config["settings"]["batch_size"] * config["settings"]["seq_len"]
     vocabulary = started[0]["record"]["vocabulary"]
@@ -301,7 +301,7 @@ def report(config, command):
     paths["table"] = records.write_text(os.path.join(out_dir, f"{study}_table.md"),
                                         _table(config, runs, command, vocabulary, references))
     paths["config"] = records.write_json(os.path.join(out_dir, f"{study}_config.json"), {
-        "command": command, "study_config": config["_sources"], "vocabulary": vocabulary,
+        "command": command, "study_config": study_config.resolved(config), "vocabulary": vocabulary,
         "runs": {run["variant"].name: {
             "preset": run["variant"].preset, "variant": run["variant"].variant,
             "structural_overrides": run["variant"].overrides, "status": run["status"],
@@ -382,7 +382,7 @@ def _table(config, runs, command, vocabulary, references=()):
     lines = [
         f"# Study `{config['study']}`: validation masked-LM loss",
         "",
-        (f"Runs: `python -m experiments.run pretrain --config {config['_path']}`; this table, "
+        (f"Runs: `python -m experiments.run pretrain {' '.join(config['_flag'])}`; this table, "
          f"the CSV and the plot: `{command}`"),
         "",
         *([config["description"], ""] if config.get("description") else []),

@@ -34,8 +34,8 @@ def seed_groups(configs):
         if "seed" not in config:
             continue
         for file, names in config.get("references", {}).items():
-            other = study_config.load_config(
-                os.path.join(os.path.dirname(config["_path"]), file), kind="pretrain")
+            other = study_config.load_config(study_config.locate(file, config["_dir"]),
+                                             kind="pretrain")
             members, variants = groups.setdefault(other["study"], ([other], []))
             members.append(config)
             variants += [name for name in names if name not in variants]

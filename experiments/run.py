@@ -22,27 +22,6 @@ import time
 
 from training.cli import add_common_flags, one_line_errors, run  # importing `training` quiets TensorFlow
 
-CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
-
-
-def _study_path(name):
-    path = os.path.join(CONFIG_DIR, f"{name}.json")
-    relative = os.path.relpath(path)
-    return relative if not relative.startswith("..") else path
-
-
-def _resolve_study(name):
-    """configs/NAME.json, or a StudyError naming the studies there."""
-    from experiments.config import StudyError
-
-    path = _study_path(name)
-    if not os.path.exists(path):
-        studies = sorted(n[:-5] for n in os.listdir(CONFIG_DIR) if n.endswith(".json"))
-        raise StudyError(f"--study {name}: there is no {path}. Choose one of "
-                         f"{', '.join(studies)}, or pass --config FILE.")
-    return path
-
-
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(
         prog="python -m experiments.run", description=__doc__,
@@ -53,8 +32,8 @@ def parse_args(argv=None):
     def with_config(name, help_text, required=True):
         sub = commands.add_parser(name, help=help_text)
         where = sub.add_mutually_exclusive_group(required=required)
-        where.add_argument("--config", help="the study's JSON config")
-        where.add_argument("--study", help="shorthand for --config experiments/configs/STUDY.json")
+        where.add_argument("--config", help="a JSON file holding one study")
+        where.add_argument("--study", help="a study of experiments/studies.json, by name")
         if required:
             sub.add_argument("--variants", nargs="+", help="only these variants (default: all)")
         return add_common_flags(sub)
@@ -113,10 +92,9 @@ def _main(argv=None):
         else:
             paths = draw_maps(args.init, args.out, length=args.length, command=command)
     elif args.command == "report":
-        paths = report(args.config or (args.study and _resolve_study(args.study)))
+        paths = report(args.config or args.study)
     else:
-        config = study_config.load_config(args.config or _resolve_study(args.study))
-        paths = _run_study(args, config, command)
+        paths = _run_study(args, study_config.load_config(args.config or args.study), command)
     for path in (paths or {}).values():
         print(f"wrote {path}")
     print(f"done in {records.format_seconds(time.perf_counter() - start)}: {command}")
@@ -130,11 +108,11 @@ def _run_study(args, config, command):
     kind = config["kind"]
     if args.command != kind:
         raise StudyError(f"{config['_path']} is a {kind!r} study: run it with "
-                         f"`python -m experiments.run {kind} --config {config['_path']}`.")
+                         f"`python -m experiments.run {kind} {' '.join(config['_flag'])}`.")
     if kind == "pretrain":
         pretrain_study.run_study(config, command, only=args.variants, verbose=args.verbose,
                                  until_step=args.until_step, record_only=args.record_only)
-        print(f"next: python -m experiments.run report --config {config['_path']}")
+        print(f"next: {report_command(config)}")
         return None
     if kind == "finetune":
         return finetune_study.run_study(config, command, report_command(config),
@@ -148,25 +126,27 @@ def report_command(config):
     """The command that regenerates a study's pages, whichever command wrote them."""
     from experiments import records
 
-    if config["_path"] == _study_path(config["study"]):
-        return records.command_line(["report", "--study", config["study"]])
-    return records.command_line(["report", "--config", config["_path"]])
+    return records.command_line(["report", *config["_flag"]])
 
 
-def report(path=None):
-    """Writes, from the records alone, the pages of the study config at `path` (default:
-    of every config in `CONFIG_DIR` that has records, and the positional maps again from
-    their arrays), and the seed and comparison pages each of them is part of."""
+def report(reference=None):
+    """Writes, from the records alone, the pages of the study `reference` (a name or a
+    `.json` file; default: every study of `experiments/studies.json` that has records, and
+    the positional maps again from their arrays), and the seed and comparison pages each
+    of them is part of."""
     from experiments import compare, finetune_study, length_study, pretrain_study, records
     from experiments import replicates
-    from experiments.config import load_config
+    from experiments.config import load_config, studies
     from experiments.maps import redraw_maps
 
-    folder = os.path.dirname(path or _study_path("any"))
-    every = [load_config(p) for p in sorted(glob.glob(os.path.join(folder, "*.json")))]
-    named = [c for c in every if c["_path"] == path] if path else every
-    if path and not named:  # not a .json file there (or none: load_config says so)
-        named = [load_config(path)]
+    if reference and reference.endswith(".json"):  # a study in a file, among its folder's
+        folder = os.path.dirname(reference)
+        every = [load_config(p) for p in sorted(glob.glob(os.path.join(folder, "*.json")))]
+    else:
+        every = [load_config(name) for name in sorted(studies())]
+    named = [c for c in every if reference in (c["study"], c["_path"])] if reference else every
+    if reference and not named:  # not among them (or nowhere: load_config says so)
+        named = [load_config(reference)]
 
     def recorded(config):  # a fine-tuning study that has only pinned its settings: not yet
         folder = records.record_dir(config)
@@ -177,28 +157,28 @@ def report(path=None):
     modules = {"pretrain": pretrain_study, "finetune": finetune_study, "length": length_study}
     paths = {}
     for config in named:
-        if path or recorded(config):
+        if reference or recorded(config):
             pages = modules[config["kind"]].report(config, report_command(config))
             paths.update((f"{config['study']} {kind}", page) for kind, page in pages.items())
-    studies = {c["study"] for c in named}
+    chosen = {c["study"] for c in named}
     command = records.command_line(["report"])
     groups = replicates.seed_groups(every)
     for name, (members, variants) in groups.items():
-        if studies & {c["study"] for c in members} and any(map(recorded, members)):
+        if chosen & {c["study"] for c in members} and any(map(recorded, members)):
             pages = replicates.replicates(members, name, command, only=variants)
             paths.update((f"{name} seeds {kind}", page) for kind, page in pages.items())
     for name, bases in replicates.GROUP_COMPARISONS.items():
         members = [c["study"] for base, _ in bases for c in groups.get(base, ([], []))[0]]
-        if studies & set(members) and all(base in groups for base, _ in bases):
+        if chosen & set(members) and all(base in groups for base, _ in bases):
             pages = replicates.compare_groups([(label, *groups[base]) for base, label in bases],
                                               name)
             paths.update((f"{name} {kind}", page) for kind, page in pages.items())
     by_name = {c["study"]: c for c in every}
     for name, group in compare.COMPARISONS.items():
-        if studies & set(group) and all(s in by_name for s in group):
+        if chosen & set(group) and all(s in by_name for s in group):
             pages = compare.compare([by_name[s] for s in group], name, command)
             paths.update((f"{name} compare {kind}", page) for kind, page in pages.items())
-    for results in sorted({c["results_dir"] for c in every}) if not path else ():
+    for results in sorted({c["results_dir"] for c in every}) if not reference else ():
         for npz in sorted(glob.glob(os.path.join(results, "maps", "*.npz"))):
             paths.update((f"{npz} {kind}", page) for kind, page in redraw_maps(npz).items())
     return paths

@@ -33,7 +33,6 @@ from experiments.config import StudyError, load_config
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 STAGES_FILE = os.path.join(HERE, "stages.json")
-CONFIG_DIR = os.path.join(HERE, "configs")
 STAGE_DIR = ".stage"
 PACK = "records.tar.xz"
 # What a stopped process needs to write its record, and the packing after it.
@@ -65,9 +64,7 @@ def stage_spec(name):
 def stage_configs(spec, tiny=False, work=None):
     """The stage's `(pretrain, finetune)` configs (either may be None); with `tiny`, copies
     at the tiny size written into `work`, whose runs and records stay there."""
-    paths = [spec.get(key) and os.path.join(CONFIG_DIR, spec[key])
-             for key in ("pretrain", "finetune")]
-    configs = [path and load_config(os.path.relpath(path)) for path in paths]
+    configs = [spec.get(key) and load_config(spec[key]) for key in ("pretrain", "finetune")]
     if not tiny:
         return configs
     return _tiny_configs(*configs, work=work)
@@ -346,7 +343,7 @@ def run(name, out, tiny=False, deadline=None, folder=None, phases=PHASES):
 
 
 def _experiment(command, config, extra):
-    return [sys.executable, "-m", "experiments.run", command, "--config", config["_path"], *extra]
+    return [sys.executable, "-m", "experiments.run", command, *config["_flag"], *extra]
 
 
 def _check_packages(folder):

@@ -447,12 +447,12 @@ def test_a_scripts_system_exit_message_is_a_user_error(capsys):
 
 def test_experiments_run_names_an_unknown_study_and_the_choices(tmp_path, capsys):
     from experiments import run as experiments_run
+    from experiments.config import STUDIES_FILE, studies
 
-    studies = sorted(p.stem for p in (REPO / "experiments" / "configs").glob("*.json"))
     code, _, err = run_main(experiments_run.main, ["report", "--study", "nope"], capsys)
-    path = experiments_run._study_path("nope")
-    assert (code, err) == (2, f"error: --study nope: there is no {path}. Choose one of "
-                              f"{', '.join(studies)}, or pass --config FILE.\n")
+    assert (code, err) == (2, f"error: There is no study 'nope' in "
+                              f"{os.path.relpath(STUDIES_FILE)}. Studies: "
+                              f"{', '.join(sorted(studies()))}\n")
     code, _, err = run_main(experiments_run.main,
                             ["report", "--config", str(tmp_path / "x.json")], capsys)
     assert (code, err) == (2, f"error: Study config {tmp_path / 'x.json'} does not exist.\n")

@@ -8,6 +8,7 @@ on a copy (`_copy_study`).
 
 import copy
 import csv
+import hashlib
 import json
 import os
 import re
@@ -94,6 +95,20 @@ def _copy_study(study, target):
         configs[name] = str(copied)
     return {"root": target, "runs": target / "runs", "results": target / "results",
             "configs": configs}
+
+
+def _studies_file(copy):
+    """The copy's studies in one file of studies by name, as `experiments/studies.json`
+    holds the shipped ones (a `.json` reference becomes the study's name)."""
+    studies = {}
+    for name, path in copy["configs"].items():
+        text = Path(path).read_text()
+        for other in copy["configs"]:
+            text = text.replace(f'"{other}.json"', f'"{other}"')
+        studies[name] = json.loads(text)
+    path = Path(copy["root"]) / "studies.json"
+    path.write_text(json.dumps(studies, indent=2))
+    return str(path)
 
 
 def _table_row(table, name):
@@ -209,8 +224,7 @@ def test_the_cost_times_a_step_with_records_of_machines_like_this_one(study, tmp
 def test_the_full_report_passes_over_a_finetuning_study_that_has_only_pinned_its_settings(
         study, tmp_path, monkeypatch):
     copy = _copy_study(study, tmp_path / "copy")
-    configs = Path(copy["configs"]["pretrain"]).parent
-    monkeypatch.setattr(run_module, "_study_path", lambda name: str(configs / f"{name}.json"))
+    monkeypatch.setattr(study_config, "STUDIES_FILE", _studies_file(copy))
     pinned = _record(copy["results"], "finetune", "pretrain") / "bert_a" / "step_0000004"
     pinned.mkdir(parents=True)
     (pinned / finetune_study.SETTINGS_FILE).write_text("{}")  # a study started, no result yet
@@ -228,8 +242,7 @@ def test_the_full_report_passes_over_a_finetuning_study_that_has_only_pinned_its
 def test_seed_groups_in_one_figure_must_share_budget_model_and_vocabulary(tmp_path):
     from experiments import replicates
 
-    folder = REPO / "experiments" / "configs"
-    every = [study_config.load_config(str(path)) for path in sorted(folder.glob("*.json"))]
+    every = [study_config.load_config(name) for name in sorted(study_config.studies())]
     groups = replicates.seed_groups(every)
     (old_label, new_label), = [[label for _, label in bases] for bases
                                in replicates.GROUP_COMPARISONS.values()]
@@ -256,7 +269,7 @@ def test_the_table_columns_add_each_saved_checkpoint_that_an_evaluation_falls_on
 def test_report_is_a_pure_function_of_the_records(study, tmp_path, monkeypatch):
     copy = _copy_study(study, tmp_path / "copy")
     results = copy["results"]
-    monkeypatch.setattr(run_module, "CONFIG_DIR", str(Path(copy["configs"]["pretrain"]).parent))
+    monkeypatch.setattr(study_config, "STUDIES_FILE", _studies_file(copy))
     assert main(["report"]) == 0
     pages = {p: p.read_bytes() for p in results.iterdir() if p.is_file()}
     assert {p.name for p in pages} >= {f"{s}_{k}" for s in ("pretrain", "relative") for k in (
@@ -742,7 +755,7 @@ def test_a_selection_study_reports_the_chosen_rate_its_cost_and_the_ceiling(stud
 
 def test_a_bad_selection_or_ceiling_is_refused_naming_the_field(tmp_path):
     spec = {"study": "x", "kind": "finetune", "runs_dir": "runs", "results_dir": "results",
-            "pretrain_configs": [str(REPO / "experiments" / "configs" / "long_v2.json")],
+            "pretrain_configs": ["long_v2"],
             "checkpoints": [1.0], "tasks": ["mrpc", "sst2"], "learning_rates": [1e-4, 3e-4],
             "seeds": [0, 1], "settings": {"epochs": 1}}
     for changes, message in [
@@ -797,10 +810,8 @@ def test_finetune_report_judges_variants_against_the_pretraining_seed_spread(stu
 
 
 def test_checkpoint_variants_fine_tune_a_checkpoint_of_only_the_encoders_named(tmp_path):
-    configs = REPO / "experiments" / "configs"
     spec = {"study": "x", "kind": "finetune", "runs_dir": str(tmp_path / "runs"),
-            "results_dir": str(tmp_path / "results"),
-            "pretrain_configs": [str(configs / "long.json"), str(configs / "long_seed1.json")],
+            "results_dir": str(tmp_path / "results"), "pretrain_configs": ["long", "long_seed1"],
             "variants": ["bert_a", "tupe_a"], "checkpoints": [1.0, 0.3, 0.0],
             "checkpoint_variants": {"0.3": ["tupe_a"], "0.0": ["long/bert_a"]},
             "tasks": ["rte"], "data_dir": str(GLUE), "learning_rates": [1e-4], "seeds": [0],
@@ -913,8 +924,7 @@ def test_maps_draw_and_redraw_from_their_arrays_and_refuse_bert_a(study, tmp_pat
 # === The shipped configs and the committed records ===
 
 def test_the_shipped_study_configs_load_and_share_their_settings():
-    folder = REPO / "experiments" / "configs"
-    configs = {path.stem: study_config.load_config(str(path)) for path in folder.glob("*.json")}
+    configs = {name: study_config.load_config(name) for name in study_config.studies()}
     pretrain = configs["pretrain"]
     for name in ("relative", "clip_sweep", "pretrain_seed1"):
         assert configs[name]["vocabulary"] == pretrain["vocabulary"], name
@@ -978,7 +988,7 @@ def test_the_shipped_study_configs_load_and_share_their_settings():
     assert encodings["vocabulary"] == base["vocabulary"]
     assert encodings["settings"]["seq_len"] == 128 and configs["encodings_length"]["lengths"] == [
         128, 256, 512, 1024]
-    assert configs["encodings_length"]["pretrain_configs"] == ["encodings.json"]
+    assert configs["encodings_length"]["pretrain_configs"] == ["encodings"]
     # The long runs again on the GPU (JAX): the same settings, from token-id shards of the
     # same text with the same vocabulary; seeds 1 and 2 replicate them.
     jax_settings = dict(configs["long_v2_jax"]["settings"])
@@ -993,7 +1003,62 @@ def test_the_shipped_study_configs_load_and_share_their_settings():
                         ("relative_v2", "relative_v2_seed1"),
                         ("long_v2_jax", "long_v2_jax_seed1")):
         assert configs[seed1]["settings"] == {**configs[name]["settings"], "seed": 1}, seed1
-        assert list(configs[seed1]["references"]) == [f"{name}.json"], seed1
+        assert list(configs[seed1]["references"]) == [name], seed1
+
+
+# Every recorded study resolves to the settings its runs were made with: the sha256 (first 16
+# digits) of its resolved config (its description aside; the studies it names by name),
+# taken from the one-file-a-study configs it was run from before `studies.json` held them.
+RECORDED_STUDIES = {
+    "clip_sweep": "549c916d71fe22de", "finetune": "bcba631cf8e1e04b",
+    "finetune_intermediate": "0f34c075769f041e", "glue_full": "df1e673e952ea6ed",
+    "length": "f9aba7907c76b440", "long": "7b4fa4dfe3cc171b", "long_seed1": "f4748cf4b54e70c1",
+    "long_v2": "e4d7a55292a45c94", "long_v2_jax": "1247ccd7a4d48870",
+    "long_v2_jax_seed1": "8718cff175a1d6a5", "long_v2_jax_seed2": "0655a46c44e2f311",
+    "plateau_preln": "a813f22515ea2bb2", "pretrain": "e5263cb1ca03297e",
+    "pretrain_seed1": "d57c4a6790e016f9", "relative": "9ff0f9c9d914ea10",
+    "speed_bf16_noxla": "580fd1d872e23040", "speed_bf16_xla": "2a27788aa4a83ba8",
+    "speed_f32_noxla": "82c8b299ed5769b8", "speed_f32_xla": "4f4b155014d80796",
+    "sweep_lr1e3_wu05": "13f7dcbb2bd20ae3", "sweep_lr1e3_wu20": "ab25f2062071e0c9",
+    "sweep_lr2e3_wu20": "184a78578b277d65", "sweep_lr2e4_wu05": "491febfbb325ba2e",
+    "sweep_lr2e4_wu20": "188a778a5c7f552e", "sweep_lr5e4_wu05": "5fcbfdc43bf41445",
+    "sweep_lr5e4_wu20": "daa4322d83170b6e", "sweep_v2_lr1e3_wu20": "84f3033bbac0753c",
+    "sweep_v2_lr2e3_wu20": "7ff835132c2af91d", "sweep_v2_lr5e4_wu20": "0de0e017628a587e",
+}
+
+
+def test_every_recorded_study_resolves_to_the_settings_it_was_run_with():
+    recorded = sorted(p.name for p in (REPO / "docs" / "results" / "records").iterdir())
+    assert sorted(RECORDED_STUDIES) == recorded
+    for name, digest in RECORDED_STUDIES.items():
+        config = study_config.load_config(name)
+        resolved = {k: v for k, v in config.items()
+                    if not k.startswith("_") and k != "description"}
+        text = json.dumps(resolved, sort_keys=True).encode()
+        assert hashlib.sha256(text).hexdigest()[:16] == digest, name
+
+
+def test_a_study_that_extends_another_takes_its_keys_and_settings_key_by_key(tmp_path,
+                                                                                monkeypatch):
+    # `settings` and `vocabulary` of the study extended are overridden key by key.
+    long_v2_jax = study_config.load_config("long_v2_jax")
+    assert study_config.studies()["long_v2_jax"]["extends"] == "long_v2"
+    assert long_v2_jax["settings"]["steps"] == 16000
+    assert long_v2_jax["settings"]["shards"] == "shards/train_v2_128"
+    studies = {"a": {"kind": "length", "runs_dir": "r", "results_dir": "d", "seed": 1,
+                     "pretrain_configs": ["long"], "lengths": [128], "batches": 2,
+                     "valid_corpus": "v.txt", "tokens_per_batch": 512},
+               "b": {"extends": "a", "lengths": [128, 256]},
+               "c": {"extends": "c"}}
+    (tmp_path / "studies.json").write_text(json.dumps(studies))
+    monkeypatch.setattr(study_config, "STUDIES_FILE", str(tmp_path / "studies.json"))
+    b = study_config.load_config("b")
+    assert (b["study"], b["lengths"], b["batches"], b["_flag"]) == (
+        "b", [128, 256], 2, ["--study", "b"])
+    with pytest.raises(study_config.StudyError, match="'c' extends itself"):
+        study_config.load_config("c")
+    with pytest.raises(study_config.StudyError, match="no study 'd' in .*Studies: a, b, c"):
+        study_config.load_config("d")
 
 
 @pytest.mark.slow
@@ -1007,10 +1072,12 @@ def test_the_committed_pages_are_the_report_of_the_committed_records(tmp_path, m
     shutil.copytree(results / "records", checkout / "docs" / "results" / "records")
     shutil.copytree(results / "maps", checkout / "docs" / "results" / "maps",
                     ignore=shutil.ignore_patterns("*.png"))
-    shutil.copytree(REPO / "experiments" / "configs", checkout / "experiments" / "configs")
+    (checkout / "experiments").mkdir()
+    shutil.copy(study_config.STUDIES_FILE, checkout / "experiments" / "studies.json")
     (tmp_path / "shared").symlink_to(DATA_DIR.parent)  # the configs' ../shared/data
     monkeypatch.chdir(checkout)
-    monkeypatch.setattr(run_module, "CONFIG_DIR", str(checkout / "experiments" / "configs"))
+    monkeypatch.setattr(study_config, "STUDIES_FILE", str(checkout / "experiments" /
+                                                          "studies.json"))
     assert main(["report"]) == 0
     written = {path.relative_to(checkout / "docs" / "results"): path.read_bytes()
                for path in (checkout / "docs" / "results").rglob("*")
@@ -1021,9 +1088,8 @@ def test_the_committed_pages_are_the_report_of_the_committed_records(tmp_path, m
     # A page is named `<study or comparison>_<kind of page>`: a committed file named so for a
     # kind that `report` writes is stale when `report` no longer writes it (the benchmarks'
     # files, the maps' data and the pre-training guide's figure are named otherwise).
-    names = sorted({study_config.load_config(str(path))["study"]
-                    for path in (REPO / "experiments" / "configs").glob("*.json")}
-                   | set(compare_module.COMPARISONS), key=len, reverse=True)
+    names = sorted(set(study_config.studies()) | set(compare_module.COMPARISONS), key=len,
+                   reverse=True)
 
     def kind(path):  # the name after the longest study or comparison name that fits
         return next((str(path)[len(name) + 1:] for name in names

@@ -34,7 +34,7 @@ def test_every_stage_names_configs_that_load_and_fit_its_window():
 
 def test_s1_trains_the_plateau_control_and_fine_tunes_what_it_trained():
     pretrain, finetune = stage.stage_configs(stage.stage_spec("S1"))
-    long_v2 = load_config("experiments/configs/long_v2_jax.json")
+    long_v2 = load_config("long_v2_jax")
     assert pretrain["settings"] == long_v2["settings"]
     assert pretrain["variants"]["bert_a_pre"] == {"variant": "bert_a",
                                                   "layer_norm_position": "pre"}
