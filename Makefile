@@ -14,7 +14,7 @@ PYTEST_WORKERS ?= 2
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c constraints.txt -e ".[test]"
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[tensorflow,test]"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -24,7 +24,7 @@ install-jax: $(JAX_STAMP)
 
 # jax[cpu] beside TensorFlow, once (the `jax` extra of pyproject.toml).
 $(JAX_STAMP): $(STAMP) pyproject.toml constraints.txt
-	$(PY) -m pip install --quiet -c constraints.txt -e ".[test,jax]"
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[tensorflow,test,jax]"
 	touch $(JAX_STAMP)
 
 # The default suite: unit, numerical and component tests (-rs: why any test skipped).
