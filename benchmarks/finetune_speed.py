@@ -47,7 +47,7 @@ BATCH, LENGTH = 32, 128
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="python -m benchmarks.finetune_speed", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    from training.cli import one_line_errors
+    from keras_tupe.cli.common import one_line_errors
 
     one_line_errors(p)  # the parser's own errors: one line
     p.add_argument("--task", default="mrpc", help="GLUE task (default: mrpc)")
@@ -256,6 +256,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    from training.cli import run  # importing `training` quiets TensorFlow's start
+    import training  # noqa: F401  (first: keras_tupe defers its models, TensorFlow starts quietly)
+    from keras_tupe.cli.common import run
 
     sys.exit(run(main))

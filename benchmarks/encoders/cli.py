@@ -32,7 +32,7 @@ def parse_args(argv=None):
         description=sys.modules["benchmarks.encoders"].__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    from training.cli import one_line_errors  # no framework: `training` blocks TensorFlow
+    from keras_tupe.cli.common import one_line_errors  # no framework: see __main__.py
 
     one_line_errors(parser)  # the parser's own errors: one line
     parser.add_argument("--size", default=None,

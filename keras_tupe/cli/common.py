@@ -1,9 +1,9 @@
 """What every entry point shares: a quiet TensorFlow start and one-line errors.
 
-`quiet_tensorflow()` runs when the `training` package is imported (`training/__init__.py`),
-so before any entry point imports Keras or TensorFlow. It imports neither itself: an entry
-point parses its flags first, so a usage error is reported in a fraction of a second, and
-TensorFlow (seconds) is imported only by the code that needs it. It hides:
+`quiet_tensorflow()` runs when the `keras_tupe.cli` package is imported (its
+`__init__.py`), so before any entry point imports Keras or TensorFlow. It imports neither
+itself: an entry point parses its flags first, so a usage error is reported in a fraction
+of a second, and TensorFlow (seconds) is imported only by the code that needs it. It hides:
 
 - TensorFlow's C++ log lines (`TF_CPP_MIN_LOG_LEVEL=3`, also over a lower level: the oneDNN
   notice, the XLA and device-placement info lines);
@@ -19,13 +19,14 @@ TensorFlow (seconds) is imported only by the code that needs it. It hides:
 this as TensorFlow does it.
 
 `run(main, argv)` turns the user's mistakes (`ValueError`, and the `OSError`s of paths
-they gave), an output folder another process is writing (`keras_tupe.output_lock`) and
-a full disk, a file-size limit or a read-only folder (`keras_tupe.staging.WriteError`,
-any `OSError` with such an errno) into `error: <message>` on stderr (a line per problem,
-when one error lists several conflicting flags) and exit status 2, argparse's
-convention (so does `SystemExit("message")`, the benchmarks' idiom); any other
-exception is a bug and keeps its traceback (`--traceback`, or
-`KERAS_TUPE_TRACEBACK=1`, shows it for user errors too).
+they gave), a route that needs the TensorFlow extra where it is not installed
+(`keras_tupe.extras`), an output folder another process is writing
+(`keras_tupe.output_lock`) and a full disk, a file-size limit or a read-only folder
+(`keras_tupe.staging.WriteError`, any `OSError` with such an errno) into
+`error: <message>` on stderr (a line per problem, when one error lists several
+conflicting flags) and exit status 2, argparse's convention (so does
+`SystemExit("message")`, the benchmarks' idiom); any other exception is a bug and keeps
+its traceback (`--traceback`, or `KERAS_TUPE_TRACEBACK=1`, shows it for user errors too).
 
 Stopping: Ctrl-C at any moment prints one line, `interrupted`, and exits 130 (inside
 `run`, and before it, while the entry point's module is imported: `sys.excepthook`).
@@ -41,6 +42,8 @@ import glob
 import os
 import signal
 import sys
+
+from keras_tupe.extras import tensorflow_missing
 
 TF_LOGS_FLAG = "--tf-logs"
 TRACEBACK_FLAG = "--traceback"
@@ -207,8 +210,11 @@ def run(main, argv=None, flags=None):
     try:
         with _sigterm_raises():
             return main(argv)
-    except (*USER_ERRORS, OSError) as error:
-        if not isinstance(error, USER_ERRORS) and error.errno not in SPACE_ERRNOS:
+    except (*USER_ERRORS, OSError, ImportError) as error:
+        if isinstance(error, ImportError):
+            if tensorflow_missing(error) is None:
+                raise  # an import of ours
+        elif not isinstance(error, USER_ERRORS) and error.errno not in SPACE_ERRNOS:
             raise  # an OSError of ours
         if TRACEBACK_FLAG in args or os.environ.get("KERAS_TUPE_TRACEBACK") == "1":
             raise
@@ -237,7 +243,7 @@ def error_lines(error, flags=None):
     if isinstance(error, OSError) and error.strerror and error.filename:
         message = f"{error.strerror}: {error.filename}"
     else:
-        message = str(error)
+        message = tensorflow_missing(error) or str(error)
     for name, flag in (flags or {}).items():
         message = message.replace(f"`{name}=`", f"`{flag}`")
     return [" ".join(line.split()) for line in message.splitlines() if line.strip()]

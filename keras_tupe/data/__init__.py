@@ -10,6 +10,8 @@ are imported on first use: the pipeline needs TensorFlow, and importing
 import importlib
 import importlib.util
 
+from keras_tupe.extras import require_tensorflow
+
 
 def __getattr__(name):
     # Other dunders (probed by tools) must not import TensorFlow.
@@ -19,6 +21,7 @@ def __getattr__(name):
         # `from keras_tupe.data import glue` asks for the attribute before importing the
         # submodule: import it alone, not the TensorFlow pipeline.
         return importlib.import_module(f"{__name__}.{name}")
+    require_tensorflow("The tf.data masked-LM pipeline (keras_tupe.data.pretraining)")
     pipeline = importlib.import_module("keras_tupe.data.pretraining")
     if name == "__all__":
         return list(pipeline.__all__)

@@ -10,10 +10,14 @@ existing version unless asked. `keras_tupe.hub.load_encoder` reloads an encoder 
 Keras 3 layer for fine-tuning.
 """
 
-from keras_tupe.export.classifier import classifier_module, export_classifier
-from keras_tupe.export.encoder import encoder_module, export_encoder
-from keras_tupe.export.preprocessor import export_preprocessor, preprocessor_module
-from keras_tupe.export.versions import existing_versions, next_version, write_version
+from keras_tupe.extras import require_tensorflow
+
+require_tensorflow("SavedModel export (keras_tupe.export)")  # where it is missing: the extra
+
+from keras_tupe.export.classifier import classifier_module, export_classifier  # noqa: E402
+from keras_tupe.export.encoder import encoder_module, export_encoder  # noqa: E402
+from keras_tupe.export.preprocessor import export_preprocessor, preprocessor_module  # noqa: E402
+from keras_tupe.export.versions import existing_versions, next_version, write_version  # noqa: E402
 
 __all__ = [
     "classifier_module",

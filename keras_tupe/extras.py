@@ -1,0 +1,50 @@
+"""TensorFlow is optional, the `tensorflow` extra: the one error where a route needs it.
+
+The model family, pre-training from token-id shards and GLUE/SQuAD fine-tuning through Grain
+run without TensorFlow (`pip install "keras-tupe[jax]"`); tf.data pipelines, tensorflow-text's
+WordPiece ops, tensorflow-datasets corpora, the TensorBoard callback and SavedModel export need
+it. Code that needs it imports it where it is used; `require_tensorflow` (at a package's door)
+and `keras_tupe.cli.common.run` (for every command) turn its absence into `tensorflow_missing`'s
+message, which names the extra.
+"""
+
+import importlib
+
+TENSORFLOW_EXTRA = 'pip install "keras-tupe[tensorflow]"'
+# The modules the extra installs: an ImportError naming one of them is the extra's.
+TENSORFLOW_MODULES = ("tensorflow", "tensorflow_text", "tensorflow_datasets", "tensorboard")
+
+
+def tensorflow_missing(error, purpose=None):
+    """The message for `error` if it is a missing module of the extra, else None.
+
+    Args:
+        error: an `ImportError`.
+        purpose: str or None, what needed it ("SavedModel export"). Defaults to "this".
+    """
+    if not isinstance(error, ImportError):
+        return None
+    module = (error.name or "").partition(".")[0]
+    if module not in TENSORFLOW_MODULES:
+        return None
+    if TENSORFLOW_EXTRA in str(error):  # require_tensorflow's, said once
+        return str(error)
+    return (f"{purpose or 'This'} needs TensorFlow ({module} does not import here: {error}). "
+            f"Install keras-tupe's TensorFlow extra: {TENSORFLOW_EXTRA}. Without TensorFlow, "
+            "pre-train from token-id shards and fine-tune through the grain loader.")
+
+
+def require_tensorflow(purpose, module="tensorflow"):
+    """Imports and returns `module` (of the extra), or raises one ImportError naming the extra.
+
+    Args:
+        purpose: str, what needs it, for the message ("SavedModel export").
+        module: str, the module to import. Defaults to "tensorflow".
+    """
+    try:
+        return importlib.import_module(module)
+    except ImportError as error:
+        message = tensorflow_missing(error, purpose)
+        if message is None:  # the module is there but one of its own imports failed
+            raise
+        raise ImportError(message, name=error.name) from error
