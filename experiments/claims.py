@@ -44,10 +44,11 @@ PLATEAU_LOSS = 6.0
 PLATEAU_PAGE = "plateau_control"
 
 
-def first_step_at_or_below(rows, target):
-    """The first logged step whose validation loss is at or below `target`; None if none."""
-    return next((row["step"] for row in rows
-                 if row["val_loss"] is not None and row["val_loss"] <= target), None)
+def first_step_below(rows, target, or_at=False):
+    """The first logged step whose validation loss is below `target` (`or_at`: at or below
+    it); None if none."""
+    return next((row["step"] for row in rows if row["val_loss"] is not None and (
+        row["val_loss"] < target or or_at and row["val_loss"] == target)), None)
 
 
 def reach_final_loss(fast_folder, slow_folder, fast_step_flops=1.0, slow_step_flops=1.0):
@@ -67,7 +68,7 @@ def reach_final_loss(fast_folder, slow_folder, fast_step_flops=1.0, slow_step_fl
         raise StudyError(f"{fast_folder if not fast else slow_folder} has no logged "
                          "evaluation in its metrics.csv: nothing to compare.")
     slow_steps, slow_final = evaluated[-1]["step"], evaluated[-1]["val_loss"]
-    step = first_step_at_or_below(fast, slow_final)
+    step = first_step_below(fast, slow_final, or_at=True)
     result = {"slow_steps": slow_steps, "slow_final": slow_final, "step": step,
               "step_share": None, "flop_share": None, "time_share": None}
     if step is not None:
@@ -129,12 +130,6 @@ def t2_table(rows, fast=T2_FAST, slow=T2_SLOW):
               "time: each run's whole recorded time over its steps. A step is a logged "
               "evaluation, so the crossing lies within one evaluation interval before it."]
     return "\n".join(lines)
-
-
-def first_step_below(rows, target):
-    """The first logged step whose validation loss is below `target`; None if none."""
-    return next((row["step"] for row in rows
-                 if row["val_loss"] is not None and row["val_loss"] < target), None)
 
 
 def plateau_rows(results_dir, runs=PLATEAU_RUNS, loss=PLATEAU_LOSS):

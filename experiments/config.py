@@ -19,6 +19,7 @@ import os
 import re
 import shutil
 import time
+import zipfile
 
 KINDS = ("pretrain", "finetune", "length")
 # The only fields a variant may change: they define the architecture, not the training.
@@ -341,7 +342,37 @@ class Variant:
 
     @property
     def is_finished(self):
-        return os.path.exists(os.path.join(self.run_dir, "mlm.keras"))
+        return os.path.exists(run_model(self.run_dir))
+
+
+def run_model(run_dir, step=None):
+    """A pre-training run's final masked-LM model, or its checkpoint at `step` (step 0: the
+    initialization it started from), as `keras_tupe.pretraining` writes them: the one place
+    the studies spell a run's layout."""
+    if step is None:
+        return os.path.join(run_dir, "mlm.keras")
+    return os.path.join(run_dir, "checkpoints", f"step_{step:07d}.keras")
+
+
+def run_backbone_config(run_dir):
+    """The encoder config a run saved in `backbone.keras` (read from the archive, no model
+    built), or in `backbone_config.json` beside a run brought back from another machine
+    without its models; None without either."""
+    from experiments import records
+
+    path = os.path.join(run_dir, "backbone.keras")
+    if os.path.exists(path):
+        with zipfile.ZipFile(path) as archive:
+            return json.loads(archive.read("config.json"))["config"]
+    return (records.read_json(os.path.join(run_dir, "backbone_config.json")) or {}).get("config")
+
+
+def require_models(paths):
+    """Raises `StudyError` naming the models in `paths` that are not there yet."""
+    missing = [path for path in paths if not os.path.exists(path)]
+    if missing:
+        raise StudyError("Not pre-trained yet (run the pre-training studies first):\n  "
+                         + "\n  ".join(missing))
 
 
 def study_dir(config):
@@ -421,12 +452,11 @@ def pretrain_config(config, variant, verbose=2):
 def checkpoint_path(config, variant, fraction):
     """`(step, path)` of a variant's masked-LM model at `fraction` of the budget.
 
-    The final model is `mlm.keras`; earlier ones are `checkpoints/step_NNNNNNN.keras`
-    (the study's `save_steps`), step 0 the initialization the run started from.
+    The final model, or a checkpoint of the study's `save_steps` (`run_model`).
     """
     step = round(fraction * config["settings"]["steps"])
     if step == config["settings"]["steps"]:
-        return step, os.path.join(variant.run_dir, "mlm.keras")
+        return step, run_model(variant.run_dir)
     if step not in config["settings"].get("save_steps", []):
         raise StudyError(
             f"{config['_path']}: no checkpoint at {fraction:g} of the budget (step {step}); "
@@ -434,7 +464,7 @@ def checkpoint_path(config, variant, fraction):
             "`save_steps` before pre-training (0: the initialization), or choose another "
             "fraction."
         )
-    return step, os.path.join(variant.run_dir, "checkpoints", f"step_{step:07d}.keras")
+    return step, run_model(variant.run_dir, step)
 
 
 def differing_settings(config, other, free=()):

@@ -73,30 +73,18 @@ def _check_chosen_variants(config):
 
 
 def _protocol(config):
-    """The config's fine-tuning protocol (`keras_tupe.finetuning.Protocol`): the full grid,
+    """The study's fine-tuning protocol (`keras_tupe.finetuning.Protocol`): the full grid,
     or the rate chosen with `selection_seed` (widened by `edge_learning_rates`)."""
     from keras_tupe.finetuning import Protocol
 
     return Protocol.from_config(config)
 
 
-def _protocol_rows(config, rows):
-    """The rows of runs the protocol asks for: of the config's tasks, rates and seeds,
-    and with a selection seed, of that seed or at the rate it chose (any other run is
-    neither scored nor timed)."""
-    return _protocol(config).rows(rows, config["tasks"])
-
-
-def _runs_to_do(config, rows):
-    """`(task, rate, seed)` of every run the protocol still needs as far as `rows` tell
-    (with a selection seed, the runs after the choice are known only once it is made)."""
-    protocol = _protocol(config)
-    return [(task, *run) for task in config["tasks"] for run in protocol.runs_to_do(rows, task)]
-
-
 def _runs_expected(config, rows):
-    """The runs of the protocol when it is complete (`Protocol.size`)."""
-    return _protocol(config).size(_protocol_rows(config, rows), config["tasks"])
+    """The runs of the protocol when it is complete, from the rows it asks for (with a
+    selection seed, of that seed or at the rate it chose)."""
+    protocol = _protocol(config)
+    return protocol.size(protocol.rows(rows, config["tasks"]), config["tasks"])
 
 
 def _settings(config, job):
@@ -116,13 +104,12 @@ def run_study(config, command, report_command, only_variants=None, only_checkpoi
     from keras_tupe.data.shards import file_sha256
     from keras_tupe.finetuning import run_protocol, run_squad_protocol
 
-    jobs = [job for job in plan(config, only_variants, only_checkpoints)
-            if _runs_to_do(config, records.read_jsonl(os.path.join(job["out"], "results.jsonl")))]
+    protocol = _protocol(config)
+    jobs = [job for job in plan(config, only_variants, only_checkpoints) if any(
+        protocol.runs_to_do(records.read_jsonl(os.path.join(job["out"], "results.jsonl")), task)
+        for task in config["tasks"])]
     print(cost(config, jobs), flush=True)
-    missing = [job["init"] for job in jobs if not os.path.exists(job["init"])]
-    if missing:
-        raise StudyError("Not pre-trained yet (run the pre-training studies first):\n  "
-                         + "\n  ".join(missing))
+    study_config.require_models(job["init"] for job in jobs)
     for job in jobs:
         settings = _settings(config, job)
         settings_path = os.path.join(job["out"], SETTINGS_FILE)
@@ -141,11 +128,11 @@ def run_study(config, command, report_command, only_variants=None, only_checkpoi
               flush=True)
         keras.backend.clear_session()
         if is_squad(config):
-            run_squad_protocol(job["init"], job["out"], protocol=_protocol(config),
+            run_squad_protocol(job["init"], job["out"], protocol=protocol,
                                vocab=job["vocab"], lowercase=job["lowercase"],
                                offline_split=config["squad_file"], **config["settings"])
         else:
-            run_protocol(config["tasks"], job["init"], job["out"], protocol=_protocol(config),
+            run_protocol(config["tasks"], job["init"], job["out"], protocol=protocol,
                          vocab=job["vocab"], lowercase=job["lowercase"],
                          data_dir=config.get("data_dir"),
                          task_settings=config.get("task_settings"), **config["settings"])

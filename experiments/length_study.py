@@ -178,10 +178,7 @@ def run_study(config, command, report_command, only_variants=None):
         job["todo"] = [n for n in config["lengths"]
                        if (job["pretrain_study"], job["variant"], job["step"], n) not in done]
         jobs += [job] if job["todo"] else []
-    missing = [job["model"] for job in jobs if not os.path.exists(job["model"])]
-    if missing:
-        raise StudyError("Not pre-trained yet (run the pre-training studies first):\n  "
-                         + "\n  ".join(missing))
+    study_config.require_models(job["model"] for job in jobs)
     batches = _Batches(config)
     for job in jobs:
         keras.backend.clear_session()

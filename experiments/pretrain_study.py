@@ -18,7 +18,6 @@ import json
 import os
 import shutil
 import statistics
-import zipfile
 
 from experiments import config as study_config
 from experiments import records
@@ -94,7 +93,7 @@ def write_record(config, variant):
                         os.path.join(folder, "metrics.csv"))
     record = {**run_config, "status": _status(config, variant, step), "last_step": step,
               "wall_seconds": wall,
-              "backbone_config": _backbone_config(variant.run_dir),
+              "backbone_config": study_config.run_backbone_config(variant.run_dir),
               "vocabulary": study_config.read_vocabulary_record(config)}
     records.write_json(os.path.join(folder, RECORD), record)
     return record
@@ -106,17 +105,6 @@ def _status(config, variant, step):
     if step == config["settings"]["steps"]:  # trained elsewhere; its models did not come back
         return "trained all its steps; the final model is not in its run folder"
     return f"stopped at step {step}"
-
-
-def _backbone_config(run_dir):
-    """The encoder config saved in `backbone.keras` (read from the archive, no model built),
-    or in `backbone_config.json` beside a run brought back from another machine without its
-    models; None without either."""
-    path = os.path.join(run_dir, "backbone.keras")
-    if os.path.exists(path):
-        with zipfile.ZipFile(path) as archive:
-            return json.loads(archive.read("config.json"))["config"]
-    return (records.read_json(os.path.join(run_dir, "backbone_config.json")) or {}).get("config")
 
 
 def cost(config, selected, until_step=None):
