@@ -243,7 +243,7 @@ def error_lines(error, flags=None):
     if isinstance(error, OSError) and error.strerror and error.filename:
         message = f"{error.strerror}: {error.filename}"
     else:
-        message = tensorflow_missing(error) or str(error)
+        message = tensorflow_missing(error, "This command") or str(error)
     for name, flag in (flags or {}).items():
         message = message.replace(f"`{name}=`", f"`{flag}`")
     return [" ".join(line.split()) for line in message.splitlines() if line.strip()]

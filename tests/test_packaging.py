@@ -1,0 +1,152 @@
+"""The wheel: the library alone, its commands in `keras_tupe.cli`, TensorFlow an extra.
+
+- pyproject.toml packages `keras_tupe*` only; every console script is a `keras_tupe.cli`
+  command, and `training/` keeps a thin script of each for the checkout.
+- TensorFlow and the packages that only its routes use are the `tensorflow` extra, and a
+  route that needs it where it is missing says so in one error naming the extra.
+- `import keras_tupe` registers the model family with Keras; a command's process defers it,
+  so `python -m keras_tupe.cli.<name>` reads its flags before TensorFlow's import.
+
+The jax-only install itself needs the package index, so it is not a test here. keras-hub 0.32
+declares tensorflow-text (and so TensorFlow) on Linux, so keras-hub and the wheel go in with
+`--no-deps` and the other requirements by name (`-c constraints.txt` on each `pip install`):
+
+    pip install --no-deps keras-hub
+    pip install absl-py numpy packaging regex rich kagglehub kagglesdk sentencepiece tokenizers
+    pip install --no-deps keras_tupe-0.1.0-py3-none-any.whl
+    pip install keras safetensors sacremoses subword-nmt "jax[cpu]" grain
+    KERAS_BACKEND=jax keras-tupe-finetune-glue --init encoder.keras --vocab vocab.txt \\
+        --tasks sst2 --data-dir glue --out ft --max-train-examples 32 --batch-size 32 \\
+        --epochs 1 --learning-rates 1e-3 --seeds 0 --data-loader grain
+"""
+
+import importlib
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from keras_tupe.extras import TENSORFLOW_EXTRA, require_tensorflow, tensorflow_missing
+
+REPO = Path(__file__).resolve().parents[1]
+PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
+# Distributions only the TensorFlow routes import (tf.data, tensorflow-text, SavedModels,
+# tensorflow-datasets corpora, the TensorBoard callback).
+TENSORFLOW_ONLY = ("tensorflow", "tensorflow-text", "tensorflow-datasets", "tensorboard")
+
+
+def distribution(requirement):
+    """`tensorflow-text` of `"tensorflow-text>=2.21,<2.22"`."""
+    for stop in "<>=!~[; ":
+        requirement = requirement.split(stop)[0]
+    return requirement.lower()
+
+
+def test_the_wheel_packages_the_library_only():
+    assert PROJECT["tool"]["setuptools"]["packages"]["find"]["include"] == ["keras_tupe*"]
+
+
+@pytest.mark.parametrize("script,target", sorted(PROJECT["project"]["scripts"].items()))
+def test_every_console_script_is_a_command_with_its_thin_script(script, target):
+    module, _, function = target.partition(":")
+    name = module.removeprefix("keras_tupe.cli.")
+    assert (module, function, script) == (f"keras_tupe.cli.{name}", "main",
+                                          f"keras-tupe-{name.replace('_', '-')}")
+    command = importlib.import_module(module)
+    assert callable(command.main)
+    assert importlib.import_module(f"training.{name}") is command  # `python -m training.<name>`
+
+
+def test_tensorflow_is_an_extra():
+    required = {distribution(r) for r in PROJECT["project"]["dependencies"]}
+    extra = {distribution(r) for r in PROJECT["project"]["optional-dependencies"]["tensorflow"]}
+    assert not required & set(TENSORFLOW_ONLY)
+    assert set(TENSORFLOW_ONLY) <= extra
+    assert {"jax", "grain"} <= {distribution(r) for r in
+                                PROJECT["project"]["optional-dependencies"]["jax"]}
+
+
+def test_a_missing_tensorflow_is_one_error_naming_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "tensorflow_text", None)  # `import` raises ImportError
+    with pytest.raises(ImportError) as raised:
+        require_tensorflow("SavedModel export", "tensorflow_text")
+    message = str(raised.value)
+    assert message.startswith("SavedModel export needs TensorFlow (tensorflow_text does not "
+                              "import here")
+    assert TENSORFLOW_EXTRA in message and message.count(TENSORFLOW_EXTRA) == 1
+    assert tensorflow_missing(raised.value) == message  # said once, not wrapped again
+    assert tensorflow_missing(ImportError("No module named 'torch'", name="torch")) is None
+    assert tensorflow_missing(ValueError("tensorflow")) is None
+
+
+def run_python(argv, **env):
+    return subprocess.run([sys.executable, *argv], cwd=REPO, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, **env})
+
+
+def test_a_command_without_tensorflow_says_which_extra_to_install():
+    """`tests/no_tensorflow` makes `import tensorflow` fail, as on a machine without it."""
+    result = run_python(["-m", "keras_tupe.cli.export", "preprocessor", "--vocab",
+                         "pyproject.toml", "--out", "o"],
+                        PYTHONPATH=os.pathsep.join([str(REPO / "tests" / "no_tensorflow"),
+                                                    str(REPO)]),
+                        KERAS_BACKEND="tensorflow")
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: SavedModel export (keras_tupe.export) needs "
+                                    "TensorFlow (tensorflow does not import here")
+    assert len(result.stderr.splitlines()) == 1 and TENSORFLOW_EXTRA in result.stderr
+    assert not (REPO / "o").exists()
+
+
+def test_a_command_reads_its_flags_before_tensorflow_but_the_library_registers_at_import():
+    result = run_python(["-X", "importtime", "-m", "keras_tupe.cli.presets", "--sizes", "huge"])
+    imported = {line.split("|")[-1].strip() for line in result.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert result.returncode == 2 and result.stderr.splitlines()[-1].startswith(
+        "error: argument --sizes")
+    assert {"keras_tupe", "keras_tupe.cli.common"} <= imported
+    assert not imported & {"keras", "tensorflow", "keras_tupe.models"}
+
+    script = ("import keras_tupe, keras\n"
+              "print('keras_tupe>TupeBackbone' in keras.saving.get_custom_objects())\n")
+    assert run_python(["-c", script]).stdout == "True\n"
+
+
+ENCODER = """
+import sys
+import keras_tupe
+keras_tupe.TupeBackbone.from_preset("tupe_r_tiny", vocabulary_size=int(sys.argv[2])).save(
+    sys.argv[1])
+print(sys.modules.get("tensorflow") is not None)  # tests/no_tensorflow puts None there
+"""
+
+
+@pytest.mark.jax
+def test_one_fine_tuning_step_through_the_command_without_tensorflow(tmp_path):
+    """`keras-tupe-finetune-glue` on JAX where TensorFlow does not import: one Grain step."""
+    good, bad = ["a fine film", "a great good film"], ["a dull film", "a bad boring film"]
+    rows = [(sentence, 1) for sentence in good] + [(sentence, 0) for sentence in bad]
+    folder = tmp_path / "glue" / "SST-2"
+    folder.mkdir(parents=True)
+    for split, count in (("train", 8), ("dev", 4)):
+        lines = [f"{rows[i % 4][0]}\t{rows[i % 4][1]}\n" for i in range(count)]
+        (folder / f"{split}.tsv").write_text("sentence\tlabel\n" + "".join(lines))
+    words = sorted({word for sentence, _ in rows for word in sentence.split()})
+    vocabulary = ["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]", *words]
+    (tmp_path / "vocab.txt").write_text("\n".join(vocabulary) + "\n")
+    env = {"KERAS_BACKEND": "jax",
+           "PYTHONPATH": os.pathsep.join([str(REPO / "tests" / "no_tensorflow"), str(REPO)])}
+    encoder = str(tmp_path / "encoder.keras")
+    built = run_python(["-c", ENCODER, encoder, str(len(vocabulary))], **env)
+    assert (built.returncode, built.stdout) == (0, "False\n"), built.stderr[-3000:]
+    tuned = run_python(["-m", "keras_tupe.cli.finetune_glue", "--init", encoder, "--vocab",
+                        str(tmp_path / "vocab.txt"), "--tasks", "sst2", "--data-dir",
+                        str(tmp_path / "glue"), "--out", str(tmp_path / "ft"), "--batch-size",
+                        "8", "--epochs", "1", "--learning-rates", "1e-3", "--seeds", "0",
+                        "--seq-len", "16", "--data-loader", "grain"], **env)
+    assert tuned.returncode == 0, tuned.stderr[-3000:]
+    assert "step 1/1:" in tuned.stdout and "data on grain" in tuned.stdout
+    assert (tmp_path / "ft" / "summary.md").exists()
