@@ -53,13 +53,12 @@ def _runs_a_command():
     keras_tupe.cli.<name>`, or the repository's `training` package (which says so before it
     imports keras_tupe: `python -m training.<name>`, the studies, the benchmarks)."""
     started_as = os.path.basename(sys.argv[0]) if getattr(sys, "argv", None) else ""
-    if started_as.startswith("keras-tupe-"):
-        return True
-    if started_as == "-m":  # `python -m MODULE`: sys.argv[0] while MODULE's package imports
-        arguments = getattr(sys, "orig_argv", [])
-        return "-m" in arguments[:-1] and arguments[arguments.index("-m") + 1].startswith(
-            "keras_tupe.cli")
-    return getattr(sys.modules.get("training"), "RUNS_KERAS_TUPE_COMMANDS", False)
+    arguments = getattr(sys, "orig_argv", [])
+    # `python -m MODULE`: sys.argv[0] is "-m" while MODULE's packages are imported.
+    run_module = (arguments[arguments.index("-m") + 1]
+                  if started_as == "-m" and "-m" in arguments[:-1] else "")
+    return (started_as.startswith("keras-tupe-") or run_module.startswith("keras_tupe.cli.")
+            or getattr(sys.modules.get("training"), "RUNS_KERAS_TUPE_COMMANDS", False))
 
 
 if not _runs_a_command():

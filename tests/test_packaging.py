@@ -101,8 +101,10 @@ def test_a_command_without_tensorflow_says_which_extra_to_install():
     assert not (REPO / "o").exists()
 
 
-def test_a_command_reads_its_flags_before_tensorflow_but_the_library_registers_at_import():
-    result = run_python(["-X", "importtime", "-m", "keras_tupe.cli.presets", "--sizes", "huge"])
+@pytest.mark.parametrize("module", ["keras_tupe.cli.presets", "training.presets"])
+def test_a_command_reads_its_flags_before_tensorflow_but_the_library_registers_at_import(
+        module):
+    result = run_python(["-X", "importtime", "-m", module, "--sizes", "huge"])
     imported = {line.split("|")[-1].strip() for line in result.stderr.splitlines()
                 if line.startswith("import time:")}
     assert result.returncode == 2 and result.stderr.splitlines()[-1].startswith(

@@ -27,6 +27,9 @@ import sys
 
 from keras_tupe.cli.common import add_common_flags, run
 
+# What this command imports of keras_tupe (whose __init__ imports nothing in a command).
+COMMAND_MODULES = ("keras_tupe.cli", "keras_tupe.extras")
+
 DEFAULT_BATCH_SIZE = 64
 
 # What to pass instead, by the kind of export (assets.extra/keras_tupe.json's "kind").
@@ -179,8 +182,8 @@ def _main(argv=None):
             print(_result_line(example, outputs, index, args.json), flush=index == len(batch) - 1)
         count += len(batch)
     if not args.json:
-        imported = sorted(m for m in sys.modules if m.split(".")[0] == "keras_tupe" and
-                          m != "keras_tupe" and not m.startswith("keras_tupe.cli"))
+        imported = sorted(m for m in sys.modules if m.startswith("keras_tupe.") and
+                          not m.startswith(COMMAND_MODULES))
         print(f"({count} sentence{'s' if count != 1 else ''} in batches of {args.batch_size}; "
               f"this process imported TensorFlow and tensorflow-text only; the command aside, "
               f"keras_tupe modules loaded: {imported or 'none'})")
