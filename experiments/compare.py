@@ -51,13 +51,8 @@ def _describe_run(config, run, runs):
 
 def check_comparable(configs):
     """Raises `StudyError` unless the studies differ only in `FREE_SETTINGS`."""
-    first = configs[0]
-    for other in configs[1:]:
-        differing = study_config.differing_settings(first, other, free=FREE_SETTINGS)
-        if differing:
-            raise StudyError(
-                f"{other['_path']} and {first['_path']} differ in {differing}: only studies "
-                f"that differ in {list(FREE_SETTINGS)} can be compared (give them one base).")
+    study_config.require_alike(configs, FREE_SETTINGS, f"only studies that differ in "
+                               f"{list(FREE_SETTINGS)} can be compared (give them one base).")
 
 
 def compare(configs, name, command):

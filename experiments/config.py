@@ -476,6 +476,16 @@ def differing_settings(config, other, free=()):
         k for k in ("size", "vocabulary") if config[k] != other[k]]
 
 
+def require_alike(configs, free, why):
+    """Raises `StudyError` unless every study of `configs` was trained as the first one,
+    the settings `free` aside; `why` ends the message."""
+    for other in configs[1:]:
+        differing = differing_settings(configs[0], other, free=free)
+        if differing:
+            raise StudyError(f"{other['_path']} and {configs[0]['_path']} differ in "
+                             f"{differing}: {why}")
+
+
 def related_configs(config, key):
     """The pre-training study configs a finetune/length study names (relative paths)."""
     paths = config[key] if isinstance(config[key], list) else [config[key]]

@@ -70,13 +70,9 @@ def compare_groups(groups, name, out_dir=None):
     """Draws seed groups (`[(label, [base config and replicates], variants)]`) in one
     figure, `<out_dir>/<name>.png` (default: the first study's results folder): each variant
     of each group as its mean and seed band."""
-    for _, configs, _ in groups[1:]:
-        differing = study_config.differing_settings(groups[0][1][0], configs[0],
-                                                    free=GROUP_FREE_SETTINGS)
-        if differing:
-            raise StudyError(f"{configs[0]['_path']} and {groups[0][1][0]['_path']} differ in "
-                             f"{differing}: seed groups in one figure differ only in "
-                             f"{list(GROUP_FREE_SETTINGS)} and the initialization.")
+    study_config.require_alike([configs[0] for _, configs, _ in groups], GROUP_FREE_SETTINGS,
+                               f"seed groups in one figure differ only in "
+                               f"{list(GROUP_FREE_SETTINGS)} and the initialization.")
     series = []
     for label, configs, variants in groups:
         _check_replicates(configs)
@@ -123,11 +119,7 @@ def _check_replicates(configs):
     if len(set(seeds)) != len(seeds):
         raise StudyError(f"the studies {studies} must each have a seed of their own; their "
                          f"seeds are {seeds}.")
-    for other in configs[1:]:
-        differing = study_config.differing_settings(configs[0], other, free=("seed",))
-        if differing:
-            raise StudyError(f"{other['_path']} and {configs[0]['_path']} differ in {differing}: "
-                             "replicates differ only in the seed.")
+    study_config.require_alike(configs, ("seed",), "replicates differ only in the seed.")
 
 
 def _summarize(by_seed):
