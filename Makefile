@@ -48,7 +48,7 @@ JAX_TESTS := tests/test_layers.py tests/test_numerics.py tests/test_backbone.py 
 	tests/test_keras_hub_family.py \
 	tests/test_optimization.py tests/test_jax_training.py tests/test_shards.py tests/test_benchmarks_jax.py \
 	tests/test_task_finetuning.py tests/test_stages.py tests/test_squad_without_tensorflow.py \
-	tests/test_tupe_bpe_tokenizer.py
+	tests/test_tupe_bpe_tokenizer.py tests/test_packaging.py
 test-jax: $(JAX_STAMP)
 	TF_CPP_MIN_LOG_LEVEL=2 KERAS_BACKEND=jax $(PY) -m pytest -q -n $(PYTEST_WORKERS) $(JAX_TESTS)
 
