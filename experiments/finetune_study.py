@@ -31,7 +31,7 @@ import numpy as np
 from experiments import config as study_config
 from experiments import records
 from experiments.config import StudyError
-from experiments.replicates import beyond_seed_spread
+from experiments.report import beyond_seed_spread
 
 TASK_NAMES = {"squad": "SQuAD F1 (EM)",
               "cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "stsb": "STS-B", "rte": "RTE",

@@ -36,6 +36,7 @@ import numpy as np
 from experiments import config as study_config
 from experiments import records
 from experiments.config import StudyError
+from experiments.report import write_pages
 
 
 def plan(config, only_variants=None):
@@ -249,11 +250,9 @@ def report(config, command):
               f"{config['valid_corpus']}, masking seed {config['seed']}")]
     columns = ("pretrain_study", "variant", "preset", "step", "trained_seq_len", "length",
                "batch_size", "batches", "masked_tokens", "loss", "accuracy", "seconds", "note")
-    paths = {"csv": records.write_csv(os.path.join(out_dir, f"{study}_loss.csv"), columns, rows,
-                                      header)}
-    paths["png"] = _plot(config, jobs, by_key, os.path.join(out_dir, f"{study}_loss.png"))
-    paths["table"] = records.write_text(os.path.join(out_dir, f"{study}_table.md"),
-                                        _table(config, jobs, by_key, command))
+    paths = write_pages(out_dir, f"{study}_loss.csv", columns, rows, header,
+                        f"{study}_loss.png", lambda path: _plot(config, jobs, by_key, path),
+                        f"{study}_table.md", _table(config, jobs, by_key, command))
     paths["config"] = records.write_json(os.path.join(out_dir, f"{study}_config.json"), {
         "command": command, "study_config": study_config.resolved(config), "evaluated": jobs,
         "seconds": sum(r["seconds"] for r in rows)})

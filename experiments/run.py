@@ -15,8 +15,6 @@ figure of `docs/results/` from those records alone.
 """
 
 import argparse
-import glob
-import os
 import sys
 import time
 
@@ -92,6 +90,8 @@ def _main(argv=None):
         else:
             paths = draw_maps(args.init, args.out, length=args.length, command=command)
     elif args.command == "report":
+        from experiments.report import report
+
         paths = report(args.config or args.study)
     else:
         paths = _run_study(args, study_config.load_config(args.config or args.study), command)
@@ -104,6 +104,7 @@ def _main(argv=None):
 def _run_study(args, config, command):
     from experiments import finetune_study, length_study, pretrain_study
     from experiments.config import StudyError
+    from experiments.report import report_command
 
     kind = config["kind"]
     if args.command != kind:
@@ -120,68 +121,6 @@ def _run_study(args, config, command):
                                         only_checkpoints=args.checkpoints)
     return length_study.run_study(config, command, report_command(config),
                                   only_variants=args.variants)
-
-
-def report_command(config):
-    """The command that regenerates a study's pages, whichever command wrote them."""
-    from experiments import records
-
-    return records.command_line(["report", *config["_flag"]])
-
-
-def report(reference=None):
-    """Writes, from the records alone, the pages of the study `reference` (a name or a
-    `.json` file; default: every study of `experiments/studies.json` that has records, and
-    the positional maps again from their arrays), and the seed and comparison pages each
-    of them is part of."""
-    from experiments import compare, finetune_study, length_study, pretrain_study, records
-    from experiments import replicates
-    from experiments.config import load_config, studies
-    from experiments.maps import redraw_maps
-
-    if reference and reference.endswith(".json"):  # a study in a file, among its folder's
-        folder = os.path.dirname(reference)
-        every = [load_config(p) for p in sorted(glob.glob(os.path.join(folder, "*.json")))]
-    else:
-        every = [load_config(name) for name in sorted(studies())]
-    named = [c for c in every if reference in (c["study"], c["_path"])] if reference else every
-    if reference and not named:  # not among them (or nowhere: load_config says so)
-        named = [load_config(reference)]
-
-    def recorded(config):  # a fine-tuning study that has only pinned its settings: not yet
-        folder = records.record_dir(config)
-        return any(glob.glob(os.path.join(folder, "**", name), recursive=True)
-                   for name in (pretrain_study.RECORD, "results.jsonl",
-                                finetune_study.SUMMARY_FILE))
-
-    modules = {"pretrain": pretrain_study, "finetune": finetune_study, "length": length_study}
-    paths = {}
-    for config in named:
-        if reference or recorded(config):
-            pages = modules[config["kind"]].report(config, report_command(config))
-            paths.update((f"{config['study']} {kind}", page) for kind, page in pages.items())
-    chosen = {c["study"] for c in named}
-    command = records.command_line(["report"])
-    groups = replicates.seed_groups(every)
-    for name, (members, variants) in groups.items():
-        if chosen & {c["study"] for c in members} and any(map(recorded, members)):
-            pages = replicates.replicates(members, name, command, only=variants)
-            paths.update((f"{name} seeds {kind}", page) for kind, page in pages.items())
-    for name, bases in replicates.GROUP_COMPARISONS.items():
-        members = [c["study"] for base, _ in bases for c in groups.get(base, ([], []))[0]]
-        if chosen & set(members) and all(base in groups for base, _ in bases):
-            pages = replicates.compare_groups([(label, *groups[base]) for base, label in bases],
-                                              name)
-            paths.update((f"{name} {kind}", page) for kind, page in pages.items())
-    by_name = {c["study"]: c for c in every}
-    for name, group in compare.COMPARISONS.items():
-        if chosen & set(group) and all(s in by_name for s in group):
-            pages = compare.compare([by_name[s] for s in group], name, command)
-            paths.update((f"{name} compare {kind}", page) for kind, page in pages.items())
-    for results in sorted({c["results_dir"] for c in every}) if not reference else ():
-        for npz in sorted(glob.glob(os.path.join(results, "maps", "*.npz"))):
-            paths.update((f"{npz} {kind}", page) for kind, page in redraw_maps(npz).items())
-    return paths
 
 
 if __name__ == "__main__":

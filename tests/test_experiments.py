@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from experiments import compare as compare_module
 from experiments import config as study_config
 from experiments import finetune_study, length_study, pretrain_study, records
+from experiments import report as report_module
 from experiments import run as run_module
 from experiments.run import main
 from keras_tupe import data
@@ -228,41 +228,39 @@ def test_the_full_report_passes_over_a_finetuning_study_that_has_only_pinned_its
     pinned = _record(copy["results"], "finetune", "pretrain") / "bert_a" / "step_0000004"
     pinned.mkdir(parents=True)
     (pinned / finetune_study.SETTINGS_FILE).write_text("{}")  # a study started, no result yet
-    pages = run_module.report()
+    pages = report_module.report()
     assert "pretrain table" in pages and not any(key.startswith("finetune ") for key in pages)
     (pinned / "results.jsonl").write_text("")  # a results file: the study is reported (and
     with pytest.raises(study_config.StudyError, match="No fine-tuning result yet"):  # empty)
-        run_module.report()
+        report_module.report()
     (pinned / "results.jsonl").unlink()  # the older studies' summary file counts as a result
     (pinned / finetune_study.SUMMARY_FILE).write_text("{}")  # (`finetune`, `_intermediate`)
     with pytest.raises(study_config.StudyError, match="No fine-tuning result yet"):
-        run_module.report()
+        report_module.report()
 
 
 def test_seed_groups_in_one_figure_must_share_budget_model_and_vocabulary(tmp_path):
-    from experiments import replicates
-
     every = [study_config.load_config(name) for name in sorted(study_config.studies())]
-    groups = replicates.seed_groups(every)
+    groups = report_module.seed_groups(every)
     (old_label, new_label), = [[label for _, label in bases] for bases
-                               in replicates.GROUP_COMPARISONS.values()]
+                               in report_module.GROUP_COMPARISONS.values()]
     old, new = (copy.deepcopy(groups["long"]), copy.deepcopy(groups["long_v2_jax"]))
-    pages = replicates.compare_groups([(old_label, *old), (new_label, *new)], "x", tmp_path)
+    pages = report_module.group_figure([(old_label, *old), (new_label, *new)], "x", tmp_path)
     assert Path(pages["png"]) == tmp_path / "x.png" and (tmp_path / "x.png").stat().st_size
     longer = copy.deepcopy(new)
     for config in longer[0]:
         config["settings"]["steps"] = 32_000
     with pytest.raises(study_config.StudyError, match=r"differ in \['steps'\]"):
-        replicates.compare_groups([(old_label, *old), (new_label, *longer)], "x", tmp_path)
+        report_module.group_figure([(old_label, *old), (new_label, *longer)], "x", tmp_path)
 
 
 def test_the_table_columns_add_each_saved_checkpoint_that_an_evaluation_falls_on():
     long = {"settings": {"steps": 16000, "eval_every": 200, "save_steps": [0, 4800, 8000]}}
-    assert list(pretrain_study.fraction_steps(long).items()) == [
+    assert list(report_module.fraction_steps(long).items()) == [
         (0.25, 4000), (0.3, 4800), (0.5, 8000), (1.0, 16000)]
     # A checkpoint between evaluations has no validation loss of its own: no column.
     off_grid = {"settings": {"steps": 2000, "eval_every": 100, "save_steps": [650, 1000]}}
-    assert list(pretrain_study.fraction_steps(off_grid).items()) == [
+    assert list(report_module.fraction_steps(off_grid).items()) == [
         (0.25, 500), (0.5, 1000), (1.0, 2000)]
 
 
@@ -494,10 +492,8 @@ def test_references_seed_bands_and_comparisons(study, tmp_path):
     assert (f"| bert_a at 50% − tupe_r at 100% | 2 vs 4 | {np.mean(early):+.3f} | "
             f"{early[0]:+.3f}, {early[1]:+.3f} |" in seeds)
     # Studies that differ only in the seed compare too; the first is the reference.
-    from experiments.compare import compare
-
     configs = [study_config.load_config(str(folder / f"{s}.json")) for s in ("pretrain", "seed1")]
-    compare(configs, "lr", "cmd")
+    report_module.compare_pages(configs, "lr", "cmd")
     rows = records.read_csv_rows(results / "lr_compare.csv")
     assert [(r["study"], r["variant"], r["step"]) for r in rows] == [
         (s, v, step) for s in ("pretrain", "seed1") for v in ("bert_a", "tupe_r")
@@ -518,19 +514,21 @@ def test_references_seed_bands_and_comparisons(study, tmp_path):
     other["settings"] = {**other["settings"], "steps": 6}
     (tmp_path / "other.json").write_text(json.dumps(other))
     with pytest.raises(study_config.StudyError, match=r"differ in \['steps'\]: only studies"):
-        compare([configs[0], study_config.load_config(str(tmp_path / "other.json"))], "x", "c")
+        report_module.compare_pages(
+            [configs[0], study_config.load_config(str(tmp_path / "other.json"))], "x", "c")
     # Runs of the old initialization are not drawn beside the new ones.
     for variant in ("bert_a", "tupe_r"):
         path = _record(results, "pretrain", variant) / "run_config.json"
         path.write_text(json.dumps({**json.loads(path.read_text()), "initialization": "shared"}))
-    compare(configs, "lr", "cmd")  # the table names the initialization where runs differ
+    # The table names the initialization where the runs differ in it.
+    report_module.compare_pages(configs, "lr", "cmd")
     table = (results / "lr_compare.md").read_text()
     assert "| bert_a | pretrain | base settings; initialization=shared | 4 |" in table
     assert "| bert_a | seed1 | base settings; initialization=independent | 4 |" in table
     with pytest.raises(study_config.StudyError, match=r"reference study pretrain\.json started "
                                                       r"its weights \['shared'\], this study "
                                                       r"\['independent'\]"):
-        pretrain_study.read_references(configs[1])
+        report_module.read_references(configs[1])
 
 
 def test_a_reference_must_exist_and_be_another_study(study):
@@ -543,7 +541,7 @@ def test_a_reference_must_exist_and_be_another_study(study):
         path.write_text(json.dumps({**relative, "study": "refs", "references": references}))
         try:
             with pytest.raises(study_config.StudyError, match=message):
-                pretrain_study.read_references(study_config.load_config(str(path)))
+                report_module.read_references(study_config.load_config(str(path)))
         finally:
             path.unlink()
 
@@ -964,7 +962,7 @@ def test_the_shipped_study_configs_load_and_share_their_settings():
     for variant in ("bert_a", "tupe_a"):
         final = {}  # grid point -> the variant's final validation loss, from the records
         for config in sweep:
-            for run in pretrain_study.read_runs(config):
+            for run in report_module.read_runs(config):
                 if run["variant"].name == variant and run["status"] == "finished":
                     point = (config["settings"]["learning_rate"],
                              config["settings"]["warmup_ratio"])
@@ -976,7 +974,7 @@ def test_the_shipped_study_configs_load_and_share_their_settings():
     long_v2 = configs["long_v2"]["settings"]
     assert long_v2 == long  # the same runs, only the initialization differs
     final_v2 = {c["settings"]["learning_rate"]: run["rows"][-1]["val_loss"] for c in sweep_v2
-                for run in pretrain_study.read_runs(c) if run["status"] == "finished"}
+                for run in report_module.read_runs(c) if run["status"] == "finished"}
     if final_v2:
         assert min(final_v2, key=final_v2.get) == long_v2["learning_rate"], final_v2
     # Issue 37's comparison: every encoding but the fairseq-fork and tie/d ablations,
@@ -1097,7 +1095,7 @@ def test_the_committed_pages_are_the_report_of_the_committed_records(tmp_path, m
     # A page is named `<study or comparison>_<kind of page>`: a committed file named so for a
     # kind that `report` writes is stale when `report` no longer writes it (the benchmarks'
     # files, the maps' data and the pre-training guide's figure are named otherwise).
-    names = sorted(set(study_config.studies()) | set(compare_module.COMPARISONS), key=len,
+    names = sorted(set(study_config.studies()) | set(report_module.COMPARISONS), key=len,
                    reverse=True)
 
     def kind(path):  # the name after the longest study or comparison name that fits
@@ -1123,7 +1121,7 @@ def test_format_seconds_rounds_to_whole_minutes_before_splitting_hours():
 def test_the_second_half_leaves_out_the_evaluations_before_half_the_last_step():
     """The comparison's late difference (past the warm-up and the plateau): only the steps
     from half the last shared step on count, here 4, 6 and 8 of 2-8."""
-    from experiments.compare import _second_half
+    from experiments.report import _second_half
 
     cell = _second_half([2, 4, 6, 8], [0.5, -0.1, 0.2, -0.3])
     assert cell == "-0.300 to +0.200 (-0.067; steps 4–8, 3 evaluations)"
