@@ -472,9 +472,8 @@ CODES = "#version: 0.2\nt h\nth e</w>\ne x\n"
 ROUND_TRIP = r"""
 import json, sys
 import numpy as np
-import training  # quiet TensorFlow
 import keras_hub
-import keras_tupe  # registers the family
+import keras_tupe  # registers the family (a user's process: no command, so at import)
 preset, reference = sys.argv[1], sys.argv[2]
 tokens = np.load(reference + "/input_tokens.npy").astype("int32")
 inputs = {"token_ids": tokens, "padding_mask": (tokens != 1).astype("int32"),
