@@ -170,7 +170,7 @@ def run_study(config, command, report_command, only_variants=None):
     import keras
 
     import keras_tupe  # noqa: F401  (registers the classes for loading)
-    from keras_tupe.models.task import load_saved_model
+    from keras_tupe.models.saving import load_saved_model
 
     path = results_path(config)
     done = {_key(row) for row in records.read_jsonl(path)}

@@ -1070,7 +1070,7 @@ def test_a_damaged_keras_file_is_named(tmp_path, capsys, damage):
     import zipfile
 
     from keras_tupe.models import TupeBackbone
-    from keras_tupe.models.task import load_saved_model
+    from keras_tupe.models.saving import load_saved_model
     from training import export as export_cli
 
     path = tmp_path / "encoder.keras"

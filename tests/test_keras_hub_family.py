@@ -781,7 +781,7 @@ def test_saved_models_and_presets_carry_no_optimizer_state(tokenizer, tmp_path):
     import zipfile
 
     from keras_tupe.finetuning import load_classifier, save_classifier
-    from keras_tupe.models.task import without_training_state
+    from keras_tupe.models.saving import without_training_state
 
     model = _trained_classifier(tokenizer)
     optimizer = model.optimizer
@@ -801,7 +801,7 @@ def test_saved_models_and_presets_carry_no_optimizer_state(tokenizer, tmp_path):
         assert "optimizer" not in weights and "layers" in weights
     # A keras-hub task compiles itself (2 optimizer variables) when it is built; the file
     # has none, which Keras reports; keras_tupe's loaders leave that one warning out.
-    from keras_tupe.models.task import load_saved_model
+    from keras_tupe.models.saving import load_saved_model
 
     restored, warned = _optimizer_warnings(lambda: load_saved_model(tmp_path / "model.keras"))
     assert warned == []
@@ -821,6 +821,32 @@ def test_saved_models_and_presets_carry_no_optimizer_state(tokenizer, tmp_path):
     # Training goes on from the same optimizer state after every save.
     model.fit(SENTENCES, np.array(LABELS), batch_size=4, epochs=1, verbose=0)
     assert int(model.optimizer.iterations.numpy()) == 2
+
+
+def test_tasks_run_the_per_replica_step_before_keras_hubs_class():
+    """Issue 51: the step is its own mixin, `TupeTask` the tasks' base, and the old name
+    (`ReplicaXLAStep`) and import paths keep working for one release, the class with a
+    DeprecationWarning when it is mixed in."""
+    import warnings
+
+    from keras_tupe.models import ReplicaXLAStep, TupeSpanQA, TupeTask, saving, task
+    from keras_tupe.models.task import PerReplicaXLATrainStep
+
+    for cls in (TupeMaskedLM, TupeTextClassifier, TupeSpanQA):
+        mro = cls.__mro__
+        assert mro[1] is TupeTask
+        assert mro.index(PerReplicaXLATrainStep) < mro.index(keras_hub.models.Task)
+    assert task.without_training_state is saving.without_training_state
+    assert task.load_saved_model is saving.load_saved_model
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+
+        class OldTask(ReplicaXLAStep, keras_hub.models.Task):
+            pass
+
+    assert issubclass(OldTask, TupeTask)
+    assert [w.category for w in caught] == [DeprecationWarning]
+    assert "ReplicaXLAStep` is deprecated" in str(caught[0].message)
 
 
 def _vocab(tmp_path):

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from keras_tupe import data
-from keras_tupe.models.task import load_saved_model
+from keras_tupe.models.saving import load_saved_model
 from training import pretrain as cli
 
 REPO = Path(__file__).resolve().parents[1]

@@ -323,7 +323,7 @@ def run_pretraining(backend, shard_dir, valid_dir, out, until_step=None, block_t
 
 def weights_of(run_dir):
     """The run's last step (its metrics.csv: mlm.keras holds no optimizer state) and weights."""
-    from keras_tupe.models.task import load_saved_model
+    from keras_tupe.models.saving import load_saved_model
 
     rows = (Path(run_dir) / "metrics.csv").read_text().splitlines()[1:]
     model = load_saved_model(Path(run_dir) / "mlm.keras")
@@ -367,7 +367,7 @@ def test_pretraining_from_shards_resumes_like_an_uninterrupted_run(
     assert [int(row.split(",")[0]) for row in rows] == [2, 4, 6]
     assert (stopped / "checkpoints" / "step_0000004.keras").exists()
     # Step 0, the initialization: the same in both runs (one seed), not the trained model.
-    from keras_tupe.models.task import load_saved_model
+    from keras_tupe.models.saving import load_saved_model
 
     initial = [[np.asarray(w) for w in load_saved_model(
         run / "checkpoints" / "step_0000000.keras").weights] for run in (straight, stopped)]

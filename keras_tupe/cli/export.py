@@ -76,7 +76,7 @@ def _encoder_model(init, with_mlm):
     path = os.path.join(init, "mlm.keras") if os.path.isdir(init) else init
     if not os.path.exists(path):
         raise FileNotFoundError(f"--with-mlm needs a masked-LM model: no {path}.")
-    from keras_tupe.models.task import load_saved_model
+    from keras_tupe.models.saving import load_saved_model
 
     model = load_saved_model(path)
     if not isinstance(model, keras_tupe.models.TupeMaskedLM):

@@ -1,7 +1,8 @@
 """keras_tupe's keras-hub model family: backbone, tokenizer, preprocessors, tasks, presets."""
 
 from keras_tupe.models.presets import PRESETS, SIZES, VARIANTS
-from keras_tupe.models.task import ReplicaXLAStep
+# ReplicaXLAStep: deprecated (subclassing it warns), TupeTask's old name; kept one release.
+from keras_tupe.models.task import PerReplicaXLATrainStep, ReplicaXLAStep, TupeTask
 from keras_tupe.models.tupe_backbone import TupeBackbone
 from keras_tupe.models.tupe_bpe_tokenizer import TupeBpeTokenizer
 from keras_tupe.models.tupe_masked_lm import TupeMaskedLM
@@ -14,6 +15,7 @@ from keras_tupe.models.tupe_tokenizer import TupeTokenizer
 
 __all__ = [
     "PRESETS",
+    "PerReplicaXLATrainStep",
     "ReplicaXLAStep",
     "SIZES",
     "TupeBackbone",
@@ -22,6 +24,7 @@ __all__ = [
     "TupeMaskedLMPreprocessor",
     "TupeSpanQA",
     "TupeSpanQAPreprocessor",
+    "TupeTask",
     "TupeTextClassifier",
     "TupeTextClassifierPreprocessor",
     "TupeTokenizer",

@@ -1,24 +1,29 @@
-"""What keras_tupe's tasks add to keras-hub's: XLA that works under tf.distribute."""
+"""The base of keras_tupe's tasks, and the per-replica XLA training step it runs."""
 
-import contextlib
-import os
-import zipfile
+import warnings
 
 import keras
 
 from keras_tupe.models.preset_folders import StagedPresetSaving
+# `without_training_state` and `load_saved_model` were imported from here before
+# `keras_tupe.models.saving` held them; both still are, for one release.
+from keras_tupe.models.saving import (  # noqa: F401
+    absent_optimizer_state_expected,
+    load_saved_model,
+    without_training_state,
+)
 
 _TENSORFLOW = keras.backend.backend() == "tensorflow"
 
 
-class ReplicaXLAStep(StagedPresetSaving):
-    """Mixed in before a keras-hub task class: its training step is XLA-compiled per replica.
+class PerReplicaXLATrainStep:
+    """Mixed in before a Keras model class: its training step is XLA-compiled per replica.
 
     Keras 3 jit-compiles the whole distributed step, `strategy.run` and the
     cross-replica reduction included, which fails with two or more replicas
     ("Trying to access resource .../replica_1"), and `jit_compile="auto"`
     silently turns XLA off under tf.distribute. With `jit_compile=True` and
-    several replicas, a `Task` instead compiles only each replica's forward
+    several replicas, this step instead compiles only each replica's forward
     and backward pass with XLA and leaves the all-reduce, the (aggregated)
     clipping and the optimizer update outside, in the replica context. With
     one replica Keras compiles the whole step, update included, as usual.
@@ -29,40 +34,7 @@ class ReplicaXLAStep(StagedPresetSaving):
 
     On other backends (JAX) Keras's own step runs, and multi-device data
     parallelism is `keras.distribution.DataParallel`.
-
-    Every task also checks that its preprocessor's `sequence_length` fits an
-    absolute encoder's position table (`check_preprocessor_length`).
     """
-
-    def check_preprocessor_length(self):
-        preprocessor = getattr(self, "preprocessor", None)
-        length = getattr(preprocessor, "sequence_length", None)
-        if length is None:
-            return
-        try:
-            self.backbone.check_sequence_length(length)
-        except ValueError as error:
-            raise ValueError(
-                f"The preprocessor's sequence_length={length} exceeds this encoder's "
-                f"absolute position table ({self.backbone.max_sequence_length} rows). Pass a "
-                f"shorter one, e.g. `{type(self).__name__}.from_preset(preset, ..., "
-                f"preprocessor={type(preprocessor).__name__}.from_preset(preset, "
-                f"sequence_length={self.backbone.max_sequence_length}))`, or set "
-                "`preprocessor.sequence_length` before building the task."
-            ) from error
-
-    def save_to_preset(self, preset_dir, max_shard_size=10, overwrite=False):
-        """Writes the task, its backbone and its preprocessor into `preset_dir`, without
-        the optimizer's state (`write_preset_folder`: refused where a saved model is,
-        unless `overwrite`)."""
-        with without_training_state(self):
-            return super().save_to_preset(preset_dir, max_shard_size=max_shard_size,
-                                          overwrite=overwrite)
-
-    def load_task_weights(self, filepath):
-        """keras-hub's, without the optimizer warning of `load_saved_model` (same cause)."""
-        with _absent_optimizer_state_expected():
-            super().load_task_weights(filepath)
 
     def compile(self, *args, jit_compile="auto", **kwargs):
         # tf.distribute exists on the TensorFlow backend only.
@@ -163,55 +135,61 @@ class ReplicaXLAStep(StagedPresetSaving):
             return loss, y_pred, tape.gradient(scaled, self.trainable_weights)
 
 
-@contextlib.contextmanager
-def without_training_state(model):
-    """Meanwhile, saving `model` writes its architecture and weights only.
+class TupeTask(PerReplicaXLATrainStep, StagedPresetSaving):
+    """Mixed in before a keras-hub task class: what every keras_tupe task adds to it.
 
-    The optimizer's state (Adam's moments) and the compile settings are left
-    out, as keras-hub presets leave them out: a saved model is loaded to be
-    fine-tuned, evaluated or served, and compiled anew for that (a keras-hub
-    task compiles itself with a default optimizer when built, so a loaded one
-    never had a use for the saved moments: Keras warned it skipped them, issue
-    23; `load_saved_model` and `load_task_weights` leave out the warning that
-    the absent state now gives). Resuming an interrupted run reads the run's
-    `backup/`, which keeps the full state.
+    - its training step is XLA-compiled per replica (`PerReplicaXLATrainStep`);
+    - `save_to_preset` writes through `write_preset_folder` (`StagedPresetSaving`)
+      and leaves the optimizer's state out (`without_training_state`);
+    - `load_task_weights` does not warn about that absent state;
+    - `check_preprocessor_length` (called by each task's `__init__`) refuses a
+      preprocessor whose `sequence_length` exceeds an absolute encoder's
+      position table.
     """
-    optimizer = getattr(model, "optimizer", None)
-    compiled = getattr(model, "compiled", False)
-    model.optimizer, model.compiled = None, False
-    try:
-        yield model
-    finally:
-        model.optimizer, model.compiled = optimizer, compiled
+
+    def check_preprocessor_length(self):
+        preprocessor = getattr(self, "preprocessor", None)
+        length = getattr(preprocessor, "sequence_length", None)
+        if length is None:
+            return
+        try:
+            self.backbone.check_sequence_length(length)
+        except ValueError as error:
+            raise ValueError(
+                f"The preprocessor's sequence_length={length} exceeds this encoder's "
+                f"absolute position table ({self.backbone.max_sequence_length} rows). Pass a "
+                f"shorter one, e.g. `{type(self).__name__}.from_preset(preset, ..., "
+                f"preprocessor={type(preprocessor).__name__}.from_preset(preset, "
+                f"sequence_length={self.backbone.max_sequence_length}))`, or set "
+                "`preprocessor.sequence_length` before building the task."
+            ) from error
+
+    def save_to_preset(self, preset_dir, max_shard_size=10, overwrite=False):
+        """Writes the task, its backbone and its preprocessor into `preset_dir`, without
+        the optimizer's state (`write_preset_folder`: refused where a saved model is,
+        unless `overwrite`)."""
+        with without_training_state(self):
+            return super().save_to_preset(preset_dir, max_shard_size=max_shard_size,
+                                          overwrite=overwrite)
+
+    def load_task_weights(self, filepath):
+        """keras-hub's, without the optimizer warning of `load_saved_model` (same cause)."""
+        with absent_optimizer_state_expected():
+            super().load_task_weights(filepath)
 
 
-def load_saved_model(path):
-    """`keras.saving.load_model(path, compile=False)` of a saved keras_tupe model or task.
+class ReplicaXLAStep(TupeTask):
+    """Deprecated: `TupeTask` (the same mixin), or `PerReplicaXLATrainStep` for the step alone.
 
-    A keras-hub task compiles itself with a default optimizer when it is built, so
-    loading one always meets an optimizer of 2 variables (iterations, learning rate)
-    that the file, saved `without_training_state`, does not hold: Keras then warns
-    "Skipping variable loading for optimizer ...", about a state that is meant to be
-    absent. That one warning is not shown; every other one is.
+    Kept for one release; subclassing it warns (`DeprecationWarning`).
     """
-    path = os.fspath(path)
-    # Keras says "File not found" for a `.keras` file that exists but is no whole zip.
-    if os.path.isfile(path) and path.endswith(".keras") and not zipfile.is_zipfile(path):
-        raise ValueError(f"{path} is not a readable .keras file: it is not a complete zip "
-                         "archive (truncated or corrupt). Save the model again.")
-    try:
-        with _absent_optimizer_state_expected():
-            return keras.saving.load_model(path, compile=False)
-    except (zipfile.BadZipFile, EOFError) as error:
-        raise ValueError(f"{path} is not a readable .keras file (corrupt: {error}). Save "
-                         "the model again.") from error
 
-
-@contextlib.contextmanager
-def _absent_optimizer_state_expected():
-    """Meanwhile, Keras's "Skipping variable loading for optimizer" warning is not shown."""
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Skipping variable loading for optimizer")
-        yield
+    def __init_subclass__(cls, **kwargs):
+        warnings.warn(
+            f"{cls.__name__}: `ReplicaXLAStep` is deprecated and will be removed in the next "
+            "release. Mix in `keras_tupe.models.task.TupeTask` (the same behaviour), or "
+            "`PerReplicaXLATrainStep` for the training step alone.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        super().__init_subclass__(**kwargs)

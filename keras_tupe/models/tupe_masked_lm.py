@@ -3,13 +3,13 @@
 import keras
 import keras_hub
 
-from keras_tupe.models.task import ReplicaXLAStep
+from keras_tupe.models.task import TupeTask
 from keras_tupe.models.tupe_backbone import TupeBackbone
 from keras_tupe.models.tupe_masked_lm_preprocessor import TupeMaskedLMPreprocessor
 
 
 @keras.saving.register_keras_serializable(package="keras_tupe")
-class TupeMaskedLM(ReplicaXLAStep, keras_hub.models.MaskedLM):
+class TupeMaskedLM(TupeTask, keras_hub.models.MaskedLM):
     """Masked-LM pre-training model: a backbone plus keras-hub's `MaskedLMHead`.
 
     A `keras_hub.models.MaskedLM`. The head (dense + LayerNorm + output bias)

@@ -4,7 +4,7 @@ import keras
 import keras_hub
 from keras import ops
 
-from keras_tupe.models.task import ReplicaXLAStep
+from keras_tupe.models.task import TupeTask
 from keras_tupe.models.tupe_backbone import TupeBackbone
 from keras_tupe.models.tupe_span_qa_preprocessor import TupeSpanQAPreprocessor
 
@@ -24,7 +24,7 @@ class SplitSpanLogits(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="keras_tupe")
-class TupeSpanQA(ReplicaXLAStep, keras_hub.models.Task):
+class TupeSpanQA(TupeTask, keras_hub.models.Task):
     """A span-extraction head: one dense layer maps each token to a start and an end logit.
 
     A `keras_hub.models.Task`: `TupeSpanQA.from_preset(folder)` loads the

@@ -4,13 +4,13 @@ import keras
 import keras_hub
 
 from keras_tupe.models.string_inputs import check_text_batch
-from keras_tupe.models.task import ReplicaXLAStep
+from keras_tupe.models.task import TupeTask
 from keras_tupe.models.tupe_backbone import TupeBackbone
 from keras_tupe.models.tupe_text_classifier_preprocessor import TupeTextClassifierPreprocessor
 
 
 @keras.saving.register_keras_serializable(package="keras_tupe")
-class TupeTextClassifier(ReplicaXLAStep, keras_hub.models.TextClassifier):
+class TupeTextClassifier(TupeTask, keras_hub.models.TextClassifier):
     """A GLUE-style head: dropout and a dense layer on the backbone's `pooled_output`.
 
     A `keras_hub.models.TextClassifier`: with its preprocessor it takes raw
