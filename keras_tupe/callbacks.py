@@ -194,16 +194,26 @@ def _csv_value(value):
 
 
 class StepCheckpoint(keras.callbacks.Callback):
-    """Saves the masked-LM model as `.keras` after the chosen optimizer steps.
+    """Saves the masked LM as a preset folder after the chosen optimizer steps.
 
+    `directory/step_NNNNNNN/` (`keras_tupe.finetuning.loading.checkpoint_name`), written
+    by `write_preset_folder` (staged, renamed once whole) like the run's final preset:
+    without the optimizer's state, with `preprocessor` (the run's tokenizer, packing
+    and masking) as the task's, and the step in `metadata.json` (`keras_tupe_checkpoint`).
     Step 0 is the initialization, saved before the first step of a run that starts
     from scratch: the untrained encoder of the same seed, a control for fine-tuning.
+
+    Args:
+        directory: str. The run's `checkpoints/` folder.
+        steps: iterable of int. The optimizer steps to save after.
+        preprocessor: a masked-LM preprocessor saved with each checkpoint, or None.
     """
 
-    def __init__(self, directory, steps):
+    def __init__(self, directory, steps, preprocessor=None):
         super().__init__()
         self.directory = directory
         self.steps = set(steps)
+        self.preprocessor = preprocessor
         self._first_batch = True
 
     def on_train_batch_begin(self, batch, logs=None):
@@ -219,14 +229,20 @@ class StepCheckpoint(keras.callbacks.Callback):
             self._save(step)
 
     def _save(self, step):
-        path = os.path.join(self.directory, f"step_{step:07d}.keras")
-        if not os.path.exists(path):  # a resumed run keeps the first one
-            from keras_tupe.models.task import without_training_state
+        # Imported here: keras_tupe.finetuning imports this module.
+        from keras_tupe.finetuning.loading import checkpoint_name
+        from keras_tupe.models.preset_folders import write_preset_folder
 
-            # Staged: a kill or a full disk mid-save leaves no half-written checkpoint.
-            with staged(path, needed=arrays_bytes(self.model.weights)) as partial:
-                with without_training_state(self.model):  # for fine-tuning, not resuming
-                    self.model.save(partial)
+        path = os.path.join(self.directory, checkpoint_name(step))
+        if os.path.exists(path):  # a resumed run keeps the first one
+            return
+        # The task's own preprocessor (training feeds packed batches, so it has none), so
+        # `MaskedLM.from_preset` attaches it; one saved beside only would not be.
+        preprocessor, self.model.preprocessor = self.model.preprocessor, self.preprocessor
+        try:
+            write_preset_folder(self.model, path, "keras_tupe_checkpoint", {"step": step})
+        finally:
+            self.model.preprocessor = preprocessor
 
 
 class StepProgress(keras.callbacks.Callback):

@@ -22,8 +22,14 @@ check to its last file, so a second `pretrain` on the same folder is refused at 
 Every file goes through `keras_tupe.staging` (a temporary name, renamed when whole);
 when one cannot be written (a full disk, a file-size limit, a read-only folder) the run
 stops with one line that says what was kept: the last good backup and its step, from
-which the same command resumes. The backup is removed only after the final files are
+which the same command resumes. The backup is removed only after the final preset is
 complete and read back.
+
+What a finished run leaves: `preset/` (a keras-hub preset folder: the backbone, the
+masked LM, its tokenizer and preprocessor; the one artefact), `checkpoints/step_NNNNNNN/`
+for `--save-steps` (preset folders too), `vocab.txt`, `metrics.csv`, `run_config.json`
+and `tensorboard/`. `keras_tupe.finetuning.loading.run_model` and `run_checkpoint` say
+where a run's models are (also for the `.keras` files of older versions).
 
 Input: text (`--corpus`, the tf.data pipeline of `keras_tupe.data`), or token-id
 shards (`--shards`, `keras_tupe.data.shards`: NumPy only, so a JAX machine
@@ -41,19 +47,17 @@ import sys
 import keras
 
 from keras_tupe.callbacks import AtomicBackupAndRestore, StepCheckpoint, StepLogger, StepProgress
+from keras_tupe.finetuning.loading import RUN_CHECKPOINTS, run_model
 from keras_tupe.folders import made_folder
 from keras_tupe.layers.utils import INITIALIZATION
-from keras_tupe.models.task import without_training_state
 from keras_tupe.output_lock import output_lock
 from keras_tupe.progress import Heartbeat
-from keras_tupe.staging import (WriteError, arrays_bytes, copy_file, space_error, staged,
-                                write_json)
+from keras_tupe.staging import WriteError, copy_file, space_error, staged, write_json
 
 RUN_CONFIG = "run_config.json"
 STRATEGIES = ("default", "mirrored", "multiworker")
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 # Fields that may differ when a killed run is started again.
-PRESET_DIR = "preset"
 RESUME_FREE_FIELDS = ("overwrite", "verbose", "vocab")  # the vocab is checked by content
 
 
@@ -253,7 +257,7 @@ def prepare_run_dir(config):
             f"--out {out} exists and is not a keras_tupe run directory; refusing to write "
             "into it. Choose another --out, or pass --overwrite to delete it first."
         )
-    if os.path.exists(os.path.join(out, "mlm.keras")):
+    if os.path.exists(run_model(out)):
         raise PretrainError(
             f"--out {out} holds a finished run. Choose another --out, or pass --overwrite "
             "to replace it."
@@ -534,7 +538,8 @@ def _train(config, mode, strategy, manifest, until_step):
             model.compile(optimizer=optimizer, jit_compile=config.xla)
 
     callbacks = [
-        StepCheckpoint(os.path.join(config.out, "checkpoints"), config.save_steps),
+        StepCheckpoint(os.path.join(config.out, RUN_CHECKPOINTS), config.save_steps,
+                       _preprocessor(vocab_path, config)),
         StepLogger(os.path.join(config.out, "metrics.csv"),
                    config.batch_size * config.seq_len, steps_per_epoch),
         # update_freq="epoch": a summary writer held open during training made
@@ -569,8 +574,9 @@ def _train(config, mode, strategy, manifest, until_step):
         return history
     _save_final(model, vocab_path, config, backup_dir)
     if config.verbose:
-        print(f"Saved the pre-trained model to {config.out}: {PRESET_DIR}/ (keras-hub preset "
-              "folder), backbone.keras, mlm.keras, vocab.txt, metrics.csv. (Masked-LM accuracy "
+        print(f"Saved the pre-trained model to {run_model(config.out)} (a keras-hub preset "
+              "folder: backbone, masked LM, tokenizer), with vocab.txt and metrics.csv beside "
+              "it. (Masked-LM accuracy "
               "is that of the 15% masked tokens: a few % after a few hundred steps, about 60-70% "
               "for a fully trained BERT-base.)\nNext: fine-tune it, e.g. "
               f"{console_command('keras-tupe-finetune-glue')} --init {config.out} --tasks sst2 "
@@ -579,16 +585,9 @@ def _train(config, mode, strategy, manifest, until_step):
 
 
 def _save_final(model, vocab_path, config, backup_dir):
-    """The run's final files, each staged; then, once all read back whole, no backup."""
-    backbone_path = os.path.join(config.out, "backbone.keras")
-    mlm_path = os.path.join(config.out, "mlm.keras")
-    with staged(backbone_path, needed=arrays_bytes(model.backbone.weights)) as partial:
-        model.backbone.save(partial)
-    preset_dir = write_preset(model, vocab_path, config, os.path.join(config.out, PRESET_DIR))
-    with without_training_state(model):  # the state to resume from is in backup/
-        with staged(mlm_path, needed=arrays_bytes(model.weights)) as partial:
-            model.save(partial)  # last: marks the run finished
-    check_readable([backbone_path, mlm_path, preset_dir])
+    """The run's preset folder (staged); then, once it reads back whole, no backup."""
+    preset_dir = write_preset(model, vocab_path, config, run_model(config.out))
+    check_readable([preset_dir])
     shutil.rmtree(backup_dir, ignore_errors=True)
 
 
@@ -635,13 +634,9 @@ def write_preset(model, vocabulary_file, config, preset_dir):
     steps, tokens, settings). Written by `write_preset_folder` (staged and renamed),
     so a folder that exists is complete.
     """
-    from keras_tupe.models import TupeMaskedLMPreprocessor, TupeTokenizer
     from keras_tupe.models.preset_folders import write_preset_folder
 
-    tokenizer = TupeTokenizer(vocabulary=vocabulary_file, lowercase=config.lowercase)
-    model.preprocessor = TupeMaskedLMPreprocessor(
-        tokenizer, sequence_length=config.seq_len, mask_selection_rate=config.mask_rate,
-        mask_token_rate=config.mask_token_rate, random_token_rate=config.random_token_rate)
+    model.preprocessor = _preprocessor(vocabulary_file, config)
     record = {
         "command": " ".join(sys.argv),
         "corpus": config.corpus,
@@ -658,3 +653,13 @@ def write_preset(model, vocabulary_file, config, preset_dir):
                                    overwrite=True)
     finally:
         model.preprocessor = None  # training feeds packed batches
+
+
+def _preprocessor(vocabulary_file, config):
+    """The run's masked-LM preprocessor (tokenizer, packing, masking), saved with its presets."""
+    from keras_tupe.models import TupeMaskedLMPreprocessor, TupeTokenizer
+
+    tokenizer = TupeTokenizer(vocabulary=vocabulary_file, lowercase=config.lowercase)
+    return TupeMaskedLMPreprocessor(
+        tokenizer, sequence_length=config.seq_len, mask_selection_rate=config.mask_rate,
+        mask_token_rate=config.mask_token_rate, random_token_rate=config.random_token_rate)

@@ -163,6 +163,78 @@ def test_every_artefact_kind_round_trips_through_keras_hub_in_a_fresh_process(tm
     assert not os.path.exists(os.path.join(folders["classifier"], "classifier.keras"))
 
 
+# A pre-training run's preset, reloaded through keras-hub's base classes only.
+FRESH_RUN = """
+import json, sys
+import numpy as np
+import keras, keras_hub
+import keras_tupe  # registers the family
+preset, out = sys.argv[1], sys.argv[2]
+inputs = {k: np.asarray(v, "int32") for k, v in json.loads(sys.argv[3]).items()}
+backbone = keras_hub.models.Backbone.from_preset(preset)
+masked_lm = keras_hub.models.MaskedLM.from_preset(preset)
+assert type(masked_lm.preprocessor).__name__ == "TupeMaskedLMPreprocessor"
+packed = {k: v for k, v in inputs.items() if k != "mask_positions"}
+np.savez(out, sequence=keras.ops.convert_to_numpy(backbone(packed)["sequence_output"]),
+         logits=keras.ops.convert_to_numpy(masked_lm(inputs)))
+"""
+
+
+@pytest.mark.slow
+def test_pretraining_leaves_one_preset_that_keras_hub_reloads_in_a_fresh_process(tmp_path):
+    from keras_tupe.finetuning.loading import run_checkpoint, run_model, unfinished_run
+    from keras_tupe.pretraining import PretrainConfig, pretrain
+
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("".join(t + "\n" for t in VOCABULARY))
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(SENTENCES * 40) + "\n")
+    run = tmp_path / "run"
+    history = pretrain(PretrainConfig(
+        preset="tupe_r_tiny", corpus=[str(corpus)], out=str(run), vocab=str(vocab),
+        steps=4, eval_every=2, batch_size=4, seq_len=16, learning_rate=1e-3,
+        shuffle_buffer=8, save_steps=[0, 2], verbose=0))
+
+    # Only preset folders: no .keras anywhere, no backup left.
+    assert sorted(os.listdir(run)) == ["checkpoints", "metrics.csv", "preset",
+                                       "run_config.json", "tensorboard", "vocab.txt"]
+    assert sorted(os.listdir(run / "checkpoints")) == ["step_0000000", "step_0000002"]
+    assert not [p for p in run.rglob("*") if p.name.endswith((".keras", ".partial"))]
+    assert run_model(run) == str(run / "preset")
+    assert run_checkpoint(run, 2) == str(run / "checkpoints" / "step_0000002")
+    assert resolve_init(str(run)) == ("preset", str(run / "preset"))
+    assert unfinished_run(str(run)) is None  # finished: its preset is there
+    assert default_vocabulary(str(run)) == str(run / "preset" / "assets" / "tokenizer" /
+                                               "vocabulary.txt")
+    metadata = json.loads((run / "preset" / "metadata.json").read_text())
+    assert metadata["keras_tupe_training"]["steps"] == 4
+
+    # A fresh process: keras-hub's Backbone and MaskedLM give the trained model's outputs.
+    model = history.model
+    inputs = packed_inputs()
+    inputs["token_ids"] = inputs["token_ids"][:, :8] % V
+    masked = dict(inputs, mask_positions=np.array([[1, 2], [3, 4]]))
+    out = tmp_path / "found.npz"
+    subprocess.run([sys.executable, "-c", FRESH_RUN, str(run / "preset"), str(out),
+                    json.dumps({k: v.tolist() for k, v in masked.items()})],
+                   check=True, cwd=REPO, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    found = np.load(out)
+    np.testing.assert_allclose(
+        found["sequence"], keras.ops.convert_to_numpy(model.backbone(inputs)["sequence_output"]),
+        atol=1e-5, rtol=0)
+    np.testing.assert_allclose(found["logits"], keras.ops.convert_to_numpy(model(masked)),
+                               atol=1e-5, rtol=0)
+
+    # A step checkpoint is a whole preset too: the untrained encoder at step 0 differs.
+    step_0 = keras_hub.models.MaskedLM.from_preset(run_checkpoint(run, 0))
+    assert isinstance(step_0.preprocessor, TupeMaskedLMPreprocessor)
+    assert json.loads((run / "checkpoints" / "step_0000000" / "metadata.json").read_text())[
+        "keras_tupe_checkpoint"] == {"step": 0}
+    assert not np.allclose(keras.ops.convert_to_numpy(step_0(masked)),
+                           keras.ops.convert_to_numpy(model(masked)), atol=1e-3)
+    assert resolve_init(run_checkpoint(run, 2)) == ("preset", run_checkpoint(run, 2))
+
+
 def test_init_takes_a_preset_a_run_folder_an_old_run_folder_or_a_keras_file(tmp_path):
     inputs = packed_inputs()
     backbone = small_backbone(3)

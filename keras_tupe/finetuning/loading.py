@@ -1,9 +1,12 @@
 """Loading and saving for fine-tuning: the pre-trained encoder, its vocabulary, the classifier.
 
-Every artefact is a keras-hub preset folder. `resolve_init` says what an `--init`
-names, by one rule: a preset folder, a run folder (its `preset/`), or as input only
-an old run folder (its `.keras` encoder, `OLD_RUN_FILES`) or a `.keras` file; anything
-else is refused with that list. `load_backbone` and `default_vocabulary` follow it;
+Every artefact is a keras-hub preset folder. A pre-training run's layout is spelled
+here once: `run_model(run)` is its final model (`RUN/preset/`), `run_checkpoint(run,
+step)` its checkpoint after `step` optimizer steps (`RUN/checkpoints/step_NNNNNNN/`),
+each falling back to the `.keras` file older versions wrote. `resolve_init` says what
+an `--init` names, by one rule: a preset folder, a run folder (its `preset/`), or as
+input only an old run folder (its `.keras` encoder, `OLD_RUN_FILES`) or a `.keras`
+file; anything else is refused with that list. `load_backbone` and `default_vocabulary` follow it;
 `check_unique_tokens` names a vocabulary file's repeated token without TensorFlow;
 `load_matching_tokenizer` refuses a vocabulary of another size than the encoder's.
 `save_classifier` writes a fine-tuned classifier with its preprocessor as a preset
@@ -17,8 +20,11 @@ import os
 
 from keras_tupe import files
 
+# A pre-training run's folder: its final model and its step checkpoints, preset folders.
+RUN_PRESET = "preset"
+RUN_CHECKPOINTS = "checkpoints"
 # What older versions wrote, read as input only: a pre-training run's encoder and masked
-# LM, and a fine-tuned classifier's folder.
+# LM (written last: it marked the run finished), and a fine-tuned classifier's folder.
 OLD_RUN_FILES = ("backbone.keras", "mlm.keras")
 CLASSIFIER_FILE = "classifier.keras"
 CLASSIFIER_INFO = "finetune.json"
@@ -27,6 +33,35 @@ FINETUNING_RECORD = "keras_tupe_finetuning"
 INIT_ACCEPTS = ("a preset folder (with config.json, e.g. a run's preset/), a pre-training "
                 "run folder (its preset/), or, from older versions, a run folder with "
                 f"{' or '.join(OLD_RUN_FILES)} or a .keras file")
+
+
+def checkpoint_name(step):
+    """The name of a run's checkpoint after `step` optimizer steps: `step_0000200`."""
+    return f"step_{int(step):07d}"
+
+
+def run_model(run_dir):
+    """Where the pre-training run `run_dir` keeps its final model (the masked LM).
+
+    `RUN/preset/` (a keras-hub preset folder: backbone, masked LM, tokenizer), else the
+    `mlm.keras` of a run of an older version; the preset path when there is neither
+    (an unfinished run: `os.path.exists` says so). `resolve_init`, `load_backbone` and
+    `keras_hub.models.MaskedLM.from_preset` take what it returns.
+    """
+    preset = os.path.join(os.fspath(run_dir), RUN_PRESET)
+    old = os.path.join(os.fspath(run_dir), OLD_RUN_FILES[1])
+    return old if not os.path.exists(preset) and os.path.isfile(old) else preset
+
+
+def run_checkpoint(run_dir, step):
+    """Where the pre-training run `run_dir` keeps its checkpoint after `step` steps.
+
+    `RUN/checkpoints/step_NNNNNNN/` (a preset folder, as `run_model`), else the
+    `step_NNNNNNN.keras` of an older version; the folder's path when there is neither.
+    """
+    folder = os.path.join(os.fspath(run_dir), RUN_CHECKPOINTS, checkpoint_name(step))
+    old = folder + ".keras"
+    return old if not os.path.exists(folder) and os.path.isfile(old) else folder
 
 
 def resolve_init(init):
@@ -40,7 +75,7 @@ def resolve_init(init):
     from keras_tupe.models.preset_folders import is_preset_folder
 
     init = os.fspath(init)
-    for folder in (init, os.path.join(init, "preset")):
+    for folder in (init, os.path.join(init, RUN_PRESET)):
         if is_preset_folder(folder):
             return "preset", folder
     if os.path.isfile(init) and init.endswith(".keras"):
@@ -83,12 +118,13 @@ def unfinished_run(run_dir):
 
     A run saves its encoder (`preset/`) only after its last step; until
     then it holds `run_config.json`, a backup to resume from and any `--save-steps`
-    checkpoints, which fine-tuning can start from.
+    checkpoints (`step_NNNNNNN/`, or `.keras` from older versions), which fine-tuning
+    can start from. None for a finished run (`run_model` exists) or another folder.
     """
     import glob
 
     config_path = os.path.join(run_dir, "run_config.json")
-    if not os.path.isfile(config_path):
+    if not os.path.isfile(config_path) or os.path.exists(run_model(run_dir)):
         return None
     try:
         with open(config_path) as f:
@@ -105,12 +141,16 @@ def unfinished_run(run_dir):
         except (OSError, ValueError, KeyError, TypeError):
             pass
     progress = f"step {done:,} of {steps:,} backed up" if steps else "not finished"
-    checkpoints = sorted(path for path in glob.glob(os.path.join(run_dir, "checkpoints",
-                                                                 "step_*.keras"))
-                         if not path.endswith(".partial.keras"))
+    from keras_tupe.models.preset_folders import is_preset_folder
+
+    checkpoints = sorted(
+        (path for path in glob.glob(os.path.join(run_dir, RUN_CHECKPOINTS, "step_*"))
+         if is_preset_folder(path)  # staging copies (`.partial`) are never complete
+         or path.endswith(".keras") and not path.endswith(".partial.keras")),
+        key=os.path.basename)
     use = (f"or pass one of its checkpoints as --init, e.g. {checkpoints[-1]}"
            if checkpoints else "or, to fine-tune before it ends, pre-train with --save-steps "
-                               "to keep checkpoints (run_dir/checkpoints/step_N.keras)")
+                               "to keep checkpoints (run_dir/checkpoints/step_N/)")
     return (f"{run_dir} is an unfinished pre-training run ({progress}): the encoder is saved "
             "only after the last step. Finish it by running the same `training.pretrain` "
             f"command again (it resumes; the command is in {config_path}), {use}.")
@@ -127,7 +167,7 @@ def default_vocabulary(init):
     else:
         directory = os.path.dirname(os.path.abspath(path))
         candidates = [os.path.join(directory, "vocab.txt")]
-        if os.path.basename(directory) == "checkpoints":  # a run's step_N.keras
+        if os.path.basename(directory) == RUN_CHECKPOINTS:  # an old run's step_N.keras
             candidates.append(os.path.join(os.path.dirname(directory), "vocab.txt"))
     for candidate in candidates:
         if os.path.exists(candidate):
