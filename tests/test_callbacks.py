@@ -5,6 +5,7 @@ the resumed run is a new model with the same seed, as a new process would build 
 """
 
 import json
+import os
 import warnings
 
 import keras
@@ -150,20 +151,42 @@ def test_a_backup_in_keras_own_layout_is_restored(tmp_path):
     assert int(resumed.optimizer.iterations.numpy()) == STEPS_PER_EPOCH * EPOCHS
 
 
+def _masked_lm():
+    """A tiny masked LM and 16 packed, masked batches of 1 (what pre-training fits)."""
+    from keras_tupe.models import TupeBackbone, TupeMaskedLM
+
+    keras.utils.set_random_seed(0)
+    model = TupeMaskedLM(TupeBackbone.from_preset("tupe_r_tiny", vocabulary_size=12))
+    model.compile(optimizer=keras.optimizers.Adam(0.05))
+    rng = np.random.default_rng(0)
+    x = {"token_ids": rng.integers(5, 12, (16, 8)).astype("int32"),
+         "padding_mask": np.ones((16, 8), "int32"), "segment_ids": np.zeros((16, 8), "int32"),
+         "mask_positions": np.tile(np.array([1, 3], "int32"), (16, 1))}
+    return model, x, rng.integers(5, 12, (16, 2)).astype("int32")
+
+
+def _fit(model, x, y, callbacks):
+    # Keras's own fit, as pre-training's (finished batches, no preprocessor).
+    keras.Model.fit(model, x, y, batch_size=4, epochs=2, shuffle=False, verbose=0,
+                    callbacks=callbacks)
+
+
 def test_a_checkpoint_killed_mid_save_is_not_kept(tmp_path):
     """The checkpoint of a step appears whole or not at all: a resumed run keeps an existing one."""
-    model = _model()
+    from keras_tupe.models import TupeMaskedLM, TupeMaskedLMPreprocessor, TupeTokenizer
+
+    model, x, y = _masked_lm()
 
     def half_then_die(path, *args, **kwargs):
-        with open(path, "w") as f:
-            f.write("half a zip archive")
+        with open(os.path.join(path, "config.json"), "w") as f:
+            f.write("half a preset")
         raise Killed
-    model.save = half_then_die
-    checkpoint = tmp_path / "checkpoints" / "step_0000006.keras"
+    model.save_to_preset = half_then_die
+    checkpoint = tmp_path / "checkpoints" / "step_0000006"
     with pytest.raises(Killed):
-        model.fit(X, Y, batch_size=4, epochs=2, shuffle=False, verbose=0,
-                  callbacks=[StepCheckpoint(str(tmp_path / "checkpoints"), [6])])
+        _fit(model, x, y, [StepCheckpoint(str(tmp_path / "checkpoints"), [6])])
     assert not checkpoint.exists()  # so the resumed run writes it
+    assert os.listdir(tmp_path / "checkpoints") == []  # nor its staging copy
     at_step_6 = {}
 
     class Weights(keras.callbacks.Callback):
@@ -171,9 +194,15 @@ def test_a_checkpoint_killed_mid_save_is_not_kept(tmp_path):
             if int(self.model.optimizer.iterations.numpy()) == 6:
                 at_step_6["weights"] = self.model.get_weights()
 
-    _model().fit(X, Y, batch_size=4, epochs=2, shuffle=False, verbose=0,
-                 callbacks=[StepCheckpoint(str(tmp_path / "checkpoints"), [6]), Weights()])
-    # The checkpoint holds step 6's weights (and, for fine-tuning, no optimizer state).
-    saved = keras.saving.load_model(checkpoint, compile=False)
+    tokenizer = TupeTokenizer(vocabulary=["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]",
+                                          *"abcdefg"])
+    model, x, y = _masked_lm()
+    _fit(model, x, y, [StepCheckpoint(str(tmp_path / "checkpoints"), [6],
+                                      TupeMaskedLMPreprocessor(tokenizer, sequence_length=8)),
+                       Weights()])
+    assert model.preprocessor is None  # lent to the checkpoint only
+    # A preset folder holding step 6's weights, with the run's preprocessor.
+    saved = TupeMaskedLM.from_preset(str(checkpoint))
+    assert isinstance(saved.preprocessor, TupeMaskedLMPreprocessor)
     for got, want in zip(saved.get_weights(), at_step_6["weights"], strict=True):
         np.testing.assert_array_equal(got, want)

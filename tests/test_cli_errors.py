@@ -618,8 +618,12 @@ def test_init_on_an_unfinished_run_says_how_to_finish_or_use_a_checkpoint(tmp_pa
     (run / "run_config.json").write_text(json.dumps(
         {"config": {"steps": 1000, "eval_every": 100}}))
     (run / "backup" / "training_metadata.json").write_text(json.dumps({"epoch": 3}))
-    checkpoint = run / "checkpoints" / "step_0000200.keras"
-    checkpoint.write_bytes(b"")
+    old_checkpoint = run / "checkpoints" / "step_0000200.keras"  # an older version's
+    old_checkpoint.write_bytes(b"")
+    checkpoint = run / "checkpoints" / "step_0000300"  # a preset folder
+    checkpoint.mkdir()
+    (checkpoint / "config.json").write_text("{}")
+    (run / "checkpoints" / "step_0000400.partial").mkdir()  # a killed writer's: never whole
     (run / "vocab.txt").write_text("")
     out = tmp_path / "glue"
     code, _, err = run_main(finetune_glue.main, [
@@ -633,7 +637,7 @@ def test_init_on_an_unfinished_run_says_how_to_finish_or_use_a_checkpoint(tmp_pa
     assert not out.exists()
     from keras_tupe.finetuning import default_vocabulary
 
-    assert default_vocabulary(str(checkpoint)) == str(run / "vocab.txt")  # the run's
+    assert default_vocabulary(str(old_checkpoint)) == str(run / "vocab.txt")  # the run's
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from keras_tupe import data
-from keras_tupe.models.saving import load_saved_model
+from keras_tupe.finetuning.loading import run_checkpoint, run_model
 from training import pretrain as cli
 
 REPO = Path(__file__).resolve().parents[1]
@@ -80,10 +80,16 @@ def test_foreign_or_finished_directories_are_not_overwritten(tmp_path, vocab, ca
     assert code == 2 and "not a keras_tupe run directory" in err and "--overwrite" in err
     assert (out / "notes.txt").read_text() == "mine" and len(os.listdir(out)) == 1
     (out / "run_config.json").write_text("{}")
-    (out / "mlm.keras").write_text("a finished run")
+    (out / "mlm.keras").write_text("a finished run of an older version")
     code, err = run_cli(tiny_args(out, vocab), capsys)
     assert code == 2 and "finished run" in err
-    assert (out / "mlm.keras").read_text() == "a finished run"
+    assert (out / "mlm.keras").read_text() == "a finished run of an older version"
+    (out / "mlm.keras").unlink()
+    (out / "preset").mkdir()
+    (out / "preset" / "config.json").write_text("{}")
+    code, err = run_cli(tiny_args(out, vocab), capsys)
+    assert code == 2 and "finished run" in err  # a run is finished once its preset is there
+    assert (out / "preset" / "config.json").read_text() == "{}"
 
 
 def test_resume_refuses_other_settings_and_another_vocabulary(tmp_path, vocab, capsys):
@@ -113,7 +119,7 @@ def test_pretrain_in_mixed_precision(tmp_path, vocab, capsys, precision):
     losses = [float(row.split(",")[1]) for row in rows]
     assert len(rows) == 2 and all(np.isfinite(losses))
     assert _steps_trained(out) == 4
-    model = load_saved_model(out / "mlm.keras")
+    model, _ = _final_weights(out)
     assert model.backbone.dtype_policy.name == precision
 
 
@@ -126,12 +132,14 @@ def _subprocess_run(argv, env=None):
 
 
 def _final_weights(out):
-    model = load_saved_model(Path(out) / "mlm.keras")
+    import keras_hub
+
+    model = keras_hub.models.MaskedLM.from_preset(run_model(out))
     return model, [w.numpy() for w in model.weights]
 
 
 def _steps_trained(out):
-    """The last step of the run's metrics.csv (mlm.keras holds no optimizer state)."""
+    """The last step of the run's metrics.csv (its preset holds no optimizer state)."""
     rows = (Path(out) / "metrics.csv").read_text().splitlines()[1:]
     return int(rows[-1].split(",")[0])
 
@@ -151,7 +159,7 @@ def test_killed_run_resumes_to_the_same_weights(tmp_path, vocab):
         time.sleep(0.05)
     killed.send_signal(signal.SIGKILL)
     killed.wait()
-    assert not (tmp_path / "killed" / "mlm.keras").exists()
+    assert not os.path.exists(run_model(tmp_path / "killed"))
     resumed = _subprocess_run(args(tmp_path / "killed"))
     output = resumed.communicate(timeout=600)[0]
     assert resumed.returncode == 0, output
@@ -164,7 +172,7 @@ def test_killed_run_resumes_to_the_same_weights(tmp_path, vocab):
     rows = (tmp_path / "killed" / "metrics.csv").read_text().splitlines()
     steps = [int(row.split(",")[0]) for row in rows[1:]]
     assert steps[-1] == 6 and sorted(set(steps)) == steps  # continues, no step twice
-    assert (tmp_path / "killed" / "checkpoints" / "step_0000004.keras").exists()
+    assert os.path.isfile(os.path.join(run_checkpoint(tmp_path / "killed", 4), "config.json"))
 
 
 def _free_port():

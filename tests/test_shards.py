@@ -322,11 +322,12 @@ def run_pretraining(backend, shard_dir, valid_dir, out, until_step=None, block_t
 
 
 def weights_of(run_dir):
-    """The run's last step (its metrics.csv: mlm.keras holds no optimizer state) and weights."""
-    from keras_tupe.models.saving import load_saved_model
+    """The run's last step (its metrics.csv: the preset holds no optimizer state) and weights."""
+    from keras_tupe.finetuning.loading import run_model
+    from keras_tupe.models import TupeMaskedLM
 
     rows = (Path(run_dir) / "metrics.csv").read_text().splitlines()[1:]
-    model = load_saved_model(Path(run_dir) / "mlm.keras")
+    model = TupeMaskedLM.from_preset(run_model(run_dir))
     return int(rows[-1].split(",")[0]), [np.asarray(w) for w in model.weights]
 
 
@@ -353,7 +354,7 @@ def test_pretraining_from_shards_resumes_like_an_uninterrupted_run(
     run_pretraining(backend, shard_dir, valid_shard_dir, straight, block_tensorflow=block)
     run_pretraining(backend, shard_dir, valid_shard_dir, stopped, until_step=2,
                     block_tensorflow=block)
-    assert not (stopped / "mlm.keras").exists()
+    assert not (stopped / "preset").exists()
     # The backup is kept: the second call resumes after step 2 rather than starting over.
     assert json.loads((stopped / "backup" / "training_metadata.json").read_text())["step"] == 2
     run_pretraining(backend, shard_dir, valid_shard_dir, stopped, block_tensorflow=block)
@@ -365,12 +366,12 @@ def test_pretraining_from_shards_resumes_like_an_uninterrupted_run(
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     rows = (stopped / "metrics.csv").read_text().splitlines()[1:]
     assert [int(row.split(",")[0]) for row in rows] == [2, 4, 6]
-    assert (stopped / "checkpoints" / "step_0000004.keras").exists()
+    assert (stopped / "checkpoints" / "step_0000004" / "config.json").exists()
     # Step 0, the initialization: the same in both runs (one seed), not the trained model.
-    from keras_tupe.models.saving import load_saved_model
+    from keras_tupe.models import TupeMaskedLM
 
-    initial = [[np.asarray(w) for w in load_saved_model(
-        run / "checkpoints" / "step_0000000.keras").weights] for run in (straight, stopped)]
+    initial = [[np.asarray(w) for w in TupeMaskedLM.from_preset(
+        str(run / "checkpoints" / "step_0000000")).weights] for run in (straight, stopped)]
     for a, b in zip(*initial, strict=True):
         np.testing.assert_array_equal(a, b)
     assert not all(np.array_equal(a, t) for a, t in zip(initial[0], want))

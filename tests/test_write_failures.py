@@ -81,7 +81,7 @@ def test_a_full_disk_keeps_the_last_backup_and_the_same_command_finishes(
     assert metadata["step"] == kept_step
     assert (out / "backup" / metadata["backup"] / "model.weights.h5").is_file()
     assert (out / "metrics.csv").is_file() and (out / "vocab.txt").is_file()
-    assert not (out / "mlm.keras").exists()
+    assert not (out / "preset").exists()
     assert not [p for p in out.rglob("*partial*")]  # no half-written file left
 
     resumed = _run(tiny_args(out, vocab))

@@ -45,7 +45,7 @@ def parse_args(argv=None):
                       "masked-LM .keras file")
     encoder.add_argument("--with-mlm", action="store_true",
                          help="add the masked-LM head as .mlm (a preset folder saved from a "
-                              "masked LM, or a run with mlm.keras)")
+                              "masked LM, a pre-training run, or a masked-LM .keras file)")
     pre = command("preprocessor", "strings -> encoder inputs",
                   "preset folder or pre-training run directory (for its vocabulary)")
     pre.add_argument("--vocab", help="vocabulary file (default: the preset's or the run's)")
@@ -65,17 +65,19 @@ def _encoder_model(init, with_mlm):
 
     if not with_mlm:
         return load_backbone(init)
+    from keras_tupe.finetuning.loading import run_model
     from keras_tupe.models.preset_folders import is_preset_folder
 
-    # A preset folder (or a run's preset/) written from a masked LM holds its head.
-    for folder in (init, os.path.join(init, "preset")):
-        if is_preset_folder(folder) and os.path.isfile(os.path.join(folder, "task.json")):
-            import keras_hub
+    # A run's masked LM is `run_model`'s (its preset/, or an older version's .keras); a
+    # preset folder written from a masked LM holds its head.
+    path = run_model(init) if os.path.isdir(init) and not is_preset_folder(init) else init
+    if is_preset_folder(path) and os.path.isfile(os.path.join(path, "task.json")):
+        import keras_hub
 
-            return keras_hub.models.MaskedLM.from_preset(folder)
-    path = os.path.join(init, "mlm.keras") if os.path.isdir(init) else init
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"--with-mlm needs a masked-LM model: no {path}.")
+        return keras_hub.models.MaskedLM.from_preset(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"--with-mlm needs a masked-LM model: no {path} (a preset "
+                                "folder with task.json, or a .keras file).")
     from keras_tupe.models.saving import load_saved_model
 
     model = load_saved_model(path)

@@ -219,6 +219,7 @@ def write_preset_folder(model, preset_dir, record_key=None, record=None, overwri
                 preprocessor.save_to_preset(staging)
         finally:
             _WRITING.discard(key)
+        _store_variable_dtype(staging)
         if record_key:
             metadata_path = os.path.join(staging, "metadata.json")
             metadata = {}
@@ -232,6 +233,29 @@ def write_preset_folder(model, preset_dir, record_key=None, record=None, overwri
     if adding:
         shutil.rmtree(target, ignore_errors=True)
     return preset_dir
+
+
+def _store_variable_dtype(preset_dir):
+    """Records a mixed-precision backbone's dtype as its variables' (`float32`).
+
+    keras-hub's loader (0.2x, `_resolve_dtype`) raises "Invalid dtype: mixed_bfloat16"
+    on a preset saved under a mixed policy, so a model trained in mixed precision
+    could not be loaded back; for a float dtype it uses the loading process's policy
+    anyway, so the name stored only has to be a float. The weights are stored in the
+    variables' dtype; how the model was trained stays in the run's record.
+    """
+    path = os.path.join(preset_dir, "config.json")
+    if not os.path.isfile(path):
+        return
+    with open(path, encoding="utf-8") as f:
+        config = json.load(f)
+    policy = config.get("config", {}).get("dtype")
+    name = policy.get("config", {}).get("name", "") if isinstance(policy, dict) else ""
+    if name.startswith("mixed_"):
+        import keras
+
+        policy["config"]["name"] = keras.DTypePolicy(name).variable_dtype
+        write_json(path, config, sync=False)
 
 
 def _add_files(staging, preset_dir):
