@@ -1,5 +1,6 @@
 """The GPU stages (`experiments/stage.py`): defined, sized, stopped in time, packed and
-collected without loss; S1 rehearsed end to end at tiny size under JAX without TensorFlow."""
+collected without loss; S1 and S2 rehearsed end to end at tiny size under JAX without
+TensorFlow (S3 and S4 are S1 with other seeds)."""
 
 import json
 import math
@@ -104,28 +105,62 @@ def test_a_machine_without_keras_hub_is_told_which_wheel_to_carry(tmp_path):
     assert re.search(r"lacks keras-hub(, jax)?: carry their wheels \(\.stage/S1/wheels/", out), out
 
 
-@pytest.mark.slow
-@pytest.mark.jax
-@pytest.mark.skipif(not os.path.isdir(DATA), reason="needs ../shared/data (the text and GLUE)")
-def test_s1_rehearsed_at_tiny_size_under_jax_without_tensorflow(tmp_path):
-    """prepare (here, with TensorFlow), then run in processes where TensorFlow cannot be
-    imported, then collect: every pre-training run finishes and every fine-tuning job
-    scores its tasks."""
+def test_s3_and_s4_are_s1_with_seeds_1_and_2_also_at_tiny_size(tmp_path):
+    s1 = stage.stage_spec("S1")
+    s1_pretrain, s1_finetune = stage.stage_configs(s1)
+    s1_tiny = stage.stage_configs(s1, tiny=True, work=str(tmp_path / "S1"))[0]
+    assert s1_tiny["settings"]["seed"] == s1_pretrain["settings"]["seed"] == 0
+    for name, seed in (("S3", 1), ("S4", 2)):
+        spec = stage.stage_spec(name)
+        assert {k: v for k, v in spec.items() if k not in ("pretrain", "finetune", "description")
+                } == {k: v for k, v in s1.items() if k not in ("pretrain", "finetune",
+                                                               "description")}
+        pretrain, finetune = stage.stage_configs(spec)
+        assert pretrain["settings"] == {**s1_pretrain["settings"], "seed": seed}
+        for key in ("size", "vocabulary", "variants", "runs_dir", "results_dir"):
+            assert pretrain[key] == s1_pretrain[key], key
+        assert finetune["pretrain_configs"] == [pretrain["study"]]
+        same = ("study", "pretrain_configs", "description", "_flag", "_path")
+        assert {k: v for k, v in finetune.items() if k not in same} == {
+            k: v for k, v in s1_finetune.items() if k not in same}
+        tiny = stage.stage_configs(spec, tiny=True, work=str(tmp_path / name))[0]
+        assert tiny["settings"] == {**s1_tiny["settings"], "seed": seed,
+                                    "shards": tiny["settings"]["shards"],
+                                    "valid_shards": tiny["settings"]["valid_shards"]}
+
+
+def _rehearse(name, tmp_path):
+    """prepare (here, with TensorFlow), then run in a process where TensorFlow cannot be
+    imported (nor in the processes it starts), then collect. Returns the files collected
+    and the stage's log."""
     dest = str(tmp_path / "stage")
-    lines = stage.prepare("S1", tiny=True, dest=dest)
-    assert lines[-1].endswith("python3 -m experiments.stage run S1 --tiny --out $OUT")
+    lines = stage.prepare(name, tiny=True, dest=dest)
+    assert lines[-1].endswith(f"python3 -m experiments.stage run {name} --tiny --out $OUT")
     assert "travels:" in lines[2]
     env = {**os.environ, "PYTHONPATH": NO_TENSORFLOW, "KERAS_BACKEND": "jax"}
-    folder = os.path.join(dest, "S1_tiny")
+    folder = os.path.join(dest, name + "_tiny")
     code = ("import sys; from experiments import stage; "
-            f"stage.run('S1', {str(tmp_path / 'out')!r}, tiny=True, deadline=1500, "
+            f"stage.run({name!r}, {str(tmp_path / 'out')!r}, tiny=True, deadline=1500, "
             f"folder={folder!r})")
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env,
                             capture_output=True, text=True, timeout=1800)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    written = stage.collect("S1", str(tmp_path / "out"), results_dir=str(tmp_path / "back"))
+    limits = stage.load_stages()["limits"]
+    packed = os.listdir(tmp_path / "out")
+    assert packed == [stage.PACK]  # what comes back: within its limits
+    assert os.path.getsize(tmp_path / "out" / stage.PACK) <= limits["back_file_bytes"]
+    written = stage.collect(name, str(tmp_path / "out"), results_dir=str(tmp_path / "back"))
     log = json.load(open(next(p for p in written if p.endswith("stage_pretrain_finetune.json"))))
     assert log["processes"] and all(p["exit"] == 0 for p in log["processes"]), log
+    return written, log
+
+
+@pytest.mark.slow
+@pytest.mark.jax
+@pytest.mark.skipif(not os.path.isdir(DATA), reason="needs ../shared/data (the text and GLUE)")
+def test_s1_rehearsed_at_tiny_size_under_jax_without_tensorflow(tmp_path):
+    """Every pre-training run finishes and every fine-tuning job scores its tasks."""
+    written, _ = _rehearse("S1", tmp_path)
     for variant in ("bert_a", "tupe_a", "bert_a_pre"):
         run = json.load(open(tmp_path / "back" / "records" / "stage_s1" / variant /
                              "run_config.json"))
@@ -137,3 +172,25 @@ def test_s1_rehearsed_at_tiny_size_under_jax_without_tensorflow(tmp_path):
         assert {row["task"] for row in rows} == {"sst2", "stsb"}
         for row in rows:
             assert math.isfinite(row["dev"]["validation"]["score"]), row
+
+
+@pytest.mark.slow
+@pytest.mark.jax
+def test_s2_rehearsed_at_tiny_size_under_jax_without_tensorflow(tmp_path):
+    """The benchmark command runs with the stage's precision, XLA and flash axes at the tiny
+    size, and its report comes back: a measured row per model, mode and attention path."""
+    written, log = _rehearse("S2", tmp_path)
+    assert [p["run"] for p in log["processes"]] == ["benchmark"]
+    report = json.load(open(next(p for p in written if p.endswith("logs/benchmark.json"))))
+    settings = report["settings"]
+    assert (settings["backend"], settings["size"], settings["seq_lens"]) == ("jax", "tiny", [32])
+    assert (settings["precisions"], settings["xla"], settings["flash"]) == (
+        ["mixed_bfloat16"], [True], [False, True])  # the stage's own, from stages.json
+    variants = ["bert_a", "tupe_r", "keras_hub_bert"]
+    assert sorted((r["variant"], r["mode"], r["flash"]) for r in report["rows"]) == sorted(
+        (v, mode, flash) for v in variants for mode in ("train", "infer")
+        for flash in (False, True))
+    for row in report["rows"]:
+        assert row["status"] == "ok", row.get("error")
+        assert row["tokens_per_s"] > 0 and row["precision"] == "mixed_bfloat16"
+    assert any(p.endswith("logs/benchmark.md") for p in written)
