@@ -260,6 +260,12 @@ def test_init_takes_a_preset_a_run_folder_an_old_run_folder_or_a_keras_file(tmp_
     assert resolve_init(str(old)) == ("keras", str(old / "backbone.keras"))
     np.testing.assert_allclose(pooled(old / "backbone.keras"), reference, atol=1e-6)
     assert default_vocabulary(str(old)) == str(old / "vocab.txt")
+    # An old run's step checkpoint (checkpoints/step_N.keras) and its vocabulary.
+    (old / "checkpoints").mkdir()
+    TupeMaskedLM(backbone).save(old / "checkpoints" / "step_0000002.keras")
+    assert resolve_init(str(old / "checkpoints" / "step_0000002.keras"))[0] == "keras"
+    assert default_vocabulary(str(old / "checkpoints" / "step_0000002.keras")) == str(
+        old / "vocab.txt")
     with pytest.raises(FileNotFoundError, match="No vocabulary"):
         default_vocabulary(str(run))  # a backbone-only preset has no tokenizer
     # Anything else: one error that lists what is accepted.
@@ -268,6 +274,36 @@ def test_init_takes_a_preset_a_run_folder_an_old_run_folder_or_a_keras_file(tmp_
         with pytest.raises(FileNotFoundError, match=r"give a preset folder .* a pre-training "
                                                     r"run folder .* or a \.keras file"):
             resolve_init(str(wrong))
+
+
+def test_a_runs_model_and_checkpoints_are_named_in_one_place_old_names_as_fallback(tmp_path):
+    from keras_tupe.finetuning.loading import run_checkpoint, run_model, unfinished_run
+
+    run, old, new = tmp_path / "run", tmp_path / "old", tmp_path / "new"
+    # Nothing yet: where the new layout will put them.
+    assert run_model(run) == str(run / "preset")
+    assert run_checkpoint(run, 30) == str(run / "checkpoints" / "step_0000030")
+    # An older version's run: its .keras files.
+    (old / "checkpoints").mkdir(parents=True)
+    for path in (old / "mlm.keras", old / "checkpoints" / "step_0000030.keras"):
+        path.write_bytes(b"")
+    assert run_model(old) == str(old / "mlm.keras")
+    assert run_checkpoint(old, 30) == str(old / "checkpoints" / "step_0000030.keras")
+    assert run_checkpoint(old, 3) == str(old / "checkpoints" / "step_0000003")
+    # Both: the preset folders win.
+    (old / "preset").mkdir()
+    (old / "checkpoints" / "step_0000030").mkdir()
+    assert run_model(old) == str(old / "preset")
+    assert run_checkpoint(old, 30) == str(old / "checkpoints" / "step_0000030")
+    # A run is finished once its preset is there, unfinished before.
+    (new / "checkpoints" / "step_0000010").mkdir(parents=True)
+    (new / "checkpoints" / "step_0000010" / "config.json").write_text("{}")
+    (new / "run_config.json").write_text(json.dumps({"config": {"steps": 20,
+                                                                "eval_every": 10}}))
+    assert f"e.g. {new / 'checkpoints' / 'step_0000010'}." in unfinished_run(str(new))
+    small_backbone(8).save_to_preset(str(new / "preset"))
+    assert unfinished_run(str(new)) is None
+    assert resolve_init(str(new)) == ("preset", str(new / "preset"))
 
 
 def test_one_policy_adds_beside_refuses_a_clash_and_overwrites_whole(tmp_path):
