@@ -165,7 +165,7 @@ def _masked_lm():
     return model, x, rng.integers(5, 12, (16, 2)).astype("int32")
 
 
-def _fit(model, x, y, callbacks):
+def _fit_masked_lm(model, x, y, callbacks):
     # Keras's own fit, as pre-training's (finished batches, no preprocessor).
     keras.Model.fit(model, x, y, batch_size=4, epochs=2, shuffle=False, verbose=0,
                     callbacks=callbacks)
@@ -184,7 +184,7 @@ def test_a_checkpoint_killed_mid_save_is_not_kept(tmp_path):
     model.save_to_preset = half_then_die
     checkpoint = tmp_path / "checkpoints" / "step_0000006"
     with pytest.raises(Killed):
-        _fit(model, x, y, [StepCheckpoint(str(tmp_path / "checkpoints"), [6])])
+        _fit_masked_lm(model, x, y, [StepCheckpoint(str(tmp_path / "checkpoints"), [6])])
     assert not checkpoint.exists()  # so the resumed run writes it
     assert os.listdir(tmp_path / "checkpoints") == []  # nor its staging copy
     at_step_6 = {}
@@ -197,9 +197,9 @@ def test_a_checkpoint_killed_mid_save_is_not_kept(tmp_path):
     tokenizer = TupeTokenizer(vocabulary=["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]",
                                           *"abcdefg"])
     model, x, y = _masked_lm()
-    _fit(model, x, y, [StepCheckpoint(str(tmp_path / "checkpoints"), [6],
-                                      TupeMaskedLMPreprocessor(tokenizer, sequence_length=8)),
-                       Weights()])
+    _fit_masked_lm(model, x, y, [
+        StepCheckpoint(str(tmp_path / "checkpoints"), [6],
+                       TupeMaskedLMPreprocessor(tokenizer, sequence_length=8)), Weights()])
     assert model.preprocessor is None  # lent to the checkpoint only
     # A preset folder holding step 6's weights, with the run's preprocessor.
     saved = TupeMaskedLM.from_preset(str(checkpoint))
