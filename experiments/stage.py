@@ -45,6 +45,11 @@ TINY_FINETUNE = {"epochs": 1, "batch_size": 8, "seq_len": 32}
 TINY_EXAMPLES = 24
 TINY_VOCABULARY = {"vocabulary_size": 300, "lines": 300}
 TINY_TASKS = 2  # the first two of the stage's tasks
+# SQuAD at the tiny length: windows of 32 tokens need a short query and stride; a file of
+# the first articles (each its first paragraph and questions; one article is held out) and
+# a few training questions (each about ten windows) keep it short.
+TINY_SQUAD = {"doc_stride": 16, "max_query_length": 12, "max_train_examples": 8}
+TINY_SQUAD_ARTICLES, TINY_SQUAD_QUESTIONS = 5, 6
 # A benchmark stage at tiny size: appended to its command, so these win (argparse keeps the
 # last); one length, one timed step, three models, one process per mode (--interleave).
 TINY_BENCHMARK = ["--size", "tiny", "--seq-lens", "32", "--repeats", "1", "--warmup", "0",
@@ -100,7 +105,10 @@ def _tiny_configs(pretrain, finetune, work):
                    edge_learning_rates=[], selection_seed=raw["seeds"][0],
                    settings={**raw["settings"], **TINY_FINETUNE},
                    task_settings={task: {"max_train_examples": TINY_EXAMPLES}
-                                  for task in raw["tasks"][:TINY_TASKS]})
+                                  for task in raw["tasks"][:TINY_TASKS] if task != "squad"})
+        if raw.get("squad_file"):
+            raw["squad_file"] = os.path.join(work, "squad.json")
+            raw["settings"].update(TINY_SQUAD)
         raw["checkpoint_variants"] = {
             key: [name.rpartition("/")[2] for name in names]
             for key, names in raw.get("checkpoint_variants", {}).items()}
@@ -217,12 +225,21 @@ def gpu_pretrain_seconds(results_dir, size, steps):
 
 def _prepare_finetune_data(config, staging, tiny):
     """Each GLUE task's train and dev files (the first `TINY_EXAMPLES` lines at `--tiny`),
-    or the SQuAD file."""
+    or the SQuAD file (at `--tiny`, the first paragraph of its first articles)."""
     from keras_tupe.data.glue import get_task
 
     if config.get("squad_file"):
         os.makedirs(os.path.join(staging, "squad"))
-        shutil.copy(config["squad_file"], os.path.join(staging, "squad", "squad.json"))
+        target = os.path.join(staging, "squad", "squad.json")
+        if not tiny:
+            shutil.copy(config["squad_file"], target)
+            return
+        squad = records.read_json(config["squad_file"])
+        squad["data"] = [{**article, "paragraphs": [{
+            **article["paragraphs"][0],
+            "qas": article["paragraphs"][0]["qas"][:TINY_SQUAD_QUESTIONS]}]}
+            for article in squad["data"][:TINY_SQUAD_ARTICLES]]
+        records.write_json(target, squad)
         return
     for name in config["tasks"]:
         task = get_task(name)

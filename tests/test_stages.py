@@ -1,5 +1,5 @@
 """The GPU stages (`experiments/stage.py`): defined, sized, stopped in time, packed and
-collected without loss; S1 and S2 rehearsed end to end at tiny size under JAX without
+collected without loss; S1, S2 and S6 rehearsed end to end at tiny size under JAX without
 TensorFlow (S3 and S4 are S1 with other seeds)."""
 
 import json
@@ -194,3 +194,25 @@ def test_s2_rehearsed_at_tiny_size_under_jax_without_tensorflow(tmp_path):
         assert row["status"] == "ok", row.get("error")
         assert row["tokens_per_s"] > 0 and row["precision"] == "mixed_bfloat16"
     assert any(p.endswith("logs/benchmark.md") for p in written)
+
+
+@pytest.mark.slow
+@pytest.mark.jax
+@pytest.mark.skipif(not os.path.isdir(DATA), reason="needs ../shared/data (the text and SQuAD)")
+def test_s6_rehearsed_at_tiny_size_under_jax_without_tensorflow(tmp_path):
+    """Huang's four encoders pre-train, and each final encoder is scored on SQuAD (the
+    offline article split of a few articles) in one run of the protocol."""
+    written, _ = _rehearse("S6", tmp_path)
+    variants = ("bert_a", "shaw", "huang_m3", "huang_m4")
+    for variant in variants:
+        run = json.load(open(tmp_path / "back" / "records" / "huang_long" / variant /
+                             "run_config.json"))
+        assert run["status"] == "finished" and run["last_step"] == 10
+    results = sorted(p for p in written if p.endswith("results.jsonl"))
+    assert [p.split(os.sep)[-3] for p in results] == sorted(variants)  # the final encoders
+    for path in results:
+        (row,) = records.read_jsonl(path)  # one rate, one seed
+        assert row["task"] == "squad" and 0 < row["eval_questions"] <= (
+            stage.TINY_SQUAD_QUESTIONS)  # the held-out article's first paragraph
+        assert row["train_features"] >= stage.TINY_SQUAD["max_train_examples"]  # windows
+        assert math.isfinite(row["dev"]["eval"]["f1"]), row
