@@ -346,20 +346,23 @@ class Variant:
 
 
 def run_model(run_dir, step=None):
-    """A pre-training run's final masked-LM model, or its checkpoint at `step` (step 0: the
-    initialization it started from), as `keras_tupe.pretraining` writes them: the one place
-    the studies spell a run's layout."""
-    if step is None:
-        return os.path.join(run_dir, "mlm.keras")
-    return os.path.join(run_dir, "checkpoints", f"step_{step:07d}.keras")
+    """A pre-training run's final model, or its checkpoint at `step` (step 0: the
+    initialization it started from): `keras_tupe.finetuning.loading`'s `run_model` and
+    `run_checkpoint` (preset folders; a run of an older version, its `.keras` files)."""
+    from keras_tupe.finetuning import loading
+
+    return loading.run_model(run_dir) if step is None else loading.run_checkpoint(run_dir, step)
 
 
 def run_backbone_config(run_dir):
-    """The encoder config a run saved in `backbone.keras` (read from the archive, no model
-    built), or in `backbone_config.json` beside a run brought back from another machine
-    without its models; None without either."""
+    """The encoder config a run saved (its preset's `config.json`; `backbone.keras` in a run
+    of an older version, read from the archive, no model built), or in `backbone_config.json`
+    beside a run brought back from another machine without its models; None without any."""
     from experiments import records
 
+    preset_config = os.path.join(run_dir, "preset", "config.json")
+    if os.path.exists(preset_config):
+        return records.read_json(preset_config)["config"]
     path = os.path.join(run_dir, "backbone.keras")
     if os.path.exists(path):
         with zipfile.ZipFile(path) as archive:

@@ -168,8 +168,9 @@ def run_study(config, command, report_command, only_variants=None):
     """Evaluates every planned model at the lengths its record lacks (resumable); then the
     unigram reference and the report."""
     import keras
+    import keras_hub
 
-    import keras_tupe  # noqa: F401  (registers the classes for loading)
+    import keras_tupe.models  # noqa: F401  (registers the classes for loading)
     from keras_tupe.models.saving import load_saved_model
 
     path = results_path(config)
@@ -183,7 +184,9 @@ def run_study(config, command, report_command, only_variants=None):
     batches = _Batches(config)
     for job in jobs:
         keras.backend.clear_session()
-        model = load_saved_model(job["model"])
+        # A run's preset folder (keras-hub's loader), or a run of an older version's `.keras`.
+        model = (keras_hub.models.MaskedLM.from_preset(job["model"])
+                 if os.path.isdir(job["model"]) else load_saved_model(job["model"]))
         for length in job["todo"]:
             start = time.perf_counter()
             ok, note = _note(model.backbone, length, job["trained_seq_len"])

@@ -60,7 +60,7 @@ def parse_args(argv=None):
 def _encoder_model(init, with_mlm):
     import keras
 
-    import keras_tupe  # noqa: F401  (registers the classes for loading)
+    import keras_tupe.models  # noqa: F401  (registers the classes, in a command's process too)
     from keras_tupe.finetuning import load_backbone
 
     if not with_mlm:

@@ -98,7 +98,7 @@ def load_backbone(init):
 
     A task's preset or `.keras` file (masked LM, classifier) gives its backbone.
     """
-    import keras_tupe  # noqa: F401  (registers the classes for loading)
+    import keras_tupe.models  # noqa: F401  (registers the classes, in a command's process too)
     from keras_tupe.models import TupeBackbone
 
     kind, path = resolve_init(init)
@@ -232,7 +232,7 @@ def load_classifier(save_dir):
     """
     import keras_hub
 
-    import keras_tupe  # noqa: F401  (registers the classes for loading)
+    import keras_tupe.models  # noqa: F401  (registers the classes, in a command's process too)
     from keras_tupe.models.preset_folders import VOCABULARY_ASSET
 
     if os.path.isfile(os.path.join(save_dir, "task.json")):
