@@ -406,7 +406,7 @@ def _what_was_kept(config, backup_dir):
         return ("Nothing was kept (no backup yet: the run made no complete block of "
                 "--eval-every steps); free some space and run the same command again.")
     step = metadata.get("step", int(metadata["epoch"]) * config.eval_every)
-    where = "the final files" if step >= config.steps else "the run"
+    where = "the final preset" if step >= config.steps else "the run"
     return (f"Kept: the backup of step {step} in {backup_dir}, and {config.out}'s other "
             f"files; free some space and run the same command again: it resumes from "
             f"step {step} and finishes {where}.")
@@ -546,7 +546,7 @@ def _train(config, mode, strategy, manifest, until_step):
         # the dropout masks depend on the log path (seen with XLA on TF 2.21).
         keras.callbacks.TensorBoard(os.path.join(config.out, "tensorboard"), update_freq="epoch"),
         # Last: an epoch is committed only after the other callbacks have written it.
-        # Kept at the end of `fit`: removed only once the final files are whole and read
+        # Kept at the end of `fit`: removed only once the final preset is whole and read
         # back (`_save_final`); a run stopped at `until_step` resumes from it.
         AtomicBackupAndRestore(backup_dir, delete_checkpoint=False),
     ]

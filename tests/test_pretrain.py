@@ -132,9 +132,9 @@ def _subprocess_run(argv, env=None):
 
 
 def _final_weights(out):
-    import keras_hub
+    from keras_tupe.models import TupeMaskedLM
 
-    model = keras_hub.models.MaskedLM.from_preset(run_model(out))
+    model = TupeMaskedLM.from_preset(run_model(out))
     return model, [w.numpy() for w in model.weights]
 
 

@@ -80,7 +80,8 @@ def parse_args(argv=None):
                         "when it divides --steps, else about a tenth of --steps)")
     p.add_argument("--valid-batches", type=int)
     p.add_argument("--save-steps", type=_int_list,
-                   help="steps at which to keep a .keras checkpoint, e.g. 100000,300000; 0 keeps "
+                   help="steps at which to keep a checkpoint (a preset folder, RUN/checkpoints/"
+                        "step_NNNNNNN/), e.g. 100000,300000; 0 keeps "
                         "the random initialization (a control for fine-tuning)")
     p.add_argument("--strategy", choices=STRATEGIES)
     p.add_argument("--precision", choices=PRECISIONS)
