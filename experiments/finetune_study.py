@@ -101,7 +101,7 @@ def run_study(config, command, report_command, only_variants=None, only_checkpoi
     the report, which names `report_command` as the command that regenerates it."""
     import keras
 
-    from keras_tupe.data.shards import file_sha256
+    from keras_tupe.files import tree_sha256
     from keras_tupe.finetuning import run_protocol, run_squad_protocol
 
     protocol = _protocol(config)
@@ -121,7 +121,7 @@ def run_study(config, command, report_command, only_variants=None, only_checkpoi
                 "or restore the config.")
         if pinned is None:
             records.write_json(settings_path, {
-                **settings, "init_sha256": file_sha256(job["init"]), "command": command,
+                **settings, "init_sha256": tree_sha256(job["init"]), "command": command,
                 "created": records.now(), "versions": records.machine()})
         print(f"[{config['study']}] {job['pretrain_study']}/{job['variant']} step {job['step']}: "
               f"{config['tasks']} x lr {config['learning_rates']} x seeds {config['seeds']}",

@@ -185,7 +185,7 @@ def run_study(config, command, report_command, only_variants=None):
     for job in jobs:
         keras.backend.clear_session()
         # A run's preset folder (keras-hub's loader), or a run of an older version's `.keras`.
-        model = (keras_hub.models.MaskedLM.from_preset(job["model"])
+        model = (keras_hub.models.MaskedLM.from_preset(job["model"], preprocessor=None)
                  if os.path.isdir(job["model"]) else load_saved_model(job["model"]))
         for length in job["todo"]:
             start = time.perf_counter()

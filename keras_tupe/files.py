@@ -2,6 +2,7 @@
 shards, converted checkpoints, fine-tuning inputs)."""
 
 import hashlib
+import os
 
 
 def file_sha256(path):
@@ -10,6 +11,20 @@ def file_sha256(path):
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
+    return digest.hexdigest()
+
+
+def tree_sha256(path):
+    """`file_sha256` of a file; of a folder (a preset), the sha256 of its files' relative
+    names and digests, in name order: a fingerprint of every byte a loader may read."""
+    if not os.path.isdir(path):
+        return file_sha256(path)
+    digest = hashlib.sha256()
+    for folder, subfolders, names in sorted(os.walk(path)):
+        subfolders.sort()
+        for name in sorted(names):
+            full = os.path.join(folder, name)
+            digest.update(f"{os.path.relpath(full, path)}\0{file_sha256(full)}\n".encode())
     return digest.hexdigest()
 
 

@@ -13,7 +13,6 @@ import json
 import os
 import re
 import shutil
-import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -160,7 +159,7 @@ def test_every_variant_trained_with_the_same_settings_and_recorded(study):
 def test_a_finished_run_is_skipped_and_a_recorded_one_without_its_folder_too(study, tmp_path,
                                                                           capsys):
     copy = _copy_study(study, tmp_path / "copy")
-    mlm = copy["runs"] / "pretrain" / "bert_a" / "mlm.keras"
+    mlm = copy["runs"] / "pretrain" / "bert_a" / "preset" / "task.weights.h5"
     before = mlm.stat().st_mtime_ns
     shutil.rmtree(copy["runs"] / "pretrain" / "tupe_r")
     assert main(["pretrain", "--config", copy["configs"]["pretrain"], "--verbose", "0"]) == 0
@@ -183,10 +182,8 @@ def test_record_only_records_runs_trained_elsewhere_and_trains_nothing(study, tm
     # settings but not its models; its encoder config beside it as backbone_config.json.
     copy = _copy_study(study, tmp_path / "copy")
     run = copy["runs"] / "pretrain" / "bert_a"
-    with zipfile.ZipFile(run / "backbone.keras") as archive:
-        (run / "backbone_config.json").write_bytes(archive.read("config.json"))
-    for name in ("mlm.keras", "backbone.keras"):
-        (run / name).unlink()
+    (run / "backbone_config.json").write_bytes((run / "preset" / "config.json").read_bytes())
+    shutil.rmtree(run / "preset")
     shutil.rmtree(copy["runs"] / "pretrain" / "tupe_r")
     assert main(["pretrain", "--config", copy["configs"]["pretrain"], "--record-only"]) == 0
     out = capsys.readouterr().out
@@ -377,6 +374,7 @@ def test_a_study_with_a_base_changes_only_its_seed_or_overrides(study, content, 
 def test_a_run_stopped_at_until_step_is_recorded_and_resumes_to_the_uninterrupted_weights(
         study, tmp_path, capsys):
     import keras
+    import keras_hub
 
     copy = _copy_study(study, tmp_path / "copy")
     config, run = copy["configs"]["pretrain"], copy["runs"] / "pretrain" / "tupe_r"
@@ -394,19 +392,19 @@ def test_a_run_stopped_at_until_step_is_recorded_and_resumes_to_the_uninterrupte
     assert (saved["status"], saved["last_step"]) == ("stopped at step 2", 2)
     assert list(read_val_loss(record)) == [2] and saved["backbone_config"] is None
     # The 50% checkpoint is there, the backup kept: the next call resumes after step 2.
-    assert (run / "checkpoints" / "step_0000002.keras").exists()
+    assert (run / "checkpoints" / "step_0000002" / "task.weights.h5").exists()
     assert json.loads((run / "backup" / "training_metadata.json").read_text())["step"] == 2
     # Removed, the initialization is not saved again by the resumed run.
-    (run / "checkpoints" / "step_0000000.keras").unlink()
+    shutil.rmtree(run / "checkpoints" / "step_0000000")
     assert main(["pretrain", "--config", config, "--variants", "tupe_r", "--verbose", "0"]) == 0
     original = study["runs"] / "pretrain" / "tupe_r"
     assert read_val_loss(run) == read_val_loss(original) == read_val_loss(record)
-    resumed = keras.saving.load_model(run / "mlm.keras", compile=False)
-    uninterrupted = keras.saving.load_model(original / "mlm.keras", compile=False)
+    resumed = keras_hub.models.MaskedLM.from_preset(str(run / "preset"))
+    uninterrupted = keras_hub.models.MaskedLM.from_preset(str(original / "preset"))
     for a, b in zip(resumed.weights, uninterrupted.weights, strict=True):
         np.testing.assert_array_equal(keras.ops.convert_to_numpy(a),
                                       keras.ops.convert_to_numpy(b), err_msg=a.path)
-    assert not (run / "checkpoints" / "step_0000000.keras").exists()
+    assert not (run / "checkpoints" / "step_0000000").exists()
     assert json.loads((record / "run_config.json").read_text())["status"] == "finished"
 
 
@@ -421,8 +419,7 @@ def test_ctrl_c_or_sigterm_during_a_run_leaves_its_record(study, tmp_path, monke
     run, record = copy["runs"] / "pretrain" / "tupe_r", _record(copy["results"], "pretrain",
                                                                 "tupe_r")
     shutil.rmtree(record)
-    for name in ("mlm.keras", "backbone.keras"):  # unfinished, logged to step 2
-        (run / name).unlink()
+    shutil.rmtree(run / "preset")  # unfinished, logged to step 2
     lines = (run / "metrics.csv").read_text().splitlines(True)
     (run / "metrics.csv").write_text("".join(line for line in lines if not line.startswith("4,")))
 
@@ -604,7 +601,7 @@ def test_length_study_numbers_for_relative_models_and_na_for_short_absolute_tabl
     # A model the record lacks must be on disk.
     jsonl.write_text("".join(line for line in jsonl.read_text().splitlines(True)
                              if '"tupe_r"' not in line))
-    with pytest.raises(study_config.StudyError, match=r"(?s)Not pre-trained yet.*tupe_r/mlm"):
+    with pytest.raises(study_config.StudyError, match=r"(?s)Not pre-trained yet.*tupe_r/preset"):
         length_study.run_study(config, "c", "r")
 
 
@@ -826,7 +823,7 @@ def test_checkpoint_variants_fine_tune_a_checkpoint_of_only_the_encoders_named(t
         ("long_seed1", "tupe_a", 16000), ("long", "tupe_a", 4800),
         ("long_seed1", "tupe_a", 4800), ("long", "bert_a", 0)])
     assert {j["init"] for j in jobs if j["step"] == 0} == {
-        "runs/study/long/bert_a/checkpoints/step_0000000.keras"}
+        "runs/study/long/bert_a/checkpoints/step_0000000"}
     assert {j["out"] for j in jobs if j["step"] == 0} == {
         str(tmp_path / "results" / "records" / "x" / "long" / "bert_a" / "step_0000000")}
     for changes, message in [

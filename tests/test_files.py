@@ -5,7 +5,7 @@ import os
 
 from keras_tupe.convert.common import sha256
 from keras_tupe.data.shards import file_sha256 as shards_file_sha256
-from keras_tupe.files import file_sha256
+from keras_tupe.files import file_sha256, tree_sha256
 
 
 def test_file_sha256_streams_large_files_and_the_old_names_agree(tmp_path):
@@ -18,3 +18,22 @@ def test_file_sha256_streams_large_files_and_the_old_names_agree(tmp_path):
     empty = tmp_path / "empty"
     empty.write_bytes(b"")
     assert file_sha256(empty) == hashlib.sha256(b"").hexdigest()
+
+
+def test_tree_sha256_fingerprints_every_file_of_a_folder(tmp_path):
+    """A file's tree digest is its sha256; a folder's covers each file's relative name and
+    bytes, so a changed byte, a renamed file or an added one changes it."""
+    (tmp_path / "preset" / "sub").mkdir(parents=True)
+    (tmp_path / "preset" / "config.json").write_bytes(b"{}")
+    (tmp_path / "preset" / "sub" / "w.h5").write_bytes(b"\x00" * 10)
+    folder = tmp_path / "preset"
+    assert tree_sha256(folder / "config.json") == hashlib.sha256(b"{}").hexdigest()
+    expected = hashlib.sha256(
+        f"config.json\0{hashlib.sha256(b'{}').hexdigest()}\n"
+        f"sub/w.h5\0{hashlib.sha256(bytes(10)).hexdigest()}\n".encode()).hexdigest()
+    assert tree_sha256(folder) == expected
+    (folder / "sub" / "w.h5").write_bytes(b"\x00" * 9 + b"\x01")
+    changed = tree_sha256(folder)
+    assert changed != expected
+    os.rename(folder / "sub" / "w.h5", folder / "sub" / "v.h5")
+    assert tree_sha256(folder) != changed
