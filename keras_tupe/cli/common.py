@@ -39,6 +39,7 @@ import contextlib
 import errno
 import functools
 import glob
+import logging
 import os
 import signal
 import sys
@@ -74,6 +75,9 @@ def quiet_tensorflow(verbose=None):
         verbose = TF_LOGS_FLAG in sys.argv[1:] or os.environ.get("KERAS_TUPE_TF_LOGS") == "1"
     if verbose:
         return
+    # grain (imported with keras-hub) warns on every start where JAX is not installed.
+    logging.getLogger("absl").addFilter(
+        lambda record: not record.getMessage().startswith("Failed to load jax profiler"))
     # 3, also over a lower level set in the environment (the Makefile's 2 let the
     # cuInit error through, which TensorFlow logs at its first device query, after import).
     if os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0") < "3":
