@@ -112,5 +112,5 @@ def test_a_second_pretrain_on_the_same_out_is_refused_and_a_stopped_one_deletes_
     assert first.wait(600) == 0, first.stderr.read()
     rows = (out / "metrics.csv").read_text().splitlines()[1:]
     assert [int(row.split(",")[0]) for row in rows] == [2, 4, 6]  # one run, no step twice
-    assert _steps_trained(out) == 6 and (out / "mlm.keras").is_file()
+    assert _steps_trained(out) == 6 and (out / "preset" / "task.weights.h5").is_file()
     assert len(list((out / "tensorboard").rglob("events.out.tfevents*"))) == 1
