@@ -21,10 +21,8 @@ keep each job's summary in `summary.json` instead.
 """
 
 import dataclasses
-import glob
 import json
 import os
-import statistics
 
 import numpy as np
 
@@ -141,11 +139,7 @@ def run_study(config, command, report_command, only_variants=None, only_checkpoi
 
 def cost(config, jobs):
     """What fine-tuning `jobs` costs: the runs left (with a selection seed, at least: the
-    grid may widen at an edge), the training steps, and the time, per task at the median
-    seconds a step of this study's recorded runs of it, else at pre-training's median
-    seconds a step of the same encoder size and batch x `seq_len` (an upper bound: each
-    fine-tuning batch is padded only to its longest example)."""
-    from experiments.pretrain_study import recorded_step_seconds
+    grid may widen at an edge) and their training steps."""
     from keras_tupe.data import glue
     from keras_tupe.finetuning import FinetuneConfig, paper_epochs
 
@@ -159,41 +153,19 @@ def cost(config, jobs):
     line = (f"{study} {len(jobs)} checkpoint(s) to fine-tune: {sum(left.values()):,} runs"
             + (" at least" if config.get("selection_seed") is not None else ""))
     if is_squad(config):
-        return line + " (SQuAD: steps depend on the features; no time estimate)."
-    recorded = [row for path in glob.glob(os.path.join(records.record_dir(config), "**",
-                                                       "results.jsonl"), recursive=True)
-                for row in records.read_jsonl(path) if "wall_seconds" in row]
-    pretrain = study_config.related_configs(config, "pretrain_configs")[0]
+        return line + " (SQuAD: steps depend on the features)."
     settings = {f.name: f.default for f in dataclasses.fields(FinetuneConfig)}
     settings.update(config["settings"])
-    fallback = recorded_step_seconds(pretrain["results_dir"], pretrain["size"],
-                                     (settings["batch_size"], settings["seq_len"]))
-    total_steps, total_seconds, parts = 0, 0.0, []
+    parts = []
     for task in config["tasks"]:
         task_settings = {**settings, **config.get("task_settings", {}).get(task, {})}
         examples = len(glue.load_glue(task, "train", config.get("data_dir")).labels)
         examples = min(examples, task_settings["max_train_examples"] or examples)
         steps = ((task_settings["epochs"] or paper_epochs(task))
                  * -(-examples // task_settings["batch_size"]))
-        measured = [row["wall_seconds"] / (row["epochs"] * -(-row["train_examples"]
-                                                             // task_settings["batch_size"]))
-                    for row in recorded if row["task"] == task]
-        per_step = statistics.median(measured or fallback) if (measured or fallback) else None
-        total_steps += left[task] * steps
-        if per_step is not None:
-            total_seconds += left[task] * steps * per_step
-            parts.append(f"{task} {left[task]} x {steps:,} steps at {per_step:.2f} s "
-                         + (f"(median of {len(measured)} recorded runs, evaluation included)"
-                            if measured else "(pre-training's)"))
-    line += f", {total_steps:,} training steps"
-    if fallback or recorded:
-        line += f", about {records.format_seconds(total_seconds)}: " + "; ".join(parts)
-        if len(parts) > sum("recorded" in part for part in parts):
-            line += (f". Pre-training's: the median of {len(fallback)} recorded "
-                     f"{pretrain['size']} runs of {settings['batch_size']} x "
-                     f"{settings['seq_len']} tokens, an upper bound (fine-tuning pads each "
-                     "batch only to its longest example)")
-    return line + "."
+        parts.append((task, left[task], steps))
+    return (line + f", {sum(n * steps for _, n, steps in parts):,} training steps: "
+            + "; ".join(f"{task} {n} x {steps:,} steps" for task, n, steps in parts) + ".")
 
 
 def _runs_left(config, rows, task):

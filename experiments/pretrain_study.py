@@ -12,10 +12,8 @@ finished run is skipped, its record is written to `<results_dir>/records/<study>
 identically, and writes the study's pages.
 """
 
-import glob
 import os
 import shutil
-import statistics
 
 from experiments import config as study_config
 from experiments import records
@@ -103,38 +101,7 @@ def _status(config, variant, step):
 
 
 def cost(config, selected, until_step=None):
-    """What the selected runs cost at most: their steps, and the time at the median seconds
-    a step of the committed records of runs of the same size and tokens a step."""
-    settings = config["settings"]
-    steps = until_step or settings["steps"]
-    shape = (settings["batch_size"], settings["seq_len"])
-    per_step = recorded_step_seconds(config["results_dir"], config["size"], shape)
-    line = (f"[{config['study']}] {len(selected)} run(s) x {steps:,} steps = "
+    """What the selected runs cost at most, in steps (times: the records' `wall_seconds`)."""
+    steps = until_step or config["settings"]["steps"]
+    return (f"[{config['study']}] {len(selected)} run(s) x {steps:,} steps = "
             f"{len(selected) * steps:,} steps at most")
-    if per_step:
-        median = statistics.median(per_step)
-        line += (f", about {records.format_seconds(median * steps * len(selected))} at "
-                 f"{median:.2f} s a step (the median of {len(per_step)} recorded "
-                 f"{config['size']} runs of {shape[0]} x {shape[1]} tokens)")
-    return line
-
-
-def recorded_step_seconds(results_dir, size, shape):
-    """The seconds a step of every committed pre-training record of a `size` preset at
-    `shape` (batch, tokens), its whole wall time over its steps, of runs on machines with as
-    many cores as this one (`versions()["machine"]`: "x86_64, 2 cores, ..."), so that the
-    GPU machine's runs do not time a CPU's."""
-    per_step, here = [], _cores(records.machine())
-    for path in glob.glob(os.path.join(results_dir, "records", "*", "*", RECORD)):
-        record = records.read_json(path)
-        run = record["config"]
-        if (record["last_step"] and run["preset"].endswith(f"_{size}")
-                and (run["batch_size"], run["seq_len"]) == tuple(shape)
-                and _cores(record.get("versions") or {}) == here):
-            per_step.append(record["wall_seconds"] / record["last_step"])
-    return per_step
-
-
-def _cores(versions):
-    """"x86_64, 2 cores" of a versions record's machine ("x86_64, 2 cores, Linux-...")."""
-    return ", ".join((versions.get("machine") or "").split(", ")[:2])

@@ -169,13 +169,8 @@ def test_a_finished_run_is_skipped_and_a_recorded_one_without_its_folder_too(stu
                      r"run folder is not here: skipped", out)
     assert not (copy["runs"] / "pretrain" / "tupe_r").exists()
     assert mlm.stat().st_mtime_ns == before
-    # The cost line, at the committed records' seconds a step (3 tiny runs of 8 x 32 tokens).
-    walls = [json.loads(path.read_text())["wall_seconds"] / 4
-             for path in (copy["results"] / "records").glob("*/*/run_config.json")]
-    assert (f"[pretrain] 2 run(s) x 4 steps = 8 steps at most, about "
-            f"{records.format_seconds(np.median(walls) * 8)} at {np.median(walls):.2f} s a step "
-            "(the median of 3 recorded tiny runs of 8 x 32 tokens)") in out
-
+    # The cost line: the runs and their steps.
+    assert "[pretrain] 2 run(s) x 4 steps = 8 steps at most" in out
 
 def test_record_only_records_runs_trained_elsewhere_and_trains_nothing(study, tmp_path, capsys):
     # A run brought back from another machine (a GPU stage, experiments/stage.py) with its log and
@@ -198,24 +193,6 @@ def test_record_only_records_runs_trained_elsewhere_and_trains_nothing(study, tm
     assert record["status"] != original["status"] == "finished"
     assert record["backbone_config"] == original["backbone_config"] is not None
     assert record["last_step"] == 4
-
-
-def test_the_cost_times_a_step_with_records_of_machines_like_this_one(study, tmp_path):
-    copy = _copy_study(study, tmp_path / "copy")
-    before = pretrain_study.recorded_step_seconds(str(copy["results"]), "tiny", (8, 32))
-    # The same record again as a 16-core GPU machine's run (a GPU stage, experiments/stage.py)
-    source = _record(copy["results"], "pretrain", "bert_a") / "run_config.json"
-    record = json.loads(source.read_text())
-    record["versions"]["machine"] = "x86_64, 16 cores, Linux-6.18.44-fc-gpu-x86_64"
-    record["wall_seconds"] = 0.001
-    gpu = _record(copy["results"], "gpu", "bert_a")
-    gpu.mkdir(parents=True)
-    (gpu / "run_config.json").write_text(json.dumps(record))
-    assert pretrain_study.recorded_step_seconds(str(copy["results"]), "tiny", (8, 32)) == before
-    record["versions"]["machine"] = records.machine()["machine"]  # this machine's: counted
-    (gpu / "run_config.json").write_text(json.dumps(record))
-    assert sorted(pretrain_study.recorded_step_seconds(str(copy["results"]), "tiny",
-                                                       (8, 32))) == sorted(before + [0.001 / 4])
 
 
 def test_the_full_report_passes_over_a_finetuning_study_that_has_only_pinned_its_settings(
@@ -708,15 +685,10 @@ def test_a_selection_study_reports_the_chosen_rate_its_cost_and_the_ceiling(stud
         records.append_jsonl(str(job / "results.jsonl"), row)
 
     # The cost before any run: per job, 2 rates with seed 0 and 2 more seeds = 4 runs at
-    # least, each 1 epoch of 16 examples in batches of 8 = 2 steps, at pre-training's
-    # median seconds a step (the fixture's records: batch 8 x 32 tokens, as fine-tuning).
-    per_step = sorted(
-        r["wall_seconds"] / r["last_step"] for r in (
-            json.loads(f.read_text()) for f in copy["results"].glob("records/*/*/run_config.json")))
-    line = finetune_study.cost(config, finetune_study.plan(config))
-    assert line.startswith("[chosen] 1 checkpoint(s) to fine-tune: 4 runs at least, 8 training "
-                           "steps, about "), line
-    assert f"mrpc 4 x 2 steps at {np.median(per_step):.2f} s (pre-training's)" in line
+    # least, each 1 epoch of 16 examples in batches of 8 = 2 steps.
+    assert finetune_study.cost(config, finetune_study.plan(config)) == (
+        "[chosen] 1 checkpoint(s) to fine-tune: 4 runs at least, 8 training steps: "
+        "mrpc 4 x 2 steps.")
     add(1e-4, 0, 0.70, 0.80, wall_seconds=10.0, epochs=1, train_examples=16)
     add(3e-4, 0, 0.75, 0.82)
     # Seed 0 is best at the grid's top: 1e-3 is tried next, so the choice is not final.
@@ -724,10 +696,9 @@ def test_a_selection_study_reports_the_chosen_rate_its_cost_and_the_ceiling(stud
     table = (copy["results"] / "chosen_table.md").read_text()
     assert "| pretrain/bert_a | 4 | 75.00* | 82.00* | – | 2/4 |" in table
     assert "chosen with seed 0 alone among [0.0001, 0.0003] (widened by the nearest" in table
-    # The recorded run times the rest: 10 s over its 2 steps; 1 + 2 runs left.
-    assert ("3 runs at least, 6 training steps, about 30 s: mrpc 3 x 2 steps at 5.00 s "
-            "(median of 1 recorded runs, evaluation included).") in finetune_study.cost(
-                config, finetune_study.plan(config))
+    # 1 + 2 runs left.
+    assert finetune_study.cost(config, finetune_study.plan(config)).endswith(
+        "3 runs at least, 6 training steps: mrpc 3 x 2 steps.")
     add(1e-3, 0, 0.72, 0.81)
     add(3e-4, 1, 0.65, 0.79)
     add(3e-4, 2, 0.80, 0.84)
