@@ -16,6 +16,8 @@ preset folder (`keras_hub.models.Backbone.from_preset`, `MaskedLM.from_preset`,
 `<out>.partial` and renamed, and an `out` that holds anything is refused.
 """
 
+import importlib
+
 from keras_tupe.convert.common import ConversionError
 
 KINDS = ("huggingface", "fairseq")
@@ -26,27 +28,21 @@ def convert(kind, source, out, **kwargs):
 
     Holds `out`'s lock (`keras_tupe.output_lock`) meanwhile: one writer per folder.
     """
-    if kind == "huggingface":
-        return convert_huggingface(source, out, **kwargs)
-    if kind == "fairseq":
-        return convert_fairseq(source, out, **kwargs)
-    raise ConversionError(f"Unknown checkpoint kind {kind!r}. Valid kinds: {list(KINDS)}")
+    if kind not in KINDS:
+        raise ConversionError(f"Unknown checkpoint kind {kind!r}. Valid kinds: {list(KINDS)}")
+    from keras_tupe.output_lock import output_lock
+
+    function = getattr(importlib.import_module(f"keras_tupe.convert.{kind}"), f"convert_{kind}")
+    with output_lock(out, command=f"convert_{kind}({source!r})", flag="`out=`"):
+        return function(source, out, **kwargs)
 
 
 def convert_huggingface(source, out, **kwargs):
-    from keras_tupe.convert.huggingface import convert_huggingface as _convert
-    from keras_tupe.output_lock import output_lock
-
-    with output_lock(out, command=f"convert_huggingface({source!r})", flag="`out=`"):
-        return _convert(source, out, **kwargs)
+    return convert("huggingface", source, out, **kwargs)
 
 
 def convert_fairseq(source, out, **kwargs):
-    from keras_tupe.convert.fairseq import convert_fairseq as _convert
-    from keras_tupe.output_lock import output_lock
-
-    with output_lock(out, command=f"convert_fairseq({source!r})", flag="`out=`"):
-        return _convert(source, out, **kwargs)
+    return convert("fairseq", source, out, **kwargs)
 
 
 __all__ = ["KINDS", "ConversionError", "convert", "convert_fairseq", "convert_huggingface"]

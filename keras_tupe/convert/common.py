@@ -1,4 +1,4 @@
-"""What every converter shares: its error, reading inputs, writing the preset folder."""
+"""What every converter shares: its error, reading inputs, mapping tensors, writing the preset."""
 
 import os
 
@@ -23,11 +23,8 @@ def require_file(folder, names, what):
 
 
 def refuse_existing_output(out):
-    """`out` must not exist, or be an empty folder: checked before a checkpoint is read.
-
-    The one writer's rule (`preset_folders.refuse_existing_folder`), as a
-    `ConversionError`.
-    """
+    """The one writer's rule (`preset_folders.refuse_existing_folder`) as a `ConversionError`:
+    `out` must not exist, or be an empty folder; checked before a checkpoint is read."""
     from keras_tupe.models.preset_folders import refuse_existing_folder
 
     refuse_existing_folder(out, ConversionError)
@@ -42,6 +39,58 @@ def file_records(files):
         role: {"path": os.path.abspath(path), "sha256": file_sha256(path)}
         for role, path in files.items()
     }
+
+
+class StateDict:
+    """A checkpoint's tensors, taken one by one so that leftovers can be refused.
+
+    `missing` and `leftover` end the messages for a tensor the model needs but the file
+    lacks, and for tensors nothing took.
+    """
+
+    def __init__(self, tensors, path, missing, leftover):
+        self.tensors, self.path = dict(tensors), path
+        self.missing, self.leftover = missing, leftover
+
+    def pop(self, name):
+        if name not in self.tensors:
+            raise ConversionError(f"{self.path}: no tensor {name!r}; {self.missing}")
+        return np.asarray(self.tensors.pop(name))
+
+    def discard(self, name):
+        self.tensors.pop(name, None)
+
+    def dense(self, ours, theirs):
+        # torch.nn.Linear stores (out, in); Keras kernels are (in, out).
+        return {f"{ours}/kernel": self.pop(f"{theirs}.weight").T,
+                f"{ours}/bias": self.pop(f"{theirs}.bias")}
+
+    def layer_norm(self, ours, theirs):
+        return {f"{ours}/gamma": self.pop(f"{theirs}.weight"),
+                f"{ours}/beta": self.pop(f"{theirs}.bias")}
+
+    def check_all_used(self):
+        if self.tensors:
+            raise ConversionError(f"{self.path}: {self.leftover}: {sorted(self.tensors)}")
+
+
+def heads_dense(ours, weight, bias, num_heads):
+    """A torch `(out, in)` projection as an `EinsumDense` "btd,dnh" one: kernel (d, h, d_h),
+    bias (h, d_h); the heads are contiguous blocks of d_h output rows."""
+    return {f"{ours}/kernel": weight.T.reshape(weight.shape[1], num_heads, -1),
+            f"{ours}/bias": bias.reshape(num_heads, -1)}
+
+
+def attention_values(ours, query, key, value, output, num_heads):
+    """A self-attention's weights from torch's `(weight, bias)` pairs of its q, k, v and
+    output projections."""
+    values = {}
+    for name, (weight, bias) in zip(("query", "key", "value"), (query, key, value)):
+        values.update(heads_dense(f"{ours}/{name}", weight, bias, num_heads))
+    weight, bias = output
+    values[f"{ours}/attention_output/kernel"] = weight.T.reshape(num_heads, -1, len(weight))
+    values[f"{ours}/attention_output/bias"] = bias  # kernel (h, d_h, d) above
+    return values
 
 
 def assign_weights(values, target, what):
@@ -74,12 +123,9 @@ def assign_weights(values, target, what):
 
 def write_preset(out, model, conversion, preprocessor=None):
     """Writes `model` (a backbone or a task; `preprocessor` beside a backbone) to the
-    preset folder `out`.
-
-    `keras_tupe.models.preset_folders.write_preset_folder`, the one preset writer:
-    staged in `<out>.partial` and renamed, so nothing is left at `out` when a step
-    fails, and a folder that holds files is refused. `conversion` (source, kind, files
-    with their sha256, ...) is recorded in `metadata.json` under `keras_tupe_conversion`.
+    preset folder `out` with `write_preset_folder`, the one preset writer (staged and
+    renamed; a folder that holds files is refused). `conversion` (source, kind, files
+    with their sha256, ...) goes into `metadata.json` under `keras_tupe_conversion`.
     """
     from keras_tupe.models.preset_folders import write_preset_folder
 

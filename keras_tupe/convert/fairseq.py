@@ -1,30 +1,18 @@
 """The TUPE authors' fairseq checkpoints (TUPE-R, TUPE-A) → a keras_tupe masked-LM preset.
 
-The authors' code (github.com/guolinke/TUPE at 4c64ff7) is a fairseq fork;
-its trainer writes `checkpoint*.pt`, a `torch.save` dict of `args` (an
-`argparse.Namespace`), `model` (the state dict, float16 with `--fp16`) and
-training state. `torch_files.load_torch_file` reads it without PyTorch or
-fairseq. The model becomes a `TupeMaskedLM` whose backbone uses the fields
-that reproduce the fork exactly (`keras_tupe.models.presets`:
-`tupe_r_fairseq_*`, `tupe_a_fairseq_*`):
+The fork (github.com/guolinke/TUPE at 4c64ff7) writes `checkpoint*.pt`, a `torch.save` dict
+of `args` (an `argparse.Namespace`), `model` (the state dict, float16 with `--fp16`) and
+training state; `torch_files.load_torch_file` reads it without PyTorch or fairseq. The model
+becomes a `TupeMaskedLM` with the fields that reproduce the fork (`tupe_*_fairseq_*` presets,
+docs/converting-checkpoints.md): `cls_reset_style="fairseq"` ([CLS] terms from rows 0 and 1
+of the `max_positions + 1`-row position table and, for TUPE-R, buckets 16 and 32 of the
+33-row relative table), `mask_padding_embeddings=True`, `num_segments=0`,
+`absolute_position="none"`, LayerNorm epsilon 1e-5; q/k/v split from the fused
+`in_proj_weight` (rows `[q; k; v]`); the tied LM head as keras-hub's `MaskedLMHead`.
 
-- `cls_reset_style="fairseq"`: [CLS] terms from rows 0 and 1 of the position
-  table (`pos`, `max_positions + 1` rows) and, for TUPE-R, buckets 16 and 32
-  of the relative table (33 rows);
-- `mask_padding_embeddings=True`, `num_segments=0`,
-  `absolute_position="none"`, `layer_norm_epsilon=1e-5`;
-- q/k/v split from the fused `in_proj_weight` (rows `[q; k; v]`), torch's
-  `(out, in)` kernels transposed, heads as contiguous chunks of `d_h`;
-- the tied LM head (`lm_head.weight` is `embed_tokens.weight`) as keras-hub's
-  `MaskedLMHead`: gelu(dense) → LayerNorm → embeddings^T + bias.
-
-Token ids are the fork's dictionary's: 7 specials (`<s>`=0 plays [CLS], `<pad>`=1,
-`</s>`=2, `<unk>`=3, `<file>`, `<email>`, `<url>`), the words of `dict.txt`
-from 7, and `<mask>` last. The model takes `padding_mask = token_ids != 1`.
-
-    from keras_tupe.convert.fairseq import convert_fairseq
-    convert_fairseq("checkpoints/checkpoint_best.pt", "tupe_r_preset")
-    keras_hub.models.MaskedLM.from_preset("tupe_r_preset")
+Token ids are the fork's dictionary's: 7 specials (`<s>`=0 plays [CLS], `<pad>`=1, `</s>`=2,
+`<unk>`=3, `<file>`, `<email>`, `<url>`), the words of `dict.txt` from 7, and `<mask>` last.
+The model takes `padding_mask = token_ids != 1`.
 """
 
 import argparse
@@ -36,9 +24,12 @@ import numpy as np
 
 from keras_tupe.convert.common import (
     ConversionError,
+    StateDict,
     assign_weights,
-    refuse_existing_output,
+    attention_values,
     file_records,
+    heads_dense,
+    refuse_existing_output,
     require_file,
     write_preset,
 )
@@ -54,11 +45,11 @@ PAD_ID = SPECIAL_SYMBOLS.index("<pad>")
 CHECKPOINT_NAMES = ("model.pt", "checkpoint_best.pt", "checkpoint_last.pt")
 DICTIONARY_NAME = "dict.txt"
 # The fork's architectures (fairseq/models/bert/model.py) and their defaults.
+_BASE = dict(encoder_layers=12, encoder_embed_dim=768, encoder_ffn_embed_dim=3072,
+             encoder_attention_heads=12)
 ARCHITECTURES = {
-    "bert": dict(encoder_layers=12, encoder_embed_dim=768, encoder_ffn_embed_dim=3072,
-                 encoder_attention_heads=12),
-    "bert_base": dict(encoder_layers=12, encoder_embed_dim=768, encoder_ffn_embed_dim=3072,
-                      encoder_attention_heads=12),
+    "bert": _BASE,
+    "bert_base": _BASE,
     "bert_large": dict(encoder_layers=24, encoder_embed_dim=1024, encoder_ffn_embed_dim=4096,
                        encoder_attention_heads=16),
 }
@@ -217,93 +208,65 @@ def _backbone_config(used, vocabulary_size):
 
 def _weights(state, used, path):
     """{keras weight path: float32 array} of a `TupeMaskedLM`, from the fork's state dict."""
-    state = {key: np.asarray(value, "float32") for key, value in state.items()
-             if not key.startswith("classification_heads.")}
-    taken = set()
-
-    def get(key):
-        if key not in state:
-            raise ConversionError(f"{path}: the state dict has no {key!r}.")
-        taken.add(key)
-        return state[key]
-
-    d = used["encoder_embed_dim"]
-    h = used["encoder_attention_heads"]
-    d_h = d // h
-
-    def heads_in(weight, bias):
-        # torch (out, in) → EinsumDense "btd,dnh" kernel (d, h, d_h); heads are
-        # contiguous chunks of d_h output rows.
-        return weight.T.reshape(d, h, d_h), bias.reshape(h, d_h)
-
-    embeddings = get(ENCODER + "embed_tokens.weight")
-    lm_weight = get(HEAD + "weight")
-    if not np.array_equal(lm_weight, embeddings):
+    tensors = StateDict(
+        {key: np.asarray(value, "float32") for key, value in state.items()
+         if not key.startswith("classification_heads.")}, path,
+        missing="the TUPE fork's BERT has one.",
+        leftover="state-dict tensors this converter does not know (not the TUPE fork's BERT, "
+                 "or options it cannot reproduce)")
+    d, h = used["encoder_embed_dim"], used["encoder_attention_heads"]
+    embeddings = tensors.pop(ENCODER + "embed_tokens.weight")
+    if not np.array_equal(tensors.pop(HEAD + "weight"), embeddings):
         raise ConversionError(
             f"{path}: decoder.lm_head.weight differs from embed_tokens.weight; the fork ties "
             "them and keras_tupe's masked-LM head reuses the word embeddings."
         )
-    positions = get(ENCODER + "pos.weight")
+    positions = tensors.pop(ENCODER + "pos.weight")
     if positions.shape[0] != used["max_positions"] + 1:
         raise ConversionError(
             f"{path}: pos.weight has {positions.shape[0]} rows; the fork's table has "
             f"max_positions + 1 = {used['max_positions'] + 1}."
         )
+    correlation = "untied_positional_correlation/"
     values = {
         "token_embedding/embeddings": embeddings,
-        "embeddings_layer_norm/gamma": get(ENCODER + "emb_layer_norm.weight"),
-        "embeddings_layer_norm/beta": get(ENCODER + "emb_layer_norm.bias"),
-        "untied_positional_correlation/position_embeddings": positions,
-        "untied_positional_correlation/position_layer_norm/gamma": get(ENCODER + "pos_ln.weight"),
-        "untied_positional_correlation/position_layer_norm/beta": get(ENCODER + "pos_ln.bias"),
+        **tensors.layer_norm("embeddings_layer_norm", ENCODER + "emb_layer_norm"),
+        correlation + "position_embeddings": positions,
+        **tensors.layer_norm(correlation + "position_layer_norm", ENCODER + "pos_ln"),
     }
     for ours, theirs in (("query", "pos_q_linear"), ("key", "pos_k_linear")):
-        kernel, bias = heads_in(get(f"{ENCODER}{theirs}.weight"), get(f"{ENCODER}{theirs}.bias"))
-        values[f"untied_positional_correlation/{ours}_projection/kernel"] = kernel
-        values[f"untied_positional_correlation/{ours}_projection/bias"] = bias
+        values.update(heads_dense(f"{correlation}{ours}_projection",
+                                  tensors.pop(f"{ENCODER}{theirs}.weight"),
+                                  tensors.pop(f"{ENCODER}{theirs}.bias"), h))
     if used["rel_pos"]:
-        values["relative_bucket_bias/relative_attention_bias"] = get(
-            ENCODER + "relative_attention_bias.weight"
-        )
+        values["relative_bucket_bias/relative_attention_bias"] = tensors.pop(
+            ENCODER + "relative_attention_bias.weight")
     for i in range(used["encoder_layers"]):
-        theirs = f"{ENCODER}layers.{i}."
-        ours = f"transformer_layer_{i}/"
-        in_weight = get(theirs + "self_attn.in_proj_weight")  # (3d, d), rows [q; k; v]
-        in_bias = get(theirs + "self_attn.in_proj_bias")
+        theirs, ours = f"{ENCODER}layers.{i}.", f"transformer_layer_{i}/"
+        in_weight = tensors.pop(theirs + "self_attn.in_proj_weight")  # (3d, d), rows [q; k; v]
+        in_bias = tensors.pop(theirs + "self_attn.in_proj_bias")
         if in_weight.shape != (3 * d, d):
             raise ConversionError(
                 f"{path}: {theirs}self_attn.in_proj_weight has shape {in_weight.shape}; "
                 f"expected (3 * {d}, {d})."
             )
-        for part, name in enumerate(("query", "key", "value")):
-            rows = slice(part * d, (part + 1) * d)
-            kernel, bias = heads_in(in_weight[rows], in_bias[rows])
-            values[f"{ours}self_attention/{name}/kernel"] = kernel
-            values[f"{ours}self_attention/{name}/bias"] = bias
-        out_weight = get(theirs + "self_attn.out_proj.weight")  # (d, d) torch (out, in)
-        values[f"{ours}self_attention/attention_output/kernel"] = out_weight.T.reshape(h, d_h, d)
-        values[f"{ours}self_attention/attention_output/bias"] = get(
-            theirs + "self_attn.out_proj.bias")
-        for ours_norm, theirs_norm in (("attention_layer_norm", "self_attn_layer_norm"),
-                                       ("output_layer_norm", "final_layer_norm")):
-            values[f"{ours}{ours_norm}/gamma"] = get(f"{theirs}{theirs_norm}.weight")
-            values[f"{ours}{ours_norm}/beta"] = get(f"{theirs}{theirs_norm}.bias")
-        for ours_dense, theirs_dense in (("intermediate_dense", "fc1"), ("output_dense", "fc2")):
-            values[f"{ours}{ours_dense}/kernel"] = get(f"{theirs}{theirs_dense}.weight").T
-            values[f"{ours}{ours_dense}/bias"] = get(f"{theirs}{theirs_dense}.bias")
+        query, key, value = ((in_weight[rows], in_bias[rows])
+                             for rows in (slice(0, d), slice(d, 2 * d), slice(2 * d, 3 * d)))
+        output = (tensors.pop(theirs + "self_attn.out_proj.weight"),
+                  tensors.pop(theirs + "self_attn.out_proj.bias"))
+        values.update({
+            **attention_values(ours + "self_attention", query, key, value, output, h),
+            **tensors.layer_norm(ours + "attention_layer_norm", theirs + "self_attn_layer_norm"),
+            **tensors.layer_norm(ours + "output_layer_norm", theirs + "final_layer_norm"),
+            **tensors.dense(ours + "intermediate_dense", theirs + "fc1"),
+            **tensors.dense(ours + "output_dense", theirs + "fc2"),
+        })
     values.update({
-        "mlm_head/intermediate_dense/kernel": get(HEAD + "dense.weight").T,
-        "mlm_head/intermediate_dense/bias": get(HEAD + "dense.bias"),
-        "mlm_head/intermediate_layer_norm/gamma": get(HEAD + "layer_norm.weight"),
-        "mlm_head/intermediate_layer_norm/beta": get(HEAD + "layer_norm.bias"),
-        "mlm_head/output_bias": get(HEAD + "bias"),
+        **tensors.dense("mlm_head/intermediate_dense", HEAD + "dense"),
+        **tensors.layer_norm("mlm_head/intermediate_layer_norm", HEAD + "layer_norm"),
+        "mlm_head/output_bias": tensors.pop(HEAD + "bias"),
     })
-    left = sorted(set(state) - taken)
-    if left:
-        raise ConversionError(
-            f"{path}: state-dict tensors this converter does not know (not the TUPE fork's "
-            f"BERT, or options it cannot reproduce): {left}"
-        )
+    tensors.check_all_used()
     return values
 
 

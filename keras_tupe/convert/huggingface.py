@@ -1,21 +1,15 @@
 """Hugging Face BERT folders (`BertModel`, `BertForMaskedLM`) to keras_tupe preset folders.
 
-A folder written by transformers' `save_pretrained` (`config.json`,
-`model.safetensors` and/or `pytorch_model.bin`, `vocab.txt`, optionally
-`tokenizer_config.json`) becomes a keras-hub preset folder of a `TupeBackbone`:
+A folder written by transformers' `save_pretrained` (`config.json`, `model.safetensors`
+and/or `pytorch_model.bin`, `vocab.txt`, optionally `tokenizer_config.json`) becomes a
+keras-hub preset folder of a `TupeBackbone`. `position_embedding_type="absolute"` (BERT) is
+the `bert_a` variant; `"relative_key"` (Shaw et al.) is `shaw`, `"relative_key_query"`
+(Huang et al., method 4) is `huang_m4`, neither adding the absolute table such a checkpoint
+still stores.
 
-- `position_embedding_type="absolute"` (BERT) is the `bert_a` variant;
-- `"relative_key"` (Shaw et al.) is `shaw`, `"relative_key_query"` (Huang et
-  al., method 4) is `huang_m4`; neither adds the absolute table, which such a
-  checkpoint still stores.
-
-transformers 4.x indexes `distance_embedding` (2M - 1 rows, one table a layer,
-shared by the heads) by `i - j + M - 1`, query minus key, with `M` =
-`max_position_embeddings`; keras_tupe's tables hold distance `r = j - i` at row
-`r + k`. With `k = M - 1` the two tables are each other reversed, row for row.
-
-Neither PyTorch nor transformers is needed: safetensors files are read with
-`safetensors.numpy`, `pytorch_model.bin` with `keras_tupe.convert.torch_files`.
+transformers 4.x indexes `distance_embedding` (2M - 1 rows, one table a layer, shared by
+the heads) by `i - j + M - 1`, with `M` = `max_position_embeddings`; keras_tupe's tables
+hold distance `r = j - i` at row `r + k`. With `k = M - 1` the two are each other reversed.
 """
 
 import json
@@ -25,9 +19,11 @@ import numpy as np
 
 from keras_tupe.convert.common import (
     ConversionError,
+    StateDict,
     assign_weights,
-    refuse_existing_output,
+    attention_values,
     file_records,
+    refuse_existing_output,
     require_file,
     write_preset,
 )
@@ -97,32 +93,7 @@ def convert_huggingface(source, out, weights="auto", dropout=None):
     """
     out = os.fspath(out).rstrip("/")
     refuse_existing_output(out)
-    checked = read_source(os.fspath(source), weights, dropout)
-    model, preprocessor, contents = build_model(checked)
-    assign_weights(checked["values"], model, checked["weights_path"])
-    conversion = {
-        "kind": "huggingface",
-        "source": os.path.abspath(source),
-        "architectures": checked["config"].get("architectures"),
-        "position_embedding_type": checked["position_embedding_type"],
-        "variant": checked["variant"],
-        "contents": contents,
-        "files": file_records(checked["files"]),
-        "notes": checked["notes"],
-    }
-    return write_preset(out, model, conversion, preprocessor=preprocessor)
-
-
-def read_source(source, weights="auto", dropout=None):
-    """Reads and checks everything of a Hugging Face folder; builds nothing.
-
-    Returns a dict: `config`, `position_embedding_type`, `variant`,
-    `backbone_config`, `vocabulary`, `tokenizer_args`, `values` (backbone
-    weights by path, without the pooler when the checkpoint has none),
-    `head` (masked-LM head weights or None), `weights_path`, `files` (the
-    files read, by role) and `notes`. Raises `ConversionError` on anything it cannot
-    convert.
-    """
+    source = os.fspath(source)
     if not os.path.isdir(source):
         raise ConversionError(f"{source}: not a folder; pass a Hugging Face model folder.")
     config_path = require_file(source, ["config.json"], "model configuration")
@@ -137,8 +108,7 @@ def read_source(source, weights="auto", dropout=None):
         tokenizer_config = _read_json(tokenizer_config_path)
         files["tokenizer_config"] = tokenizer_config_path
     tokenizer_args, tokenizer_notes = tokenizer_settings(tokenizer_config)
-    weights_path = weights_file(source, weights)
-    files["weights"] = weights_path
+    weights_path = files["weights"] = weights_file(source, weights)
     values, head, checkpoint_notes = checkpoint_values(
         read_tensors(weights_path), weights_path, config
     )
@@ -152,29 +122,29 @@ def read_source(source, weights="auto", dropout=None):
             "hidden_act 'gelu', 'relu', 'silu', 'tanh'; a BertModel folder (no head) may "
             "use the tanh GELU."
         )
-    return dict(
-        config=config,
-        position_embedding_type=config.get("position_embedding_type") or "absolute",
-        variant=variant,
-        backbone_config=backbone_config,
-        vocabulary=vocabulary,
-        tokenizer_args=tokenizer_args,
-        values=values,
-        head=head,
-        weights_path=weights_path,
-        files=files,
-        notes=notes + tokenizer_notes + checkpoint_notes,
-    )
+    model, preprocessor, contents = build_model(
+        backbone_config, vocabulary, tokenizer_args, values, head)
+    assign_weights(values, model, weights_path)
+    conversion = {
+        "kind": "huggingface",
+        "source": os.path.abspath(source),
+        "architectures": config.get("architectures"),
+        "position_embedding_type": config.get("position_embedding_type") or "absolute",
+        "variant": variant,
+        "contents": contents,
+        "files": file_records(files),
+        "notes": notes + tokenizer_notes + checkpoint_notes,
+    }
+    return write_preset(out, model, conversion, preprocessor=preprocessor)
 
 
-def build_model(checked):
-    """`(model, preprocessor, description)`: what `write_preset` saves for a `read_source`
-    result.
+def build_model(backbone_config, vocabulary, tokenizer_args, values, head):
+    """`(model, preprocessor, description)` for `write_preset`.
 
-    With a head, a `TupeMaskedLM` holding its preprocessor (and None); without, the
-    backbone and a text-classifier preprocessor saved beside it (keras-hub's loaders
-    take the two files as a task preset without `task.json`). `checked["values"]` gains the head's
-    weights and, where the checkpoint has no pooler, the fresh pooler's.
+    With a `head`, a `TupeMaskedLM` holding its preprocessor (and None); without, the
+    backbone and a text-classifier preprocessor saved beside it (keras-hub's loaders take
+    the two files as a task preset without `task.json`). `values` gains the head's weights
+    and, where the checkpoint has no pooler, the fresh pooler's.
     """
     from keras_tupe.models import (
         TupeBackbone,
@@ -184,20 +154,19 @@ def build_model(checked):
         TupeTokenizer,
     )
 
-    tokenizer = TupeTokenizer(vocabulary=checked["vocabulary"], **checked["tokenizer_args"])
-    backbone = TupeBackbone(**checked["backbone_config"])
-    values = checked["values"]
+    tokenizer = TupeTokenizer(vocabulary=vocabulary, **tokenizer_args)
+    backbone = TupeBackbone(**backbone_config)
     if "pooled_dense/kernel" not in values:
         values.update({weight.path: weight.numpy() for weight in backbone.pooled_dense.weights})
     sequence_length = min(MAX_PREPROCESSOR_LENGTH, backbone.max_sequence_length)
-    if checked["head"] is None:
+    if head is None:
         return backbone, TupeTextClassifierPreprocessor(tokenizer, sequence_length), (
             "TupeBackbone with its pooler, tokenizer, "
             f"TupeTextClassifierPreprocessor(sequence_length={sequence_length}); no "
             "masked-LM head (the checkpoint has none: MaskedLM.from_preset would give a "
             "freshly initialized one)"
         )
-    values.update(checked["head"])
+    values.update(head)
     model = TupeMaskedLM(
         backbone, preprocessor=TupeMaskedLMPreprocessor(tokenizer, sequence_length)
     )
@@ -389,25 +358,23 @@ def checkpoint_values(tensors, path, config):
     """
     tensors = {_modern_name(name): value for name, value in tensors.items()}
     prefix = "bert." if any(name.startswith("bert.") for name in tensors) else ""
-    checkpoint = _Checkpoint(tensors, path)
+    checkpoint = StateDict(
+        tensors, path,
+        missing="a BertModel / BertForMaskedLM checkpoint of the config.json beside it has one.",
+        leftover="tensors that a BertModel / BertForMaskedLM / BertForPreTraining checkpoint "
+                 "does not hold (task heads other than the masked LM, e.g. classifiers or QA, "
+                 "are not converted; convert the base model's folder)")
     position_type = config.get("position_embedding_type") or "absolute"
-    num_heads = config["num_attention_heads"]
     hidden = config["hidden_size"]
-    head_dim = hidden // num_heads
     notes = []
 
-    def dense(keras_name, hf_name):
-        # torch.nn.Linear stores (out, in); Keras kernels are (in, out).
-        return {
-            f"{keras_name}/kernel": checkpoint.pop(f"{hf_name}.weight").T,
-            f"{keras_name}/bias": checkpoint.pop(f"{hf_name}.bias"),
-        }
-
-    def layer_norm(keras_name, hf_name):
-        return {
-            f"{keras_name}/gamma": checkpoint.pop(f"{hf_name}.weight"),
-            f"{keras_name}/beta": checkpoint.pop(f"{hf_name}.bias"),
-        }
+    def check_tied(name, expected, what):
+        # pytorch_model.bin repeats the tied decoder; keras-hub's head is tied too.
+        if name in checkpoint.tensors and not np.array_equal(checkpoint.pop(name), expected):
+            raise ConversionError(
+                f"{path}: {name} differs from {what}; an untied masked-LM decoder is not "
+                "converted (keras-hub's MaskedLMHead uses the word embeddings)."
+            )
 
     embeddings = f"{prefix}embeddings"
     word_embeddings = checkpoint.pop(f"{embeddings}.word_embeddings.weight")
@@ -422,7 +389,7 @@ def checkpoint_values(tensors, path, config):
         "segment_embedding/embeddings": checkpoint.pop(
             f"{embeddings}.token_type_embeddings.weight"
         ),
-        **layer_norm("embeddings_layer_norm", f"{embeddings}.LayerNorm"),
+        **checkpoint.layer_norm("embeddings_layer_norm", f"{embeddings}.LayerNorm"),
     }
     if position_type == "absolute":
         values["position_embedding/embeddings"] = checkpoint.pop(
@@ -434,48 +401,40 @@ def checkpoint_values(tensors, path, config):
     for i in range(config["num_hidden_layers"]):
         hf_layer, layer = f"{prefix}encoder.layer.{i}", f"transformer_layer_{i}"
         attention = f"{layer}/self_attention"
-        for part in ("query", "key", "value"):
-            kernel = checkpoint.pop(f"{hf_layer}.attention.self.{part}.weight").T
-            values[f"{attention}/{part}/kernel"] = kernel.reshape(
-                hidden, num_heads, head_dim
-            )  # (d, h, d_h): heads are contiguous column blocks
-            bias = checkpoint.pop(f"{hf_layer}.attention.self.{part}.bias")
-            values[f"{attention}/{part}/bias"] = bias.reshape(num_heads, head_dim)
-        output = checkpoint.pop(f"{hf_layer}.attention.output.dense.weight").T
-        values[f"{attention}/attention_output/kernel"] = output.reshape(
-            num_heads, head_dim, hidden
-        )  # (h, d_h, d)
-        values[f"{attention}/attention_output/bias"] = checkpoint.pop(
-            f"{hf_layer}.attention.output.dense.bias"
-        )
+        query, key, value, output = (
+            (checkpoint.pop(f"{hf_layer}.attention.{name}.weight"),
+             checkpoint.pop(f"{hf_layer}.attention.{name}.bias"))
+            for name in ("self.query", "self.key", "self.value", "output.dense"))
+        values.update(attention_values(attention, query, key, value, output,
+                                       config["num_attention_heads"]))
         if position_type != "absolute":
             # HF row i - j + M - 1 is keras_tupe row (j - i) + (M - 1): reversed.
             table = checkpoint.pop(f"{hf_layer}.attention.self.distance_embedding.weight")
             values[f"{attention}/relative_embeddings"] = table[::-1]
-        values.update(layer_norm(f"{layer}/attention_layer_norm",
-                                 f"{hf_layer}.attention.output.LayerNorm"))
-        values.update(dense(f"{layer}/intermediate_dense", f"{hf_layer}.intermediate.dense"))
-        values.update(dense(f"{layer}/output_dense", f"{hf_layer}.output.dense"))
-        values.update(layer_norm(f"{layer}/output_layer_norm", f"{hf_layer}.output.LayerNorm"))
+        values.update({
+            **checkpoint.layer_norm(f"{layer}/attention_layer_norm",
+                                    f"{hf_layer}.attention.output.LayerNorm"),
+            **checkpoint.dense(f"{layer}/intermediate_dense", f"{hf_layer}.intermediate.dense"),
+            **checkpoint.dense(f"{layer}/output_dense", f"{hf_layer}.output.dense"),
+            **checkpoint.layer_norm(f"{layer}/output_layer_norm", f"{hf_layer}.output.LayerNorm"),
+        })
     if f"{prefix}pooler.dense.weight" in tensors:
-        values.update(dense("pooled_dense", f"{prefix}pooler.dense"))
+        values.update(checkpoint.dense("pooled_dense", f"{prefix}pooler.dense"))
     else:
         notes.append("The checkpoint has no pooler (pooler.dense): pooled_dense is freshly "
                      "initialized; fine-tune before using pooled_output.")
     head = None
     if "cls.predictions.bias" in tensors:
         head = {
-            **dense("mlm_head/intermediate_dense", "cls.predictions.transform.dense"),
-            **layer_norm("mlm_head/intermediate_layer_norm", "cls.predictions.transform.LayerNorm"),
+            **checkpoint.dense("mlm_head/intermediate_dense", "cls.predictions.transform.dense"),
+            **checkpoint.layer_norm("mlm_head/intermediate_layer_norm",
+                                    "cls.predictions.transform.LayerNorm"),
             "mlm_head/output_bias": checkpoint.pop("cls.predictions.bias"),
         }
-        # pytorch_model.bin repeats the tied decoder; keras-hub's head is tied too.
-        checkpoint.check_equal(
-            "cls.predictions.decoder.weight", word_embeddings,
-            "the word embeddings (keras_tupe's masked-LM head is tied to them)",
-        )
-        checkpoint.check_equal("cls.predictions.decoder.bias", head["mlm_head/output_bias"],
-                               "cls.predictions.bias")
+        check_tied("cls.predictions.decoder.weight", word_embeddings,
+                   "the word embeddings (keras_tupe's masked-LM head is tied to them)")
+        check_tied("cls.predictions.decoder.bias", head["mlm_head/output_bias"],
+                   "cls.predictions.bias")
     if any(name.startswith("cls.seq_relationship.") for name in tensors):
         for name in [n for n in checkpoint.tensors if n.startswith("cls.seq_relationship.")]:
             checkpoint.discard(name)
@@ -495,44 +454,6 @@ def _modern_name(name):
         if name.endswith(".beta"):
             return name[: -len("beta")] + "bias"
     return name
-
-
-class _Checkpoint:
-    """The tensors of a weight file, taken one by one, so leftovers can be refused."""
-
-    def __init__(self, tensors, path):
-        self.tensors = dict(tensors)
-        self.path = path
-
-    def pop(self, name):
-        if name not in self.tensors:
-            raise ConversionError(
-                f"{self.path}: no tensor {name!r}; a BertModel / BertForMaskedLM checkpoint "
-                "of the config.json beside it has one."
-            )
-        return np.asarray(self.tensors.pop(name))
-
-    def discard(self, name):
-        self.tensors.pop(name, None)
-
-    def check_equal(self, name, expected, what):
-        if name not in self.tensors:
-            return
-        value = np.asarray(self.tensors.pop(name))
-        if value.shape != expected.shape or not np.array_equal(value, expected):
-            raise ConversionError(
-                f"{self.path}: {name} differs from {what}; an untied masked-LM decoder is not "
-                "converted (keras-hub's MaskedLMHead uses the word embeddings)."
-            )
-
-    def check_all_used(self):
-        if self.tensors:
-            raise ConversionError(
-                f"{self.path}: tensors that a BertModel / BertForMaskedLM / "
-                f"BertForPreTraining checkpoint does not hold: {sorted(self.tensors)}. "
-                "Task heads other than the masked LM (classifiers, QA) are not converted; "
-                "convert the base model's folder."
-            )
 
 
 def _read_json(path):
