@@ -1,19 +1,14 @@
 """Evaluation metrics for fine-tuning: GLUE and SQuAD v1.1, in plain NumPy (float64).
 
-GLUE (Wang et al., 2019): accuracy, binary F1 of the positive class (MRPC, QQP),
-the Matthews correlation (CoLA), Pearson and Spearman correlations (STS-B).
-`glue_metrics` computes the metrics a task reports; `glue_score` picks the single
-number of the GLUE table.
-
-SQuAD v1.1 (Rajpurkar et al., 2016): `normalize_answer`, `exact_match_score`,
-`f1_score` and `squad_evaluate` follow the official `evaluate-v1.1.py` line for
-line (same normalization, same Counter overlap, max over the ground truths, mean
-over *all* questions of the dataset), so the numbers are comparable to published
-ones.
+GLUE (Wang et al., 2019): accuracy, binary F1 (MRPC, QQP), Matthews (CoLA), Pearson and
+Spearman (STS-B); `glue_metrics` computes a task's metrics, `glue_score` its number in the
+GLUE table. SQuAD v1.1 (Rajpurkar et al., 2016) follows the official `evaluate-v1.1.py`
+line for line, so the numbers are comparable to published ones. (scipy and scikit-learn
+compute some of these too, but they are test dependencies only: the tests compare.)
 
 The functions take anything `np.asarray` accepts, return Python floats and raise
-`ValueError` naming the problem (lengths differ, empty input, 2-D logits where
-class ids are expected, non-finite values).
+`ValueError` naming the problem (lengths differ, empty input, 2-D logits where class ids
+are expected, non-finite values).
 """
 
 import collections
@@ -23,10 +18,6 @@ import string
 import warnings
 
 import numpy as np
-
-# ---------------------------------------------------------------------------
-# Input checks
-# ---------------------------------------------------------------------------
 
 
 def _as_vector(values, name):
@@ -88,11 +79,7 @@ def _regression_pair(predictions, labels):
     return arrays
 
 
-# ---------------------------------------------------------------------------
 # Classification and regression metrics (GLUE)
-# ---------------------------------------------------------------------------
-
-
 def accuracy(predictions, labels):
     """Fraction of predictions equal to the labels.
 
@@ -239,10 +226,7 @@ def spearman(predictions, labels):
     return _pearson(_average_ranks(x), _average_ranks(y))
 
 
-# ---------------------------------------------------------------------------
 # GLUE tasks
-# ---------------------------------------------------------------------------
-
 GLUE_METRICS = {
     "cola": ("matthews",),
     "sst2": ("accuracy",),
@@ -326,10 +310,7 @@ def glue_score(task, metrics):
     return float(metrics[metric])
 
 
-# ---------------------------------------------------------------------------
 # SQuAD v1.1 (official evaluate-v1.1.py semantics)
-# ---------------------------------------------------------------------------
-
 _PUNCTUATION = frozenset(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 
