@@ -91,6 +91,14 @@ ENTRY_POINTS = ["training.pretrain", "training.finetune_glue", "training.finetun
                 "benchmarks.encoders", "benchmarks.finetune_speed"]
 
 
+def prog(module):
+    """The command a user types: the console script, else the module."""
+    name = module.removeprefix("training.")
+    if name == module or name == "shard_corpus":  # no console script
+        return f"python -m {module.replace('training.', 'keras_tupe.cli.')}"
+    return f"keras-tupe-{name.replace('_', '-')}"
+
+
 @pytest.mark.parametrize("module", ENTRY_POINTS)
 def test_argument_errors_are_one_line_naming_the_flag_and_help(module, capsys, tmp_path,
                                                                monkeypatch):
@@ -104,7 +112,7 @@ def test_argument_errors_are_one_line_naming_the_flag_and_help(module, capsys, t
     assert exit.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: ") and "usage:" not in err
-    assert err.endswith(f"(`python -m {module} --help` lists the flags)\n")
+    assert err.endswith(f"(`{prog(module)} --help` lists the flags)\n")
     assert "--no-such-flag" in err or "required" in err or "invalid choice" in err
     assert list(tmp_path.iterdir()) == []
 
@@ -115,7 +123,7 @@ def test_a_wrong_value_names_the_flag_value_and_choices(capsys):
                                  "--precision", "float64"])
     assert capsys.readouterr().err == (
         "error: argument --precision: invalid choice: 'float64' (choose from 'float32', "
-        "'mixed_bfloat16', 'mixed_float16') (`python -m training.pretrain --help` lists the "
+        "'mixed_bfloat16', 'mixed_float16') (`keras-tupe-pretrain --help` lists the "
         "flags)\n")
 
 
@@ -228,9 +236,9 @@ def test_predict_takes_the_newest_version_of_a_model_folder(tmp_path):
 @pytest.mark.parametrize("kind,message", [
     ("encoder", "is an encoder export (TF-Hub BERT encoder API: token ids in, vectors out), "
                 "not a classifier; load it with keras_tupe.hub.load_encoder, or fine-tune it "
-                "and pass the classifier export (python -m training.export classifier)."),
+                "and pass the classifier export (keras-tupe-export classifier)."),
     ("preprocessor", "is a preprocessor export (strings in, token ids out), not a classifier; "
-                     "pass a classifier export (python -m training.export classifier)."),
+                     "pass a classifier export (keras-tupe-export classifier)."),
 ])
 def test_predict_refuses_encoder_and_preprocessor_exports(tmp_path, capsys, kind, message):
     fake_export(tmp_path / kind / "1", kind)
@@ -248,8 +256,8 @@ def test_predict_names_a_missing_or_empty_folder(tmp_path, capsys):
     code, _, err = run_main(predict.main, [str(tmp_path), "a film"], capsys)
     assert (code, err) == (2, (
         f"error: {tmp_path} is not a SavedModel: it has no saved_model.pb and no numbered "
-        "version folder holding one. Pass a classifier export (python -m training.export "
-        "classifier --out DIR writes DIR/<version>/).\n"))
+        "version folder holding one. Pass a classifier export (keras-tupe-export classifier "
+        "--out DIR writes DIR/<version>/).\n"))
 
 
 # --- the vocabulary -----------------------------------------------------------------------
@@ -884,7 +892,7 @@ def test_predict_names_a_bad_input_file_line(tmp_path, monkeypatch, capsys):
         predict.main([str(tmp_path / "sst2")])
     code, err = exit.value.code, capsys.readouterr().err
     assert (code, err) == (2, "error: give sentences as arguments, or --file FILE (- for "
-                              "standard input) (`python -m training.predict --help` lists "
+                              "standard input) (`keras-tupe-predict --help` lists "
                               "the flags)\n")
 
 
@@ -1016,7 +1024,7 @@ def test_export_under_another_backend_says_it_needs_tensorflow(tmp_path, monkeyp
     code, _, err = run_main(export_cli.main, argv, capsys)
     assert code == 2 and err.count("\n") == 1, err
     assert "needs the TensorFlow backend, not jax" in err
-    assert f"KERAS_BACKEND=tensorflow python -m training.export {' '.join(argv)}" in err
+    assert f"KERAS_BACKEND=tensorflow keras-tupe-export {' '.join(argv)}" in err
 
 
 NO_TENSORFLOW = """

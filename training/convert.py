@@ -1,10 +1,4 @@
 """`python -m training.convert` runs the command `keras_tupe.cli.convert`."""
+from training import thin_script
 
-import sys
-
-from keras_tupe.cli import convert
-
-if __name__ == "__main__":
-    sys.exit(convert.main())
-else:  # imported: the command's module itself, so what a test patches here, the command uses
-    sys.modules[__name__] = convert
+thin_script(__name__, "convert")

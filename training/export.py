@@ -1,10 +1,4 @@
 """`python -m training.export` runs the command `keras_tupe.cli.export`."""
+from training import thin_script
 
-import sys
-
-from keras_tupe.cli import export
-
-if __name__ == "__main__":
-    sys.exit(export.main())
-else:  # imported: the command's module itself, so what a test patches here, the command uses
-    sys.modules[__name__] = export
+thin_script(__name__, "export")

@@ -1,10 +1,4 @@
 """`python -m training.predict` runs the command `keras_tupe.cli.predict`."""
+from training import thin_script
 
-import sys
-
-from keras_tupe.cli import predict
-
-if __name__ == "__main__":
-    sys.exit(predict.main())
-else:  # imported: the command's module itself, so what a test patches here, the command uses
-    sys.modules[__name__] = predict
+thin_script(__name__, "predict")

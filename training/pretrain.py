@@ -1,10 +1,4 @@
 """`python -m training.pretrain` runs the command `keras_tupe.cli.pretrain`."""
+from training import thin_script
 
-import sys
-
-from keras_tupe.cli import pretrain
-
-if __name__ == "__main__":
-    sys.exit(pretrain.main())
-else:  # imported: the command's module itself, so what a test patches here, the command uses
-    sys.modules[__name__] = pretrain
+thin_script(__name__, "pretrain")

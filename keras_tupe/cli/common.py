@@ -1,40 +1,23 @@
-"""What every entry point shares: a quiet TensorFlow start and one-line errors.
+"""What every command shares: a quiet TensorFlow start, one-line errors, clean stops.
 
-`quiet_tensorflow()` runs when the `keras_tupe.cli` package is imported (its
-`__init__.py`), so before any entry point imports Keras or TensorFlow. It imports neither
-itself: an entry point parses its flags first, so a usage error is reported in a fraction
-of a second, and TensorFlow (seconds) is imported only by the code that needs it. It hides:
+`quiet_tensorflow()` runs when `keras_tupe.cli` is imported, before a command imports Keras
+or TensorFlow, and imports neither (flags parse first: a usage error takes a fraction of a
+second). It hides TensorFlow's C++ log lines (`TF_CPP_MIN_LOG_LEVEL=3`), the CUDA probe of a
+machine with no GPU device node (`CUDA_VISIBLE_DEVICES=""`, only where unset, so a real GPU is
+never hidden) and the `cudart_stub` lines TensorFlow's import writes before its logging is set
+up (stderr goes to /dev/null while the first `import tensorflow` runs, wherever it happens).
+`--tf-logs` (or `KERAS_TUPE_TF_LOGS=1`) leaves all of this as TensorFlow does it.
 
-- TensorFlow's C++ log lines (`TF_CPP_MIN_LOG_LEVEL=3`, also over a lower level: the oneDNN
-  notice, the XLA and device-placement info lines);
-- the CUDA probe of a machine that has no NVIDIA GPU (`E0000 ... failed call to cuInit`):
-  `CUDA_VISIBLE_DEVICES=""` is set only when no GPU device node exists (`/dev/nvidia*`,
-  or WSL2's `/dev/dxg`) and the variable is unset, so a real GPU is never hidden;
-- the `cudart_stub ... Could not find cuda drivers` lines TensorFlow's import writes to
-  stderr before its logging is set up (no log level reaches them): stderr is sent to
-  /dev/null while the first `import tensorflow` runs, wherever it happens (an import hook,
-  `_QuietTensorFlowImport`). A failing import still raises its exception.
-
-`--tf-logs` on any entry point's command line (or `KERAS_TUPE_TF_LOGS=1`) leaves all of
-this as TensorFlow does it.
-
-`run(main, argv)` turns the user's mistakes (`ValueError`, and the `OSError`s of paths
-they gave), a route that needs the TensorFlow extra where it is not installed
-(`keras_tupe.extras`), an output folder another process is writing
-(`keras_tupe.output_lock`) and a full disk, a file-size limit or a read-only folder
-(`keras_tupe.staging.WriteError`, any `OSError` with such an errno) into
-`error: <message>` on stderr (a line per problem, when one error lists several
-conflicting flags) and exit status 2, argparse's convention (so does
-`SystemExit("message")`, the benchmarks' idiom); any other exception is a bug and keeps
-its traceback (`--traceback`, or `KERAS_TUPE_TRACEBACK=1`, shows it for user errors too).
-
-Stopping: Ctrl-C at any moment prints one line, `interrupted`, and exits 130 (inside
-`run`, and before it, while the entry point's module is imported: `sys.excepthook`).
-SIGTERM (`kill`, a job scheduler's stop) raises `Terminated` inside `run`, so the
-folders a command made go as they do on Ctrl-C (`keras_tupe.folders.made_folder`);
-it prints `terminated` and exits 143 (128 + SIGTERM).
+`run(main, argv)` turns a user's mistake (a `ValueError`, the `OSError` of a path they gave, a
+missing TensorFlow extra, an output folder another process writes, a full disk or read-only
+folder, `SystemExit("message")`) into `error: <message>` on stderr, a line per problem, and
+argparse's status 2; any other exception is a bug and keeps its traceback (`--traceback` or
+`KERAS_TUPE_TRACEBACK=1` shows it for user errors too). Ctrl-C prints `interrupted` (status
+130), SIGTERM `terminated` (143), after the cleanups of the code they stopped
+(`keras_tupe.folders.made_folder`).
 """
 
+import argparse
 import contextlib
 import errno
 import functools
@@ -151,13 +134,22 @@ class _StderrHiddenLoader:
         return getattr(self._loader, name)
 
 
-def add_common_flags(parser):
-    """`--tf-logs` and `--traceback`, which every entry point accepts.
+def command_parser(prog, doc):
+    """A command's parser: `--help` shows `doc` as written; with `add_common_flags`."""
+    return add_common_flags(argparse.ArgumentParser(
+        prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter))
 
-    Also makes the parser's own errors (an unknown flag, a value of the wrong
-    type, a missing required flag) one line, `error: ...` and where to read the
-    flags, with argparse's status 2, instead of the usage block first.
-    """
+
+def add_init_flag(parser):
+    """`--init`: the encoder a fine-tuning command starts from."""
+    parser.add_argument("--init", required=True,
+                        help="a preset folder or a pre-training run folder (its preset/); an "
+                             "old run folder or a backbone / task .keras file is accepted too")
+    return parser
+
+
+def add_common_flags(parser):
+    """`--tf-logs` and `--traceback`, which every command accepts, and `one_line_errors`."""
     one_line_errors(parser)
     parser.add_argument(TF_LOGS_FLAG, action="store_true",
                         help="show TensorFlow's C++ start-up and device logs")
@@ -167,7 +159,8 @@ def add_common_flags(parser):
 
 
 def one_line_errors(parser):
-    """The parser's own errors become one line, `error: ... (`PROG --help` lists the flags)`."""
+    """The parser's own errors (an unknown flag, a wrong value, a missing flag) become one
+    line, `error: ... (`PROG --help` lists the flags)`, not the usage block."""
     parser.error = functools.partial(_one_line_error, parser)
     return parser
 

@@ -12,10 +12,9 @@ TUPE authors' fairseq fork (TUPE-R or TUPE-A; `dict.txt` beside it unless
 `import keras_tupe`. Neither kind needs PyTorch, transformers or fairseq.
 """
 
-import argparse
 import os
 
-from keras_tupe.cli.common import add_common_flags, run
+from keras_tupe.cli.common import command_parser, run
 
 KINDS = ("huggingface", "fairseq")
 # The library's arguments, as this command's flags (messages speak the command line).
@@ -24,12 +23,7 @@ FLAGS = {"dictionary": "--dictionary", "bpe_codes": "--bpe-codes", "out": "--out
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(
-        prog="keras-tupe-convert",
-        description=__doc__.splitlines()[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="\n".join(__doc__.splitlines()[2:]),
-    )
+    parser = command_parser("keras-tupe-convert", __doc__)
     parser.add_argument("kind", choices=KINDS, help="the checkpoint's origin")
     parser.add_argument("source", help="the Hugging Face folder, or the fairseq checkpoint file")
     parser.add_argument("--out", required=True,
@@ -39,7 +33,6 @@ def parse_args(argv=None):
     parser.add_argument("--bpe-codes",
                         help="fairseq: the BPE codes the authors' text went through; the preset "
                              "then has the tokenizer and preprocessor (raw strings in)")
-    add_common_flags(parser)
     args = parser.parse_args(argv)
     if args.kind == "huggingface" and (args.dictionary or args.bpe_codes):
         parser.error("--dictionary and --bpe-codes are for fairseq checkpoints; a Hugging "

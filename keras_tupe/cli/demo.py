@@ -7,7 +7,7 @@
 4. load the classifier SavedModel in a fresh process that imports no keras_tupe model,
    and print its predictions for a few sentences.
 
-    python -m training.demo [--data-dir ../shared/data] [--out runs/demo] \\
+    keras-tupe-demo [--data-dir ../shared/data] [--out runs/demo] \\
         [--export-dir saved_models] [--steps 300]
 
 Text: `DATA/enwiki/train.txt` (and `valid.txt`) when the data directory has them,
@@ -16,13 +16,12 @@ tensorflow-datasets `glue/sst2`. Each run writes a new run directory and new exp
 versions; nothing earlier is replaced.
 """
 
-import argparse
 import os
 import subprocess
 import sys
 import time
 
-from keras_tupe.cli.common import add_common_flags, run
+from keras_tupe.cli.common import command_parser, run
 
 SENTENCES = [
     "a gripping , beautifully acted film that stays with you .",
@@ -34,8 +33,7 @@ SENTENCES = [
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="python -m training.demo", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = command_parser("keras-tupe-demo", __doc__)
     p.add_argument("--data-dir", default=os.environ.get("KERAS_TUPE_DATA_DIR") or None,
                    help="data folder (enwiki/, glue/); default $KERAS_TUPE_DATA_DIR, else online")
     p.add_argument("--out", default=os.path.join("runs", "demo"),
@@ -48,7 +46,6 @@ def parse_args(argv=None):
     p.add_argument("--finetune-examples", type=int, default=8000,
                    help="SST-2 training examples used (of 67,349)")
     p.add_argument("--epochs", type=int, default=2, help="fine-tuning epochs")
-    add_common_flags(p)
     return p.parse_args(argv)
 
 

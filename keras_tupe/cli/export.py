@@ -1,13 +1,13 @@
 """Export keras_tupe models as SavedModels: for TensorFlow Serving and TF-Hub-style reuse.
 
     # The encoder (TF-Hub BERT encoder API; --with-mlm adds the .mlm sub-object):
-    python -m training.export encoder --init runs/tupe_r_mini_enwiki \\
+    keras-tupe-export encoder --init runs/tupe_r_mini_enwiki \\
         --out saved_models/tupe_r_mini_encoder --with-mlm
     # Its preprocessor (strings -> encoder inputs; the vocabulary as an asset):
-    python -m training.export preprocessor --init runs/tupe_r_mini_enwiki \\
+    keras-tupe-export preprocessor --init runs/tupe_r_mini_enwiki \\
         --out saved_models/tupe_r_mini_preprocessor --seq-len 128
     # A fine-tuned classifier that answers raw strings (fine-tuned with --save-models):
-    python -m training.export classifier --init runs/glue_tupe_r_mini/models/sst2_lr5e-05_seed0 \\
+    keras-tupe-export classifier --init runs/glue_tupe_r_mini/models/sst2_lr5e-05_seed0 \\
         --out saved_models/sst2
 
 Each command writes OUT/<version>/ (TensorFlow Serving's layout): the next free version
@@ -22,11 +22,12 @@ import sys
 
 from keras_tupe.cli.common import add_common_flags, one_line_errors, run
 
+PROG = "keras-tupe-export"
+
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="python -m training.export", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    one_line_errors(p)  # the parser's own errors: one line
+    p = one_line_errors(argparse.ArgumentParser(
+        prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
     commands = p.add_subparsers(dest="command", required=True)
 
     def command(name, help, init_help):
@@ -126,8 +127,7 @@ def check_before_import(args, argv=None):
 
         backend = keras.backend.backend()
     if backend != "tensorflow":
-        command = " ".join(["python -m training.export",
-                            *(sys.argv[1:] if argv is None else argv)])
+        command = " ".join([PROG, *(sys.argv[1:] if argv is None else argv)])
         raise ValueError(
             f"export writes TensorFlow SavedModels and needs the TensorFlow backend, not "
             f"{backend}. Run it with KERAS_BACKEND=tensorflow: KERAS_BACKEND=tensorflow "

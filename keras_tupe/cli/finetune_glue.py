@@ -1,6 +1,6 @@
 """Fine-tune a pre-trained keras_tupe encoder on GLUE with the papers' protocol.
 
-    python -m training.finetune_glue --init runs/tupe_r_mini_enwiki \\
+    keras-tupe-finetune-glue --init runs/tupe_r_mini_enwiki \\
         --tasks cola mrpc rte stsb sst2 --data-dir ../shared/data --out runs/glue_tupe_r_mini
 
 Defaults are the papers' (TUPE; Huang et al.): learning rates 2e-5 3e-5 4e-5 5e-5,
@@ -12,18 +12,13 @@ learning rate and the best learning rate reported; `OUT/summary.md` and
 lacks) the data come from tensorflow-datasets (online).
 """
 
-import argparse
 import sys
 
-from keras_tupe.cli.common import add_common_flags, run
+from keras_tupe.cli.common import add_init_flag, command_parser, run
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="python -m training.finetune_glue", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--init", required=True,
-                   help="a preset folder or a pre-training run folder (its preset/); an old "
-                        "run folder or a backbone / task .keras file is accepted too")
+    p = add_init_flag(command_parser("keras-tupe-finetune-glue", __doc__))
     p.add_argument("--tasks", nargs="+", required=True, help="GLUE tasks, e.g. cola sst2 mrpc")
     p.add_argument("--out", required=True, help="results directory (resumed if it exists)")
     p.add_argument("--data-dir", help="folder with the glue_data TSV layout (or its parent)")
@@ -57,12 +52,11 @@ def parse_args(argv=None):
     p.add_argument("--save-models", action="store_true",
                    help="keep every fine-tuned classifier as the preset folder "
                         "OUT/models/<task>_lr<lr>_seed<seed>/ (TextClassifier.from_preset; "
-                        "python -m training.export classifier)")
+                        "keras-tupe-export classifier)")
     p.add_argument("--data-loader", choices=("tf.data", "grain"),
                    help="feed the classifier's preprocessor through tf.data or Grain (default: "
                         "tf.data where TensorFlow imports, else Grain)")
     p.add_argument("--verbose", type=int, default=0, choices=(0, 1, 2))
-    add_common_flags(p)
     args = p.parse_args(argv)
     if args.learning_rates is None or args.seeds is None:
         from keras_tupe.finetuning import PAPER_LEARNING_RATES, PAPER_SEEDS

@@ -1,20 +1,19 @@
 """Fine-tune a keras_tupe encoder on SQuAD v1.1 (span extraction); print official EM/F1.
 
 Online (tensorflow-datasets `squad/v1.1`):
-    python -m training.finetune_squad --init runs/huang_m4_mini --out runs/squad_m4
+    keras-tupe-finetune-squad --init runs/huang_m4_mini --out runs/squad_m4
 
 Offline, only the dev file exists: a deterministic article-level split of it into
 train/eval, for small experiments only (clearly NOT the official split):
-    python -m training.finetune_squad --init runs/huang_m4_mini \\
+    keras-tupe-finetune-squad --init runs/huang_m4_mini \\
         --offline-split ../shared/data/squad/dev-v1.1.json --out runs/squad_m4
 """
 
-import argparse
 import dataclasses
 import json
 import sys
 
-from keras_tupe.cli.common import add_common_flags, run
+from keras_tupe.cli.common import add_init_flag, command_parser, run
 
 # `keras_tupe.finetuning.SquadConfig`'s fields (but init, xla, lowercase) and their types,
 # listed here so the parser needs no keras_tupe import (a usage error comes before
@@ -28,18 +27,13 @@ FLAG_TYPES = {"out": str, "train": str, "eval": str, "offline_split": str,
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="python -m training.finetune_squad", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--init", required=True,
-                   help="a preset folder or a pre-training run folder (its preset/); an old "
-                        "run folder or a .keras file is accepted too")
+    p = add_init_flag(command_parser("keras-tupe-finetune-squad", __doc__))
     for name, kind in FLAG_TYPES.items():
         choices = ("tf.data", "grain") if name == "data_loader" else None
         p.add_argument("--" + name.replace("_", "-"), type=kind,
                        choices=choices)  # None: SquadConfig's default
     p.add_argument("--no-xla", dest="xla", action="store_false")
     p.add_argument("--cased", dest="lowercase", action="store_false")
-    add_common_flags(p)
     args = p.parse_args(argv)
     from keras_tupe.finetuning import SquadConfig
 

@@ -1,14 +1,13 @@
 """Plot the losses of one or more pre-training runs (their `metrics.csv`).
 
-    python -m training.plot_metrics runs/tupe_r_mini_enwiki --out docs/results/loss.png
+    keras-tupe-plot-metrics runs/tupe_r_mini_enwiki --out docs/results/loss.png
 """
 
-import argparse
 import csv
 import os
 import sys
 
-from keras_tupe.cli.common import add_common_flags, run
+from keras_tupe.cli.common import command_parser, run
 
 
 def read_metrics(run_dir):
@@ -24,12 +23,10 @@ def main(argv=None):
 
 
 def _main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m training.plot_metrics",
-                                     description=__doc__.splitlines()[0])
+    parser = command_parser("keras-tupe-plot-metrics", __doc__)
     parser.add_argument("runs", nargs="+", help="run directories")
     parser.add_argument("--out", required=True, help="PNG file to write")
     parser.add_argument("--overwrite", action="store_true")
-    add_common_flags(parser)
     args = parser.parse_args(argv)
     if os.path.exists(args.out) and not args.overwrite:
         print(f"error: {args.out} exists; pass --overwrite to replace it", file=sys.stderr)

@@ -1,16 +1,16 @@
 """Ask a classifier SavedModel for predictions, in a process that imports no keras_tupe model.
 
-    python -m training.predict saved_models/demo_tupe_r_tiny_sst2 "a gripping film" "dull , dull"
-    python -m training.predict saved_models/mrpc/1 --pairs "first a" "second a" ...
-    python -m training.predict saved_models/sst2 --file reviews.txt --json > answers.jsonl
-    cat reviews.txt | python -m training.predict saved_models/sst2 --file - --batch-size 256
+    keras-tupe-predict saved_models/demo_tupe_r_tiny_sst2 "a gripping film" "dull , dull"
+    keras-tupe-predict saved_models/mrpc/1 --pairs "first a" "second a" ...
+    keras-tupe-predict saved_models/sst2 --file reviews.txt --json > answers.jsonl
+    cat reviews.txt | keras-tupe-predict saved_models/sst2 --file - --batch-size 256
 
 Sentences come from the arguments and from `--file` (one a line; `-` is standard input),
 are answered in batches of `--batch-size`, and each answer is printed (one line, or with
 `--json` one JSON object) as soon as its batch is done: memory stays that of one batch,
 however many sentences there are.
 
-The model is a classifier export (`training.export classifier`, or the one `make demo`
+The model is a classifier export (`keras-tupe-export classifier`, or the one `make demo`
 writes): a version folder (`.../1`), or its model folder, whose newest version is taken.
 
 Only TensorFlow and tensorflow-text (whose WordPiece ops the SavedModel uses) are
@@ -19,13 +19,12 @@ imported, and of keras_tupe only this command (`keras_tupe.cli`; in a command's 
 model needs.
 """
 
-import argparse
 import contextlib
 import json
 import os
 import sys
 
-from keras_tupe.cli.common import add_common_flags, run
+from keras_tupe.cli.common import command_parser, run
 
 # What this command imports of keras_tupe (whose __init__ imports nothing in a command).
 COMMAND_MODULES = ("keras_tupe.cli", "keras_tupe.extras")
@@ -36,9 +35,9 @@ DEFAULT_BATCH_SIZE = 64
 _NOT_A_CLASSIFIER = {
     "encoder": "an encoder export (TF-Hub BERT encoder API: token ids in, vectors out), not "
                "a classifier; load it with keras_tupe.hub.load_encoder, or fine-tune it and "
-               "pass the classifier export (python -m training.export classifier)",
+               "pass the classifier export (keras-tupe-export classifier)",
     "preprocessor": "a preprocessor export (strings in, token ids out), not a classifier; "
-                    "pass a classifier export (python -m training.export classifier)",
+                    "pass a classifier export (keras-tupe-export classifier)",
 }
 
 
@@ -59,8 +58,8 @@ def resolve_saved_model(path):
         if not versions:
             raise ValueError(
                 f"{path} is not a SavedModel: it has no saved_model.pb and no numbered version "
-                "folder holding one. Pass a classifier export (python -m training.export "
-                "classifier --out DIR writes DIR/<version>/).")
+                "folder holding one. Pass a classifier export (keras-tupe-export classifier "
+                "--out DIR writes DIR/<version>/).")
         path = os.path.join(path, str(versions[-1]))
         note = f"(using the newest version of {len(versions)}: {path})"
     info_file = os.path.join(path, "assets.extra", "keras_tupe.json")
@@ -77,8 +76,7 @@ def main(argv=None):
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="python -m training.predict", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = command_parser("keras-tupe-predict", __doc__)
     p.add_argument("saved_model", help="a classifier export: its model folder (the newest "
                                        "version is taken) or a version folder, e.g. .../1")
     p.add_argument("texts", nargs="*", help="sentences (with --pairs: first1 second1 first2 ...)")
@@ -90,7 +88,6 @@ def parse_args(argv=None):
                         "memory grows with it, not with the number of sentences")
     p.add_argument("--json", action="store_true",
                    help="one JSON object a line (the inputs and every output) instead of text")
-    add_common_flags(p)
     args = p.parse_args(argv)
     if args.batch_size < 1:
         p.error(f"argument --batch-size: must be >= 1 (received {args.batch_size})")
@@ -165,7 +162,7 @@ def _main(argv=None):
     names = sorted(serving.structured_input_signature[1])
     if not set(names) <= {"sentence", "sentence1", "sentence2"}:
         raise ValueError(f"{path} takes {names}, not sentences: it is not a classifier export. "
-                         "Pass a classifier export (python -m training.export classifier).")
+                         "Pass a classifier export (keras-tupe-export classifier).")
     if args.pairs != (names == ["sentence1", "sentence2"]):
         print(f"error: this model takes {names}; "
               f"{'drop' if args.pairs else 'add'} --pairs.", file=sys.stderr)

@@ -3,14 +3,13 @@
 Each positional-encoding variant at each size, its parameter count, and the
 outputs of one forward pass of the tiny models.
 
-    python -m training.presets [--sizes tiny mini small base]
+    keras-tupe-presets [--sizes tiny mini small base]
 """
 
-import argparse
 import sys
 import time
 
-from keras_tupe.cli.common import add_common_flags, run
+from keras_tupe.cli.common import command_parser, run
 
 # `keras_tupe.models.presets.SIZES` (a test checks they agree): the parser knows them
 # without importing keras_tupe, so a usage error comes before TensorFlow's import.
@@ -18,14 +17,12 @@ SIZES = ("tiny", "mini", "small", "base")
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m training.presets",
-                                     description=__doc__.splitlines()[0])
+    parser = command_parser("keras-tupe-presets", __doc__)
     parser.add_argument(
         "--sizes", nargs="+", default=list(SIZES), choices=list(SIZES),
         help="preset sizes to build (default: all)",
     )
     parser.add_argument("--seq-len", type=int, default=32, help="length of the tiny forward pass")
-    add_common_flags(parser)
     return parser.parse_args(argv)
 
 

@@ -1,6 +1,6 @@
 """Masked-LM pre-training of any keras_tupe preset with `model.fit`.
 
-    python -m training.pretrain --preset tupe_r_mini \\
+    keras-tupe-pretrain --preset tupe_r_mini \\
         --corpus ../shared/data/enwiki/train.txt --valid-corpus ../shared/data/enwiki/valid.txt \\
         --steps 2000 --batch-size 32 --seq-len 128 --out runs/tupe_r_mini
 
@@ -10,7 +10,7 @@ dropout 0.1, 15% masking 80/10/10). A killed run resumes when the same command
 is run again. `--corpus` takes text files (one paragraph a line, blank line
 between documents), WikiText `.tokens` files, directories of `.txt` files, or
 `tfds:NAME[:SPLIT]` for tensorflow-datasets. `--shards DIR` instead takes the
-token-id shards of `python -m training.shard_corpus`, read with NumPy only (a
+token-id shards of `python -m keras_tupe.cli.shard_corpus`, read with NumPy only (a
 JAX machine without TensorFlow can train from them).
 """
 
@@ -18,7 +18,7 @@ import argparse
 import os
 import sys
 
-from keras_tupe.cli.common import add_common_flags, run
+from keras_tupe.cli.common import command_parser, run
 
 # The choices of `keras_tupe.pretraining` (a test checks they agree): the parser knows them
 # without importing keras_tupe, so a usage error comes before TensorFlow's seconds-long import.
@@ -41,16 +41,13 @@ def _int_list(text):
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(
-        prog="python -m training.pretrain", description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = command_parser("keras-tupe-pretrain", __doc__)
     # Defaults left out (None) are `PretrainConfig`'s, filled in after parsing.
     p.add_argument("--preset", required=True, help="backbone preset, e.g. tupe_r_mini")
     p.add_argument("--corpus", nargs="+", help="training text (see above); or --shards")
     p.add_argument("--valid-corpus", nargs="+", help="validation text, logged every --eval-every")
-    p.add_argument("--shards", help="token-id shard folder (training.shard_corpus) instead of "
-                                    "--corpus; its vocabulary is the run's")
+    p.add_argument("--shards", help="token-id shard folder (keras_tupe.cli.shard_corpus) "
+                                    "instead of --corpus; its vocabulary is the run's")
     p.add_argument("--valid-shards", help="validation shard folder, with --shards")
     p.add_argument("--out", required=True, help="run directory (created; resumed if unfinished)")
     p.add_argument("--overwrite", action="store_true", help="delete an existing --out first")
@@ -91,7 +88,6 @@ def parse_args(argv=None):
     p.add_argument("--max-lines", type=int, help="read at most this many corpus lines")
     p.add_argument("--verbose", type=int, choices=(0, 1, 2),
                    help="0: silent, 1: a progress bar of steps (default), 2: a line per block")
-    add_common_flags(p)
     args = p.parse_args(argv)
     check_paths(args)  # before TensorFlow's seconds-long import (`_defaults`)
     defaults = _defaults()

@@ -1,40 +1,38 @@
 """Packs a corpus into token-id shards for pre-training without TensorFlow.
 
-    python -m training.shard_corpus --corpus ../shared/data/enwiki/train.txt \\
+    python -m keras_tupe.cli.shard_corpus --corpus ../shared/data/enwiki/train.txt \\
         --vocab runs/vocab.txt --seq-len 128 --out shards/enwiki_128
 
 Run it where TensorFlow and tensorflow-text are installed; then train anywhere,
 e.g. on a JAX machine without TensorFlow:
 
-    KERAS_BACKEND=jax python -m training.pretrain --preset tupe_r_mini \\
+    KERAS_BACKEND=jax keras-tupe-pretrain --preset tupe_r_mini \\
         --shards shards/enwiki_128 --seq-len 128 --out runs/tupe_r_mini
 
 The folder holds `shard_00000.npy`, ... (uint16 ids while the vocabulary has at
 most 65,536 tokens), `vocab.txt` and `manifest.json`. Without `--vocab`, a
 WordPiece vocabulary of `--vocabulary-size` tokens is trained on `--corpus`
-(as `training.pretrain` does).
+(as `keras-tupe-pretrain` does).
 """
 
-import argparse
 import os
 import sys
 import tempfile
 
-from keras_tupe.cli.common import add_common_flags, run
+from keras_tupe.cli.common import command_parser, run
 
 DEFAULT_SEQUENCES_PER_SHARD = 100_000
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="python -m training.shard_corpus", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_flags(p)  # --tf-logs, --traceback; the parser's own errors in one line
+    # No console script (a machine with TensorFlow runs it once): the module is the command.
+    p = command_parser("python -m keras_tupe.cli.shard_corpus", __doc__)
     p.add_argument("--corpus", required=True, nargs="+",
                    help="text files, directories of .txt files, or tfds:NAME[:SPLIT]")
     p.add_argument("--out", required=True, help="shard folder to create")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
     p.add_argument("--vocab", help="WordPiece vocabulary file; trained on --corpus if absent")
-    # Defaults left out (None) are training.pretrain's (`PretrainConfig`), filled in after
+    # Defaults left out (None) are keras-tupe-pretrain's (`PretrainConfig`), filled in after
     # parsing: a usage error comes before TensorFlow's import.
     p.add_argument("--vocabulary-size", type=int, help="default: 30522")
     p.add_argument("--vocab-lines", type=int,
