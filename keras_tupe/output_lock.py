@@ -1,29 +1,16 @@
 """One writer per output folder: an operating-system lock on `--out` while a command writes it.
 
-    from keras_tupe.output_lock import output_lock
-
     with output_lock(args.out, command="pretrain"):
         ...  # create, resume or replace args.out; nobody else writes it meanwhile
 
-`pretrain`, fine-tuning, `export`, `convert` and `shard_corpus` hold the lock of their
-`--out` for as long as they write it. A second process asking for the same folder is
-refused at once (no waiting) with `OutputLockedError`, one line that names the holder:
-its pid, host, start time and command. The command-line entry points report it as
-`error: ...` with exit status 2 (`training.cli.run`).
-
-The lock is the kernel's `flock` on a small file beside the folder, `.<name>.lock` in
-its parent (beside, not inside: a writer may replace the whole folder by renaming a
-staged copy over it, and `--overwrite` may delete it). The kernel releases a lock when
-its process ends, however it ends (SIGKILL, a crash, a lost machine's NFS client), so a
-lock left by a dead process is simply taken over; the holder's record in the file is
-only what the refusal prints. The holder deletes the file before it lets go; a process
-that locked a file deleted meanwhile notices (the path names another file, or none) and
-tries again, so two processes never hold "the" lock on two different files.
-
-Re-entrant within a process: library code (`keras_tupe.pretraining.pretrain`) takes the
-lock its entry point already holds without refusing itself. Folders the lock created
-for its file (missing parents of `--out`) are removed again on release when empty.
-
+A second process asking for the same folder is refused at once with `OutputLockedError`,
+one line naming the holder (pid, host, start time, command). The lock is the kernel's
+`flock` on `.<name>.lock` beside the folder (not inside: a writer may rename a staged copy
+over the folder, or delete it), so a dead holder's lock is simply taken over; the record in
+the file is only what the refusal prints. The holder deletes the file before it lets go, and
+a process that locked a file deleted meanwhile tries again, so two processes never hold
+"the" lock on two different files. Re-entrant within a process (an entry point, then its
+library code); lock-file parents it created are removed again on release when empty.
 POSIX only (`fcntl`), as TensorFlow Text is.
 """
 
@@ -70,15 +57,20 @@ def holder(out):
     except FileNotFoundError:
         return None
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except OSError as error:
-            if error.errno not in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES):
-                raise
-            return _read_record(fd)
-        return None
+        return None if _try_lock(fd, fcntl.LOCK_SH) else _read_record(fd)
     finally:
         os.close(fd)
+
+
+def _try_lock(fd, mode):
+    """Whether `fd` got the lock (`mode`, without waiting); False when another process has it."""
+    try:
+        fcntl.flock(fd, mode | fcntl.LOCK_NB)
+    except OSError as error:
+        if error.errno not in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES):
+            raise
+        return False
+    return True
 
 
 @contextlib.contextmanager
@@ -98,11 +90,9 @@ def output_lock(out, command=None, flag="--out"):
     """
     path = lock_path(out)
     with _HELD_GUARD:
-        if path in _HELD:  # this process already holds it (an entry point, then its library)
+        reentered = path in _HELD  # held already: an entry point, then its library
+        if reentered:
             _HELD[path][1] += 1
-            reentered = True
-        else:
-            reentered = False
     if reentered:
         try:
             yield path
@@ -141,11 +131,11 @@ def _acquire(path, out, flag):
             os.makedirs(os.path.dirname(path), exist_ok=True)
             continue
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as error:
-            if error.errno not in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES):
-                os.close(fd)
-                raise
+            locked = _try_lock(fd, fcntl.LOCK_EX)
+        except OSError:
+            os.close(fd)
+            raise
+        if not locked:
             record = _read_record(fd)
             for _ in range(20):  # the holder writes its record just after it locks
                 if record:
