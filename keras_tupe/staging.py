@@ -1,19 +1,11 @@
 """Writes that leave the whole file or nothing: staged beside, space checked, renamed.
 
-Every file and folder keras_tupe writes goes through `staged(path)`: the block writes a
-temporary `<path>.partial` beside the target, which is renamed over `path` only once the
-block has finished, so a reader (or a resumed run) never finds half a file, whatever
-stopped the writer (a kill, a full disk, a file-size limit, a read-only folder).
-
-When the write cannot happen, `WriteError` says so in one line: what could not be written,
-why, and how much space is free there. Where the size is known beforehand (`needed=`), the
-check comes before any byte is written: HDF5, which writes Keras's weights files, does
-not fail cleanly when its writes start failing half-way (it reports through object
-destructors and can crash the process), so weights are only written where they fit.
-`training.cli.run` reports a `WriteError` (like any out-of-space `OSError`) as
-`error: ...` with exit status 2.
-
-Only what the block staged is removed on failure; an existing `path` stays as it was.
+`staged(path)` yields `<path>.partial` beside the target and renames it over `path` once the
+block has finished, so a reader (or a resumed run) never finds half a file, whatever stopped
+the writer. A write that cannot happen raises `WriteError`, one line: what, why, how much is
+free there. With `needed=` that check comes before any byte is written: HDF5 (Keras's weights
+files) does not fail cleanly half-way (it reports through destructors and can crash the
+process). On failure only what the block staged is removed; an existing `path` stays.
 """
 
 import contextlib
@@ -91,16 +83,13 @@ def space_note(path):
 
 def arrays_bytes(variables):
     """What a weights file of `variables` (Keras variables or arrays) needs on disk."""
-    variables = list(variables)
-    total = sum(int(getattr(v, "nbytes", 0) or _nbytes(v)) for v in variables)
-    return total + _OVERHEAD_BYTES + _PER_ARRAY_BYTES * len(variables)
-
-
-def _nbytes(variable):
     import numpy as np
 
-    size = int(np.prod(variable.shape)) if variable.shape else 1
-    return size * np.dtype(getattr(variable.dtype, "name", variable.dtype)).itemsize
+    variables = list(variables)
+    total = sum(int(getattr(v, "nbytes", 0) or np.prod(v.shape, dtype=np.int64)
+                    * np.dtype(getattr(v.dtype, "name", v.dtype)).itemsize)
+                for v in variables)
+    return total + _OVERHEAD_BYTES + _PER_ARRAY_BYTES * len(variables)
 
 
 def check_space(path, needed):
