@@ -114,14 +114,8 @@ def load_average():
 
 # === Peak memory ===
 def current_rss_mb():
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return None
+    rss = _proc_field("/proc/self/status", "VmRSS:")
+    return None if rss is None else int(rss.split()[0]) / 1024
 
 
 def maxrss_mb():
@@ -194,44 +188,42 @@ class AllocatorMemory:
 
 
 # === Machine and versions ===
-def machine_info():
-    """CPU, cores, memory, platform and load average (no framework imported)."""
-    info = dict(platform=platform.platform(), machine=platform.machine(),
-                cpu_model=None, cpu_count=os.cpu_count(), cpu_flags_low_precision=None,
-                memory_total_gb=None, load_average_start=None)
-    if hasattr(os, "sched_getaffinity"):
-        info["cpus_usable"] = len(os.sched_getaffinity(0))
+def _proc_field(path, prefix):
+    """The value of the first line of a /proc file that starts with `prefix`, or None."""
     try:
-        with open("/proc/cpuinfo") as f:
+        with open(path) as f:
             for line in f:
-                if line.startswith("model name") and info["cpu_model"] is None:
-                    info["cpu_model"] = line.split(":", 1)[1].strip()
-    except OSError:
-        info["cpu_model"] = platform.processor() or None
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    info["memory_total_gb"] = round(int(line.split()[1]) / 1024 / 1024, 1)
+                if line.startswith(prefix):
+                    return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    if hasattr(os, "getloadavg"):
-        info["load_average_start"] = [round(x, 2) for x in os.getloadavg()]
+    return None
+
+
+def load_averages():
+    """The 1-, 5- and 15-minute load averages, or None."""
+    return [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
+
+
+def machine_info():
+    """CPU, cores, memory, platform and load average (no framework imported)."""
+    memory = _proc_field("/proc/meminfo", "MemTotal:")
+    info = dict(platform=platform.platform(), machine=platform.machine(),
+                cpu_model=(_proc_field("/proc/cpuinfo", "model name")
+                           if os.path.exists("/proc/cpuinfo") else platform.processor() or None),
+                cpu_count=os.cpu_count(), cpu_flags_low_precision=None,
+                memory_total_gb=memory and round(int(memory.split()[0]) / 1024 / 1024, 1),
+                load_average_start=load_averages())
+    if hasattr(os, "sched_getaffinity"):
+        info["cpus_usable"] = usable_cpus()
     return info
 
 
 def low_precision_cpu_flags():
     """The CPU's bfloat16 / float16 matmul instructions, comma-separated ("" if none)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    wanted = ("avx512_bf16", "avx512_fp16", "amx_bf16", "amx_fp16", "amx_tile")
-                    return ", ".join(f for f in wanted if f in flags)
-    except OSError:
-        pass
-    return ""
+    flags = set((_proc_field("/proc/cpuinfo", "flags") or "").split())
+    wanted = ("avx512_bf16", "avx512_fp16", "amx_bf16", "amx_fp16", "amx_tile")
+    return ", ".join(f for f in wanted if f in flags)
 
 
 def git_state():

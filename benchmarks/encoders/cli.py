@@ -2,7 +2,6 @@
 
 import argparse
 import json
-import os
 import shlex
 import sys
 import time
@@ -246,8 +245,7 @@ def main(argv=None):
     results = run_sweep(jobs, settings, partial)
     rows = flops.add_throughput(report.add_ratios(report.merge_rounds(results)),
                                 probe_result["gpus"], settings["peak_tflops"])
-    machine["load_average_end"] = ([round(x, 2) for x in os.getloadavg()]
-                                   if hasattr(os, "getloadavg") else None)
+    machine["load_average_end"] = harness.load_averages()
     summary = dict(
         command="python -m benchmarks.encoders " + " ".join(
             shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv)),

@@ -20,6 +20,35 @@ INPUT_NAMES = ("token_ids", "padding_mask", "segment_ids")
 
 
 # === Backend ===
+def gpus(backend):
+    """The backend's GPUs: name and compute capability of each."""
+    found = []
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        for device in tf.config.list_physical_devices("GPU"):
+            details = tf.config.experimental.get_device_details(device)
+            capability = details.get("compute_capability")
+            found.append(dict(name=details.get("device_name", device.name),
+                              compute_capability=(".".join(map(str, capability))
+                                                  if capability else None)))
+    elif backend == "jax":
+        import jax
+
+        for device in jax.devices():
+            if device.platform == "gpu":
+                found.append(dict(name=device.device_kind, compute_capability=getattr(
+                    device, "compute_capability", None)))
+    elif backend == "torch":
+        import torch
+
+        for i in range(torch.cuda.device_count()):
+            major, minor = torch.cuda.get_device_capability(i)
+            found.append(dict(name=torch.cuda.get_device_name(i),
+                              compute_capability=f"{major}.{minor}"))
+    return found
+
+
 def probe():
     """Backend, versions and accelerators, for the parent's defaults and header."""
     import keras
@@ -27,34 +56,11 @@ def probe():
     from keras_tupe.models.presets import SIZES, VARIANTS
 
     backend = keras.backend.backend()
-    gpus = []
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        for device in tf.config.list_physical_devices("GPU"):
-            details = tf.config.experimental.get_device_details(device)
-            capability = details.get("compute_capability")
-            gpus.append(dict(name=details.get("device_name", device.name),
-                             compute_capability=(".".join(map(str, capability))
-                                                 if capability else None)))
-    elif backend == "jax":
-        import jax
-
-        for device in jax.devices():
-            if device.platform == "gpu":
-                gpus.append(dict(name=device.device_kind,
-                                 compute_capability=getattr(device, "compute_capability", None)))
-    elif backend == "torch":
-        import torch
-
-        for i in range(torch.cuda.device_count()):
-            major, minor = torch.cuda.get_device_capability(i)
-            gpus.append(dict(name=torch.cuda.get_device_name(i),
-                             compute_capability=f"{major}.{minor}"))
+    found = gpus(backend)
     fast = []
-    if gpus:
+    if found:
         try:
-            capability = float(gpus[0]["compute_capability"])
+            capability = float(found[0]["compute_capability"])
         except (TypeError, ValueError):
             capability = 8.0  # unknown: assume a recent GPU
         fast = [p for p, need in (("mixed_bfloat16", 8.0), ("mixed_float16", 7.0))
@@ -64,30 +70,11 @@ def probe():
         import keras_hub  # noqa: F401
     except Exception as error:  # noqa: BLE001
         keras_hub_ok, keras_hub_error = False, f"{type(error).__name__}: {error}"
-    return dict(backend=backend, gpus=gpus, fast_mixed_precisions=fast,
+    return dict(backend=backend, gpus=found, fast_mixed_precisions=fast,
                 cpu_low_precision_flags=harness.low_precision_cpu_flags(),
                 versions=harness.versions(), keras_hub=keras_hub_ok,
                 keras_hub_error=keras_hub_error, preset_variants=list(VARIANTS),
                 preset_sizes=list(SIZES))
-
-
-def _on_gpu():
-    import keras
-
-    backend = keras.backend.backend()
-    if backend == "jax":
-        import jax
-
-        return jax.devices()[0].platform == "gpu"
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        return bool(tf.config.list_physical_devices("GPU"))
-    if backend == "torch":
-        import torch
-
-        return torch.cuda.is_available()
-    return False
 
 
 # === The model and its step ===
@@ -252,13 +239,27 @@ def _finish_timing(result, times, cpu_count):
     result["cpu_utilization"] = sum(result["cpu_ms"]) / (sum(times) * cpu_count)
 
 
+def _build_and_compile(job, result, memory=True):
+    """Builds the job's model and runs its first (tracing, compiling) step; returns the step."""
+    model, step, params, activation = build_benchmark_model(job)
+    result.update(params=params, activation=activation)
+    if memory:
+        result["rss_after_build_mb"] = harness.current_rss_mb()
+    start = time.perf_counter()
+    step()  # trace + compile + first run (builds the optimizer state too)
+    result["compile_s"] = time.perf_counter() - start
+    result["xla_effective"] = bool(model.jit_compile)
+    return step
+
+
 def _set_attention(job):
     """Fills the job's attention fields (see `attention_choice`) and Keras's flash flag."""
     import keras
 
     dropout = 0.1 if job.get("dropout") is None else job["dropout"]  # the presets' dropout
     implementation, path, flash_attention = attention_choice(
-        job["variant"], job.get("flash", False), job["mode"], dropout, _on_gpu())
+        job["variant"], job.get("flash", False), job["mode"], dropout,
+        bool(gpus(keras.backend.backend())))
     job.update(attention_implementation=implementation, attention_path=path,
                flash_attention=flash_attention)
     if flash_attention is True:
@@ -279,13 +280,7 @@ def worker(job):
     cpus = harness.usable_cpus()
     result = _new_result(job, backend)
     allocator = harness.AllocatorMemory.for_backend(backend)
-    model, step, params, activation = build_benchmark_model(job)
-    result.update(params=params, activation=activation)
-    result["rss_after_build_mb"] = harness.current_rss_mb()
-    start = time.perf_counter()
-    step()  # trace + compile + first run (builds the optimizer state too)
-    result["compile_s"] = time.perf_counter() - start
-    result["xla_effective"] = bool(model.jit_compile)
+    step = _build_and_compile(job, result)
     if allocator:
         result["allocated_after_compile_mb"] = allocator.mark()
     for _ in range(job["warmup"]):
@@ -331,12 +326,7 @@ def worker_interleaved(jobs):
         result = _new_result(job, backend, memory_kind="not measured (--interleave)",
                              peak_mb=None)
         try:
-            model, step, params, activation = build_benchmark_model(job)
-            result.update(params=params, activation=activation)
-            start = time.perf_counter()
-            step()
-            result["compile_s"] = time.perf_counter() - start
-            result["xla_effective"] = bool(model.jit_compile)
+            step = _build_and_compile(job, result, memory=False)
         except Exception as error:  # noqa: BLE001 (recorded, the others go on)
             result, step = _failure(job, error), None
         results.append(result)

@@ -42,11 +42,6 @@ USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, NotADirectoryErro
 SPACE_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS)
 
 
-def has_gpu_device_nodes():
-    """Whether this machine exposes an NVIDIA GPU to processes (Linux device nodes)."""
-    return bool(glob.glob("/dev/nvidia[0-9]*")) or os.path.exists("/dev/dxg")
-
-
 def quiet_tensorflow(verbose=None):
     """Silences TensorFlow's start-up noise; call before TensorFlow is imported.
 
@@ -65,7 +60,9 @@ def quiet_tensorflow(verbose=None):
     # cuInit error through, which TensorFlow logs at its first device query, after import).
     if os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0") < "3":
         os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
-    if "CUDA_VISIBLE_DEVICES" not in os.environ and not has_gpu_device_nodes():
+    # A GPU's device nodes (Linux, or WSL2's /dev/dxg): never hidden.
+    if "CUDA_VISIBLE_DEVICES" not in os.environ and not (
+            glob.glob("/dev/nvidia[0-9]*") or os.path.exists("/dev/dxg")):
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
     if "tensorflow" in sys.modules or any(
             isinstance(finder, _QuietTensorFlowImport) for finder in sys.meta_path):
@@ -107,31 +104,19 @@ class _QuietTensorFlowImport:
         import importlib.util
 
         spec = importlib.util.find_spec(name)
-        if spec is not None and spec.loader is not None:
-            spec.loader = _StderrHiddenLoader(spec.loader)
+        loader = spec and spec.loader
+        if loader is not None:
+            exec_module = loader.exec_module
+
+            def quiet_exec_module(module):
+                try:
+                    with _stderr_hidden():
+                        exec_module(module)
+                finally:  # the loader's own method again, as if imported without the hook
+                    del loader.exec_module
+
+            loader.exec_module = quiet_exec_module
         return spec
-
-
-class _StderrHiddenLoader:
-    """Runs the wrapped loader's `exec_module` with stderr hidden; otherwise the same."""
-
-    def __init__(self, loader):
-        self._loader = loader
-
-    def create_module(self, spec):
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module):
-        try:
-            with _stderr_hidden():
-                self._loader.exec_module(module)
-        finally:  # the module keeps its own loader, as if imported without the hook
-            module.__loader__ = self._loader
-            if getattr(module, "__spec__", None) is not None:
-                module.__spec__.loader = self._loader
-
-    def __getattr__(self, name):
-        return getattr(self._loader, name)
 
 
 def command_parser(prog, doc):

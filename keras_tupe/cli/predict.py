@@ -20,6 +20,7 @@ model needs.
 """
 
 import contextlib
+import itertools
 import json
 import os
 import sys
@@ -138,14 +139,8 @@ def examples(args):
 
 def batches(items, size):
     """Lists of at most `size` consecutive items of the iterable `items`."""
-    batch = []
-    for item in items:
-        batch.append(item)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
+    items = iter(items)
+    return iter(lambda: list(itertools.islice(items, size)), [])
 
 
 def _main(argv=None):
