@@ -20,23 +20,17 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     """`BackupAndRestore` whose backup is all or nothing, with the dropout random state.
 
     Keras's own backup overwrites the weights file, then the epoch file, in place, and
-    does not save the state of the layers' `SeedGenerator`s. A kill between two of its
-    writes restores the weights of one epoch with the epoch number (or dropout state) of
-    another, and a resumed run silently leaves the path of an uninterrupted one.
+    does not save the layers' `SeedGenerator` states: a kill between its writes resumes a
+    run that silently leaves the path of an uninterrupted one. This one writes each
+    backup (weights with the optimizer, the seed states) into a new folder `step_<N>` and
+    commits it by atomically replacing `training_metadata.json`, which names that folder
+    and its epoch; a killed and resumed run ends with the weights of one never killed.
+    Backups in Keras's own layout are still restored.
 
-    This one writes each backup (weights with the optimizer, the seed states) into a new
-    folder, `step_<N>`, and commits it by replacing one small file,
-    `training_metadata.json`, which names that folder and its epoch (`os.replace` is
-    atomic). A kill at any moment leaves the last committed backup whole, so a killed and
-    resumed run ends with the same weights as a run that was never killed. Backups in
-    Keras's own layout (no folder named in the metadata) are still restored.
-
-    Private Keras API, for lack of a public route: the `BackupAndRestore` hooks
-    `_save_model` / `_load_model` and its paths (`_training_metadata_path`,
-    `_weights_path`, ...), `_current_epoch`, `_last_batch_seen` and the model's
-    `_initial_epoch` (Keras offers no public way to change how a backup is written
-    or where `fit` resumes), and each layer's `_seed_generators` (the dropout
-    random state has no public accessor).
+    Private Keras API, for lack of a public route to change how a backup is written or
+    where `fit` resumes: the `_save_model` / `_load_model` hooks, their paths,
+    `_current_epoch`, `_last_batch_seen`, the model's `_initial_epoch`, and each layer's
+    `_seed_generators` (the dropout state has no public accessor).
     """
 
     def __init__(self, backup_dir, delete_checkpoint=True):
@@ -70,11 +64,7 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         self._remove_all_but(name)
 
     def _write(self, folder, step):
-        """Writes the backup into `folder`, through `folder.partial` (`staging.staged`).
-
-        Its size is checked against the free space and the file-size limit first: a
-        weights file that HDF5 cannot finish takes the process down with it.
-        """
+        # Size checked first (`staged(needed=)`): HDF5 failing half-way kills the process.
         variables = [*self.model.weights, *self.model.optimizer.variables]
         with staged(folder, folder=True, needed=arrays_bytes(variables)) as partial:
             self.model.save_weights(os.path.join(partial, WEIGHTS))
@@ -116,19 +106,15 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         self.model._initial_epoch = metadata["epoch"]
 
     def _restore_seeds(self, path):
-        if not os.path.exists(path):
-            warnings.warn(f"No dropout random state in {path}; training resumes with other "
-                          "dropout masks than an uninterrupted run would draw.")
-            return
-        saved = np.load(path)
+        saved = np.load(path) if os.path.exists(path) else None
         states = self._seed_states()
         step = int(self.model.optimizer.iterations.numpy())
-        if int(saved["step"]) != step or len(saved.files) - 1 != len(states):
-            warnings.warn(
-                f"The dropout random state in {path} belongs to step {int(saved['step'])}, "
-                f"not to the restored step {step}; training resumes with other dropout "
-                "masks than an uninterrupted run would draw."
-            )
+        if saved is None or int(saved["step"]) != step or len(saved.files) - 1 != len(states):
+            found = (f"No dropout random state in {path}" if saved is None else
+                     f"The dropout random state in {path} belongs to step "
+                     f"{int(saved['step'])}, not to the restored step {step}")
+            warnings.warn(f"{found}; training resumes with other dropout masks than an "
+                          "uninterrupted run would draw.")
             return
         for i, variable in enumerate(states):
             variable.assign(saved[f"state_{i}"])
@@ -197,11 +183,10 @@ class StepCheckpoint(keras.callbacks.Callback):
     """Saves the masked LM as a preset folder after the chosen optimizer steps.
 
     `directory/step_NNNNNNN/` (`keras_tupe.finetuning.loading.checkpoint_name`), written
-    by `write_preset_folder` (staged, renamed once whole) like the run's final preset:
-    without the optimizer's state, with `preprocessor` (the run's tokenizer, packing
-    and masking) as the task's, and the step in `metadata.json` (`keras_tupe_checkpoint`).
-    Step 0 is the initialization, saved before the first step of a run that starts
-    from scratch: the untrained encoder of the same seed, a control for fine-tuning.
+    by `write_preset_folder` like the run's final preset, without the optimizer's state,
+    with `preprocessor` as the task's and the step in `metadata.json`
+    (`keras_tupe_checkpoint`). Step 0, the initialization, is saved before the first step
+    of a run that starts from scratch: the untrained encoder, a control for fine-tuning.
 
     Args:
         directory: str. The run's `checkpoints/` folder.
@@ -248,15 +233,11 @@ class StepCheckpoint(keras.callbacks.Callback):
 class StepProgress(keras.callbacks.Callback):
     """Progress counted in optimizer steps, for runs whose length is a number of steps.
 
-    `fit`'s own progress counts "epochs", which a step-based run only uses as blocks
-    between validations ("Epoch 1/3" for a 300-step run). This prints one line at the
-    end of each block (`step 100/300` with the metrics, validation included) and one at
-    least every `every` seconds within a block, with steps/s and the time left.
-
-    Waits that end no step (building and XLA-compiling the first step, which `fit`
-    reports only when its first block ends; one slow step; validation) get a
-    heartbeat line (`keras_tupe.progress.Heartbeat`) after `every` seconds of silence.
-    Call `close()` when `fit` raises: Keras then skips `on_train_end`, which stops it.
+    `fit` counts "epochs", which a step-based run uses only as blocks between validations.
+    This prints a line at the end of each block (`step 100/300` with the metrics) and at
+    least every `every` seconds within one, with steps/s and the time left; waits that end
+    no step (compiling the first step, validation) get a `Heartbeat` line. Call `close()`
+    when `fit` raises: Keras then skips `on_train_end`, which stops the heartbeat.
 
     Args:
         total_steps: int. The run's last step.
