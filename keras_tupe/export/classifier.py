@@ -3,9 +3,9 @@
 import tensorflow as tf
 
 from keras_tupe.data.packing import pack_segments
-from keras_tupe.export.encoder import _jsonable, _version
+from keras_tupe.export.encoder import _jsonable
 from keras_tupe.export.preprocessor import _tokenizer_and_specials
-from keras_tupe.export.versions import write_version
+from keras_tupe.export.versions import save_version
 from keras_tupe.staging import arrays_bytes
 
 
@@ -78,12 +78,10 @@ def export_classifier(classifier, vocabulary_file, export_dir, seq_length=128, n
         )
     root, signatures = classifier_module(classifier, vocabulary_file, seq_length, num_segments,
                                          lowercase, label_names)
-    metadata = {"kind": "classifier", "keras_tupe_version": _version(),
-                "inputs": [spec.name for spec in signatures["serving_default"].input_signature],
+    metadata = {"inputs": [spec.name for spec in signatures["serving_default"].input_signature],
                 "seq_length": seq_length, "lowercase": lowercase,
                 "num_classes": classifier.num_classes,
                 "label_names": None if label_names is None else list(label_names),
                 "backbone_config": _jsonable(classifier.backbone.get_config())}
-    return write_version(export_dir, lambda path: tf.saved_model.save(root, path, signatures),
-                         version=version, overwrite=overwrite, metadata=metadata,
-                         needed=arrays_bytes(classifier.weights))
+    return save_version(export_dir, root, signatures, "classifier", metadata, version, overwrite,
+                        needed=arrays_bytes(classifier.weights))

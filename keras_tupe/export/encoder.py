@@ -5,7 +5,7 @@ import json
 import tensorflow as tf
 
 from keras_tupe.export.tfhub_names import ENCODER_INPUTS, from_tfhub
-from keras_tupe.export.versions import write_version
+from keras_tupe.export.versions import save_version
 from keras_tupe.staging import arrays_bytes
 
 
@@ -116,17 +116,9 @@ def export_encoder(model, export_dir, version=None, overwrite=False):
         raise ValueError("export_encoder takes a TupeBackbone or a TupeMaskedLM. "
                          f"Received: {type(model).__name__}")
     root, signatures = encoder_module(backbone, masked_lm)
-    metadata = {"kind": "encoder", "keras_tupe_version": _version(), "mlm": masked_lm is not None,
-                "backbone_config": _jsonable(backbone.get_config())}
-    return write_version(export_dir, lambda path: tf.saved_model.save(root, path, signatures),
-                         version=version, overwrite=overwrite, metadata=metadata,
-                         needed=arrays_bytes((masked_lm or backbone).weights))
-
-
-def _version():
-    import keras_tupe
-
-    return keras_tupe.__version__
+    metadata = {"mlm": masked_lm is not None, "backbone_config": _jsonable(backbone.get_config())}
+    return save_version(export_dir, root, signatures, "encoder", metadata, version, overwrite,
+                        needed=arrays_bytes((masked_lm or backbone).weights))
 
 
 def _jsonable(config):

@@ -5,9 +5,8 @@ import os
 import tensorflow as tf
 
 from keras_tupe.data.packing import pack_segments, ragged_ids, special_ids
-from keras_tupe.export.encoder import _version
 from keras_tupe.export.tfhub_names import to_tfhub
-from keras_tupe.export.versions import write_version
+from keras_tupe.export.versions import save_version
 
 _TEXT = tf.TensorSpec([None], tf.string, name="text")
 _SEGMENT = tf.RaggedTensorSpec([None, None], tf.int32, ragged_rank=1)
@@ -88,8 +87,7 @@ def export_preprocessor(vocabulary_file, export_dir, seq_length=128, lowercase=T
     if isinstance(seq_length, bool) or not isinstance(seq_length, int) or seq_length < 3:
         raise ValueError(f"`seq_length` must be an int >= 3. Received: {seq_length!r}")
     root, signatures = preprocessor_module(vocabulary_file, seq_length, lowercase)
-    metadata = {"kind": "preprocessor", "keras_tupe_version": _version(),
-                "vocabulary": os.path.basename(vocabulary_file), "lowercase": lowercase,
+    metadata = {"vocabulary": os.path.basename(vocabulary_file), "lowercase": lowercase,
                 "seq_length": seq_length}
-    return write_version(export_dir, lambda path: tf.saved_model.save(root, path, signatures),
-                         version=version, overwrite=overwrite, metadata=metadata)
+    return save_version(export_dir, root, signatures, "preprocessor", metadata, version,
+                        overwrite)

@@ -68,3 +68,16 @@ def write_version(base_dir, write, version=None, overwrite=False, metadata=None,
                            {**metadata, "version": version,
                             "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, sync=False)
     return final
+
+
+def save_version(base_dir, root, signatures, kind, metadata, version=None, overwrite=False,
+                 needed=None):
+    """`write_version` of `tf.saved_model.save(root, path, signatures)`, its metadata
+    starting with `kind` and keras_tupe's version."""
+    import tensorflow as tf
+
+    from keras_tupe import __version__
+
+    return write_version(base_dir, lambda path: tf.saved_model.save(root, path, signatures),
+                         version=version, overwrite=overwrite, needed=needed,
+                         metadata={"kind": kind, "keras_tupe_version": __version__, **metadata})
