@@ -110,23 +110,17 @@ class AdamW(AggregatedClippingMixin, keras.optimizers.AdamW):
 def decay_exclusions(model):
     """The variables that must not be weight-decayed, found by what they are.
 
-    A layer that owns such weights declares them itself as
-    `decay_exempt_weights`, a list of its own variables (keras_tupe's layers:
-    the T5 relative bias table, the [CLS] reset's θ1/θ2, the scalar tables of
-    Huang's methods 1 and 2); any layer with that attribute is honoured, so a
-    new layer needs no change here. Standard layers, which cannot declare
-    anything, follow generic rules: LayerNorm scales and offsets, the biases of
-    `Dense`/`EinsumDense`, and the output bias of keras-hub's `MaskedLMHead`.
-    Kernels, embeddings, position tables and the vector relative tables are
-    decayed.
+    A layer declares its own as `decay_exempt_weights` (keras_tupe's: the T5 bias table,
+    the [CLS] reset's θ1/θ2, the scalar tables of Huang's methods 1 and 2), so a new layer
+    needs no change here. Standard layers follow generic rules: LayerNorm scales and
+    offsets, `Dense`/`EinsumDense` biases, the output bias of keras-hub's `MaskedLMHead`.
+    Kernels, embeddings, position tables and the vector relative tables are decayed.
     """
     excluded = []
-    # Keras 3 has no public recursive walk (`Model.layers` is the top level
-    # only), and nested layers (e.g. a block's attention) own weights too.
+    # No public recursive walk in Keras 3 (`Model.layers` is the top level only).
     for layer in model._flatten_layers(include_self=True, recursive=True):
         if "decay_exempt_weights" in dir(layer):
-            # Not getattr(..., default): an AttributeError inside the property
-            # (an unbuilt layer) must surface, not read as "nothing exempt".
+            # Not getattr(..., default): an unbuilt layer's AttributeError must surface.
             excluded += list(layer.decay_exempt_weights)
         if isinstance(layer, keras.layers.LayerNormalization):
             excluded += [w for w in (layer.gamma, layer.beta) if w is not None]
@@ -140,12 +134,8 @@ def decay_exclusions(model):
 
 
 def _masked_lm_head_output_bias(layer):
-    """The output bias of keras-hub's `MaskedLMHead`, found by its variable name.
-
-    The head keeps it in a private attribute (`_bias`); among its weights it is
-    the one named `output_bias` (its sublayers' are `kernel`, `bias`, `gamma`,
-    `beta`).
-    """
+    # The head keeps it privately (`_bias`); among its weights it is the one named
+    # `output_bias` (its sublayers' are `kernel`, `bias`, `gamma`, `beta`).
     found = [w for w in layer.weights if w.name == "output_bias"]
     if len(found) != 1:
         raise ValueError(

@@ -1,24 +1,15 @@
 """Reads PyTorch checkpoint files (`torch.save`) into NumPy, without PyTorch.
 
-Released checkpoints of the papers are `torch.save` pickles: Hugging Face's
-`pytorch_model.bin` and fairseq's `checkpoint*.pt` (a dict of `args`, `model`,
-optimizer history and `fairseq.meters` objects). Loading them with PyTorch
-needs PyTorch, and a fairseq checkpoint also needs fairseq importable (its
-pickled meters). This module reads both container formats PyTorch writes:
+Hugging Face's `pytorch_model.bin` and fairseq's `checkpoint*.pt` (which also pickles
+`fairseq.meters` objects) are `torch.save` pickles, in either container PyTorch writes: the
+zip format (PyTorch >= 1.6: `<name>/data.pkl` and one file a storage, `<name>/data/<key>`)
+or the legacy one (four pickles in a row: magic number, protocol, system info, the object;
+the list of storage keys; each storage as an int64 element count and its raw bytes).
 
-- the zip format (PyTorch >= 1.6): `<name>/data.pkl` plus one file a storage,
-  `<name>/data/<key>`;
-- the legacy format (PyTorch < 1.6, e.g. checkpoints of 2019-2020): four
-  pickles in a row (magic number, protocol, system info, the object), the
-  list of storage keys, then each storage as an int64 element count and its
-  raw bytes.
-
-Tensors become `numpy.ndarray` (float16 stays float16). Only a short list of
-known callables is ever called (tensor rebuilding, `OrderedDict`,
-`argparse.Namespace`, NumPy scalars); any other class the pickle names
-(`fairseq.meters.AverageMeter`, ...) becomes an inert `UnknownObject` that keeps
-its pickled state. Nothing in the file can run code, unlike
-`torch.load(weights_only=False)`.
+Tensors become `numpy.ndarray` (float16 stays float16). Only a short list of known
+callables is ever called (tensor rebuilding, `OrderedDict`, `argparse.Namespace`, NumPy
+scalars); any other class becomes an inert `UnknownObject` keeping its pickled state, so
+nothing in the file can run code, unlike `torch.load(weights_only=False)`.
 """
 
 import argparse
