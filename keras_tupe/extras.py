@@ -1,11 +1,9 @@
 """TensorFlow is optional, the `tensorflow` extra: the one error where a route needs it.
 
 The model family, pre-training from token-id shards and GLUE/SQuAD fine-tuning through Grain
-run without TensorFlow (`pip install "keras-tupe[jax]"`); tf.data pipelines, tensorflow-text's
-WordPiece ops, tensorflow-datasets corpora, the TensorBoard callback and SavedModel export need
-it. Code that needs it imports it where it is used; `require_tensorflow` (at a package's door)
-and `keras_tupe.cli.common.run` (for every command) turn its absence into `tensorflow_missing`'s
-message, which names the extra.
+run without it; tf.data, tensorflow-text, tensorflow-datasets, TensorBoard and SavedModel
+export need it, imported where used. `require_tensorflow` (at a package's door) and
+`keras_tupe.cli.common.run` turn its absence into `tensorflow_missing`'s message.
 """
 
 import importlib

@@ -1,13 +1,8 @@
-"""Heartbeat lines while a blocking call runs, so no wait is silent for long.
-
-Some waits report nothing themselves: tf-text's WordPiece learner (a minute on a
-large corpus after the last line is read), XLA's compilation of the first training
-step, an export's tracing. A `Heartbeat` prints `<what>: still working, N s elapsed`
-from a daemon thread whenever nothing was printed for `every` seconds, until it is
-stopped; `touch()` (other progress just printed) postpones the next line.
+"""Heartbeat lines while a blocking call runs, so no wait is silent for long (tf-text's
+WordPiece learner, XLA's compilation of the first training step, an export's tracing).
 
     with Heartbeat("vocabulary: learning the word pieces"):
-        learn()  # blocks; a line every 10 s
+        learn()  # blocks; a line every 5 s of silence
 """
 
 import threading

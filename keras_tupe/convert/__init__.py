@@ -1,19 +1,14 @@
 """Converters from the papers' released checkpoints to keras_tupe preset folders.
 
 - `convert_huggingface(folder, out)`: a Hugging Face BERT folder (`config.json`,
-  `model.safetensors` or `pytorch_model.bin`, `vocab.txt`) with
-  `position_embedding_type` `absolute`, `relative_key` (Shaw) or
-  `relative_key_query` (Huang et al. method 4), e.g. Huang et al.'s released
-  `zhiheng-huang/bert-base-uncased-embedding-relative-key(-query)`.
-- `convert_fairseq(checkpoint, out, dictionary=None, bpe_codes=None)`: a
-  checkpoint of the TUPE authors' fairseq fork (TUPE-R or TUPE-A, float16 or
-  float32), as the fork's trainer writes it.
+  `model.safetensors` or `pytorch_model.bin`, `vocab.txt`) with `position_embedding_type`
+  `absolute`, `relative_key` (Shaw) or `relative_key_query` (Huang et al. method 4).
+- `convert_fairseq(checkpoint, out, dictionary=None, bpe_codes=None)`: a checkpoint of the
+  TUPE authors' fairseq fork (TUPE-R or TUPE-A, float16 or float32).
 
-Neither needs PyTorch, transformers or fairseq: `torch_files` reads `torch.save`
-files and `safetensors` reads `model.safetensors`. The output is a keras-hub
-preset folder (`keras_hub.models.Backbone.from_preset`, `MaskedLM.from_preset`,
-`TextClassifier.from_preset(..., num_classes=N)`); it is written to
-`<out>.partial` and renamed, and an `out` that holds anything is refused.
+Neither needs PyTorch, transformers or fairseq. The output is a keras-hub preset folder,
+written whole or not at all, never over one that holds anything
+(docs/converting-checkpoints.md).
 """
 
 import importlib

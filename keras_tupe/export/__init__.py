@@ -6,8 +6,7 @@
 - `export_classifier`: a fine-tuned classifier answering raw strings (TensorFlow Serving).
 
 Each writes `export_dir/<version>/` (TensorFlow Serving's layout), never replacing an
-existing version unless asked. `keras_tupe.hub.load_encoder` reloads an encoder as a
-Keras 3 layer for fine-tuning.
+existing version unless asked (docs/export-and-serving.md).
 """
 
 from keras_tupe.extras import require_tensorflow
