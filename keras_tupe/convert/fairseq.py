@@ -283,24 +283,22 @@ def convert_fairseq(source, out, dictionary=None, bpe_codes=None):
     """Converts a TUPE-fork checkpoint into a `TupeMaskedLM` preset folder.
 
     Args:
-        source: a `checkpoint*.pt` (as the fork's trainer writes it, float16 or
-            float32), or a folder holding one (`model.pt`, `checkpoint_best.pt`,
+        source: a `checkpoint*.pt` (as the fork's trainer writes it, float16 or float32),
+            or a folder holding one (`model.pt`, `checkpoint_best.pt`,
             `checkpoint_last.pt`, or a single `checkpoint*.pt`).
         out: the preset folder to write; must not exist or be empty.
-        dictionary: the fork's `dict.txt`. Defaults to the one beside the
-            checkpoint.
+        dictionary: the fork's `dict.txt`. Defaults to the one beside the checkpoint.
         bpe_codes: optional BPE codes file. Given, the preset also holds a
-            `TupeBpeTokenizer` and a `TupeMaskedLMPreprocessor`; otherwise it
-            has no tokenizer (token ids in, as the fork's dictionary numbers
-            them), and its metadata says so.
+            `TupeBpeTokenizer` and a `TupeMaskedLMPreprocessor`; otherwise it has no
+            tokenizer (token ids in, as the fork's dictionary numbers them), and its
+            metadata says so.
 
     Returns:
-        The path of the preset folder, for
-        `keras_hub.models.MaskedLM.from_preset` (or `Backbone.from_preset`).
+        The path of the preset folder, for `keras_hub.models.MaskedLM.from_preset` (or
+        `Backbone.from_preset`).
 
     Raises:
-        ConversionError: anything that cannot be converted exactly; nothing is
-            written then.
+        ConversionError: anything that cannot be converted exactly; nothing is written then.
     """
     out = os.fspath(out).rstrip("/")
     refuse_existing_output(out)

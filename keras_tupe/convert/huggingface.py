@@ -38,17 +38,9 @@ POSITION_EMBEDDING_TYPES = {
 }
 # transformers' ACT2FN names -> the backbone's activation. The tanh GELUs
 # (`gelu_new`, `gelu_pytorch_tanh`, `gelu_fast`) are one formula.
-ACTIVATIONS = {
-    "gelu": "gelu",
-    "gelu_python": "gelu",
-    "gelu_new": "gelu_approximate",
-    "gelu_pytorch_tanh": "gelu_approximate",
-    "gelu_fast": "gelu_approximate",
-    "relu": "relu",
-    "silu": "silu",
-    "swish": "silu",
-    "tanh": "tanh",
-}
+ACTIVATIONS = {"gelu": "gelu", "gelu_python": "gelu", "gelu_new": "gelu_approximate",
+               "gelu_pytorch_tanh": "gelu_approximate", "gelu_fast": "gelu_approximate",
+               "relu": "relu", "silu": "silu", "swish": "silu", "tanh": "tanh"}
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 WEIGHT_FILES = {"safetensors": "model.safetensors", "pytorch": "pytorch_model.bin"}
 # The preprocessor's default length: BERT's, or the position table's if shorter.
@@ -58,38 +50,32 @@ MAX_PREPROCESSOR_LENGTH = 512
 def convert_huggingface(source, out, weights="auto", dropout=None):
     """Converts a Hugging Face BERT folder into a keras_tupe preset folder.
 
-    A `BertForMaskedLM` (or `BertForPreTraining`) folder becomes a
-    `TupeMaskedLM` with its head, tokenizer and a `TupeMaskedLMPreprocessor`;
-    it has no pooler, which stays freshly initialized (`metadata.json` says
-    so). A `BertModel` folder becomes a backbone with its pooler, the
-    tokenizer and a `TupeTextClassifierPreprocessor`: no masked-LM head is
-    invented. Either loads with `keras_hub.models.Backbone.from_preset(out)`
-    and `keras_hub.models.TextClassifier.from_preset(out, num_classes=...)`,
-    the first also with `keras_hub.models.MaskedLM.from_preset(out)`, after
-    `import keras_tupe`. `metadata.json` records the conversion under
-    `keras_tupe_conversion` (source, files and their sha256, notes).
-
-    Everything is checked before anything is written; nothing is left at
-    `out` (or `out.partial`) when a check fails.
+    A `BertForMaskedLM` (or `BertForPreTraining`) folder becomes a `TupeMaskedLM` with its
+    head, tokenizer and a `TupeMaskedLMPreprocessor`; its pooler, absent, stays freshly
+    initialized (`metadata.json` says so). A `BertModel` folder becomes a backbone with its
+    pooler, the tokenizer and a `TupeTextClassifierPreprocessor`: no masked-LM head is
+    invented. After `import keras_tupe`, either loads with keras-hub's
+    `Backbone.from_preset(out)` and `TextClassifier.from_preset(out, num_classes=...)`, the
+    first also with `MaskedLM.from_preset(out)`. `metadata.json` records the conversion
+    under `keras_tupe_conversion` (source, files and their sha256, notes). Everything is
+    checked before anything is written.
 
     Args:
         source: the Hugging Face folder.
         out: the preset folder to write; must not exist, or be empty.
-        weights: `"auto"` (`model.safetensors` where present, else
-            `pytorch_model.bin`), `"safetensors"` or `"pytorch"`.
-            Defaults to `"auto"`.
+        weights: `"auto"` (`model.safetensors` where present, else `pytorch_model.bin`),
+            `"safetensors"` or `"pytorch"`. Defaults to `"auto"`.
         dropout: float or None. The backbone's single dropout rate (attention
-            probabilities and residual branches). `None` takes
-            `hidden_dropout_prob`, and refuses a config whose
-            `attention_probs_dropout_prob` differs from it. Defaults to `None`.
+            probabilities and residual branches). `None` takes `hidden_dropout_prob`, and
+            refuses a config whose `attention_probs_dropout_prob` differs from it.
+            Defaults to `None`.
 
     Returns:
         The path of the preset folder.
 
     Raises:
-        ConversionError: the folder is no BERT checkpoint keras_tupe can
-            represent; the message names the file, the problem and what is
-            accepted.
+        ConversionError: the folder is no BERT checkpoint keras_tupe can represent; the
+            message names the file, the problem and what is accepted.
     """
     out = os.fspath(out).rstrip("/")
     refuse_existing_output(out)
@@ -286,9 +272,8 @@ def read_vocabulary(path, vocabulary_size):
 def tokenizer_settings(tokenizer_config):
     """`TupeTokenizer` arguments and notes from a `tokenizer_config.json` dict.
 
-    transformers' `BertTokenizer` lowercases by default and strips accents
-    when `strip_accents` is unset and it lowercases; keras-hub's tokenizer
-    strips them only when asked.
+    transformers' `BertTokenizer` lowercases by default and strips accents when
+    `strip_accents` is unset and it lowercases; keras-hub's strips them only when asked.
     """
     lowercase = bool(tokenizer_config.get("do_lower_case", True))
     strip_accents = tokenizer_config.get("strip_accents")
@@ -350,12 +335,9 @@ def read_tensors(path):
 
 
 def checkpoint_values(tensors, path, config):
-    """Maps a BERT state dict to keras_tupe weight paths.
-
-    Returns `(backbone values, masked-LM head values or None, notes)`; the
-    pooler is absent from the values when the checkpoint has none. Every
-    tensor must be used, checked, or known to be unused.
-    """
+    """`(backbone values, masked-LM head values or None, notes)` of a BERT state dict, by
+    keras_tupe weight path (no pooler where the checkpoint has none). Every tensor must be
+    used, checked, or known to be unused."""
     tensors = {_modern_name(name): value for name, value in tensors.items()}
     prefix = "bert." if any(name.startswith("bert.") for name in tensors) else ""
     checkpoint = StateDict(
