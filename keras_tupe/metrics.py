@@ -111,12 +111,10 @@ def f1(predictions, labels, positive=1):
         predicted positive: F1 is undefined, and sklearn returns 0.0 too).
     """
     predictions, labels = _classification_pair(predictions, labels)
-    predicted = predictions == positive
-    actual = labels == positive
+    predicted, actual = predictions == positive, labels == positive
     true_positives = np.sum(predicted & actual, dtype=np.float64)
-    false_positives = np.sum(predicted & ~actual, dtype=np.float64)
-    false_negatives = np.sum(~predicted & actual, dtype=np.float64)
-    denominator = 2.0 * true_positives + false_positives + false_negatives
+    # 2·TP + FP + FN = (TP + FP) + (TP + FN): whole numbers, exact in float64.
+    denominator = np.sum(predicted, dtype=np.float64) + np.sum(actual, dtype=np.float64)
     if denominator == 0.0:
         return 0.0
     return float(2.0 * true_positives / denominator)
