@@ -27,11 +27,9 @@ Each row runs in a fresh process (`benchmarks.harness.run_fresh`; "before" throu
 `harness.library_at`). Results: `OUT.json` (machine, versions, command, rows) and `OUT.md`.
 """
 
-import argparse
 import json
 import os
 import platform
-import shlex
 import shutil
 import sys
 import tempfile
@@ -45,11 +43,7 @@ BATCH, LENGTH = 32, 128
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="python -m benchmarks.finetune_speed", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    from keras_tupe.cli.common import one_line_errors
-
-    one_line_errors(p)  # the parser's own errors: one line
+    p = harness.parser("benchmarks.finetune_speed", __doc__)
     p.add_argument("--task", default="mrpc", help="GLUE task (default: mrpc)")
     p.add_argument("--epochs", type=int, default=1, help="fine-tuning epochs (default: 1)")
     p.add_argument("--pretrain-steps", type=int, default=None,
@@ -62,9 +56,6 @@ def parse_args(argv=None):
     p.add_argument("--before", default=None, help="git revision to compare fine-tuning with")
     p.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     p.add_argument("--out", default=None, help="write OUT.json and OUT.md")
-    # Internal: each row runs as `--worker SPEC --worker-out FILE` (harness.run_fresh).
-    p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
-    p.add_argument("--worker-out", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.epochs < 1:
         p.error(f"--epochs must be >= 1. Received: {args.epochs}")
@@ -223,12 +214,9 @@ def main(argv=None):
                 print(f"  {json.dumps(rows[-1])}", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    command = "python -m benchmarks.finetune_speed " + shlex.join(argv if argv is not None
-                                                                  else sys.argv[1:])
+    command = harness.command_line("benchmarks.finetune_speed", argv)
     machine, git = harness.machine_info(), harness.git_state()
-    versions = rows[0].pop("versions")
-    for row in rows[1:]:
-        row.pop("versions")
+    versions = [row.pop("versions") for row in rows][0]  # the same in every row
     report = "\n".join([
         f"# Fine-tuning against pre-training throughput ({args.size}, {args.task})", "",
         f"Command: `{command}`", "",

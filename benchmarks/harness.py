@@ -15,11 +15,13 @@
   `versions` in a worker (imports Keras).
 """
 
+import argparse
 import json
 import math
 import os
 import platform
 import resource
+import shlex
 import statistics
 import subprocess
 import sys
@@ -32,6 +34,24 @@ MiB = 1024 * 1024
 
 
 # === Fresh processes ===
+def parser(module, doc):
+    """A benchmark's parser: `--help` shows `doc`, errors are one line, and the hidden
+    `--worker SPEC --worker-out FILE` of its fresh processes (`run_fresh`)."""
+    from keras_tupe.cli.common import one_line_errors  # no framework: a command's import
+
+    p = one_line_errors(argparse.ArgumentParser(
+        prog=f"python -m {module}", description=doc,
+        formatter_class=argparse.RawDescriptionHelpFormatter))
+    p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--worker-out", default=None, help=argparse.SUPPRESS)
+    return p
+
+
+def command_line(module, argv=None):
+    """The command that ran, to paste into a shell."""
+    return f"python -m {module} " + shlex.join(sys.argv[1:] if argv is None else argv)
+
+
 def run_fresh(module, argv, timeout=None, env=None, library=None):
     """Runs `python -m module *argv --worker-out FILE` alone; returns (result, error, wall s).
 

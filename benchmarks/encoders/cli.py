@@ -2,7 +2,6 @@
 
 import argparse
 import json
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -26,14 +25,7 @@ FLASH = {"off": [False], "on": [True], "both": [False, True]}
 
 # === Flags and settings ===
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.encoders",
-        description=sys.modules["benchmarks.encoders"].__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    from keras_tupe.cli.common import one_line_errors  # no framework: see __main__.py
-
-    one_line_errors(parser)  # the parser's own errors: one line
+    parser = harness.parser("benchmarks.encoders", sys.modules["benchmarks.encoders"].__doc__)
     parser.add_argument("--size", default=None,
                         help="preset size, a key of keras_tupe.models.presets.SIZES (default: "
                              "mini on CPU, base on GPU)")
@@ -95,10 +87,7 @@ def parse_args(argv=None):
     parser.add_argument("--quick", action="store_true",
                         help="smoke test: --size tiny --seq-lens 32 64 --repeats 2 --warmup 1 "
                              "(explicit flags still win)")
-    # Internal: the parent runs each measurement (or group) as `--worker JOBS --worker-out F`.
-    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--worker-out", default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)  # a worker's
     args = parser.parse_args(argv)
     for name in ("batch_size", "repeats", "rounds", "vocabulary_size"):
         value = getattr(args, name)
@@ -176,6 +165,7 @@ def resolve_settings(args, probe):
     if not probe["keras_hub"] and KERAS_HUB_BERT in settings["variants"]:
         notes.append("keras_hub_bert skipped: keras_hub cannot be imported "
                      f"({probe['keras_hub_error']}).")
+        settings["variants"].remove(KERAS_HUB_BERT)
     if settings["backend"] == "jax" and False in settings["xla"]:
         notes.append("On JAX, XLA off (`jit_compile=False`) runs the step op by op, eagerly.")
     if settings["backend"] == "torch":
@@ -236,30 +226,18 @@ def main(argv=None):
     machine["gpus"] = probe_result["gpus"]
     machine["cpu_flags_low_precision"] = probe_result["cpu_low_precision_flags"]
     versions = dict(probe_result["versions"], keras_tupe=harness.git_state())
-    variants = settings["variants"]
-    if not probe_result["keras_hub"] and KERAS_HUB_BERT in variants:
-        variants.remove(KERAS_HUB_BERT)
     jobs = plan.plan_jobs(settings)
-    print(f"{len(jobs)} measurements ({len(variants)} variants); results -> {out}.json/.md",
-          file=sys.stderr, flush=True)
+    print(f"{len(jobs)} measurements ({len(settings['variants'])} variants); results -> "
+          f"{out}.json/.md", file=sys.stderr, flush=True)
     results = run_sweep(jobs, settings, partial)
     rows = flops.add_throughput(report.add_ratios(report.merge_rounds(results)),
                                 probe_result["gpus"], settings["peak_tflops"])
     machine["load_average_end"] = harness.load_averages()
     summary = dict(
-        command="python -m benchmarks.encoders " + " ".join(
-            shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv)),
-        started=started,
-        duration_s=round(time.perf_counter() - start, 1),
-        machine=machine,
-        versions=versions,
-        settings=settings,
-        notes=notes,
-        headline=None,
-        rows=rows,
-        raw=results,
-    )
-    summary["headline"] = report.headline(rows, settings)
+        command=harness.command_line("benchmarks.encoders", argv),
+        started=started, duration_s=round(time.perf_counter() - start, 1), machine=machine,
+        versions=versions, settings=settings, notes=notes,
+        headline=report.headline(rows, settings), rows=rows, raw=results)
     json_path, md_path = report.write_report(summary, out)
     partial.unlink()
     print(f"Wrote {json_path} and {md_path}", file=sys.stderr)

@@ -37,10 +37,9 @@ def merge_rounds(results):
         first = parts[0]
         row = {key: first[key] for key in ("variant", "size", "seq_len", "mode", "xla",
                                            "precision", "batch_size")}
-        row["flash"] = first.get("flash", False)
+        row.update(flash=first.get("flash", False), rounds=len(parts),
+                   order=[p["order"] for p in parts])
         failed = [p for p in parts if p["status"] != "ok"]
-        row["rounds"] = len(parts)
-        row["order"] = [p["order"] for p in parts]
         if failed:
             row.update(status=failed[0]["status"], error=failed[0].get("error", ""))
             row["params"] = next((p["params"] for p in parts if p.get("params")), None)
@@ -63,9 +62,8 @@ def merge_rounds(results):
         loads = [p[k] for p in parts for k in ("load_average_start", "load_average_end")
                  if p.get(k) is not None]
         row["load_average_range"] = [min(loads), max(loads)] if loads else None
-        row["activation"] = first.get("activation")
-        row["model_flops_per_token"] = first.get("model_flops_per_token")
-        for key in ("attention_implementation", "attention_path", "flash_attention"):
+        for key in ("activation", "model_flops_per_token", "attention_implementation",
+                    "attention_path", "flash_attention"):
             row[key] = first.get(key)
         rows.append(row)
     return rows
@@ -78,10 +76,8 @@ def add_ratios(rows):
     for row in rows:
         for reference in ("bert_a", KERAS_HUB_BERT):
             ref = medians.get((reference,) + config_key(row))
-            value = None
-            if row["status"] == "ok" and ref:
-                value = row["median_ms"] / ref
-            row[f"ratio_{reference}"] = value
+            ok = row["status"] == "ok" and ref
+            row[f"ratio_{reference}"] = row["median_ms"] / ref if ok else None
     return rows
 
 
@@ -93,6 +89,12 @@ def _find(rows, variant, seq_len, mode, xla, precision, flash=False, size=None):
         ) and row["status"] == "ok":
             return row
     return None
+
+
+def _ratio(a, b):
+    """Row `a`'s median over `b`'s, and its spread: best case vs worst case of the repeats."""
+    return dict(value=a["median_ms"] / b["median_ms"],
+                range=[a["min_ms"] / b["max_ms"], a["max_ms"] / b["min_ms"]])
 
 
 def headline(rows, settings):
@@ -117,9 +119,7 @@ def headline(rows, settings):
                              mode="train", xla=True, precision=precision,
                              threshold=SPEED_THRESHOLD, value=None, verdict="n/a")
                 if a and b:
-                    check["value"] = a["median_ms"] / b["median_ms"]
-                    # The spread of the ratio: best case vs worst case of the repeats.
-                    check["range"] = [a["min_ms"] / b["max_ms"], a["max_ms"] / b["min_ms"]]
+                    check.update(_ratio(a, b))
                     # Less sensitive to other processes: fastest steps, CPU time.
                     check["ratio_of_min"] = a["min_ms"] / b["min_ms"]
                     check["ratio_of_cpu_time"] = a["cpu_median_ms"] / b["cpu_median_ms"]
@@ -182,8 +182,7 @@ def gpu_targets(rows, settings):
             elif reference is None and a:
                 check["verdict"] = "n/a (no peak: pass --peak-tflops)"
             elif a and b:
-                check["value"] = a["median_ms"] / b["median_ms"]
-                check["range"] = [a["min_ms"] / b["max_ms"], a["max_ms"] / b["min_ms"]]
+                check.update(_ratio(a, b))
             if check["value"] is not None:
                 passed = (check["value"] <= threshold if direction == "<="
                           else check["value"] >= threshold)

@@ -134,19 +134,10 @@ def build_encoder(variant, size, vocabulary_size=None, activation=None,
 
     from keras_tupe.models.conversion import keras_hub_inputs
 
-    reference = TupeBackbone.from_preset(f"bert_a_{size}", **overrides)
-    config = reference.get_config()
-    del reference
-    backbone = keras_hub.models.BertBackbone(
-        vocabulary_size=config["vocabulary_size"],
-        num_layers=config["num_layers"],
-        num_heads=config["num_heads"],
-        hidden_dim=config["hidden_dim"],
-        intermediate_dim=config["intermediate_dim"],
-        dropout=config["dropout"],
-        max_sequence_length=config["max_sequence_length"],
-        num_segments=config["num_segments"],
-    )
+    config = TupeBackbone.from_preset(f"bert_a_{size}", **overrides).get_config()
+    backbone = keras_hub.models.BertBackbone(**{key: config[key] for key in (
+        "vocabulary_size", "num_layers", "num_heads", "hidden_dim", "intermediate_dim",
+        "dropout", "max_sequence_length", "num_segments")})
     return backbone, keras_hub_inputs, "gelu_approximate"
 
 
@@ -230,13 +221,14 @@ def _timed(step, result):
     return elapsed * 1000
 
 
-def _finish_timing(result, times, cpu_count):
+def _finish_timing(result, times):
     result["times_ms"] = times
     result.update(harness.timing_stats(times))
     # Busy fraction of the usable cores during the timed steps: lower than the
     # same model's usual value means other processes took the CPU.
     result["cpu_median_ms"] = statistics.median(result["cpu_ms"])
-    result["cpu_utilization"] = sum(result["cpu_ms"]) / (sum(times) * cpu_count)
+    result["cpu_utilization"] = sum(result["cpu_ms"]) / (sum(times) * harness.usable_cpus())
+    result["load_average_end"] = harness.load_average()
 
 
 def _build_and_compile(job, result, memory=True):
@@ -277,7 +269,6 @@ def worker(job):
     job = _set_attention(dict(job))
     keras.utils.set_random_seed(0)
     backend = keras.backend.backend()
-    cpus = harness.usable_cpus()
     result = _new_result(job, backend)
     allocator = harness.AllocatorMemory.for_backend(backend)
     step = _build_and_compile(job, result)
@@ -285,14 +276,8 @@ def worker(job):
         result["allocated_after_compile_mb"] = allocator.mark()
     for _ in range(job["warmup"]):
         step()
-    times = [_timed(step, result) for _ in range(job["repeats"])]
-    _finish_timing(result, times, cpus)
-    result["load_average_end"] = harness.load_average()
-    # peak_mb ("step Δ"): the allocator's peak during the steps above what stays
-    # allocated (weights, optimizer state): activations, gradients, temporaries.
-    # peak_build_delta_mb: the process's whole-life peak RSS above the RSS after
-    # the build (adds the optimizer state, the compiler's memory and what the
-    # allocators keep); peak_abs_mb: the whole-life peak RSS.
+    _finish_timing(result, [_timed(step, result) for _ in range(job["repeats"])])
+    # The memory figures: see "Peak memory" in the package's docstring.
     result["peak_abs_mb"] = harness.maxrss_mb()
     base = result["rss_after_build_mb"]
     result["peak_build_delta_mb"] = None if base is None else result["peak_abs_mb"] - base
@@ -318,7 +303,6 @@ def worker_interleaved(jobs):
 
     keras.config.set_dtype_policy(jobs[0]["precision"])
     backend = keras.backend.backend()
-    cpus = harness.usable_cpus()
     results, steps = [], []
     for job in jobs:
         keras.utils.set_random_seed(0)
@@ -345,8 +329,7 @@ def worker_interleaved(jobs):
                 results[i], steps[i] = _failure(jobs[i], error), None
         live = [i for i in live if steps[i] is not None]
     for i in live:
-        _finish_timing(results[i], times[i], cpus)
-        results[i]["load_average_end"] = harness.load_average()
+        _finish_timing(results[i], times[i])
     return results
 
 

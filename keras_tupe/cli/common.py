@@ -178,6 +178,13 @@ def _sigterm_raises():
         signal.signal(signal.SIGTERM, previous)
 
 
+def entry_point(flags=None):
+    """Makes a command's body its `main(argv=None)`, which `run` runs."""
+    def decorate(body):
+        return functools.wraps(body)(lambda argv=None: run(body, argv, flags))
+    return decorate
+
+
 def run(main, argv=None, flags=None):
     """Calls `main(argv)`; a user error becomes `error: ...` on stderr and status 2.
 

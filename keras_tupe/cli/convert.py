@@ -14,7 +14,7 @@ TUPE authors' fairseq fork (TUPE-R or TUPE-A; `dict.txt` beside it unless
 
 import os
 
-from keras_tupe.cli.common import command_parser, run
+from keras_tupe.cli.common import command_parser, entry_point
 
 KINDS = ("huggingface", "fairseq")
 # The library's arguments, as this command's flags (messages speak the command line).
@@ -52,11 +52,8 @@ def check_paths(args):
             "overwrites a preset or any other file. Choose a new --out folder.")
 
 
+@entry_point(FLAGS)
 def main(argv=None):
-    return run(_main, argv, flags=FLAGS)
-
-
-def _main(argv=None):
     args = parse_args(argv)  # usage errors return before TensorFlow is imported
     check_paths(args)
     from keras_tupe.convert import convert

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 
-from keras_tupe.cli.common import command_parser, run
+from keras_tupe.cli.common import command_parser, entry_point
 
 SENTENCES = [
     "a gripping , beautifully acted film that stays with you .",
@@ -62,11 +62,8 @@ def step(title):
     return time.perf_counter()
 
 
+@entry_point()
 def main(argv=None):
-    return run(_main, argv)
-
-
-def _main(argv=None):
     args = parse_args(argv)
     from keras_tupe.export import export_classifier, export_encoder, export_preprocessor
     from keras_tupe.finetuning import FinetuneConfig, finetune_glue, load_classifier

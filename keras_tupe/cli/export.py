@@ -20,7 +20,7 @@ import argparse
 import os
 import sys
 
-from keras_tupe.cli.common import add_common_flags, one_line_errors, run
+from keras_tupe.cli.common import add_common_flags, entry_point, one_line_errors
 
 PROG = "keras-tupe-export"
 
@@ -59,8 +59,6 @@ def parse_args(argv=None):
 
 
 def _encoder_model(init, with_mlm):
-    import keras
-
     import keras_tupe.models  # noqa: F401  (registers the classes, in a command's process too)
     from keras_tupe.finetuning import load_backbone
 
@@ -108,11 +106,6 @@ def export(args):
         label_names=info["label_names"] or None, **versioning)
 
 
-def main(argv=None):
-    return run(_main, argv, flags={"export_dir": "--out", "version": "--version",
-                                   "overwrite": "--overwrite"})
-
-
 def check_before_import(args, argv=None):
     """What needs no TensorFlow, before its seconds-long import: the paths, the backend."""
     for flag, path in (("--init", args.init), ("--vocab", getattr(args, "vocab", None))):
@@ -134,7 +127,8 @@ def check_before_import(args, argv=None):
             f"{command} (a model trained under {backend} exports unchanged).")
 
 
-def _main(argv=None):
+@entry_point({"export_dir": "--out", "version": "--version", "overwrite": "--overwrite"})
+def main(argv=None):
     args = parse_args(argv)
     check_before_import(args, argv)
     from keras_tupe.output_lock import output_lock

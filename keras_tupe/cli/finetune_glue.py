@@ -14,7 +14,7 @@ lacks) the data come from tensorflow-datasets (online).
 
 import sys
 
-from keras_tupe.cli.common import add_init_flag, command_parser, run
+from keras_tupe.cli.common import add_init_flag, command_parser, entry_point
 
 
 def parse_args(argv=None):
@@ -97,11 +97,8 @@ def merge_repeats(flag, values):
                     f"{flag} {' '.join(shown(value) for value in unique)}")
 
 
+@entry_point()
 def main(argv=None):
-    return run(_main, argv)
-
-
-def _main(argv=None):
     args = vars(parse_args(argv))
     del args["tf_logs"], args["traceback"]
     tasks, init, out = args.pop("tasks"), args.pop("init"), args.pop("out")

@@ -13,7 +13,7 @@ import dataclasses
 import json
 import sys
 
-from keras_tupe.cli.common import add_init_flag, command_parser, run
+from keras_tupe.cli.common import add_init_flag, command_parser, entry_point
 
 # `keras_tupe.finetuning.SquadConfig`'s fields (but init, xla, lowercase) and their types,
 # listed here so the parser needs no keras_tupe import (a usage error comes before
@@ -44,11 +44,8 @@ def parse_args(argv=None):
     return args
 
 
+@entry_point()
 def main(argv=None):
-    return run(_main, argv)
-
-
-def _main(argv=None):
     args = vars(parse_args(argv))
     del args["tf_logs"], args["traceback"]
     from keras_tupe.finetuning import SquadConfig, finetune_squad

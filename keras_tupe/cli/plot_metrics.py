@@ -7,7 +7,7 @@ import csv
 import os
 import sys
 
-from keras_tupe.cli.common import command_parser, run
+from keras_tupe.cli.common import command_parser, entry_point
 
 
 def read_metrics(run_dir):
@@ -18,11 +18,8 @@ def read_metrics(run_dir):
         return list(csv.DictReader(f))
 
 
+@entry_point()
 def main(argv=None):
-    return run(_main, argv)
-
-
-def _main(argv=None):
     parser = command_parser("keras-tupe-plot-metrics", __doc__)
     parser.add_argument("runs", nargs="+", help="run directories")
     parser.add_argument("--out", required=True, help="PNG file to write")

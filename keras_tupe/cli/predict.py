@@ -25,7 +25,7 @@ import json
 import os
 import sys
 
-from keras_tupe.cli.common import command_parser, run
+from keras_tupe.cli.common import command_parser, entry_point
 
 # What this command imports of keras_tupe (whose __init__ imports nothing in a command).
 COMMAND_MODULES = ("keras_tupe.cli", "keras_tupe.extras")
@@ -70,10 +70,6 @@ def resolve_saved_model(path):
         if kind in _NOT_A_CLASSIFIER:
             raise ValueError(f"{path} is {_NOT_A_CLASSIFIER[kind]}.")
     return path, note
-
-
-def main(argv=None):
-    return run(_main, argv)
 
 
 def parse_args(argv=None):
@@ -143,7 +139,8 @@ def batches(items, size):
     return iter(lambda: list(itertools.islice(items, size)), [])
 
 
-def _main(argv=None):
+@entry_point()
+def main(argv=None):
     args = parse_args(argv)
     if args.file not in (None, "-") and not os.path.isfile(args.file):
         raise FileNotFoundError(f"--file {args.file} does not exist (or is not a file).")

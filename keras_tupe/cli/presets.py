@@ -9,7 +9,7 @@ outputs of one forward pass of the tiny models.
 import sys
 import time
 
-from keras_tupe.cli.common import command_parser, run
+from keras_tupe.cli.common import command_parser, entry_point
 
 # `keras_tupe.models.presets.SIZES` (a test checks they agree): the parser knows them
 # without importing keras_tupe, so a usage error comes before TensorFlow's import.
@@ -26,11 +26,8 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
+@entry_point()
 def main(argv=None):
-    return run(_main, argv)
-
-
-def _main(argv=None):
     args = parse_args(argv)
     import numpy as np
 

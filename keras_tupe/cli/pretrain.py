@@ -18,7 +18,7 @@ import argparse
 import os
 import sys
 
-from keras_tupe.cli.common import command_parser, run
+from keras_tupe.cli.common import command_parser, entry_point
 
 # The choices of `keras_tupe.pretraining` (a test checks they agree): the parser knows them
 # without importing keras_tupe, so a usage error comes before TensorFlow's seconds-long import.
@@ -172,7 +172,8 @@ def parse_config(argv=None):
     return PretrainConfig(**args)
 
 
-def _main(argv=None):
+@entry_point()
+def main(argv=None):
     config = parse_config(argv)
     if config.verbose:
         print(settings_line(config), flush=True)
@@ -180,10 +181,6 @@ def _main(argv=None):
 
     pretrain(config)
     return 0
-
-
-def main(argv=None):
-    return run(_main, argv)
 
 
 if __name__ == "__main__":

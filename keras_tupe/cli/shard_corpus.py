@@ -19,7 +19,7 @@ import os
 import sys
 import tempfile
 
-from keras_tupe.cli.common import command_parser, run
+from keras_tupe.cli.common import command_parser, entry_point
 
 DEFAULT_SEQUENCES_PER_SHARD = 100_000
 
@@ -67,11 +67,8 @@ def check_paths(args):
                               "another --out, or pass --overwrite to replace it.")
 
 
+@entry_point({"out": "--out", "overwrite": "--overwrite"})
 def main(argv=None):
-    return run(_main, argv, flags={"out": "--out", "overwrite": "--overwrite"})
-
-
-def _main(argv=None):
     args = parse_args(argv)
     from keras_tupe import data
     from keras_tupe.data.sharding import shard_corpus
