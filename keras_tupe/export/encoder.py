@@ -14,12 +14,6 @@ def encoder_input_spec():
     return {name: tf.TensorSpec([None, None], tf.int32, name=name) for name in ENCODER_INPUTS}
 
 
-def _trace_training_modes(function, *specs):
-    """Traces `function` for `training=False` and `True`, the two calls TF-Hub makes."""
-    for training in (False, True):
-        function.get_concrete_function(*specs, training=training)
-
-
 def _encoder_outputs(backbone, inputs, training, layer_outputs=None):
     """TF-Hub's encoder outputs; `layer_outputs` is `backbone.layer_outputs()`."""
     inputs = {name: inputs[name] for name in ENCODER_INPUTS}
@@ -66,15 +60,8 @@ def encoder_module(backbone, masked_lm=None):
     - with `masked_lm`: `mlm(inputs, training=False)`, whose inputs also take int32
       `masked_lm_positions` `(batch, P)`; adds `mlm_logits` `(batch, P, vocab)`.
     """
-    root = _with_variables(tf.__internal__.tracking.AutoTrackable(), [backbone])
-    layer_outputs = backbone.layer_outputs()
-
-    @tf.function
-    def call(inputs, training=False):
-        return _encoder_outputs(backbone, inputs, training, layer_outputs)
-
-    _trace_training_modes(call, encoder_input_spec())
-    root.__call__ = call
+    root = _reusable(backbone)
+    call = root.__call__
 
     @tf.function(input_signature=list(encoder_input_spec().values()))
     def serve(input_word_ids, input_mask, input_type_ids):
@@ -83,7 +70,7 @@ def encoder_module(backbone, masked_lm=None):
         return flatten_outputs(call(inputs, training=False))
 
     if masked_lm is not None:
-        root.mlm = _mlm_module(backbone, masked_lm)
+        root.mlm = _reusable(backbone, masked_lm)
     return root, {"serving_default": serve}
 
 
@@ -125,24 +112,31 @@ def _jsonable(config):
     return json.loads(json.dumps(config, default=str))
 
 
-def _mlm_module(backbone, masked_lm):
-    # The encoder's variables and the head's: fine-tuning `mlm` trains both.
-    mlm = _with_variables(tf.__internal__.tracking.AutoTrackable(), [backbone, masked_lm])
+def _reusable(backbone, masked_lm=None):
+    """An object with TF-Hub's `__call__(inputs, training)`, traced for both `training`
+    values (the two calls TF-Hub makes), and the variables it reads; with `masked_lm`, the
+    head's too (fine-tuning `mlm` trains both) and `mlm_logits` at `masked_lm_positions`."""
+    models = [backbone] if masked_lm is None else [backbone, masked_lm]
+    module = _with_variables(tf.__internal__.tracking.AutoTrackable(), models)
     layer_outputs = backbone.layer_outputs()
+    spec = encoder_input_spec()
 
     @tf.function
     def call(inputs, training=False):
         outputs = _encoder_outputs(backbone, inputs, training, layer_outputs)
+        if masked_lm is None:
+            return outputs
         logits = masked_lm.mlm_head(outputs["sequence_output"],
                                     mask_positions=inputs["masked_lm_positions"])
         return {**outputs, "mlm_logits": tf.cast(logits, tf.float32)}
 
-    spec = {**encoder_input_spec(),
-            "masked_lm_positions": tf.TensorSpec([None, None], tf.int32,
-                                                 name="masked_lm_positions")}
-    _trace_training_modes(call, spec)
-    mlm.__call__ = call
-    return mlm
+    if masked_lm is not None:
+        spec["masked_lm_positions"] = tf.TensorSpec([None, None], tf.int32,
+                                                    name="masked_lm_positions")
+    for training in (False, True):
+        call.get_concrete_function(spec, training=training)
+    module.__call__ = call
+    return module
 
 
 def _with_variables(trackable, models):
@@ -152,20 +146,13 @@ def _with_variables(trackable, models):
     it); the exported encoder is for fine-tuning, where the pooler trains, so its
     variables are listed as trainable.
     """
-    trackable.variables = _unique(v.value for model in models for v in model.variables)
+    def unique(variables):  # in order, each once
+        return list({id(v.value): v.value for v in variables}.values())
+
+    trackable.variables = unique(v for model in models for v in model.variables)
     pooler = [v for model in models if hasattr(model, "pooled_dense")
               for v in model.pooled_dense.variables]
-    trackable.trainable_variables = _unique(
-        [v.value for model in models for v in model.trainable_variables]
-        + [v.value for v in pooler])
+    trackable.trainable_variables = unique(
+        [v for model in models for v in model.trainable_variables] + pooler)
     trackable.regularization_losses = []
     return trackable
-
-
-def _unique(variables):
-    seen, unique = set(), []
-    for variable in variables:
-        if id(variable) not in seen:
-            seen.add(id(variable))
-            unique.append(variable)
-    return unique
