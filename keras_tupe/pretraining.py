@@ -1,39 +1,18 @@
 """Masked-LM pre-training with `model.fit`: the library behind `training.pretrain`.
 
-One function, `pretrain(config)`, does the whole run: it validates everything
-before any training starts, trains or reuses the WordPiece vocabulary, builds
-the model under the chosen tf.distribute strategy and precision, and fits with
-checkpoints, resume after a kill, TensorBoard, a CSV of losses by step and a
-progress bar.
+`pretrain(config)` checks every setting before any training, trains or reuses the
+WordPiece vocabulary, builds the model under the chosen strategy and precision, and
+fits with checkpoints, TensorBoard, a CSV of losses by step and a progress line.
+Input is text (`--corpus`, the tf.data pipeline of `keras_tupe.data`) or token-id
+shards (`--shards`, `keras_tupe.data.shards`: NumPy only, for JAX without TensorFlow).
 
-Under `--strategy multiworker` every worker runs the same command and writes
-the same files into its own `--out` (a local path on each machine).
-
-Resume: a step is one optimizer update on a global batch. Training runs in
-"epochs" of `eval_every` steps; after each, the validation loss is logged and
-`AtomicBackupAndRestore` commits the weights, optimizer, dropout random state and
-epoch as one backup (a kill at any moment leaves the last one whole). A killed run
-started again with the same command restores them and skips the batches it
-already consumed in the (deterministic) data stream, so it ends with the same
-step count and the same weights as a run that was never killed.
-
-One writer: the run holds `--out`'s lock (`keras_tupe.output_lock`) from its first
-check to its last file, so a second `pretrain` on the same folder is refused at once.
-Every file goes through `keras_tupe.staging` (a temporary name, renamed when whole);
-when one cannot be written (a full disk, a file-size limit, a read-only folder) the run
-stops with one line that says what was kept: the last good backup and its step, from
-which the same command resumes. The backup is removed only after the final preset is
-complete and read back.
-
-What a finished run leaves: `preset/` (a keras-hub preset folder: the backbone, the
-masked LM, its tokenizer and preprocessor; the one artefact), `checkpoints/step_NNNNNNN/`
-for `--save-steps` (preset folders too), `vocab.txt`, `metrics.csv`, `run_config.json`
-and `tensorboard/`. `keras_tupe.finetuning.loading.run_model` and `run_checkpoint` say
-where a run's models are (also for the `.keras` files of older versions).
-
-Input: text (`--corpus`, the tf.data pipeline of `keras_tupe.data`), or token-id
-shards (`--shards`, `keras_tupe.data.shards`: NumPy only, so a JAX machine
-without TensorFlow can train; a resumed run computes its next batch directly).
+Resume: training runs in blocks ("epochs") of `eval_every` steps; after each,
+`AtomicBackupAndRestore` commits weights, optimizer, dropout state and epoch as one
+backup. The same command after a kill restores it and skips the batches already
+consumed, so it ends with the weights of a run never killed. The run holds `--out`'s
+lock throughout, writes every file staged, and on a write failure says which backup
+was kept. A finished run leaves `preset/` (the one artefact), `checkpoints/step_N/`
+for `--save-steps`, `vocab.txt`, `metrics.csv`, `run_config.json` and `tensorboard/`.
 """
 
 import contextlib
@@ -119,34 +98,23 @@ def _choice(name, value, choices):
                             f"Received: {value!r}")
 
 
-class KerasDataParallel:
-    """The JAX backend's `--strategy mirrored`: `keras.distribution.DataParallel`.
-
-    Shaped like the tf.distribute strategy `pretrain` uses (`scope()`,
-    `num_replicas_in_sync`). The distribution is set globally, so `fit` shards
-    every batch over the local devices and keeps the weights replicated; the
-    gradient is the all-reduced one, so clipping and weight decay act on it as
-    under MirroredStrategy.
-    """
-
-    def __init__(self):
-
-        devices = keras.distribution.list_devices()
-        self.distribution = keras.distribution.DataParallel(devices=devices)
-        keras.distribution.set_distribution(self.distribution)
-        self.num_replicas_in_sync = len(devices)
-        self.scope = contextlib.nullcontext
-
-
 class NoStrategy:
     """One device, no distribution: the JAX backend's `--strategy default`."""
 
     num_replicas_in_sync = 1
+    scope = contextlib.nullcontext
 
-    def scope(self):
-        import contextlib
 
-        return contextlib.nullcontext()
+class KerasDataParallel(NoStrategy):
+    """The JAX backend's `--strategy mirrored`: `keras.distribution.DataParallel`, set
+    globally, so `fit` shards every batch over the local devices and all-reduces the
+    gradient (clipping and weight decay act on it as under MirroredStrategy)."""
+
+    def __init__(self):
+        devices = keras.distribution.list_devices()
+        self.distribution = keras.distribution.DataParallel(devices=devices)
+        keras.distribution.set_distribution(self.distribution)
+        self.num_replicas_in_sync = len(devices)
 
 
 def make_strategy(name):
@@ -373,8 +341,7 @@ def _shard_inputs(config, consumed):
     """
     from keras_tupe.data.shards import MaskedLMShards
 
-    rates = dict(mask_rate=config.mask_rate, mask_token_rate=config.mask_token_rate,
-                 random_token_rate=config.random_token_rate)
+    rates = _mask_rates(config)
     train = MaskedLMShards(config.shards, config.batch_size, seed=config.seed,
                            shuffle=bool(config.shuffle_buffer), start_batch=consumed, **rates)
     valid = None
@@ -383,6 +350,11 @@ def _shard_inputs(config, consumed):
                                shuffle=False, repeat=False, max_batches=config.valid_batches,
                                flag="--valid-shards", **rates)
     return train, valid
+
+
+def _mask_rates(config):
+    return dict(mask_rate=config.mask_rate, mask_token_rate=config.mask_token_rate,
+                random_token_rate=config.random_token_rate)
 
 
 def _backup_metadata(backup_dir):
@@ -507,20 +479,16 @@ def _train(config, mode, strategy, manifest, until_step):
         if manifest:
             train, valid = _shard_inputs(config, consumed)
         else:
-            train = data.mlm_dataset(
-                config.corpus, tokenizer, config.seq_len, config.batch_size, seed=config.seed,
-                mask_rate=config.mask_rate, mask_token_rate=config.mask_token_rate,
-                random_token_rate=config.random_token_rate, shuffle_buffer=config.shuffle_buffer,
-                repeat=True, max_lines=config.max_lines,
-            ).skip(consumed)
-            valid = None
-        if config.valid_corpus:
-            valid = data.mlm_dataset(
-                config.valid_corpus, tokenizer, config.seq_len, config.batch_size,
-                seed=config.seed + 1, mask_rate=config.mask_rate,
-                mask_token_rate=config.mask_token_rate, random_token_rate=config.random_token_rate,
-                shuffle_buffer=0, repeat=False, max_lines=config.max_lines,
-            ).take(config.valid_batches).cache()
+            common = dict(tokenizer=tokenizer, sequence_length=config.seq_len,
+                          batch_size=config.batch_size, max_lines=config.max_lines,
+                          **_mask_rates(config))
+            train = data.mlm_dataset(config.corpus, seed=config.seed, repeat=True,
+                                     shuffle_buffer=config.shuffle_buffer, **common)
+            train, valid = train.skip(consumed), None
+            if config.valid_corpus:
+                valid = data.mlm_dataset(config.valid_corpus, seed=config.seed + 1, repeat=False,
+                                         shuffle_buffer=0, **common)
+                valid = valid.take(config.valid_batches).cache()
 
         with strategy.scope():
             backbone = TupeBackbone.from_preset(
@@ -585,36 +553,15 @@ def _train(config, mode, strategy, manifest, until_step):
 
 
 def _save_final(model, vocab_path, config, backup_dir):
-    """The run's preset folder (staged); then, once it reads back whole, no backup."""
-    preset_dir = write_preset(model, vocab_path, config, run_model(config.out))
-    check_readable([preset_dir])
-    shutil.rmtree(backup_dir, ignore_errors=True)
-
-
-def check_readable(paths):
-    """Reads back every `.keras` archive and HDF5 weights file of `paths` (files or folders).
-
-    Raises:
-        ValueError: one is truncated or corrupt (named).
-    """
-    import zipfile
-
+    """The run's preset folder (staged); then, once its weights read back whole, no backup."""
     from keras_tupe.models.preset_folders import check_weights_file
 
-    for path in paths:
-        files = [path] if os.path.isfile(path) else [
-            os.path.join(root, name) for root, _, names in os.walk(path) for name in names]
-        for file in files:
-            if file.endswith(".keras"):
-                try:
-                    with zipfile.ZipFile(file) as archive:
-                        broken = archive.testzip()
-                except (OSError, zipfile.BadZipFile) as error:
-                    broken = str(error)
-                if broken:
-                    raise ValueError(f"{file} did not read back whole ({broken}).")
-            elif file.endswith(".h5"):
-                check_weights_file(file, read_data=True)
+    preset_dir = write_preset(model, vocab_path, config, run_model(config.out))
+    for root, _, names in os.walk(preset_dir):
+        for name in names:
+            if name.endswith(".h5"):
+                check_weights_file(os.path.join(root, name), read_data=True)
+    shutil.rmtree(backup_dir, ignore_errors=True)
 
 
 def console_command(name):

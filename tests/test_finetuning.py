@@ -10,6 +10,7 @@ import pytest
 from keras_tupe import data
 from keras_tupe.data import glue
 from keras_tupe.finetuning import FinetuneConfig, finetune_glue
+from keras_tupe.finetuning.glue import longest_packed_length
 from keras_tupe.models import TupeBackbone
 from training import finetune_glue as cli
 
@@ -98,7 +99,7 @@ def test_trimmed_padding_gives_the_classifier_the_same_outputs(encoder_dir):
     full = glue.load_glue("stsb", "validation", DATA_DIR)  # pairs
     dev = glue.GlueExamples(full.sentence1[:256], full.sentence2[:256], full.labels[:256],
                             "stsb", "validation")
-    longest = glue.longest_packed_length(tokenizer, dev)
+    longest = longest_packed_length(tokenizer, (dev.sentence1, dev.sentence2))
     assert longest < 120
     for name in ("backbone.keras", "m4.keras"):  # absolute TUPE-R and relative method 4
         model = TupeTextClassifier(load_backbone(str(encoder_dir / name)), num_classes=1)
@@ -230,11 +231,12 @@ def test_the_selection_protocol_chooses_with_one_seed_and_widens_at_the_edge(tmp
             "edge_learning_rates": [3e-5, 3e-3, 1e-2]}
     [row] = run_protocol(["rte"], "unused", str(tmp_path / "up"), **grid)
     assert calls == [(1e-4, 0), (3e-4, 0), (1e-3, 0), (3e-3, 0), (1e-2, 0), (3e-3, 1), (3e-3, 2)]
-    from keras_tupe.finetuning.summary import run_number, read_results
+    from keras_tupe.finetuning import Protocol
+    from keras_tupe.finetuning.summary import read_results
 
-    rows = read_results(str(tmp_path / "up"))[1]
-    assert run_number(rows[:3], ["rte"], **grid) == "run 4 of at least 5"  # 3 rates + 2 seeds
-    assert run_number(rows[:5], ["rte"], **grid) == "run 6 of at least 7"  # widened twice
+    rows, protocol = read_results(str(tmp_path / "up"))[1], Protocol(**grid)
+    assert protocol.run_number(rows[:3], ["rte"]) == "run 4 of at least 5"  # 3 rates + 2 seeds
+    assert protocol.run_number(rows[:5], ["rte"]) == "run 6 of at least 7"  # widened twice
     assert row["best_learning_rate"] == 3e-3 and row["seeds"] == 3
     assert row["score"] == pytest.approx(100 * np.median([0.85, 0.83, 0.81]))
     calls.clear()  # resumed: nothing runs again

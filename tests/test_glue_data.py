@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_tupe.data import glue
+from keras_tupe.data import glue, network
 from keras_tupe.data.vocabulary import load_tokenizer, train_vocabulary
+from keras_tupe.finetuning.glue import longest_packed_length
 
 DATA_DIR = Path(
     os.environ.get("KERAS_TUPE_DATA_DIR")
@@ -291,7 +292,7 @@ def test_offline_tfds_failure_names_the_task_and_suggests_data_dir(tmp_path, mon
 
     monkeypatch.setattr(tfds, "load", offline)
     # The download host answers (the probe passes), then the download itself fails.
-    monkeypatch.setattr(glue, "require_network", lambda *args, **kwargs: None)
+    monkeypatch.setattr(network, "require_network", lambda *args, **kwargs: None)
     with pytest.raises(RuntimeError) as error:
         glue.load_glue("mnli", "train", data_dir=tmp_path)  # a folder without MNLI
     message = str(error.value)
@@ -381,6 +382,20 @@ def test_round_robin_truncation(tiny_tokenizer, first, second, length, first_kep
     assert x["segment_ids"].numpy()[0].tolist() == (
         [0] * (len(first_kept) + 2) + [1] * (len(second_kept) + 1))
     assert x["padding_mask"].numpy()[0].tolist() == [1] * length
+
+
+def test_the_packed_route_warns_that_it_is_deprecated(tiny_tokenizer):
+    examples = glue.GlueExamples(["the cat", "a dog"], None, np.array([0, 1]), "sst2", "train")
+    with pytest.warns(DeprecationWarning, match="pack_inputs is deprecated"):
+        glue.pack_inputs(tiny_tokenizer, 8, ["the cat"])
+    with pytest.warns(DeprecationWarning, match="glue_dataset is deprecated") as caught:
+        [(x, y)] = numpy_batches(glue.glue_dataset("sst2", "train", tiny_tokenizer, 8, 2,
+                                                   examples=examples))
+    ours = [w for w in caught if str(w.message).startswith("keras_tupe.data.glue.")]
+    assert len(ours) == 1  # its own packing does not warn again
+    assert x["token_ids"].tolist() == [[CLS, THE, CAT, SEP, PAD, PAD, PAD, PAD],
+                                       [CLS, A, DOG, SEP, PAD, PAD, PAD, PAD]]
+    assert y.tolist() == [0, 1]
 
 
 def test_packing_argument_errors(tiny_tokenizer, tmp_path):
@@ -521,23 +536,20 @@ def test_fill_last_batch_gives_one_shape_and_weighs_only_the_real_rows(glue_toke
 
 
 def test_longest_packed_length_by_hand(tiny_tokenizer):
-    pairs = glue.GlueExamples(["the cat sat", "a dog ran fast home", "the"],
-                              ["a dog", "the", "cat cat cat cat"], np.zeros(3), "rte", "train")
+    pairs = (["the cat sat", "a dog ran fast home", "the"], ["a dog", "the", "cat cat cat cat"])
     # [CLS] + words + [SEP] + words + [SEP]: 3+2+3=8, 5+1+3=9, 1+4+3=8.
-    assert glue.longest_packed_length(tiny_tokenizer, pairs) == 9
-    assert glue.longest_packed_length(tiny_tokenizer, pairs, batch_size=1) == 9
-    single = glue.GlueExamples(["the cat", "a dog ran"], None, np.zeros(2), "sst2", "train")
-    assert glue.longest_packed_length(tiny_tokenizer, single) == 5
-    empty = glue.GlueExamples([], None, np.zeros(0), "cola", "validation")
-    with pytest.raises(ValueError, match="No examples in 'cola' 'validation'"):
-        glue.longest_packed_length(tiny_tokenizer, empty)
+    assert longest_packed_length(tiny_tokenizer, pairs) == 9
+    assert longest_packed_length(tiny_tokenizer, pairs, chunk=1) == 9
+    assert longest_packed_length(tiny_tokenizer, ["the cat", "a dog ran"]) == 5
 
 
 @needs_data
 @pytest.mark.parametrize("task", ["sst2", "stsb"])
 def test_longest_packed_length_is_the_longest_packing(glue_tokenizer, task):
     examples = glue.load_glue(task, "validation", GLUE_DIR)
-    longest = glue.longest_packed_length(glue_tokenizer, examples, batch_size=100)
+    segments = examples.sentence1 if examples.sentence2 is None else (
+        examples.sentence1, examples.sentence2)
+    longest = longest_packed_length(glue_tokenizer, segments, chunk=100)
     packed = glue.pack_inputs(glue_tokenizer, 512, examples.sentence1, examples.sentence2)
     real = packed["padding_mask"].numpy().sum(axis=1)
     assert real.max() < 512 and longest == real.max()

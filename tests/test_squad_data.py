@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_tupe.data import squad
+from keras_tupe.data import network, squad
 from keras_tupe.data.vocabulary import load_tokenizer, train_vocabulary
 from keras_tupe.data.wordpiece_offsets import (
     TfWordPieceOffsets,
@@ -136,7 +136,7 @@ def test_load_squad_offline_tfds_is_a_clear_error(monkeypatch, tmp_path):
 
     monkeypatch.setattr(tfds, "load", load)
     # The download host answers (the probe passes), then the download itself fails.
-    monkeypatch.setattr(squad, "require_network", lambda *args, **kwargs: None)
+    monkeypatch.setattr(network, "require_network", lambda *args, **kwargs: None)
     with pytest.raises(RuntimeError, match=r"(?s)offline.*dev-v1\.1\.json.*no network"):
         squad.load_squad("validation", data_dir=tmp_path)
 

@@ -1,10 +1,6 @@
-"""Data: corpora, WordPiece vocabularies, the masked-LM pipeline; GLUE and SQuAD
-in `keras_tupe.data.glue` and `keras_tupe.data.squad`; token-id shards, read
-without TensorFlow, in `keras_tupe.data.shards`.
-
-The pipeline's names (`data.mlm_dataset`, ... : `keras_tupe.data.pretraining.__all__`)
-are imported on first use: the pipeline needs TensorFlow, and importing
-`keras_tupe.data.shards` on a machine without it must not.
+"""Data: corpora, WordPiece vocabularies, the masked-LM pipeline (`data.mlm_dataset`, ...:
+`keras_tupe.data.pretraining.__all__`, imported on first use, as it needs TensorFlow);
+GLUE, SQuAD and the TensorFlow-free token-id shards in their submodules.
 """
 
 import importlib

@@ -12,7 +12,6 @@ pieces and about `_BATCH_BYTES` of text.
 """
 
 import codecs
-import logging
 import os
 from pathlib import Path
 
@@ -20,7 +19,7 @@ import numpy as np
 
 import tensorflow as tf
 
-from keras_tupe.data.network import require_network
+from keras_tupe.data.network import load_tfds
 
 TFDS_PREFIX = "tfds:"
 
@@ -42,8 +41,6 @@ _LINES_PER_BATCH = 1024
 _PIECE_BYTES = 1 << 14   # 16 KiB: a longer line is passed on in pieces of about this size
 _BATCH_BYTES = 1 << 20   # 1 MiB of text: a batch ends at this size or _LINES_PER_BATCH
 _UNIT_STRIDE = 2**40  # unit ids of the parts of a list source never collide
-
-logger = logging.getLogger(__name__)
 
 
 def line_dataset(source, max_lines=None, text_feature="text"):
@@ -341,28 +338,13 @@ def _tfds_lines(spec, text_feature, offset, progress=None):
 
 
 def _load_tfds(name, split):
-    import tensorflow_datasets as tfds
-
-    try:  # Already prepared (or mocked by `tfds.testing.mock_data`): no network.
-        return tfds.load(name, split=split, download=False, shuffle_files=False)
-    except Exception as error:  # noqa: BLE001 - tfds raises many kinds when data is missing
-        if isinstance(error, tfds.core.registered.DatasetNotFoundError):
-            raise ValueError(
-                f"No tensorflow-datasets dataset named {name!r} (`tfds.list_builders()` "
-                "lists them); for a local corpus pass its path instead."
-            ) from error
-        require_network(f"tensorflow-datasets {name!r}",
-                        "Pass a local corpus path instead, e.g. <data folder>/enwiki/train.txt.")
-        logger.warning("tfds dataset %r is not prepared; downloading it.", name)
-    try:
-        return tfds.load(name, split=split, download=True, shuffle_files=False)
-    except Exception as error:  # noqa: BLE001
-        raise RuntimeError(
-            f"Could not load tensorflow-datasets {name!r} (split {split!r}): neither "
-            "prepared in the tfds data_dir nor downloadable (offline?). Prepare it on a "
-            "machine with internet access (`tfds build`), or pass a local corpus path, e.g. "
-            f"<data folder>/enwiki/train.txt. Cause: {type(error).__name__}: {error}"
-        ) from error
+    return load_tfds(
+        name, split, f"tensorflow-datasets {name!r}",
+        "Pass a local corpus path instead, e.g. <data folder>/enwiki/train.txt.",
+        f"Could not load tensorflow-datasets {name!r} (split {split!r}): neither prepared in "
+        "the tfds data_dir nor downloadable (offline?). Prepare it on a machine with internet "
+        "access (`tfds build`), or pass a local corpus path, e.g. <data folder>/enwiki/train.txt.",
+        shuffle_files=False)
 
 
 def _classify(line, unit, mode, whole):

@@ -35,11 +35,7 @@ def mask_selection_length(sequence_length, mask_rate=0.15):
     taken in float32, as tf-text does, so rounding cannot make tf-text select one
     more than P.
     """
-    if isinstance(sequence_length, bool) or not isinstance(sequence_length, int) or (
-            sequence_length < 2):
-        raise ValueError(
-            f"`sequence_length` must be an int >= 2. Received: sequence_length={sequence_length!r}"
-        )
+    check_int("sequence_length", sequence_length, 2)
     check_rate("mask_rate", mask_rate)
     selectable = sequence_length - 1
     in_float32 = float(np.ceil(np.float32(selectable) * np.float32(mask_rate)))
@@ -115,6 +111,21 @@ def mask_batch(ids, rng, vocabulary_size, num_slots, mask_rate=0.15, mask_token_
     return x, labels.astype(np.int32), valid.astype(np.float32)
 
 
+def check_int(name, value, minimum):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"`{name}` must be an int >= {minimum}. Received: {name}={value!r}")
+
+
 def check_rate(name, value):
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value <= 1:
         raise ValueError(f"`{name}` must be a number in [0, 1]. Received: {name}={value!r}")
+
+
+def check_mask_rates(mask_rate, mask_token_rate, random_token_rate):
+    for name, rate in [("mask_rate", mask_rate), ("mask_token_rate", mask_token_rate),
+                       ("random_token_rate", random_token_rate)]:
+        check_rate(name, rate)
+    if mask_token_rate + random_token_rate > 1:
+        raise ValueError(
+            "`mask_token_rate + random_token_rate` must be <= 1. Received: "
+            f"mask_token_rate={mask_token_rate}, random_token_rate={random_token_rate}")

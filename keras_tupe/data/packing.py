@@ -1,11 +1,8 @@
-"""BERT input packing shared by training, evaluation and the exported preprocessor.
+"""BERT input packing for the exported preprocessor SavedModel (`keras_tupe.export`).
 
-`pack_segments` is the one place where token ids become the encoder's three inputs:
-`keras_tupe.data.glue.pack_inputs` (fine-tuning and evaluation) and the preprocessor
-SavedModel (`keras_tupe.export`) both call it, so serving packs exactly as training did.
-It is keras-hub's `MultiSegmentPacker` (round-robin truncation) written with the
-tensorflow-text ops it uses, so that the length may also be a scalar tensor (the
-packer takes a Python int only, which a SavedModel's `seq_length` argument is not).
+`pack_segments` is keras-hub's `MultiSegmentPacker` (round-robin truncation) written
+with the tensorflow-text ops it uses, so that the length may be a scalar tensor (a
+SavedModel's `seq_length` argument), which the packer does not take.
 """
 
 import tensorflow as tf
@@ -56,12 +53,8 @@ def special_ids(tokenizer):
 
 
 def ragged_ids(token_ids):
-    """The tokenizer's output as int32 ragged ids (B, None).
-
-    Inside tf.data (graph mode) keras-hub returns a `tf.RaggedTensor`; eagerly it converts
-    its outputs: Python lists when the rows differ in length, a dense tensor when they do
-    not (no padding there to strip).
-    """
+    """The tokenizer's output as int32 ragged ids (B, None): keras-hub gives a ragged tensor
+    in graph mode, eagerly lists (rows of different lengths) or a dense tensor."""
     if isinstance(token_ids, list):
         return tf.ragged.constant(token_ids, dtype=tf.int32, ragged_rank=1)
     if not isinstance(token_ids, tf.RaggedTensor):

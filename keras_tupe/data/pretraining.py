@@ -6,11 +6,15 @@ FULL-SENTENCES sequences, `mlm_dataset` shuffles, masks and batches them.
 """
 
 import keras_hub
-import numpy as np
 import tensorflow as tf
 
 from keras_tupe.data.corpus import line_batches, line_dataset
-from keras_tupe.data.masking import UNSELECTABLE_IDS, check_rate, mask_selection_length
+from keras_tupe.data.masking import (
+    UNSELECTABLE_IDS,
+    check_int,
+    check_mask_rates,
+    mask_selection_length,
+)
 from keras_tupe.data.vocabulary import (
     SPECIAL_TOKENS,
     check_vocabulary,
@@ -53,7 +57,7 @@ def packed_sequences(source, tokenizer, sequence_length, max_lines=None):
     Returns:
         A `tf.data.Dataset` of int32 tensors of shape `(sequence_length,)`.
     """
-    _check_int("sequence_length", sequence_length, MIN_SEQUENCE_LENGTH)
+    check_int("sequence_length", sequence_length, MIN_SEQUENCE_LENGTH)
     special = _special_ids(tokenizer)
     cls_id, sep_id = special[CLS], special[SEP]
     line_dataset(source, max_lines=max_lines)  # clear errors for missing or empty corpora
@@ -103,27 +107,17 @@ def mlm_dataset(
 ):
     """Masked-LM batches for pre-training, deterministic given `seed`.
 
-    Text -> WordPiece ids -> FULL-SENTENCES packing (`packed_sequences`) ->
-    shuffle (buffer `shuffle_buffer`, seeded; `0` or `None`: corpus order) ->
-    repeat (each epoch reshuffled, deterministically) ->
-    `keras_hub.layers.MaskedLMMaskGenerator` (one sequence at a time) -> batch ->
-    prefetch.
+    `packed_sequences` -> seeded shuffle -> repeat (reshuffled each epoch) ->
+    `keras_hub.layers.MaskedLMMaskGenerator`, one sequence at a time -> batch. Of each
+    sequence's `n` selectable tokens (not [PAD], [CLS], [SEP]) exactly
+    `ceil(mask_rate * n)` are selected, anew each epoch; each becomes [MASK] with
+    `mask_token_rate`, a random id with `random_token_rate`, else stays.
 
-    Masking: of the selectable tokens of each sequence (all but [PAD], [CLS] and
-    [SEP]), tf-text selects exactly `ceil(mask_rate * n)`; each selected token
-    becomes [MASK] with probability `mask_token_rate`, a uniformly random id of
-    the whole vocabulary with `random_token_rate`, and stays unchanged otherwise.
-    Masks are drawn anew each epoch (dynamic masking).
-
-    Determinism: the tf-text ops inside the mask generator are unseeded stateful
-    random ops, which take their seeds from TensorFlow's global seed when the
-    pipeline is traced. This function therefore calls `tf.random.set_seed(seed)`
-    (it leaves TensorFlow's global seed at `seed`) and masks one sequence a call,
-    calls in sequence (see the comment at the map); the shuffle is seeded with
-    `seed`. Two datasets built with the same arguments yield identical batches,
-    in one process or in two, and the masks of a sequence do not depend on the
-    batch size. The cost: masking runs on one core (~4k sequences/s of 128 ids on
-    this project's 2-core test machine); tokenization and packing run in parallel.
+    Determinism: tf-text's masking ops are unseeded and take their seeds from
+    TensorFlow's global seed when traced, so this calls `tf.random.set_seed(seed)` (and
+    leaves it set) and masks one sequence a call, in order (see the comment at the
+    map): the same arguments give the same batches, in one process or two, whatever
+    the batch size. The cost: masking runs on one core (~4k sequences/s of 128 ids).
 
     Args:
         source: a corpus, as for `line_dataset`.
@@ -143,29 +137,17 @@ def mlm_dataset(
             Defaults to `True`.
 
     Returns:
-        A `tf.data.Dataset` of `(x, y, sample_weight)`, with `P =
-        mask_selection_length(sequence_length, mask_rate)`:
-            x = {"token_ids": int32 (B, L), masked;
-                 "padding_mask": int32 (B, L), ones;
-                 "segment_ids": int32 (B, L), zeros;
-                 "mask_positions": int32 (B, P)};
-            y: int32 (B, P), the original ids at `mask_positions`;
-            sample_weight: float32 (B, P), 1 for a masked position, 0 for padding
-                (padded slots have position 0 and id 0).
+        A `tf.data.Dataset` of `(x, y, sample_weight)`, `P = mask_selection_length(L,
+        mask_rate)`: `x` int32 `token_ids` (masked), `padding_mask` (ones), `segment_ids`
+        (zeros) `(B, L)` and `mask_positions` `(B, P)`; `y` int32 `(B, P)`, the original
+        ids; `sample_weight` float32 `(B, P)`, 0 on padded slots (position 0, id 0).
     """
-    _check_int("sequence_length", sequence_length, MIN_SEQUENCE_LENGTH)
-    _check_int("batch_size", batch_size, 1)
-    for name, rate in [("mask_rate", mask_rate), ("mask_token_rate", mask_token_rate),
-                       ("random_token_rate", random_token_rate)]:
-        check_rate(name, rate)
-    if mask_token_rate + random_token_rate > 1:
-        raise ValueError(
-            "`mask_token_rate + random_token_rate` must be <= 1. Received: "
-            f"mask_token_rate={mask_token_rate}, random_token_rate={random_token_rate}"
-        )
+    check_int("sequence_length", sequence_length, MIN_SEQUENCE_LENGTH)
+    check_int("batch_size", batch_size, 1)
+    check_mask_rates(mask_rate, mask_token_rate, random_token_rate)
     if shuffle_buffer is not None:
-        _check_int("shuffle_buffer", shuffle_buffer, 0)
-    _check_int("seed", seed, 0)
+        check_int("shuffle_buffer", shuffle_buffer, 0)
+    check_int("seed", seed, 0)
     special = _special_ids(tokenizer)
     num_slots = mask_selection_length(sequence_length, mask_rate)
 
@@ -230,7 +212,3 @@ def _special_ids(tokenizer):
         )
     return {token: index for index, token in enumerate(SPECIAL_TOKENS)}
 
-
-def _check_int(name, value, minimum):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"`{name}` must be an int >= {minimum}. Received: {name}={value!r}")

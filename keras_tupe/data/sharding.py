@@ -14,6 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_tupe.data import shards
+from keras_tupe.data.masking import check_int
 from keras_tupe.data.pretraining import packed_sequences
 from keras_tupe.data.vocabulary import load_tokenizer
 
@@ -41,10 +42,7 @@ def shard_corpus(source, vocabulary_file, out, sequence_length, sequences_per_sh
         FileExistsError: `out` is not empty and `overwrite` is false.
         FileNotFoundError, ValueError: a missing or empty corpus or vocabulary.
     """
-    if isinstance(sequences_per_shard, bool) or not isinstance(sequences_per_shard, int) or (
-            sequences_per_shard < 1):
-        raise ValueError("`sequences_per_shard` must be an int >= 1. Received: "
-                         f"sequences_per_shard={sequences_per_shard!r}")
+    check_int("sequences_per_shard", sequences_per_shard, 1)
     tokenizer = load_tokenizer(vocabulary_file, lowercase=lowercase)
     sequences = packed_sequences(source, tokenizer, sequence_length, max_lines=max_lines)
     batches = (np.asarray(batch) for batch in sequences.batch(_WRITE_BATCH).as_numpy_iterator())

@@ -1,25 +1,15 @@
 """Token-id shards: the TensorFlow-free pre-training input.
 
-A shard folder holds packed, fixed-length sequences (`[CLS] + chunk`, as
-`packed_sequences` makes them) in `shard_00000.npy`, `shard_00001.npy`, ...
-(uint16 while the vocabulary fits, int32 beyond), the vocabulary (`vocab.txt`)
-and `manifest.json` (format, vocabulary sha256, sequence length, counts, the
-command and versions that made it). `keras_tupe.data.sharding` writes one from a
-corpus on a machine with TensorFlow (`python -m training.shard_corpus`); this
-module reads it with NumPy only, so a JAX machine without TensorFlow can train:
+A shard folder holds packed sequences (`[CLS] + chunk`, as `packed_sequences` makes
+them) in `shard_00000.npy`, ... (uint16 while the vocabulary fits, else int32), the
+vocabulary (`vocab.txt`) and `manifest.json` (format, vocabulary sha256, sequence
+length, counts, command, versions). `keras_tupe.data.sharding` writes one with
+TensorFlow (`python -m training.shard_corpus`); this module reads it with NumPy only:
 
     batches = MaskedLMShards("shards/", batch_size=256, seed=0)
     x, y, sample_weight = batches[0]          # the structure of `mlm_dataset`
     # Keras's fit: keras-hub's `Task.fit` has no case for a `PyDataset`.
     keras.Model.fit(masked_lm, batches, steps_per_epoch=1000, epochs=10)
-
-Masking is vectorized over a batch and follows tf-text's rule (the one
-`mlm_dataset` uses): exactly `min(P, ceil(rate * n))` of a sequence's `n`
-selectable tokens. Every batch is a pure function of `(seed, batch index)`, so a
-resumed run starts at batch `consumed` directly (`start_batch`), never by
-replaying the stream.
-
-Nothing here imports TensorFlow or tensorflow-text.
 """
 
 import concurrent.futures
@@ -31,7 +21,13 @@ import threading
 import keras
 import numpy as np
 
-from keras_tupe.data.masking import SPECIAL_TOKENS, mask_batch, mask_selection_length
+from keras_tupe.data.masking import (
+    SPECIAL_TOKENS,
+    check_int,
+    check_mask_rates,
+    mask_batch,
+    mask_selection_length,
+)
 from keras_tupe.files import file_sha256
 from keras_tupe.folders import made_folder
 from keras_tupe.output_lock import output_lock
@@ -218,13 +214,11 @@ class ShardSequences:
 class MaskedLMShards(keras.utils.PyDataset):
     """Masked-LM batches from a shard folder, for `model.fit` on any backend.
 
-    The NumPy counterpart of `mlm_dataset`: the same batches' structure, the
-    same masking rule and rates (not tf-text's random numbers). Batch `i` is a
-    pure function of `(seed, start_batch + i)`: the sequences it holds come from
-    a seeded permutation of all sequences for each pass (epoch) over the shards
-    (passes follow one another without a gap, so a batch may span two), and its
-    masks from a generator seeded with `(seed, batch)`. Any batch is computed
-    directly, which is how a resumed run seeks (`start_batch`).
+    The NumPy counterpart of `mlm_dataset`: the same structure, masking rule and
+    rates (not tf-text's random numbers). Batch `i` is a pure function of `(seed,
+    start_batch + i)`: its sequences come from a seeded permutation of all sequences
+    for each pass (passes follow one another, so a batch may span two), its masks
+    from a generator seeded with `(seed, batch)`; a resumed run seeks (`start_batch`).
 
     Args:
         directory: a shard folder (see the module docstring).
@@ -257,28 +251,17 @@ class MaskedLMShards(keras.utils.PyDataset):
         super().__init__(**kwargs)
         for name, value, minimum in [("batch_size", batch_size, 1), ("seed", seed, 0),
                                      ("start_batch", start_batch, 0)]:
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or (
-                    value < minimum):
-                raise ValueError(f"`{name}` must be an int >= {minimum}. Received: "
-                                 f"{name}={value!r}")
-        if mask_token_rate + random_token_rate > 1:
-            raise ValueError(
-                "`mask_token_rate + random_token_rate` must be <= 1. Received: "
-                f"mask_token_rate={mask_token_rate}, random_token_rate={random_token_rate}")
+            check_int(name, value, minimum)
+        check_mask_rates(mask_rate, mask_token_rate, random_token_rate)
         self.sequences = ShardSequences(directory, flag)
         if len(self.sequences) < batch_size:
             raise ShardError(f"{flag} {directory} holds {len(self.sequences)} sequences, fewer "
                              f"than one batch of {batch_size}. Shard a larger corpus.")
-        self.directory = directory
-        self.batch_size = batch_size
-        self.seed = seed
-        self.mask_rate = mask_rate
-        self.mask_token_rate = mask_token_rate
+        self.directory, self.batch_size, self.seed = directory, batch_size, seed
+        self.mask_rate, self.mask_token_rate = mask_rate, mask_token_rate
         self.random_token_rate = random_token_rate
-        self.shuffle = shuffle
-        self.repeat = repeat
-        self.start_batch = start_batch
-        self.max_batches = max_batches
+        self.shuffle, self.repeat = shuffle, repeat
+        self.start_batch, self.max_batches = start_batch, max_batches
         self.num_slots = mask_selection_length(self.sequences.sequence_length, mask_rate)
         self.threads = min(4, os.cpu_count() or 1) if threads is None else threads
         self._permutations = {}

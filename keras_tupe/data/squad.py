@@ -1,22 +1,10 @@
 """SQuAD v1.1 for span question answering: loading, BERT-style windowing, answer decoding.
 
-The steps, in the order data flows:
-
-1. `load_squad`: the nested SQuAD v1.1 structure (articles → paragraphs → questions),
-   from a json file or from tensorflow-datasets.
-2. `featurize`: `[CLS] question [SEP] context window [SEP]` features with a sliding window
-   over long contexts (Devlin et al., 2019, and Google's `run_squad.py`). Every context
-   token keeps the character span it came from, so that
-3. `postprocess` can return answers as exact substrings of the original context
-   (case, accents and punctuation preserved).
-
-Fine-tuning batches the features with `keras_tupe.finetuning.batches` (tf.data or
-Grain). Nothing here needs TensorFlow except reading SQuAD from tensorflow-datasets:
-the character offsets come from `keras_tupe.data.wordpiece_offsets` (tensorflow-text where it
-imports, else pure Python).
-
-`split_articles` makes a small, unofficial article-level split of one file, for offline
-experiments when the dev set is the only SQuAD file at hand.
+`load_squad` reads the nested articles (json or tensorflow-datasets); `featurize` makes
+`[CLS] question [SEP] context window [SEP]` features with a sliding window, every
+context token keeping its character span (`keras_tupe.data.wordpiece_offsets`, with or
+without TensorFlow), so that `postprocess` returns answers as exact substrings of the
+context. `split_articles` makes an unofficial article-level split of one file.
 """
 
 import dataclasses
@@ -27,7 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from keras_tupe.data.network import require_network
+from keras_tupe.data.masking import check_int
+from keras_tupe.data.network import load_tfds
 from keras_tupe.data.wordpiece_offsets import wordpiece_offsets
 
 SPLITS = {"train": "train-v1.1.json", "validation": "dev-v1.1.json"}
@@ -52,13 +41,10 @@ def load_squad(path_or_split, data_dir=None, tfds_data_dir=None):
     `context`.
 
     Args:
-        path_or_split: a SQuAD v1.1 json file (`train-v1.1.json`, `dev-v1.1.json` or one
-            in the same format), or the split name `"train"` or `"validation"`. A split
-            is read from `data_dir` when its file is there (`train-v1.1.json` /
-            `dev-v1.1.json`, directly or in a `squad/` subfolder, so a data folder
-            holding `squad/` works), else from tensorflow-datasets `"squad/v1.1"` (prepared, or
-            downloaded when online). tfds stores the questions shuffled: the articles,
-            paragraphs and questions are regrouped, but their order is tfds's.
+        path_or_split: a SQuAD v1.1 json file, or `"train"` or `"validation"`: read from
+            `data_dir` (or its `squad/`) when its file is there, else from
+            tensorflow-datasets `"squad/v1.1"` (prepared, or downloaded online; regrouped
+            into articles, in tfds's order).
         data_dir: a folder with the SQuAD files, or `None`.
         tfds_data_dir: the tensorflow-datasets data directory, or `None` (its default).
 
@@ -129,26 +115,16 @@ def _check_format(content, path):
 
 
 def _load_tfds(split, data_dir, tfds_data_dir):
-    import tensorflow_datasets as tfds
-
-    try:  # Already prepared (or mocked by `tfds.testing.mock_data`): no network.
-        examples = tfds.load(TFDS_NAME, split=split, data_dir=tfds_data_dir, download=False)
-    except Exception:  # noqa: BLE001 - tfds raises many kinds when data is missing
-        require_network(f"SQuAD v1.1 {split!r} (tensorflow-datasets {TFDS_NAME!r})",
-                        "Pass the json file's path (e.g. <data folder>/squad/dev-v1.1.json), or "
-                        "--offline-split with it.")
-        logger.warning("tfds %r is not prepared; downloading it.", TFDS_NAME)
-        try:
-            examples = tfds.load(TFDS_NAME, split=split, data_dir=tfds_data_dir, download=True)
-        except Exception as error:  # noqa: BLE001
-            looked = f"{SPLITS[split]} is not in data_dir={data_dir} (nor its squad/), and " \
-                if data_dir is not None else ""
-            raise RuntimeError(
-                f"Could not load SQuAD v1.1 {split!r}: {looked}tensorflow-datasets "
-                f"{TFDS_NAME!r} is neither prepared nor downloadable (offline?). Pass the "
-                f"json file's path (e.g. <data folder>/squad/dev-v1.1.json), or the folder "
-                f"holding it as `data_dir`. Cause: {type(error).__name__}: {error}"
-            ) from error
+    local = ("Pass the json file's path (e.g. <data folder>/squad/dev-v1.1.json), or "
+             "--offline-split with it.")
+    looked = (f"{SPLITS[split]} is not in data_dir={data_dir} (nor its squad/), and "
+              if data_dir is not None else "")
+    examples = load_tfds(
+        TFDS_NAME, split, f"SQuAD v1.1 {split!r} (tensorflow-datasets {TFDS_NAME!r})", local,
+        f"Could not load SQuAD v1.1 {split!r}: {looked}tensorflow-datasets {TFDS_NAME!r} is "
+        "neither prepared nor downloadable (offline?). Pass the json file's path (e.g. <data "
+        "folder>/squad/dev-v1.1.json), or the folder holding it as `data_dir`.",
+        data_dir=tfds_data_dir)
     return _articles_from_examples(examples.as_numpy_iterator())
 
 
@@ -193,12 +169,10 @@ class ArticleSplit(tuple):
 def split_articles(articles, eval_fraction=0.2, seed=0):
     """An UNOFFICIAL, deterministic article-level split of one SQuAD file.
 
-    This is NOT the official SQuAD train/dev split: it is for small offline experiments
-    on the only SQuAD file at hand (typically `dev-v1.1.json`), whose scores
-    are not comparable to published SQuAD results. The split is by article, so no
-    article (and no paragraph) is in both parts. Which articles go to evaluation depends
-    only on `seed` and the set of articles (they are ranked by title first), not on
-    their order, so a file and its tfds copy split alike.
+    For small offline experiments on the one SQuAD file at hand: its scores are not
+    comparable to published ones. No article is in both parts; which go to evaluation
+    depends only on `seed` and the set of articles (ranked by title), not their order,
+    so a file and its tfds copy split alike.
 
     Args:
         articles: the output of `load_squad`.
@@ -243,20 +217,17 @@ class SquadFeatures:
     """Windowed SQuAD features, as numpy arrays (`N` features of length `L`).
 
     Attributes:
-        token_ids, padding_mask, segment_ids: `(N, L)` int32, the TF-Hub inputs.
-            `segment_ids` is 0 for `[CLS]`, the question and its `[SEP]`, 1 for the
-            context window and the final `[SEP]`, 0 for padding.
-        start_positions, end_positions: `(N,)` int32 token positions of the answer in
-            the window, `0` (`[CLS]`) when it is not wholly inside; `None` unless
-            featurized with `training=True`.
-        example_index: `(N,)` int32, the question of each feature in `example_ids`.
-        example_ids: list of the question ids (`qid`s), one per featurized question.
+        token_ids, padding_mask, segment_ids: `(N, L)` int32; `segment_ids` is 1 on the
+            context window and the final `[SEP]`.
+        start_positions, end_positions: `(N,)` int32, the answer's tokens in the window,
+            `0` (`[CLS]`) when it is not wholly inside; `None` unless `training=True`.
+        example_index: `(N,)` int32, each feature's question in `example_ids` (qids).
+        example_ids: list of the featurized questions' ids.
         token_start_char, token_end_char: `(N, L)` int32, each context token's character
-            span in its context (`context[start:end]`), `-1` for every other token.
+            span in its context, `-1` for every other token.
         token_is_max_context: `(N, L)` bool, whether this window gives the token its
-            most context among the windows holding it (BERT's `token_is_max_context`).
-        window_start: `(N,)` int32, the index of the window's first token in the whole
-            context's token sequence.
+            most context (BERT's `token_is_max_context`).
+        window_start: `(N,)` int32, the window's first token in the context's tokens.
     """
 
     token_ids: np.ndarray
@@ -329,8 +300,7 @@ def featurize(articles, tokenizer, sequence_length=384, doc_stride=128, max_quer
     """
     for name, value in (("sequence_length", sequence_length), ("doc_stride", doc_stride),
                         ("max_query_length", max_query_length)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"`{name}` must be an int >= 1. Received: {name}={value!r}")
+        check_int(name, value, 1)
     if sequence_length < max_query_length + 4:
         raise ValueError(
             "`sequence_length` must leave room for [CLS], the question, two [SEP] and a "

@@ -1,13 +1,9 @@
 """WordPiece token ids with the character span of each token, with or without TensorFlow.
 
-SQuAD reads answers back as substrings of the context, so its windowing needs, for
-every token, the characters it came from. keras-hub's `WordPieceTokenizer` gives ids
-only. `WordPieceOffsets` redoes its pure-Python path (the one keras-hub takes where
-TensorFlow is absent) keeping offsets; `TfWordPieceOffsets` gives the same tokens and
-offsets with tensorflow-text's ops, which are faster (featurizing all of SQuAD v1.1 dev:
-1.3 s against 1.8 s in pure Python, best of three on a shared 2-core CPU).
-`wordpiece_offsets(tokenizer)` picks tensorflow-text where it imports, so SQuAD
-featurization needs no TensorFlow.
+SQuAD reads answers back as substrings of the context; keras-hub's `WordPieceTokenizer`
+gives ids only. `WordPieceOffsets` redoes its pure-Python path keeping offsets;
+`TfWordPieceOffsets` gives the same on tensorflow-text's ops (SQuAD v1.1 dev: 1.3 s
+against 1.8 s). `wordpiece_offsets(tokenizer)` picks tensorflow-text where it imports.
 """
 
 import numpy as np
@@ -54,9 +50,6 @@ class WordPieceOffsets:
     characters (`"e"` + a combining accent → `"é"`), proportionally, the first piece
     starting at the word's start and the last ending at its end. An unknown word is
     one `oov_token` spanning the word; a word that folds to nothing has no token.
-
-    The ids equal the tokenizer's, and ids and offsets equal `TfWordPieceOffsets`'s
-    (`tests/test_squad_without_tensorflow.py`, on SQuAD and on hand-written text).
 
     Args:
         tokenizer: a `keras_hub.tokenizers.WordPieceTokenizer` (a `TupeTokenizer`)

@@ -1,20 +1,9 @@
 """Fine-tuning pre-trained encoders on GLUE and SQuAD.
 
-- `keras_tupe.finetuning.loading`: what `--init` names (`resolve_init`), the encoder,
-  its vocabulary and the fine-tuned classifier as a preset folder (`load_backbone`,
-  `default_vocabulary`, `save_classifier`, `load_classifier`, `load_matching_tokenizer`).
-- `keras_tupe.finetuning.protocol`: the fine-tuning protocol as one object
-  (`Protocol`: learning rates, seeds, selection seed, edge rates; its plan, chosen
-  rate and medians), shared by the CLI, `run_protocol` and the studies.
-- `keras_tupe.finetuning.glue`: one GLUE run (`FinetuneConfig`, `finetune_glue`: raw
-  text through the classifier's own preprocessor) and the protocol over learning
-  rates and seeds (`run_protocol`, `PAPER_*`).
-- `keras_tupe.finetuning.batches`: a task's batches on tf.data where TensorFlow is,
-  on Grain where it is not (`batches`, `resolve_loader`).
-- `keras_tupe.finetuning.summary`: the protocol's plan and table as functions
-  (`runs_to_do`, `chosen_learning_rate`, `summarize`, `write_tables`).
-- `keras_tupe.finetuning.squad`: SQuAD v1.1 (`SquadConfig`, `finetune_squad`) and its
-  grid over learning rates and seeds (`run_squad_protocol`).
+`loading`: what `--init` names, the encoder, its vocabulary, the classifier's preset
+folder. `glue` and `squad`: one run (`FinetuneConfig`, `SquadConfig`) and the grid over
+learning rates and seeds; `protocol` and `summary`: that grid's plan, choice and table.
+`batches`: a task's batches on tf.data, or on Grain where TensorFlow is absent.
 """
 
 from keras_tupe.finetuning.batches import batches, resolve_loader

@@ -1,28 +1,22 @@
 """Batches for a task's `fit` and `predict`: tf.data where TensorFlow is, Grain where not.
 
-Fine-tuning hands the task raw strings (GLUE: a batch of sentences, or a tuple of two
-for pairs) or packed arrays (SQuAD's windows, from its preprocessor's `featurize`);
-the task's own preprocessor turns each batch into the encoder's inputs inside
-keras-hub's `PipelineModel.fit` / `predict`: traced into the `tf.data` graph, or, with
-a Grain dataset, on keras-hub's pure-Python path, where no TensorFlow is needed.
-
-`batches` builds either dataset from the same examples in the same order: every epoch
-a fresh permutation of the examples from `seed` (tf.data's `shuffle`, reshuffled each
-iteration; for Grain a NumPy permutation of `(seed, epoch)`), cut into batches of
-`batch_size`. The two loaders shuffle differently, so a seed's run is the same run
-only on the same loader.
+The task's own preprocessor packs each batch inside keras-hub's `fit` / `predict`
+(traced into tf.data, or on keras-hub's pure-Python path with Grain). Both loaders give
+the same examples in batches of `batch_size`, a fresh seeded permutation every epoch,
+but they shuffle differently: a seed's run is the same run only on the same loader.
 """
 
 import functools
 
 import numpy as np
 
+from keras_tupe.data.masking import check_int
+
 LOADERS = ("tf.data", "grain")
 
 
 @functools.cache
 def tensorflow_available():
-    """Whether `import tensorflow` works here (a JAX machine may have no TensorFlow)."""
     try:
         import tensorflow  # noqa: F401
     except ImportError:
@@ -76,8 +70,7 @@ def batches(x, y=None, batch_size=32, shuffle=False, seed=0, fill_last_batch=Fal
         `(x, y)` or `(x, y, sample_weight)` batches (`(x,)` without `y`), and the
         batches in one epoch.
     """
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"`batch_size` must be an int >= 1. Received: batch_size={batch_size!r}")
+    check_int("batch_size", batch_size, 1)
     count = _count(x)
     if not count:
         raise ValueError("No examples to batch.")

@@ -1,14 +1,10 @@
 """GLUE fine-tuning with the papers' protocol: the library behind `training.finetune_glue`.
 
-`finetune_glue` fine-tunes one encoder on one task with one learning rate and
-seed and returns its dev metrics after the last epoch (no model selection on
-the dev set). `run_protocol` runs the grid of TUPE / Huang et al. (learning
-rates {2e-5, 3e-5, 4e-5, 5e-5} x 5 seeds, 10 epochs, 5 for MNLI/QQP/QNLI, batch
-32, 6% warm-up, linear decay, AdamW as in pre-training), takes the median over
-seeds per learning rate, reports the best learning rate per task, and writes a
-Markdown table and a CSV with the average (`keras_tupe.finetuning.summary`). Each
-finished run is appended to `results.jsonl`, so an interrupted protocol continues
-where it stopped.
+`finetune_glue` fine-tunes one encoder on one task at one learning rate and seed and
+returns its dev metrics after the last epoch (no model selection on dev). `run_protocol`
+runs the grid of TUPE / Huang et al. (rates {2,3,4,5}e-5 x 5 seeds, 10 epochs, 5 for
+MNLI/QQP/QNLI, batch 32, 6% warm-up, linear decay), resumable from `results.jsonl`, and
+writes the table of medians (`keras_tupe.finetuning.summary`).
 """
 
 import dataclasses
@@ -27,6 +23,7 @@ from keras_tupe.output_lock import output_lock
 from keras_tupe.progress import Heartbeat
 
 from keras_tupe.finetuning.loading import (
+    check_tokenizer_size,
     check_unique_tokens,
     default_vocabulary,
     load_backbone,
@@ -43,10 +40,9 @@ def paper_epochs(task):
     return 5 if task in SHORT_TASKS else 10
 
 
-
-# `FinetuneConfig.pad_each_batch` rounds each training batch's length up to a multiple of
-# this: at most 8 lengths to compile at 128. (32 compiled fewer, but its longer steps cost
-# more than the compilations it saved over the studies' 3 epochs: benchmarks/finetune_speed.)
+# `pad_each_batch` rounds each training batch's length up to a multiple of this: at most
+# 8 lengths to compile at 128 (32 compiled fewer, but its longer steps cost more over
+# the studies' 3 epochs: benchmarks/finetune_speed).
 BATCH_PAD_MULTIPLE = 16
 
 
@@ -66,28 +62,17 @@ class FinetuneConfig:
     vocab: str = None
     lowercase: bool = True
     max_train_examples: int = None
-    # Pad each split only to its longest packed example (rounded up to a multiple of 8),
-    # at most `seq_len`: nothing more is truncated and padding is masked, so the encoder
-    # computes the same outputs with less work on short-sentence tasks (CoLA, SST-2).
-    # Off by default: dropout then draws other random masks than at `seq_len`, so a
-    # seed's run is not bitwise the one padded to `seq_len`.
+    # Pad each split only to its longest example (rounded up to 8, at most `seq_len`), and
+    # with `pad_each_batch` each training batch to its longest (rounded up to 16): padding
+    # is masked, so the outputs are the same with less work. Off by default: dropout then
+    # draws other masks, so a seed's run is not bitwise the one padded to `seq_len`.
     pad_to_longest: bool = False
-    # Pad each training batch only to its longest packed example, rounded up to a multiple
-    # of 16, at most the split's length (above): the same batches and, for a masked
-    # encoder, the same outputs, with less work on [PAD] where lengths vary (SST-2, CoLA,
-    # STS-B); each length compiles its own step (at most 8 at 128). Evaluation pads each
-    # split to one length. Off by default, for the reason above.
     pad_each_batch: bool = False
     xla: bool = True
     verbose: int = 0
-    # Print a line per epoch and at least every 10 s (steps, metrics, time left) instead
-    # of fit's `verbose` output.
-    progress: bool = False
-    save_dir: str = None  # keep the fine-tuned classifier as a preset folder (`save_classifier`)
-    # "tf.data" or "grain"; None: tf.data where TensorFlow imports, else Grain
-    # (`keras_tupe.finetuning.batches`). The two shuffle differently.
-    data_loader: str = None
-
+    progress: bool = False  # a line per epoch and every 10 s instead of fit's output
+    save_dir: str = None  # keep the fine-tuned classifier as a preset folder
+    data_loader: str = None  # "tf.data", "grain", or None (`batches.resolve_loader`)
 
 
 def finetune_glue(config):
@@ -260,12 +245,7 @@ def task_tokenizer(init, backbone, vocab=None, lowercase=True):
             raise FileNotFoundError(f"Vocabulary file {source} does not exist.")
         check_unique_tokens(source)
         tokenizer = TupeTokenizer(vocabulary=source, lowercase=lowercase)
-    if tokenizer.vocabulary_size() != backbone.vocabulary_size:
-        raise ValueError(
-            f"{source} has {tokenizer.vocabulary_size()} tokens but the encoder was built for "
-            f"{backbone.vocabulary_size}: not the vocabulary it was pre-trained with."
-        )
-    return tokenizer
+    return check_tokenizer_size(tokenizer, backbone, source)
 
 
 def check_tokenizes(preprocessor, segments, init):
@@ -310,7 +290,6 @@ def _with_dropout(backbone, dropout):
     rebuilt = TupeBackbone.from_config(config)
     rebuilt.set_weights(backbone.get_weights())
     return rebuilt
-
 
 
 def _preflight(tasks, init, config_kwargs, task_settings):

@@ -1,18 +1,10 @@
 """Loading and saving for fine-tuning: the pre-trained encoder, its vocabulary, the classifier.
 
-Every artefact is a keras-hub preset folder. A pre-training run's layout is spelled
-here once: `run_model(run)` is its final model (`RUN/preset/`), `run_checkpoint(run,
-step)` its checkpoint after `step` optimizer steps (`RUN/checkpoints/step_NNNNNNN/`),
-each falling back to the `.keras` file older versions wrote. `resolve_init` says what
-an `--init` names, by one rule: a preset folder, a run folder (its `preset/`), or as
-input only an old run folder (its `.keras` encoder, `OLD_RUN_FILES`) or a `.keras`
-file; anything else is refused with that list. `load_backbone` and `default_vocabulary` follow it;
-`check_unique_tokens` names a vocabulary file's repeated token without TensorFlow;
-`load_matching_tokenizer` refuses a vocabulary of another size than the encoder's.
-`save_classifier` writes a fine-tuned classifier with its preprocessor as a preset
-folder (`keras_hub.models.TextClassifier.from_preset(folder)` predicts on raw
-strings); `load_classifier` reads it back, and also a folder of an older
-`save_classifier` (`CLASSIFIER_FILE`, `vocab.txt`, `CLASSIFIER_INFO`).
+Every artefact is a keras-hub preset folder. A pre-training run's layout is spelled here
+once (`run_model`, `run_checkpoint`), each reading the `.keras` file older versions wrote
+too. `resolve_init` says what an `--init` names, by one rule; `load_backbone` and
+`default_vocabulary` follow it. `save_classifier` writes a fine-tuned classifier with its
+preprocessor; `load_classifier` reads it back, and the folder an older version wrote.
 """
 
 import json
@@ -256,11 +248,14 @@ def load_matching_tokenizer(backbone, vocab, lowercase=True):
     """The tokenizer of `vocab`, refused unless its size is the encoder's vocabulary size."""
     from keras_tupe import data
 
-    tokenizer = data.load_tokenizer(vocab, lowercase=lowercase)
+    return check_tokenizer_size(data.load_tokenizer(vocab, lowercase=lowercase), backbone, vocab)
+
+
+def check_tokenizer_size(tokenizer, backbone, source):
+    """`tokenizer`, refused unless its size is the encoder's vocabulary size."""
     if tokenizer.vocabulary_size() != backbone.vocabulary_size:
         raise ValueError(
-            f"{vocab} has {tokenizer.vocabulary_size()} tokens but the encoder was built for "
-            f"{backbone.vocabulary_size}: not the vocabulary it was pre-trained with."
-        )
+            f"{source} has {tokenizer.vocabulary_size()} tokens but the encoder was built for "
+            f"{backbone.vocabulary_size}: not the vocabulary it was pre-trained with.")
     return tokenizer
 

@@ -1,12 +1,6 @@
-"""The fine-tuning protocol as one object: the CLI, `run_protocol` and the studies share it.
-
-A `Protocol` is the grid of learning rates and seeds and how a task's rate is chosen:
-the papers' full grid (every rate x every seed, the best median wins), or with a
-`selection_seed` the rate that seed scores best at (the grid widened by
-`edge_learning_rates` while the best sits at its edge), the other seeds then run at
-that rate only. Its methods are the plan (`runs_to_do`, `runs`, `size`,
-`run_number`), the choice (`chosen_rate`, `rows`) and the table (`summarize`: the
-median over seeds at the chosen rate), all read from the rows of finished runs
+"""The fine-tuning protocol as one object (`Protocol`), shared by the CLI, `run_protocol`
+and the studies: the grid of learning rates and seeds, how a task's rate is chosen, the
+plan, the choice and the table, all read from the rows of finished runs
 (`results.jsonl`, `keras_tupe.finetuning.summary`).
 """
 
@@ -65,9 +59,8 @@ class Protocol:
 
     @property
     def rates(self):
-        """Every rate the protocol may run: the grid, and with a selection seed its edges."""
-        return summary.protocol_rates(self.learning_rates, self.selection_seed,
-                                      self.edge_learning_rates)
+        """Every rate the protocol may run: the grid and its edges (selection seed only)."""
+        return set(self.learning_rates) | set(self.edge_learning_rates)
 
     def _choice(self):
         return {"selection_seed": self.selection_seed,
@@ -80,18 +73,33 @@ class Protocol:
     def runs(self, rows, tasks):
         """Yields `(task, rate, seed)` until every task is done; `rows` grows as the
         caller appends each finished run."""
-        return summary.protocol_runs(rows, tasks, self.learning_rates, self.seeds,
-                                     self.selection_seed, self.edge_learning_rates)
+        for task in tasks:
+            while todo := self.runs_to_do(rows, task):
+                count = len(rows)
+                yield (task, *todo[0])
+                if len(rows) == count:
+                    raise RuntimeError(f"{task}: the run {todo[0]} left no result")
 
     def size(self, rows, tasks):
-        """The runs of the protocol when complete, as far as `rows` tell."""
-        return summary.protocol_size(rows, tasks, self.learning_rates, self.seeds,
-                                     **self._choice())
+        """The runs of the protocol when complete, as far as `rows` tell: rates x seeds a
+        task, or with a selection seed every rate run with it (the grid and the edges it
+        widened to so far) plus the other seeds."""
+        if self.selection_seed is None:
+            return len(tasks) * len(self.learning_rates) * len(self.seeds)
+        return sum(len(set(self.learning_rates) | {
+            r["learning_rate"] for r in rows if r["task"] == task
+            and r.get("seed") == self.selection_seed
+            and r["learning_rate"] in self.edge_learning_rates}) + len(self.seeds) - 1
+            for task in tasks)
 
     def run_number(self, rows, tasks):
-        """`"run N of M"` for the next run after `rows`."""
-        return summary.run_number(rows, tasks, self.learning_rates, self.seeds,
-                                  **self._choice())
+        """`"run N of M"` for the next run after `rows` ("of at least M" with a selection
+        seed, whose grid may still widen at an edge)."""
+        done = {(r["task"], r["learning_rate"], r.get("seed")) for r in rows
+                if r["task"] in tasks and r["learning_rate"] in self.rates
+                and r.get("seed") in self.seeds}
+        more = "at least " if self.selection_seed is not None else ""
+        return f"run {len(done) + 1} of {more}{self.size(rows, tasks)}"
 
     def chosen_rate(self, rows, task):
         """The selection seed's best rate (None before it ran, or without one)."""
@@ -114,15 +122,3 @@ class Protocol:
     def summarize(self, rows, tasks):
         """Per task the median over seeds at the chosen rate (`summary.summarize`)."""
         return summary.summarize(self.rows(rows, tasks), tasks, **self._choice())
-
-    def describe(self):
-        """One sentence: the grid and how the rate is chosen."""
-        rates = " ".join(f"{rate:g}" for rate in self.learning_rates)
-        seeds = " ".join(map(str, self.seeds))
-        if self.selection_seed is None:
-            return (f"learning rates {rates} x seeds {seeds}; per task the rate with the best "
-                    "median over seeds")
-        edges = " ".join(f"{rate:g}" for rate in self.edge_learning_rates)
-        return (f"learning rate chosen with seed {self.selection_seed} among {rates}"
-                + (f" (widened by {edges} while the best is at an edge)" if edges else "")
-                + f", then seeds {seeds} at the chosen rate; the median over them")

@@ -7,7 +7,6 @@ import os
 import time
 
 import keras
-import numpy as np
 
 from keras_tupe.callbacks import StepProgress
 from keras_tupe.finetuning.loading import load_backbone

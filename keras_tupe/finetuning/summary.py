@@ -1,14 +1,7 @@
-"""The summary of a GLUE protocol run: the papers' score per task, as Markdown and CSV.
-
-`summarize` takes the median over seeds per (task, learning rate) and keeps each
-task's best learning rate; `write_tables` writes that table, with the average, to
-`summary.md` and `summary.csv`. `read_results` and `append_result` keep a protocol's
-`results.jsonl`, one finished run a line (GLUE's and SQuAD's alike).
-
-`runs_to_do` is the protocol's plan: the papers' full grid (every learning rate x every
-seed), or, with a `selection_seed`, the cheaper one of choosing the rate with one seed
-(widening the grid by `edge_learning_rates` while the best sits at its edge) and then
-running the other seeds at the chosen rate only; `summarize` then reports that rate.
+"""A fine-tuning protocol's rows and table: `results.jsonl` (`read_results`,
+`append_result`, one finished run a line, GLUE's and SQuAD's alike), the plan
+(`runs_to_do`), the choice of rate (`chosen_learning_rate`), the medians over seeds
+(`summarize`) and `summary.md` / `summary.csv` (`write_tables`).
 """
 
 import json
@@ -51,12 +44,6 @@ def check_selection(seeds, selection_seed, edge_learning_rates, learning_rates):
                          f"already in learning_rates {list(learning_rates)}.")
 
 
-def protocol_rates(learning_rates, selection_seed=None, edge_learning_rates=()):
-    """Every rate the protocol may run: `learning_rates`, and with a selection seed the
-    edge rates it may widen to."""
-    return set(learning_rates) | set(edge_learning_rates if selection_seed is not None else ())
-
-
 def runs_to_do(rows, task, learning_rates, seeds, selection_seed=None,
                edge_learning_rates=()):
     """The `(learning rate, seed)` runs of `task` the protocol still needs after `rows`,
@@ -86,46 +73,6 @@ def runs_to_do(rows, task, learning_rates, seeds, selection_seed=None,
     if best == max(tried) and higher:
         return [(higher[0], selection_seed)]
     return [(best, seed) for seed in seeds if (best, seed) not in done]
-
-
-def protocol_runs(rows, tasks, learning_rates, seeds, selection_seed, edge_learning_rates):
-    """Yields `(task, rate, seed)` until `runs_to_do` has nothing left for any task;
-    `rows` grows as the caller appends each finished run."""
-    for task in tasks:
-        while True:
-            todo = runs_to_do(rows, task, learning_rates, seeds, selection_seed,
-                              edge_learning_rates)
-            if not todo:
-                break
-            count = len(rows)
-            yield (task, *todo[0])
-            if len(rows) == count:
-                raise RuntimeError(f"{task}: the run {todo[0]} left no result")
-
-
-def protocol_size(rows, tasks, learning_rates, seeds, selection_seed=None,
-                  edge_learning_rates=()):
-    """The runs of the protocol when it is complete, as far as `rows` tell: rates x seeds a
-    task, or with a selection seed, every rate run with it (the grid and any edge it widened
-    to so far) plus the other seeds."""
-    if selection_seed is None:
-        return len(tasks) * len(learning_rates) * len(seeds)
-    return sum(len(set(learning_rates) | {r["learning_rate"] for r in rows
-                                          if r["task"] == task and r.get("seed") == selection_seed
-                                          and r["learning_rate"] in edge_learning_rates})
-               + len(seeds) - 1 for task in tasks)
-
-
-def run_number(rows, tasks, learning_rates, seeds, selection_seed=None,
-               edge_learning_rates=()):
-    """`"run N of M"` for the next run of the protocol after `rows` ("of at least M"
-    with a selection seed, whose grid may still widen at an edge)."""
-    rates = protocol_rates(learning_rates, selection_seed, edge_learning_rates)
-    done = {(r["task"], r["learning_rate"], r.get("seed")) for r in rows
-            if r["task"] in tasks and r["learning_rate"] in rates and r.get("seed") in seeds}
-    total = protocol_size(rows, tasks, learning_rates, seeds, selection_seed,
-                          edge_learning_rates)
-    return f"run {len(done) + 1} of {'at least ' if selection_seed is not None else ''}{total}"
 
 
 def chosen_learning_rate(rows, task, learning_rates, selection_seed, edge_learning_rates=()):
