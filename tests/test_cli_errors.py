@@ -842,6 +842,25 @@ class FakeClassifier:
                 "label": tf.where(lengths % 2 == 1, b"positive", b"negative")}
 
 
+def test_predict_and_plot_metrics_refuse_in_one_line(tmp_path, monkeypatch, capsys):
+    """--pairs for a one-sentence model; a plot over an existing file without --overwrite."""
+    import tensorflow as tf
+
+    from training import plot_metrics
+
+    fake_export(tmp_path / "sst2" / "1", "classifier")
+    monkeypatch.setattr(tf.saved_model, "load", lambda path: FakeClassifier(None))
+    version = str(tmp_path / "sst2" / "1")
+    code, out, err = run_main(predict.main, [version, "a", "b", "--pairs"], capsys)
+    assert (code, out, err) == (2, "", "error: this model takes ['sentence']; drop --pairs.\n")
+    (tmp_path / "loss.png").write_bytes(b"png")
+    code, _, err = run_main(plot_metrics.main, [str(tmp_path), "--out",
+                                                str(tmp_path / "loss.png")], capsys)
+    assert (code, err) == (2, f"error: {tmp_path / 'loss.png'} exists; pass --overwrite to "
+                              "replace it\n")
+    assert (tmp_path / "loss.png").read_bytes() == b"png"
+
+
 @pytest.mark.parametrize("source", ["file", "stdin"])
 def test_predict_reads_a_file_or_stdin_in_batches_and_streams(source, tmp_path, monkeypatch):
     """Was: sentences only as arguments, all in one call (3.7 GB for 10,000)."""

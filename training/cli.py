@@ -1,6 +1,4 @@
-"""`training.cli` is `keras_tupe.cli.common`, the entry points' shared plumbing, kept for the
-studies that import it here; new code imports `keras_tupe.cli.common`."""
-
+"""`training.cli` is `keras_tupe.cli.common` (the studies import it here; new code, there)."""
 import sys
 
 from keras_tupe.cli import common

@@ -1,5 +1,6 @@
 """The measurements of a sweep, in the order they run, and each group in a fresh process."""
 
+import itertools
 import json
 
 from benchmarks import harness
@@ -19,28 +20,22 @@ def plan_jobs(settings):
     (right after another's compilation) or last.
     """
     jobs = []
-    variants = settings["variants"]
-    per_round = [settings["repeats"] // settings["rounds"]] * settings["rounds"]
-    for i in range(settings["repeats"] % settings["rounds"]):
-        per_round[i] += 1
-    for round_index, repeats in enumerate(per_round):
-        for precision in settings["precisions"]:
-            for xla in settings["xla"]:
-                for mode in settings["modes"]:
-                    for seq_len in settings["seq_lens"]:
-                        # Flash off and on side by side (one --interleave process).
-                        for flash in settings.get("flash", [False]):
-                            shift = round_index % len(variants)
-                            for variant in variants[shift:] + variants[:shift]:
-                                jobs.append(dict(
-                                    variant=variant, size=settings["size"], seq_len=seq_len,
-                                    mode=mode, xla=xla, precision=precision, flash=flash,
-                                    batch_size=settings["batch_size"], repeats=repeats,
-                                    warmup=settings["warmup"], round=round_index,
-                                    vocabulary_size=settings["vocabulary_size"],
-                                    activation=settings["activation"],
-                                    dropout=settings.get("dropout"),
-                                ))
+    variants, rounds = settings["variants"], settings["rounds"]
+    for round_index in range(rounds):
+        repeats = len(range(round_index, settings["repeats"], rounds))  # the round's share
+        shift = round_index % len(variants)
+        # Flash off and on side by side (one --interleave process).
+        for precision, xla, mode, seq_len, flash in itertools.product(
+                settings["precisions"], settings["xla"], settings["modes"],
+                settings["seq_lens"], settings.get("flash", [False])):
+            for variant in variants[shift:] + variants[:shift]:
+                jobs.append(dict(
+                    variant=variant, size=settings["size"], seq_len=seq_len, mode=mode,
+                    xla=xla, precision=precision, flash=flash,
+                    batch_size=settings["batch_size"], repeats=repeats,
+                    warmup=settings["warmup"], round=round_index,
+                    vocabulary_size=settings["vocabulary_size"],
+                    activation=settings["activation"], dropout=settings.get("dropout")))
     return jobs
 
 
@@ -49,14 +44,8 @@ def group_jobs(jobs, interleave):
     (flash off and on together) of one round."""
     if not interleave:
         return [[job] for job in jobs]
-    groups = []
-    for job in jobs:
-        same = (job["round"],) + config_key(job)[:4]
-        if groups and (groups[-1][0]["round"],) + config_key(groups[-1][0])[:4] == same:
-            groups[-1].append(job)
-        else:
-            groups.append([job])
-    return groups
+    return [list(group) for _, group in itertools.groupby(
+        jobs, lambda job: (job["round"],) + config_key(job)[:4])]
 
 
 def probe_backend(timeout=600):

@@ -26,8 +26,7 @@ def main(argv=None):
     parser.add_argument("--overwrite", action="store_true")
     args = parser.parse_args(argv)
     if os.path.exists(args.out) and not args.overwrite:
-        print(f"error: {args.out} exists; pass --overwrite to replace it", file=sys.stderr)
-        return 2
+        raise FileExistsError(f"{args.out} exists; pass --overwrite to replace it")
     import matplotlib
 
     matplotlib.use("Agg")

@@ -156,9 +156,7 @@ def main(argv=None):
         raise ValueError(f"{path} takes {names}, not sentences: it is not a classifier export. "
                          "Pass a classifier export (keras-tupe-export classifier).")
     if args.pairs != (names == ["sentence1", "sentence2"]):
-        print(f"error: this model takes {names}; "
-              f"{'drop' if args.pairs else 'add'} --pairs.", file=sys.stderr)
-        return 2
+        raise ValueError(f"this model takes {names}; {'drop' if args.pairs else 'add'} --pairs.")
     count = 0
     for batch in batches(examples(args), args.batch_size):
         if args.pairs:
