@@ -298,6 +298,20 @@ def test_refuses_non_empty_output_folder(tmp_path):
     assert os.listdir(out) == ["notes.txt"] and (out / "notes.txt").read_text() == "mine"
 
 
+def test_convert_refuses_an_unknown_kind_and_dispatches_a_known_one(tmp_path):
+    from keras_tupe.convert import KINDS, convert
+
+    with pytest.raises(ConversionError, match=r"Unknown checkpoint kind 'roberta'. "
+                                              r"Valid kinds: \['huggingface', 'fairseq'\]"):
+        convert("roberta", HF / "absolute" / "bert_model", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    assert KINDS == ("huggingface", "fairseq")
+    out = convert("huggingface", HF / "absolute" / "bert_model", tmp_path / "out")
+    assert json.loads((Path(out) / "metadata.json").read_text())[
+        "keras_tupe_conversion"]["kind"] == "huggingface"
+    assert not list(tmp_path.glob(".*.lock"))  # the lock is let go
+
+
 def test_refuses_missing_weights_and_unknown_tensors(tmp_path):
     source = copy_reference(tmp_path)
     tensors = load_file(source / "model.safetensors")
