@@ -7,7 +7,10 @@ deterministic: `mlm_dataset` in corpus order (no shuffle) with the config's
 masking seed and the pre-training masking rates, `tokens_per_batch / length`
 sequences a batch, the first `batches` batches. So every length covers the same
 `batches * tokens_per_batch` tokens of text (less one [CLS] a sequence), and
-every model sees exactly the same masked batches at a given length.
+every model sees exactly the same masked batches at a given length. Where TensorFlow is
+missing (a GPU stage), the batches and the unigram reference's probabilities are read from
+`prepared_dir`, where `write_prepared` saved what the tf.data route made on a machine with
+it: the same arrays, so the same scores.
 
 The loss is the weighted mean cross-entropy over the masked positions, computed
 here from the logits in float64 (no dropout), and the accuracy likewise.
@@ -28,6 +31,7 @@ recorded is not needed on disk), and the report reads that file alone, beside ea
 encoder's pre-training step time (the median of its committed `metrics.csv`).
 """
 
+import json
 import os
 import time
 
@@ -37,6 +41,7 @@ from experiments import config as study_config
 from experiments import records
 from experiments.config import StudyError
 from experiments.report import write_pages
+from keras_tupe.files import file_sha256
 
 
 def plan(config, only_variants=None):
@@ -52,8 +57,7 @@ def plan(config, only_variants=None):
             "trained_seq_len": settings["seq_len"],
             "tokens_per_step": settings["batch_size"] * settings["seq_len"],
             "pretrain_record": records.record_dir(pretrain, variant.name),
-            "masking": {k: settings.get(k, default) for k, default in (
-                ("mask_rate", 0.15), ("mask_token_rate", 0.8), ("random_token_rate", 0.1))},
+            "masking": _masking(settings),
         })
     if not jobs:
         raise StudyError(f"{config['_path']}: nothing to evaluate with these filters.")
@@ -69,33 +73,116 @@ def _key(row):
 
 
 class _Batches:
-    """The fixed masked batches of each (vocabulary, length, masking), built once."""
+    """The fixed masked batches of each (vocabulary, length, masking), built once: through
+    tf.data, or read from `prepared_dir` where `write_prepared` left them for a machine
+    without TensorFlow (the same arrays, so the same scores)."""
 
     def __init__(self, config):
         self.config = config
         self._cache = {}
 
     def get(self, job, length):
+        key = _batches_key(self.config, job, length)
+        cached = json.dumps(key, sort_keys=True)
+        if cached not in self._cache:
+            self._cache[cached] = _unstack(_prepared(
+                self.config, f"length_{length}.npz", key,
+                lambda: _stack(self._tf_data(job, length))))
+        return self._cache[cached]
+
+    def _tf_data(self, job, length):
         from keras_tupe import data
 
         config = self.config
-        sha = data.vocabulary_fingerprint(job["vocab"])
-        key = (sha, job["lowercase"], length, tuple(sorted(job["masking"].items())))
-        if key not in self._cache:
-            tokenizer = data.load_tokenizer(job["vocab"], lowercase=job["lowercase"])
-            corpus = config["valid_corpus"]
-            dataset = data.mlm_dataset(
-                [corpus] if isinstance(corpus, str) else corpus, tokenizer, length,
-                config["tokens_per_batch"] // length, seed=config["seed"], shuffle_buffer=0,
-                repeat=False, max_lines=config.get("max_lines"), **job["masking"],
-            ).take(config["batches"])
-            batches = list(dataset.as_numpy_iterator())
-            if len(batches) < config["batches"]:
-                raise StudyError(
-                    f"{corpus} gives only {len(batches)} batches of {config['tokens_per_batch']} "
-                    f"tokens at length {length}; the config asks for {config['batches']}.")
-            self._cache[key] = batches
-        return self._cache[key]
+        tokenizer = data.load_tokenizer(job["vocab"], lowercase=job["lowercase"])
+        corpus = config["valid_corpus"]
+        dataset = data.mlm_dataset(
+            [corpus] if isinstance(corpus, str) else corpus, tokenizer, length,
+            config["tokens_per_batch"] // length, seed=config["seed"], shuffle_buffer=0,
+            repeat=False, max_lines=config.get("max_lines"), **job["masking"],
+        ).take(config["batches"])
+        batches = list(dataset.as_numpy_iterator())
+        if len(batches) < config["batches"]:
+            raise StudyError(
+                f"{corpus} gives only {len(batches)} batches of {config['tokens_per_batch']} "
+                f"tokens at length {length}; the config asks for {config['batches']}.")
+        return batches
+
+
+def _masking(settings):
+    return {k: settings.get(k, default) for k, default in (
+        ("mask_rate", 0.15), ("mask_token_rate", 0.8), ("random_token_rate", 0.1))}
+
+
+def _batches_key(config, job, length):
+    """What the batches of `length` are a function of."""
+    return {"vocabulary_sha256": file_sha256(job["vocab"]), "lowercase": job["lowercase"],
+            "length": length, "masking": job["masking"],
+            **{k: config.get(k) for k in ("valid_corpus", "max_lines", "seed",
+                                          "tokens_per_batch", "batches")}}
+
+
+def _unigram_key(vocabulary):
+    return {"vocabulary_sha256": file_sha256(vocabulary["file"]),
+            **study_config.vocabulary_settings(vocabulary)}
+
+
+def prepared_dir(config):
+    """Where a machine without TensorFlow finds the study's batches (`write_prepared`)."""
+    return os.path.join(study_config.study_dir(config), "batches")
+
+
+def _prepared(config, name, key, make):
+    """`make()`'s arrays (TensorFlow), or those `write_prepared` saved as `name` for `key`."""
+    path = os.path.join(prepared_dir(config), name)
+    if not os.path.exists(path):
+        try:
+            return make()
+        except ImportError as error:
+            raise StudyError(f"{path} is missing and the tf.data route needs TensorFlow "
+                             f"({error}): prepare it where TensorFlow is (`python -m "
+                             "experiments.stage prepare` for a GPU stage).") from error
+    with np.load(path) as saved:
+        arrays = {k: saved[k] for k in saved.files}
+    stored = json.loads(str(arrays.pop("key")))
+    if stored != key:
+        raise StudyError(f"{path} was prepared for {stored}, but this study needs {key}: "
+                         "prepare it again.")
+    return arrays
+
+
+def _stack(batches):
+    """`[(x, y, sample_weight)]` as arrays with a leading batch axis (`_unstack` reverses)."""
+    names = list(batches[0][0])
+    return {**{n: np.stack([x[n] for x, _, _ in batches]) for n in names},
+            "y": np.stack([y for _, y, _ in batches]),
+            "sample_weight": np.stack([w for _, _, w in batches])}
+
+
+def _unstack(arrays):
+    names = [n for n in arrays if n not in ("y", "sample_weight")]
+    return [({n: arrays[n][i] for n in names}, arrays["y"][i], arrays["sample_weight"][i])
+            for i in range(len(arrays["y"]))]
+
+
+def write_prepared(config, out):
+    """Writes into `out` the masked batches of every length and the unigram reference as
+    the tf.data route makes them here, for a machine without TensorFlow (the study reads
+    them from `prepared_dir`). Returns the files."""
+    pretrain = study_config.related_configs(config, "pretrain_configs")[0]
+    vocabulary = pretrain["vocabulary"]
+    job = {"vocab": vocabulary["file"], "lowercase": vocabulary["lowercase"],
+           "masking": _masking(pretrain["settings"])}
+    os.makedirs(out, exist_ok=True)
+    batches, paths = _Batches(config), []
+    for length in config["lengths"]:
+        paths.append(os.path.join(out, f"length_{length}.npz"))
+        np.savez_compressed(paths[-1], key=json.dumps(_batches_key(config, job, length)),
+                            **_stack(batches.get(job, length)))
+    paths.append(os.path.join(out, "unigram.npz"))
+    np.savez_compressed(paths[-1], key=json.dumps(_unigram_key(vocabulary)),
+                        log_probs=unigram_log_probs(vocabulary))
+    return paths
 
 
 UNIGRAM = {"pretrain_study": "baseline", "variant": "unigram", "preset": "(no model)",
@@ -216,8 +303,9 @@ def _unigram_rows(config, job, batches, done, path, command):
         return
     # The first pre-training study's vocabulary: every study shares it (the configs are
     # checked to), so the batches of `job` are the ones the models were scored on.
-    log_probs = unigram_log_probs(
-        study_config.related_configs(config, "pretrain_configs")[0]["vocabulary"])
+    vocabulary = study_config.related_configs(config, "pretrain_configs")[0]["vocabulary"]
+    log_probs = _prepared(config, "unigram.npz", _unigram_key(vocabulary),
+                          lambda: {"log_probs": unigram_log_probs(vocabulary)})["log_probs"]
     for length in todo:
         start = time.perf_counter()
         loss, accuracy, tokens = unigram_loss(log_probs, batches.get(job, length))

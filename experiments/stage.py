@@ -5,14 +5,15 @@
     python -m experiments.stage collect S1 DIR         # here: the records that came back
 
 A stage (`experiments/stages.json`) is a pre-training study whose variants train at once,
-then the fine-tuning study of what they trained; or one benchmark command. `prepare`
-writes into `.stage/NAME/` what the lent machine lacks (token-id shards, the vocabulary,
-the GLUE files, wheels), prints what travels against the limit and refuses a stage that
-would not fit. `run` stops every run before its deadline (a stopped pre-training run is
-recorded as such, a fine-tuning study keeps each finished run), prints where each run is
-every minute, and packs the records, logs and `stage.json` (command, card, times, what
-each process did) into `--out` within the limits of what comes back. `--tiny` runs the
-same stage at the tiny size with a few steps: the rehearsal `make test-jax` runs.
+then the fine-tuning or length study of what they trained; or one benchmark command.
+`prepare` writes into `.stage/NAME/` what the lent machine lacks (token-id shards, the
+vocabulary, the GLUE files, the length study's masked batches, wheels), prints what travels
+against the limit and refuses a stage that would not fit. `run` stops every run before its
+deadline (a stopped pre-training run is recorded as such, a fine-tuning or length study
+keeps each finished run), prints where each run is every minute, and packs the records,
+logs and `stage.json` (command, card, times, what each process did) into `--out` within the
+limits of what comes back. `--tiny` runs the same stage at the tiny size with a few steps:
+the rehearsal `make test-jax` runs.
 """
 
 import argparse
@@ -43,6 +44,9 @@ TINY_PRETRAIN = {"steps": 10, "eval_every": 5, "valid_batches": 1, "save_steps":
                  "batch_size": 4, "seq_len": 32}
 TINY_FINETUNE = {"epochs": 1, "batch_size": 8, "seq_len": 32}
 TINY_EXAMPLES = 24
+# The length study at tiny size: the tiny presets' 128 absolute positions are outgrown at 256.
+TINY_LENGTH = {"lengths": [32, 128, 256], "tokens_per_batch": 256, "batches": 2,
+               "max_lines": 300}
 TINY_VOCABULARY = {"vocabulary_size": 300, "lines": 300}
 TINY_TASKS = 2  # the first two of the stage's tasks
 # SQuAD at the tiny length: windows of 32 tokens need a short query and stride; a file of
@@ -71,15 +75,20 @@ def stage_spec(name):
 
 
 def stage_configs(spec, tiny=False, work=None):
-    """The stage's `(pretrain, finetune)` configs (either may be None); with `tiny`, copies
-    at the tiny size written into `work`, whose runs and records stay there."""
-    configs = [spec.get(key) and load_config(spec[key]) for key in ("pretrain", "finetune")]
+    """The stage's `(pretrain, then)` configs (either may be None; `then`: its fine-tuning
+    or length study); with `tiny`, copies at the tiny size written into `work`, whose runs
+    and records stay there."""
+    configs = [spec.get(key) and load_config(spec[key]) for key in ("pretrain", _then(spec))]
     if not tiny:
         return configs
     return _tiny_configs(*configs, work=work)
 
 
-def _tiny_configs(pretrain, finetune, work):
+def _then(spec):
+    return "length" if "length" in spec else "finetune"
+
+
+def _tiny_configs(pretrain, then, work):
     os.makedirs(work, exist_ok=True)
     written = {}
     if pretrain:
@@ -96,8 +105,13 @@ def _tiny_configs(pretrain, finetune, work):
         raw.pop("overrides", None)
         raw["kind"] = "pretrain"
         written["pretrain"] = _write_json(os.path.join(work, "pretrain.json"), raw)
-    if finetune:
-        raw = {k: v for k, v in finetune.items() if not k.startswith("_")}
+    if then and then["kind"] == "length":
+        raw = {k: v for k, v in then.items() if not k.startswith("_")}
+        raw.update(pretrain_configs=["pretrain.json"], runs_dir=os.path.join(work, "runs"),
+                   results_dir=os.path.join(work, "results"), **TINY_LENGTH)
+        written["then"] = _write_json(os.path.join(work, "length.json"), raw)
+    elif then:
+        raw = {k: v for k, v in then.items() if not k.startswith("_")}
         raw.update(pretrain_configs=["pretrain.json"], tasks=raw["tasks"][:TINY_TASKS],
                    runs_dir=os.path.join(work, "runs"),
                    results_dir=os.path.join(work, "results"), data_dir=os.path.join(work, "glue"),
@@ -113,8 +127,8 @@ def _tiny_configs(pretrain, finetune, work):
             key: [name.rpartition("/")[2] for name in names]
             for key, names in raw.get("checkpoint_variants", {}).items()}
         raw.pop("ceiling", None)
-        written["finetune"] = _write_json(os.path.join(work, "finetune.json"), raw)
-    return [written.get(key) and load_config(written[key]) for key in ("pretrain", "finetune")]
+        written["then"] = _write_json(os.path.join(work, "finetune.json"), raw)
+    return [written.get(key) and load_config(written[key]) for key in ("pretrain", "then")]
 
 
 def _write_json(path, value):
@@ -129,18 +143,22 @@ def prepare(name, tiny=False, dest=STAGE_DIR):
     """Writes `dest/NAME/` and returns the lines that say what travels; refuses a stage
     that would not fit."""
     spec, limits = stage_spec(name), load_stages()["limits"]
-    if spec.get("blocked"):
-        raise StudyError(f"Stage {name} cannot run on the lent machine yet: {spec['blocked']}.")
     if "pretrain" in spec and not tiny:
         _check_time(name, spec, stage_configs(spec)[0])
+    if "command" in spec and not tiny:
+        _check_benchmark_time(name, spec)
     folder = os.path.join(dest, name + ("_tiny" if tiny else ""))
     staging = folder + ".partial"
     shutil.rmtree(staging, ignore_errors=True)  # only ever this command's own leftover
     os.makedirs(staging)
-    pretrain, finetune = stage_configs(spec, tiny, os.path.join(staging, "work"))
+    pretrain, then = stage_configs(spec, tiny, os.path.join(staging, "work"))
     if pretrain:
         _prepare_pretraining(pretrain, spec, staging, tiny)
-    if finetune:
+    if then and then["kind"] == "length":
+        from experiments.length_study import write_prepared
+
+        write_prepared(then, os.path.join(staging, "length"))
+    elif then:
         _prepare_finetune_data(stage_configs(spec)[1], staging, tiny)
     _compress_data(staging)
     if not tiny:
@@ -156,9 +174,9 @@ def prepare(name, tiny=False, dest=STAGE_DIR):
                          f"travel, the limit is {limits['carry_bytes'] / 2**20:.0f} MiB "
                          f"({folder}: {carried / 2**20:.1f} MiB).")
     lines.append(f"run there (carry {folder}): {device_command(name, folder, tiny)}")
-    if "pretrain" in spec and "finetune" in spec and not tiny:
+    if "pretrain" in spec and then and not tiny:
         lines.append("or in two calls on the same warm machine: the same with `--phases "
-                     "pretrain --deadline 560`, then `--phases finetune --deadline S` "
+                     f"pretrain --deadline 560`, then `--phases {_then(spec)} --deadline S` "
                      "(S: the device time left, less two minutes)")
     return lines
 
@@ -203,6 +221,25 @@ def _check_time(name, spec, pretrain):
             f"Stage {name} does not fit: {runs} pre-training runs need about {needed:.0f} s "
             f"({GPU_AT_ONCE} at once, {seconds:.0f} s each on the recorded GPU runs), more "
             f"than its pretrain_seconds {spec['pretrain_seconds']}; split it.")
+
+
+def _check_benchmark_time(name, spec):
+    """Refuses a benchmark stage whose rows, a fresh process each at the seconds of
+    `benchmark_seconds` (stages.json: an estimate and its basis), would not end in time."""
+    from benchmarks.encoders.cli import FLASH, parse_args
+
+    args, seconds = parse_args(spec["command"][1:]), load_stages()["benchmark_seconds"]
+    if not (args.variants and args.precisions):
+        raise StudyError(f"Stage {name}: a benchmark stage names its --variants and "
+                         "--precisions, so that its length is known here.")
+    rows = (len(args.variants) * len(args.seq_lens) * len(args.precisions)
+            * len(FLASH[args.flash]) * (2 if args.xla == "both" else 1))
+    needed = seconds["start"] + sum(rows * seconds[mode] for mode in args.modes)
+    if needed > spec["deadline_seconds"] - PACK_RESERVE_SECONDS:
+        raise StudyError(f"Stage {name} does not fit: its {rows * len(args.modes)} rows need "
+                         f"about {needed} s (benchmark_seconds), more than its "
+                         f"deadline_seconds {spec['deadline_seconds']} less "
+                         f"{PACK_RESERVE_SECONDS} s to pack; split it.")
 
 
 # The recorded GPU runs (long_v2_jax*) trained four at a time on one card.
@@ -259,7 +296,7 @@ def _prepare_finetune_data(config, staging, tiny):
 
 
 DATA_PACK = "data.tar.xz"
-DATA_PARTS = ("shards", "glue", "squad", "vocab.txt", "vocab.json")
+DATA_PARTS = ("shards", "glue", "squad", "length", "vocab.txt", "vocab.json")
 
 
 def _compress_data(staging):
@@ -306,15 +343,16 @@ def _tree_size():
 
 # === run (there) ===
 
-PHASES = ("pretrain", "finetune")
+PHASES = ("pretrain", "finetune", "length")
 
 
 def run(name, out, tiny=False, deadline=None, folder=None, phases=PHASES):
     """Runs the stage's `phases` before `deadline` seconds from now; packs its records into
     `out`. Returns the stage record.
 
-    One call runs both phases. Where one call's limit is too short, two calls on the same
-    warm machine run `pretrain`, then `finetune` (the run folders stay between them)."""
+    One call runs every phase. Where one call's limit is too short, two calls on the same
+    warm machine run `pretrain`, then `finetune` or `length` (the run folders stay between
+    them)."""
     start = time.time()
     spec = stage_spec(name)
     deadline = start + (deadline or spec["deadline_seconds"])
@@ -325,9 +363,11 @@ def run(name, out, tiny=False, deadline=None, folder=None, phases=PHASES):
     if tiny and "pretrain" in phases:  # a rehearsal starts from nothing, as the lent machine
         for made in ("runs", "results", "logs"):
             shutil.rmtree(os.path.join(work, made), ignore_errors=True)
-    pretrain, finetune = stage_configs(spec, tiny, work)
+    pretrain, then = stage_configs(spec, tiny, work)
+    phases = [p for p in phases if p in spec] or ["command"]
+    finetune = then if "finetune" in phases else None
     os.makedirs(os.path.join(work, "logs"), exist_ok=True)
-    stage = {"stage": name, "tiny": tiny, "phases": list(phases),
+    stage = {"stage": name, "tiny": tiny, "phases": phases,
              "command": records.command_line(sys.argv[1:]),
              "card": _card(), "versions": records.machine(), "started": records.now(),
              "processes": []}
@@ -338,16 +378,23 @@ def run(name, out, tiny=False, deadline=None, folder=None, phases=PHASES):
         stage["processes"] += _run_all([command], ["benchmark"],
                                        deadline - PACK_RESERVE_SECONDS, work)
     if pretrain:
-        _lay_out(pretrain, finetune, folder, tiny)
+        _lay_out(pretrain, then, folder, tiny)
         names = spec.get("variants") or list(pretrain["variants"])
     if pretrain and "pretrain" in phases:
         stop = deadline - PACK_RESERVE_SECONDS  # a rehearsal's pace is the CPU's
-        if not tiny and finetune and "finetune" in phases:
+        if not tiny and len(phases) > 1:
             stop = min(start + spec["pretrain_seconds"], stop)
         stage["processes"] += _run_all(
             [_experiment("pretrain", pretrain, ["--variants", v]) for v in names],
             [f"pretrain {v}" for v in names], stop, work, progress=_pretrain_progress(pretrain))
-    if finetune and "finetune" in phases:
+    if "length" in phases:  # one process: one unigram reference, one report
+        from experiments.config import variants
+
+        done = [v.name for v in variants(pretrain) if v.name in names and v.is_finished]
+        stage["processes"] += _run_all(
+            [_experiment("length", then, ["--variants", *done])] if done else [], ["length"],
+            deadline - PACK_RESERVE_SECONDS, work)
+    if finetune:
         from experiments.finetune_study import plan
 
         jobs = [job for job in plan(finetune) if job["variant"] in names]
@@ -360,7 +407,7 @@ def run(name, out, tiny=False, deadline=None, folder=None, phases=PHASES):
         stage["processes"] += _run_all(commands, labels, deadline - PACK_RESERVE_SECONDS, work)
     stage["seconds"] = round(time.time() - start, 1)
     records.write_json(os.path.join(work, "logs", f"stage_{'_'.join(phases)}.json"), stage)
-    stage["packed"] = pack([c for c in (pretrain, finetune) if c], work, out)
+    stage["packed"] = pack([c for c in (pretrain, then) if c], work, out)
     print(f"stage {name}: {stage['seconds']:.0f} s, packed {stage['packed']}", flush=True)
     return stage
 
@@ -398,8 +445,9 @@ def _card():
         return f"no GPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
 
 
-def _lay_out(pretrain, finetune, folder, tiny):
-    """Puts the carried shards, vocabulary and GLUE files where the configs name them."""
+def _lay_out(pretrain, then, folder, tiny):
+    """Puts the carried shards, vocabulary, GLUE files and length batches where the configs
+    name them."""
     settings = pretrain["settings"]
     for key, part in (("shards", "train"), ("valid_shards", "valid")):
         _link(os.path.join(folder, "shards", part), settings[key])
@@ -410,10 +458,14 @@ def _lay_out(pretrain, finetune, folder, tiny):
         os.makedirs(os.path.dirname(vocab["file"]), exist_ok=True)
         shutil.copy(os.path.join(folder, "vocab.json"), vocabulary_record_path(vocab))
         shutil.copy(os.path.join(folder, "vocab.txt"), vocab["file"])
-    if finetune and finetune.get("squad_file"):
-        _link(os.path.join(folder, "squad", "squad.json"), finetune["squad_file"])
-    elif finetune:
-        _link(os.path.join(folder, "glue"), finetune["data_dir"])
+    if then and then["kind"] == "length":
+        from experiments.length_study import prepared_dir
+
+        _link(os.path.join(folder, "length"), prepared_dir(then))
+    elif then and then.get("squad_file"):
+        _link(os.path.join(folder, "squad", "squad.json"), then["squad_file"])
+    elif then:
+        _link(os.path.join(folder, "glue"), then["data_dir"])
 
 
 def _link(source, target):
@@ -508,7 +560,9 @@ def pack(configs, work, out):
 
 def collect(name, folder, results_dir="docs/results"):
     """Unpacks what `run` packed into `results_dir/records/`; refuses to replace a record
-    that differs (nothing committed is overwritten silently). Returns the files written."""
+    that differs (nothing committed is overwritten silently), but takes a `.jsonl` record
+    that grew (the rows here, then new ones: the three S5 stages append to one length
+    record, each collected before the next runs). Returns the files written."""
     parts = sorted(glob.glob(os.path.join(folder, PACK + "*")))
     if not parts:
         raise StudyError(f"{folder} holds no {PACK}: nothing came back from stage {name}.")
@@ -521,7 +575,9 @@ def collect(name, folder, results_dir="docs/results"):
             path = os.path.join(target if not member.name.startswith("logs/") else
                                 os.path.join(target, "stages", name), member.name)
             content = archive.extractfile(member).read()
-            if os.path.exists(path) and open(path, "rb").read() != content:
+            here = open(path, "rb").read() if os.path.exists(path) else None
+            if here not in (None, content) and not (
+                    path.endswith(".jsonl") and content.startswith(here)):
                 raise StudyError(f"{path} exists with other content: move it away first "
                                  f"(stage {name} brought another version back).")
             written.append((path, content))
@@ -549,7 +605,7 @@ def main(argv=None):
                                              help="seconds from now (default: the stage's)")
         commands.choices["run"].add_argument(
             "--phases", nargs="+", choices=PHASES, default=list(PHASES),
-            help="pretrain, then finetune in a second call on the same warm machine")
+            help="pretrain, then finetune or length in a second call on the same warm machine")
         sub = commands.add_parser("collect")
         sub.add_argument("stage")
         sub.add_argument("folder", help="where the packed records came back")

@@ -1,6 +1,7 @@
 """The GPU stages (`experiments/stage.py`): defined, sized, stopped in time, packed and
-collected without loss; S1, S2 and S6 rehearsed end to end at tiny size under JAX without
-TensorFlow (S3 and S4 are S1 with other seeds)."""
+collected without loss; S1, S2a, S5a and S6 rehearsed end to end at tiny size under JAX
+without TensorFlow (S3 and S4 are S1 with other seeds, the other S2 and S5 parts the same
+commands with other rows and variants)."""
 
 import json
 import math
@@ -11,9 +12,10 @@ import sys
 import tarfile
 import time
 
+import numpy as np
 import pytest
 
-from experiments import records, stage
+from experiments import length_study, records, stage
 from experiments.config import StudyError, load_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -23,14 +25,16 @@ DATA = os.path.join(REPO, "..", "shared", "data")
 
 def test_every_stage_names_configs_that_load_and_fit_its_window():
     stages = stage.load_stages()["stages"]
-    assert {"S1", "S2", "S3", "S4", "S6"} <= set(stages)
+    assert {"S1", "S2a", "S3", "S4", "S5a", "S5b", "S5c", "S6"} <= set(stages)
     for name, spec in stages.items():
         assert spec["deadline_seconds"] <= stage.load_stages()["limits"]["call_seconds"]
-        pretrain, finetune = stage.stage_configs(spec)
-        if pretrain and not spec.get("blocked"):
+        pretrain, then = stage.stage_configs(spec)
+        if pretrain:
             stage._check_time(name, spec, pretrain)  # raises when it would not fit
-        if finetune:
-            assert finetune["pretrain_configs"] == [spec["pretrain"]]
+        if "command" in spec:
+            stage._check_benchmark_time(name, spec)  # likewise, by the estimate
+        if then:
+            assert then["pretrain_configs"] == [spec["pretrain"]]
 
 
 def test_s1_trains_the_plateau_control_and_fine_tunes_what_it_trained():
@@ -52,10 +56,34 @@ def test_a_stage_too_long_for_its_window_is_refused_with_the_figure(monkeypatch)
         stage.prepare("S1", dest="unused")
 
 
-def test_a_blocked_stage_is_refused_with_its_reason():
-    with pytest.raises(StudyError, match="Stage S5a cannot run on the lent machine yet: the "
-                                         "length evaluation"):
-        stage.prepare("S5a", dest="unused")
+def test_the_s2_parts_measure_every_row_of_the_benchmark_once_with_fused_training():
+    """Together the parts time every model at 128 and 512 tokens, training and inference,
+    flash off, and flash on wherever it changes the path (without dropout, so a training
+    step can fuse); one part that would outrun its window is refused with the figure."""
+    from benchmarks.encoders.cli import FLASH, parse_args
+    from benchmarks.encoders.worker import attention_choice
+    from keras_tupe.models.presets import VARIANTS
+
+    parts = {n: s for n, s in stage.load_stages()["stages"].items() if "command" in s}
+    measured = []
+    for spec in parts.values():
+        args = parse_args(spec["command"][1:])
+        assert (args.size, args.precisions, args.xla, args.dropout) == (
+            "base", ["mixed_bfloat16"], "on", 0.0)
+        measured += [(v, n, m, f) for v in args.variants for n in args.seq_lens
+                     for m in args.modes for f in FLASH[args.flash]]
+    models = [*VARIANTS, "keras_hub_bert"]
+    fusable = [v for v in models if attention_choice(v, True, "train", 0, False)[1] != "einsum"]
+    assert len(fusable) == 10 and "huang_m4" not in fusable
+    wanted = {(v, n, m, f) for v in models for n in (128, 512) for m in ("train", "infer")
+              for f in ([False, True] if v in fusable else [False])}
+    assert wanted <= set(measured) and len(measured) == len(set(measured))
+    assert set(measured) - wanted == {(v, n, m, True) for v in ("huang_m3", "huang_m4")
+                                      for n in (128, 512) for m in ("train", "infer")}
+    spec = {**parts["S2a"], "command": parts["S2a"]["command"] + ["--modes", "train", "infer"]}
+    with pytest.raises(StudyError, match=r"Stage S2a does not fit: its 16 rows need about "
+                                         r"\d+ s \(benchmark_seconds\)"):
+        stage._check_benchmark_time("S2a", spec)
 
 
 def test_runs_past_the_deadline_are_stopped_and_said_so(tmp_path):
@@ -91,6 +119,27 @@ def test_what_comes_back_is_unpacked_and_never_replaces_a_differing_record(tmp_p
     with pytest.raises(StudyError, match="exists with other content"):
         stage.collect("SX", str(tmp_path / "out"), results_dir=here)
     assert open(written[0]).read() == "step,loss\n200,9.9\n"
+
+
+def test_a_jsonl_record_that_grew_is_collected_and_one_that_lost_rows_is_not(tmp_path):
+    """The S5 parts append to one length record: each brings back the rows here, then its own."""
+    config = {"results_dir": str(tmp_path / "there"), "study": "lengths"}
+    here = str(tmp_path / "here")
+    path = os.path.join(here, "records", "lengths", "results.jsonl")
+    os.makedirs(tmp_path / "work" / "logs")
+    for rows, fits in (('{"a": 1}\n', True), ('{"a": 1}\n{"b": 2}\n', True),
+                       ('{"b": 2}\n', False)):
+        os.makedirs(records.record_dir(config), exist_ok=True)
+        with open(os.path.join(records.record_dir(config), "results.jsonl"), "w") as f:
+            f.write(rows)
+        stage.pack([config], str(tmp_path / "work"), str(tmp_path / "out"))
+        if fits:
+            stage.collect("S5x", str(tmp_path / "out"), results_dir=here)
+            assert open(path).read() == rows
+        else:
+            with pytest.raises(StudyError, match="exists with other content"):
+                stage.collect("S5x", str(tmp_path / "out"), results_dir=here)
+    assert open(path).read() == '{"a": 1}\n{"b": 2}\n'
 
 
 def test_a_machine_without_keras_hub_is_told_which_wheel_to_carry(tmp_path):
@@ -129,17 +178,19 @@ def test_s3_and_s4_are_s1_with_seeds_1_and_2_also_at_tiny_size(tmp_path):
                                     "valid_shards": tiny["settings"]["valid_shards"]}
 
 
-def _rehearse(name, tmp_path):
+def _rehearse(name, tmp_path, variants=None):
     """prepare (here, with TensorFlow), then run in a process where TensorFlow cannot be
-    imported (nor in the processes it starts), then collect. Returns the files collected
-    and the stage's log."""
+    imported (nor in the processes it starts), then collect; `variants`: only these of the
+    stage's. Returns the files collected and the stage's log."""
     dest = str(tmp_path / "stage")
     lines = stage.prepare(name, tiny=True, dest=dest)
     assert lines[-1].endswith(f"python3 -m experiments.stage run {name} --tiny --out $OUT")
     assert "travels:" in lines[2]
     env = {**os.environ, "PYTHONPATH": NO_TENSORFLOW, "KERAS_BACKEND": "jax"}
     folder = os.path.join(dest, name + "_tiny")
-    code = ("import sys; from experiments import stage; "
+    code = ("import sys; from experiments import stage; " + (
+            f"spec = {{**stage.stage_spec({name!r}), 'variants': {variants!r}}}; "
+            "stage.stage_spec = lambda name: spec; " if variants else "") +
             f"stage.run({name!r}, {str(tmp_path / 'out')!r}, tiny=True, deadline=1500, "
             f"folder={folder!r})")
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env,
@@ -150,7 +201,7 @@ def _rehearse(name, tmp_path):
     assert packed == [stage.PACK]  # what comes back: within its limits
     assert os.path.getsize(tmp_path / "out" / stage.PACK) <= limits["back_file_bytes"]
     written = stage.collect(name, str(tmp_path / "out"), results_dir=str(tmp_path / "back"))
-    log = json.load(open(next(p for p in written if p.endswith("stage_pretrain_finetune.json"))))
+    log = json.load(open(next(p for p in written if re.search(r"logs/stage_\w+\.json$", p))))
     assert log["processes"] and all(p["exit"] == 0 for p in log["processes"]), log
     return written, log
 
@@ -176,23 +227,25 @@ def test_s1_rehearsed_at_tiny_size_under_jax_without_tensorflow(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.jax
-def test_s2_rehearsed_at_tiny_size_under_jax_without_tensorflow(tmp_path):
-    """The benchmark command runs with the stage's precision, XLA and flash axes at the tiny
-    size, and its report comes back: a measured row per model, mode and attention path."""
-    written, log = _rehearse("S2", tmp_path)
-    assert [p["run"] for p in log["processes"]] == ["benchmark"]
+def test_s2a_rehearsed_at_tiny_size_under_jax_without_tensorflow(tmp_path):
+    """The benchmark command runs with the part's precision, XLA, flash, mode and dropout at
+    the tiny size, and its report comes back: a measured row per model and attention path,
+    the flash-on training steps fused (no dropout)."""
+    written, log = _rehearse("S2a", tmp_path)
+    assert [p["run"] for p in log["processes"]] == ["benchmark"] and log["phases"] == ["command"]
     report = json.load(open(next(p for p in written if p.endswith("logs/benchmark.json"))))
     settings = report["settings"]
     assert (settings["backend"], settings["size"], settings["seq_lens"]) == ("jax", "tiny", [32])
-    assert (settings["precisions"], settings["xla"], settings["flash"]) == (
-        ["mixed_bfloat16"], [True], [False, True])  # the stage's own, from stages.json
+    assert (settings["precisions"], settings["xla"], settings["flash"], settings["modes"],
+            settings["dropout"]) == (["mixed_bfloat16"], [True], [False, True], ["train"], 0)
     variants = ["bert_a", "tupe_r", "keras_hub_bert"]
-    assert sorted((r["variant"], r["mode"], r["flash"]) for r in report["rows"]) == sorted(
-        (v, mode, flash) for v in variants for mode in ("train", "infer")
-        for flash in (False, True))
+    assert sorted((r["variant"], r["flash"]) for r in report["rows"]) == sorted(
+        (v, flash) for v in variants for flash in (False, True))
     for row in report["rows"]:
         assert row["status"] == "ok", row.get("error")
         assert row["tokens_per_s"] > 0 and row["precision"] == "mixed_bfloat16"
+        if row["variant"] != "keras_hub_bert":
+            assert row["attention_path"] == ("fused" if row["flash"] else "einsum"), row
     assert any(p.endswith("logs/benchmark.md") for p in written)
 
 
@@ -216,3 +269,44 @@ def test_s6_rehearsed_at_tiny_size_under_jax_without_tensorflow(tmp_path):
             stage.TINY_SQUAD_QUESTIONS)  # the held-out article's first paragraph
         assert row["train_features"] >= stage.TINY_SQUAD["max_train_examples"]  # windows
         assert math.isfinite(row["dev"]["eval"]["f1"]), row
+
+
+@pytest.mark.slow
+@pytest.mark.jax
+@pytest.mark.skipif(not os.path.isdir(DATA), reason="needs ../shared/data (the text)")
+def test_s5a_rehearsed_at_tiny_size_under_jax_without_tensorflow(tmp_path):
+    """Two of S5a's encoders pre-train, then are scored at each length from the batches
+    prepared here, which are the tf.data route's: the same arrays, so the same scores."""
+    import keras_hub
+
+    import keras_tupe.models  # noqa: F401  (registers the classes for loading)
+
+    written, log = _rehearse("S5a", tmp_path, variants=["bert_a", "tupe_r"])
+    assert [p["run"] for p in log["processes"]] == ["pretrain bert_a", "pretrain tupe_r",
+                                                   "length"]
+    rows = {(r["variant"], r["length"]): r for r in records.read_jsonl(next(
+        p for p in written if p.endswith("encodings_long_length/results.jsonl")))}
+    assert set(rows) == {(v, n) for v in ("bert_a", "tupe_r", "unigram")
+                         for n in stage.TINY_LENGTH["lengths"]}
+    for variant in ("bert_a", "tupe_r"):  # the tiny presets' 128 absolute positions
+        assert math.isfinite(rows[(variant, 128)]["loss"])
+        assert "absolute positions 32-127 never trained" in rows[(variant, 128)]["note"]
+        assert rows[(variant, 256)]["loss"] is None
+    work = tmp_path / "stage" / "S5a_tiny" / "work"
+    config = load_config(str(work / "length.json"))
+    job = length_study.plan(config, ["bert_a"])[0]
+    batches = length_study._Batches(config)
+    for length in stage.TINY_LENGTH["lengths"]:
+        prepared, here = batches.get(job, length), batches._tf_data(job, length)
+        assert len(prepared) == len(here) == stage.TINY_LENGTH["batches"]
+        for (x, y, w), (x_here, y_here, w_here) in zip(prepared, here):
+            assert sorted(x) == sorted(x_here)
+            for a, b in [*((x[k], x_here[k]) for k in x), (y, y_here), (w, w_here)]:
+                assert a.dtype == b.dtype and np.array_equal(a, b)
+    vocabulary = load_config(str(work / "pretrain.json"))["vocabulary"]
+    assert np.array_equal(np.load(os.path.join(length_study.prepared_dir(config), "unigram.npz"))
+                          ["log_probs"], length_study.unigram_log_probs(vocabulary))
+    model = keras_hub.models.MaskedLM.from_preset(job["model"], preprocessor=None)
+    loss, _, tokens = length_study.masked_lm_loss(model, batches._tf_data(job, 32))
+    assert (loss, tokens) == (pytest.approx(rows[("bert_a", 32)]["loss"], rel=1e-6),
+                              rows[("bert_a", 32)]["masked_tokens"])
