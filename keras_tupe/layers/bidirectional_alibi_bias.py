@@ -52,17 +52,11 @@ class BidirectionalAlibiBias(keras.layers.Layer):
     it equals `-m_h (i - j)` up to a constant per row (which the softmax
     cancels); without the mask every query would prefer the last keys.
 
-    The output is float32 under every dtype policy (`autocast` is off).
-
     Args:
         num_heads: int. Number of attention heads.
 
-    Call arguments:
-        query: tensor `(B, q_len, ...)`; only its length is used.
-        key: optional tensor `(B, k_len, ...)`; defaults to `query`.
-
-    Returns:
-        float32 tensor `(1, num_heads, q_len, k_len)`.
+    Call arguments and output (float32 under every dtype policy): as in
+    `RelativeBucketBias`.
 
     Example:
     >>> bias = BidirectionalAlibiBias(num_heads=4)(keras.ops.zeros((2, 10, 64)))

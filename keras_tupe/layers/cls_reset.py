@@ -10,6 +10,14 @@ from keras import ops
 CLS_RESET_STYLES = ("paper", "fairseq")
 
 
+def _reset_cls(values, cls_to_others, others_to_cls):
+    """`values` `(..., q, k)` with row 0 set to θ1, then the rest of column 0 to θ2."""
+    shape = ops.shape(values)
+    is_cls_query = ops.arange(shape[-2])[:, None] == 0  # (q, 1)
+    is_cls_key = ops.arange(shape[-1])[None, :] == 0  # (1, k)
+    return ops.where(is_cls_query, cls_to_others, ops.where(is_cls_key, others_to_cls, values))
+
+
 def reset_cls_from_reserved_rows(correlation):
     """The authors' [CLS] reset of the untied correlation, with the position offset +1.
 
@@ -30,13 +38,9 @@ def reset_cls_from_reserved_rows(correlation):
     Returns:
         A tensor `(..., h, n, n)` of the same dtype.
     """
-    shifted = correlation[..., 1:, 1:]  # (..., h, n, n)
     theta1 = correlation[..., 0:1, 0:1]  # (..., h, 1, 1)
     theta2 = correlation[..., 1:2, 1:2]  # (..., h, 1, 1)
-    shape = ops.shape(shifted)
-    is_cls_query = ops.arange(shape[-2])[:, None] == 0  # (n, 1)
-    is_cls_key = ops.arange(shape[-1])[None, :] == 0  # (1, n)
-    return ops.where(is_cls_query, theta1, ops.where(is_cls_key, theta2, shifted))
+    return _reset_cls(correlation[..., 1:, 1:], theta1, theta2)  # (..., h, n, n)
 
 
 def reset_cls_buckets(buckets, num_buckets):
@@ -54,12 +58,7 @@ def reset_cls_buckets(buckets, num_buckets):
     Returns:
         An int32 tensor `(q_len, k_len)` with values in `[0, num_buckets]`.
     """
-    buckets = ops.cast(buckets, "int32")
-    shape = ops.shape(buckets)
-    is_cls_query = ops.arange(shape[0])[:, None] == 0  # (q, 1)
-    is_cls_key = ops.arange(shape[1])[None, :] == 0  # (1, k)
-    buckets = ops.where(is_cls_key, num_buckets, buckets)
-    return ops.where(is_cls_query, num_buckets // 2, buckets)
+    return _reset_cls(ops.cast(buckets, "int32"), num_buckets // 2, num_buckets)
 
 
 @keras.saving.register_keras_serializable(package="keras_tupe")
@@ -77,10 +76,7 @@ class ClsReset(keras.layers.Layer):
     T5 bias for TUPE-R). One pair `θ1, θ2 ∈ R^h` serves the whole encoder. The
     result is float32 under every dtype policy, like its input.
 
-    This is the paper's reset (`cls_reset_style="paper"` of `TupeBackbone`).
-    The authors' code resets the two parts separately instead, with no learned
-    θ: see `reset_cls_from_reserved_rows` and `reset_cls_buckets`
-    (`cls_reset_style="fairseq"`).
+    This is `cls_reset_style="paper"`; for `"fairseq"` see `CLS_RESET_STYLES`.
 
     Args:
         num_heads: int. Number of attention heads.
@@ -128,24 +124,17 @@ class ClsReset(keras.layers.Layer):
         return [self.cls_to_others, self.others_to_cls]
 
     def call(self, inputs):
-        inputs = ops.cast(inputs, "float32")
-        shape = ops.shape(inputs)
-        is_cls_query = ops.arange(shape[-2])[:, None] == 0  # (q, 1)
-        is_cls_key = ops.arange(shape[-1])[None, :] == 0  # (1, k)
         theta1 = ops.cast(self.cls_to_others, "float32")[:, None, None]  # (h, 1, 1)
         theta2 = ops.cast(self.others_to_cls, "float32")[:, None, None]
         # Row 0 wins over column 0, so (0, 0) gets θ1 as Eq. 9 says.
-        return ops.where(is_cls_query, theta1, ops.where(is_cls_key, theta2, inputs))
+        return _reset_cls(ops.cast(inputs, "float32"), theta1, theta2)
 
     def compute_output_spec(self, inputs):
         return keras.KerasTensor(inputs.shape, "float32")
 
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "num_heads": self.num_heads,
-                "theta_initializer": keras.initializers.serialize(self.theta_initializer),
-            }
-        )
-        return config
+        return {
+            **super().get_config(),
+            "num_heads": self.num_heads,
+            "theta_initializer": keras.initializers.serialize(self.theta_initializer),
+        }

@@ -10,10 +10,8 @@ from keras_tupe.layers.utils import relative_positions
 
 
 def check_bucket_size(bucket_size, max_position, names=("bucket_size", "max_position")):
-    """Raises a clear error unless DeBERTa's log buckets are defined.
+    """Raises a clear error unless DeBERTa's log buckets are defined (see the message).
 
-    The bucket size `k` must be an int >= 2 and `max_position` an int above
-    `k // 2 + 1` (the buckets divide by `log((max_position - 1) / (k // 2))`).
     `names` are the two arguments as the caller calls them (the backbone's
     `max_relative_distance` and `max_sequence_length`).
     """
@@ -116,23 +114,15 @@ class DisentangledAttention(PositionalAttentionBase):
     no fused path.
 
     Args:
-        num_heads: int. Number of attention heads.
         bucket_size: int `k`, the attention span: the table has `2k` rows,
             distances up to `k // 2` are exact. Defaults to `256`.
         max_position: int. Distance scale of the log buckets (DeBERTa's
             `max_position_embeddings`). Defaults to `512`.
-        dropout, kernel_initializer, bias_initializer: as in
+        num_heads, dropout, kernel_initializer, bias_initializer: as in
             `PositionalAttentionBase`.
 
-    Call arguments:
-        inputs: `(B, n, d)`.
+    Call arguments: those of `PositionalAttentionBase`, and
         relative_embeddings: `(1, 2k, d)` (or `(2k, d)`), the shared table.
-        padding_mask: optional `(B, n)`, 1 for tokens, 0 for padding.
-        attention_bias: optional float `(1 or B, h, n, n)`, added unscaled.
-        training: bool, for dropout.
-
-    Returns:
-        `(B, n, d)` in the compute dtype.
 
     Example:
     >>> attention = DisentangledAttention(num_heads=4, bucket_size=8, max_position=32)
@@ -157,14 +147,8 @@ class DisentangledAttention(PositionalAttentionBase):
             self.dropout, dtype=self.dtype_policy, name="position_dropout"
         )
 
-    def call(
-        self,
-        inputs,
-        relative_embeddings=None,
-        padding_mask=None,
-        attention_bias=None,
-        training=None,
-    ):
+    def call(self, inputs, relative_embeddings=None, padding_mask=None, attention_bias=None,
+             training=None):
         if relative_embeddings is None:
             raise ValueError(
                 "DisentangledAttention needs `relative_embeddings`, the shared "

@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_tupe.layers.utils import clone_initializer
+from keras_tupe.layers.utils import clone_initializer, initializer_or_default
 
 
 @keras.saving.register_keras_serializable(package="keras_tupe")
@@ -50,9 +50,7 @@ class DisentangledRelativeEmbedding(keras.layers.Layer):
             )
         self.bucket_size = bucket_size
         self.layer_norm_epsilon = layer_norm_epsilon
-        self.embeddings_initializer = keras.initializers.get(
-            embeddings_initializer or keras.initializers.TruncatedNormal(stddev=0.02)
-        )
+        self.embeddings_initializer = initializer_or_default(embeddings_initializer)
 
     def build(self, inputs_shape):
         self.hidden_dim = inputs_shape[-1]
@@ -79,14 +77,9 @@ class DisentangledRelativeEmbedding(keras.layers.Layer):
         )
 
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "bucket_size": self.bucket_size,
-                "layer_norm_epsilon": self.layer_norm_epsilon,
-                "embeddings_initializer": keras.initializers.serialize(
-                    self.embeddings_initializer
-                ),
-            }
-        )
-        return config
+        return {
+            **super().get_config(),
+            "bucket_size": self.bucket_size,
+            "layer_norm_epsilon": self.layer_norm_epsilon,
+            "embeddings_initializer": keras.initializers.serialize(self.embeddings_initializer),
+        }

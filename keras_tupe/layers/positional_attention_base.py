@@ -4,10 +4,8 @@ import keras
 from keras import ops
 
 from keras_tupe.layers.utils import (
-    Float32BiasCallMixin,
-    attention_mask_to_bias,
-    clone_initializer,
-    head_dim,
+    Float32BiasCallMixin, attention_mask_to_bias, clone_initializer, head_dim,
+    initializer_or_default,
 )
 
 
@@ -31,6 +29,16 @@ class PositionalAttentionBase(Float32BiasCallMixin, keras.layers.Layer):
             truncated normal with stddev 0.02.
         bias_initializer: initializer of the projection biases. Defaults to
             `"zeros"`.
+
+    Call arguments:
+        inputs: `(B, n, d)`.
+        padding_mask: optional `(B, n)`, 1 for tokens, 0 for padding.
+        attention_bias: optional float `(1 or B, h, n, n)`, added unscaled.
+        training: bool, for dropout.
+        **logit_kwargs: a subclass's own inputs, passed to `attention_logits`.
+
+    Returns:
+        `(B, n, d)` in the compute dtype.
     """
 
     def __init__(
@@ -48,9 +56,7 @@ class PositionalAttentionBase(Float32BiasCallMixin, keras.layers.Layer):
             raise ValueError(f"`dropout` must be in [0, 1). Received: dropout={dropout}")
         self.num_heads = num_heads
         self.dropout = dropout
-        self.kernel_initializer = keras.initializers.get(
-            kernel_initializer or keras.initializers.TruncatedNormal(stddev=0.02)
-        )
+        self.kernel_initializer = initializer_or_default(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self._keep_float32_arguments()
 
@@ -59,7 +65,7 @@ class PositionalAttentionBase(Float32BiasCallMixin, keras.layers.Layer):
         self.head_dim = head_dim(hidden_dim, self.num_heads)
 
         def projection(name, equation, output_shape, bias_axes):
-            layer = keras.layers.EinsumDense(
+            return keras.layers.EinsumDense(
                 equation,
                 output_shape=output_shape,
                 bias_axes=bias_axes,
@@ -68,7 +74,6 @@ class PositionalAttentionBase(Float32BiasCallMixin, keras.layers.Layer):
                 dtype=self.dtype_policy,
                 name=name,
             )
-            return layer
 
         head_shape = (None, self.num_heads, self.head_dim)
         self.query_dense = projection("query", "bnd,dhk->bnhk", head_shape, "hk")
@@ -97,14 +102,7 @@ class PositionalAttentionBase(Float32BiasCallMixin, keras.layers.Layer):
         """Returns float32 logits `(B, h, q, k)` from `(B, n, h, d_h)` queries/keys."""
         raise NotImplementedError
 
-    def call(
-        self,
-        inputs,
-        padding_mask=None,
-        attention_bias=None,
-        training=None,
-        **logit_kwargs,
-    ):
+    def call(self, inputs, padding_mask=None, attention_bias=None, training=None, **logit_kwargs):
         inputs = ops.cast(inputs, self.compute_dtype)
         query = self.query_dense(inputs)  # (B, n, h, d_h)
         key = self.key_dense(inputs)  # (B, n, h, d_h)
@@ -139,13 +137,10 @@ class PositionalAttentionBase(Float32BiasCallMixin, keras.layers.Layer):
         return keras.KerasTensor(inputs.shape, self.compute_dtype)
 
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "num_heads": self.num_heads,
-                "dropout": self.dropout,
-                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
-                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
-            }
-        )
-        return config
+        return {
+            **super().get_config(),
+            "num_heads": self.num_heads,
+            "dropout": self.dropout,
+            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+            "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+        }

@@ -232,36 +232,21 @@ class QKRMultiplicativeAttention(PositionalAttentionBase):
     Relative methods accept any sequence length; distances beyond `k` share the
     table's last rows.
 
-    Method 3 is computed in chunks of queries with a hand-written gradient
-    (`method3_logits`), in float32: its memory stays that of the other methods
-    instead of the (B, n, h, n, d_h) product of a single einsum (Huang et al.
-    report ten times the memory).
-
-    Method 4's relative terms are computed by blocks of queries and of keys
-    (`relative_products`) when the lengths are static: each block multiplies
-    only the window of table rows it meets and a skew puts the products in
-    place, instead of gathering `(n, n, d_h)` embeddings, whose backward pass
-    is a scatter-add of as many values. Same numbers; at `mini`, n = 512 on a
-    CPU, a training step went from 1.59x to 1.25x `bert_a`'s with XLA
-    (docs/benchmarks.md).
+    Method 3 runs in float32 over chunks of queries (`method3_logits`), so its
+    memory stays that of the other methods (Huang et al. report ten times).
+    Method 4 with static lengths runs by blocks (`relative_products`): the same
+    numbers without gathering `(n, n, d_h)` embeddings (at `mini`, n = 512 on a
+    CPU, a training step went from 1.59x to 1.25x `bert_a`'s; docs/benchmarks.md).
 
     Args:
-        num_heads: int. Number of attention heads; must divide the hidden size.
         method: one of `"shaw"`, `"method1"`, `"method2"`, `"method3"`,
             `"method4"`. Defaults to `"method4"`.
         max_relative_distance: int `k`, the clipping distance. Defaults to `512`.
         zero_init_tables: bool. Start vector tables at zero. Defaults to `False`.
-        dropout, kernel_initializer, bias_initializer: as in
-            `UntiedPositionalAttention`.
+        num_heads, dropout, kernel_initializer, bias_initializer: as in
+            `PositionalAttentionBase`.
 
-    Call arguments:
-        inputs: `(B, n, d)`.
-        padding_mask: optional `(B, n)`, 1 for tokens, 0 for padding.
-        attention_bias: optional float `(1 or B, h, n, n)`, added unscaled.
-        training: bool, for dropout.
-
-    Returns:
-        `(B, n, d)` in the compute dtype.
+    Call arguments and output: as in `PositionalAttentionBase`.
 
     Example:
     >>> attention = QKRMultiplicativeAttention(num_heads=4, method="shaw",
@@ -340,39 +325,30 @@ class QKRMultiplicativeAttention(PositionalAttentionBase):
         if self.method in ("method1", "method2"):
             index = ops.abs(relative) if self.method == "method1" else relative + k
             return ops.cast(logits, "float32") * ops.cast(ops.take(table, index), "float32")
-        if self.method == "method4" and self._blocked_method4(query, key):
-            block_size = min(METHOD4_BLOCK_SIZE, query.shape[1], key.shape[1])
-            # The key term carries no query: undo the query scaling by scaling here.
-            key = key * (1.0 / math.sqrt(self.head_dim))
-            query_term = relative_products(query, table, k, key.shape[1], block_size)
-            key_term = relative_products(key, table, k, query.shape[1], block_size, keys=True)
-            logits = logits + query_term + key_term
-            return ops.cast(logits, "float32")
-        embeddings = ops.take(table, relative + k, axis=0)  # (q, k, d_h)
-        logits = logits + ops.einsum("bqhd,qkd->bhqk", query, embeddings)
         if self.method == "method4":
             # The key term carries no query: undo the query scaling by scaling here.
             key = key * (1.0 / math.sqrt(self.head_dim))
+            if self._blocked_method4(query, key):
+                block_size = min(METHOD4_BLOCK_SIZE, query.shape[1], key.shape[1])
+                query_term = relative_products(query, table, k, key.shape[1], block_size)
+                key_term = relative_products(key, table, k, query.shape[1], block_size, keys=True)
+                return ops.cast(logits + query_term + key_term, "float32")
+        embeddings = ops.take(table, relative + k, axis=0)  # (q, k, d_h)
+        logits = logits + ops.einsum("bqhd,qkd->bhqk", query, embeddings)
+        if self.method == "method4":
             logits = logits + ops.einsum("bkhd,qkd->bhqk", key, embeddings)
         return ops.cast(logits, "float32")
 
     @staticmethod
     def _blocked_method4(query, key):
-        """Whether method 4 runs by blocks (`relative_products`): static lengths of 2 or more.
-
-        A dynamic length (a TensorFlow graph traced without one, e.g. an export
-        for any length) takes the gather of the `(q, k, d_h)` embeddings.
-        """
-        lengths = (query.shape[1], key.shape[1])
-        return all(isinstance(n, int) and n >= 2 for n in lengths)
+        """Method 4 runs by blocks with static lengths of 2 or more; a dynamic length (a
+        TensorFlow graph traced without one, e.g. an export for any length) gathers."""
+        return all(isinstance(n, int) and n >= 2 for n in (query.shape[1], key.shape[1]))
 
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "method": self.method,
-                "max_relative_distance": self.max_relative_distance,
-                "zero_init_tables": self.zero_init_tables,
-            }
-        )
-        return config
+        return {
+            **super().get_config(),
+            "method": self.method,
+            "max_relative_distance": self.max_relative_distance,
+            "zero_init_tables": self.zero_init_tables,
+        }

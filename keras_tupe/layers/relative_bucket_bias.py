@@ -6,7 +6,7 @@ import keras
 from keras import ops
 
 from keras_tupe.layers.cls_reset import reset_cls_buckets
-from keras_tupe.layers.utils import clone_initializer, relative_positions
+from keras_tupe.layers.utils import clone_initializer, initializer_or_default, relative_positions
 
 
 def t5_relative_position_bucket(
@@ -61,11 +61,8 @@ class RelativeBucketBias(keras.layers.Layer):
     sequence length, so an encoder computes it once and adds it, unscaled, to
     every layer's attention logits.
 
-    With `reserved_cls_buckets=True` (the TUPE authors' fairseq code) [CLS]
-    gets buckets of its own (`reset_cls_buckets`): column 0 (all to [CLS])
-    uses an extra table row `num_buckets`, then row 0 ([CLS] to all) the
-    bucket `num_buckets // 2`, which the bidirectional function never gives.
-    This is the relative half of the authors' [CLS] reset.
+    With `reserved_cls_buckets=True` [CLS] gets buckets of its own
+    (`reset_cls_buckets`), the relative half of the TUPE authors' [CLS] reset.
 
     The output is float32 under every dtype policy (`autocast` is off): attention
     logits are accumulated in float32.
@@ -130,10 +127,7 @@ class RelativeBucketBias(keras.layers.Layer):
         self.max_distance = max_distance
         self.bidirectional = bidirectional
         self.reserved_cls_buckets = reserved_cls_buckets
-        self.embeddings_initializer = keras.initializers.get(
-            embeddings_initializer
-            or keras.initializers.TruncatedNormal(stddev=0.02)
-        )
+        self.embeddings_initializer = initializer_or_default(embeddings_initializer)
 
     def build(self, query_shape, key_shape=None):
         self.relative_attention_bias = self.add_weight(
@@ -176,17 +170,12 @@ class RelativeBucketBias(keras.layers.Layer):
         )
 
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "num_heads": self.num_heads,
-                "num_buckets": self.num_buckets,
-                "max_distance": self.max_distance,
-                "bidirectional": self.bidirectional,
-                "reserved_cls_buckets": self.reserved_cls_buckets,
-                "embeddings_initializer": keras.initializers.serialize(
-                    self.embeddings_initializer
-                ),
-            }
-        )
-        return config
+        return {
+            **super().get_config(),
+            "num_heads": self.num_heads,
+            "num_buckets": self.num_buckets,
+            "max_distance": self.max_distance,
+            "bidirectional": self.bidirectional,
+            "reserved_cls_buckets": self.reserved_cls_buckets,
+            "embeddings_initializer": keras.initializers.serialize(self.embeddings_initializer),
+        }

@@ -50,20 +50,12 @@ class RotaryPositionalAttention(UntiedPositionalAttention):
     choice: cos/sin of float32 angles, cast). Needs an even head size.
 
     Args:
-        num_heads: int. Number of attention heads.
         max_wavelength: int. The `base` of `θ_c`. Defaults to `10000`
             (RoFormer).
-        untied_scaling, attention_implementation, dropout, kernel_initializer,
-        bias_initializer: as in `UntiedPositionalAttention`.
+        num_heads, untied_scaling, attention_implementation, dropout,
+        kernel_initializer, bias_initializer: as in `UntiedPositionalAttention`.
 
-    Call arguments:
-        inputs: `(B, n, d)`.
-        padding_mask: optional `(B, n)`, 1 for tokens, 0 for padding.
-        attention_bias: optional float `(1 or B, h, n, n)`, added unscaled.
-        training: bool, for dropout.
-
-    Returns:
-        `(B, n, d)` in the compute dtype.
+    Call arguments and output: as in `PositionalAttentionBase`.
 
     Example:
     >>> attention = RotaryPositionalAttention(num_heads=4, untied_scaling=False)

@@ -7,17 +7,8 @@ through the fused `keras.ops.dot_product_attention`, what the value composes wit
 its shared term is position-only (what `cls_reset` resets and `positional_bias` returns). The
 backbone and the block validate and build by looking rows up; neither names a scheme.
 
-A new encoding is one layer file and one row. The rotary scheme, for instance, is
-`rotary_positional_attention.py` plus this row of `RELATIVE_POSITION_SCHEMES`:
-
-    "rotary": PositionalScheme(
-        "rotary position embeddings of the queries and keys (RoFormer)",
-        **_dot_product_attention(RotaryPositionalAttention, inputs=()),
-        composes_with=("none", "untied"),
-        why_not="BERT-A^d adds position projections to the rotated queries and keys, ...",
-        check=_check_rotary,  # an even head size
-    ),
-
+A new encoding is one layer file and one row: the rotary scheme, for instance, is
+`rotary_positional_attention.py` plus the `"rotary"` row of `RELATIVE_POSITION_SCHEMES`.
 The table lives in `layers/`, not `models/`: the block reads its attention class from the
 row, and layers never import from models.
 """
@@ -129,7 +120,6 @@ class PositionalScheme:
 
 
 def _same(*names):
-    """Arguments that take the value of the same name: `{name: name}`."""
     return {name: name for name in names}
 
 

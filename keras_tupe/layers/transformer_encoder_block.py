@@ -10,7 +10,9 @@ from keras_tupe.layers.schemes import (
     relative_scheme,
 )
 from keras_tupe.layers.untied_positional_attention import check_attention_implementation
-from keras_tupe.layers.utils import Float32BiasCallMixin, clone_initializer
+from keras_tupe.layers.utils import (
+    Float32BiasCallMixin, clone_initializer, initializer_or_default,
+)
 
 # Logits that are no scaled dot product plus an additive bias (no fused path).
 UNFUSABLE_METHODS = tuple(
@@ -44,14 +46,10 @@ class TransformerEncoderBlock(Float32BiasCallMixin, keras.layers.Layer):
 
     The attention is the one the row of `relative_method` names in
     `keras_tupe.layers.schemes.RELATIVE_POSITION_SCHEMES`, built with the block
-    settings the row lists: `QKRMultiplicativeAttention` for Shaw and Huang's
-    methods 1-4 (per-layer tables), `RotaryPositionalAttention` for
-    `"rotary"`, `DisentangledAttention` for `"disentangled"` (which takes the
-    encoder-wide `relative_embeddings`), and for `None`
-    `UntiedPositionalAttention`, which takes the encoder-wide positional term as
-    `attention_bias` (BERT-R, TUPE, ALiBi) or `position_query`/`position_key`
-    (BERT-A^d). Every attention adds an `attention_bias`. keras-hub's
-    `TransformerEncoder` hard-codes Keras's standard attention, hence this block.
+    settings the row lists; `None` is `UntiedPositionalAttention`, whose
+    positions come from the encoder-wide terms (`attention_bias`, BERT-A^d's
+    `position_query`/`position_key`). keras-hub's `TransformerEncoder`
+    hard-codes Keras's standard attention, hence this block.
 
     Args:
         num_heads: int. Number of attention heads.
@@ -76,12 +74,9 @@ class TransformerEncoderBlock(Float32BiasCallMixin, keras.layers.Layer):
             (`"disentangled"` only). Defaults to `512`.
         zero_init_tables: bool. Start relative vector tables at zero.
             Defaults to `False`.
-        attention_implementation: `"auto"`, `"einsum"` or `"fused"`: whether
-            `UntiedPositionalAttention` runs through
-            `keras.ops.dot_product_attention` (see there). `"fused"` is refused
-            with the Shaw / Huang / disentangled methods, whose logits are no
-            plain dot product (rotary is fused after the rotation).
-            Defaults to `"auto"`.
+        attention_implementation: `"auto"`, `"einsum"` or `"fused"` (see
+            `UntiedPositionalAttention`); `"fused"` only where the row of
+            `relative_method` says `fusable`. Defaults to `"auto"`.
         kernel_initializer: initializer of all kernels. Defaults to a truncated
             normal with stddev 0.02.
 
@@ -149,14 +144,8 @@ class TransformerEncoderBlock(Float32BiasCallMixin, keras.layers.Layer):
         self.zero_init_tables = zero_init_tables
         self.attention_implementation = attention_implementation
         self.max_sequence_length = max_sequence_length
-        self.kernel_initializer = keras.initializers.get(
-            kernel_initializer or keras.initializers.TruncatedNormal(stddev=0.02)
-        )
+        self.kernel_initializer = initializer_or_default(kernel_initializer)
         self._keep_float32_arguments()
-
-    def _kernel_initializer(self):
-        # A fresh initializer per sublayer, so no two kernels share a seed.
-        return clone_initializer(self.kernel_initializer)
 
     def build(self, inputs_shape):
         hidden_dim = inputs_shape[-1]
@@ -165,7 +154,7 @@ class TransformerEncoderBlock(Float32BiasCallMixin, keras.layers.Layer):
         self.attention = scheme.attention(
             num_heads=self.num_heads,
             dropout=self.dropout,
-            kernel_initializer=self._kernel_initializer(),
+            kernel_initializer=clone_initializer(self.kernel_initializer),
             dtype=self.dtype_policy,
             name="self_attention",
             **arguments,
@@ -183,14 +172,14 @@ class TransformerEncoderBlock(Float32BiasCallMixin, keras.layers.Layer):
         self.intermediate_dense = keras.layers.Dense(
             self.intermediate_dim,
             activation=self._activation_fn,
-            kernel_initializer=self._kernel_initializer(),
+            kernel_initializer=clone_initializer(self.kernel_initializer),
             dtype=self.dtype_policy,
             name="intermediate_dense",
         )
         self.intermediate_dense.build(inputs_shape)
         self.output_dense = keras.layers.Dense(
             hidden_dim,
-            kernel_initializer=self._kernel_initializer(),
+            kernel_initializer=clone_initializer(self.kernel_initializer),
             dtype=self.dtype_policy,
             name="output_dense",
         )
@@ -199,16 +188,8 @@ class TransformerEncoderBlock(Float32BiasCallMixin, keras.layers.Layer):
         self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
         self.built = True
 
-    def call(
-        self,
-        inputs,
-        padding_mask=None,
-        attention_bias=None,
-        position_query=None,
-        position_key=None,
-        relative_embeddings=None,
-        training=None,
-    ):
+    def call(self, inputs, padding_mask=None, attention_bias=None, position_query=None,
+             position_key=None, relative_embeddings=None, training=None):
         inputs = ops.cast(inputs, self.compute_dtype)
         logit_kwargs = self._shared_inputs(
             position_query=position_query,
@@ -251,25 +232,22 @@ class TransformerEncoderBlock(Float32BiasCallMixin, keras.layers.Layer):
         return keras.KerasTensor(inputs.shape, self.compute_dtype)
 
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "num_heads": self.num_heads,
-                "intermediate_dim": self.intermediate_dim,
-                "dropout": self.dropout,
-                "activation": (
-                    self.activation if isinstance(self.activation, str)
-                    else keras.activations.serialize(self.activation)
-                ),
-                "layer_norm_epsilon": self.layer_norm_epsilon,
-                "layer_norm_position": self.layer_norm_position,
-                "untied_scaling": self.untied_scaling,
-                "relative_method": self.relative_method,
-                "max_relative_distance": self.max_relative_distance,
-                "zero_init_tables": self.zero_init_tables,
-                "attention_implementation": self.attention_implementation,
-                "max_sequence_length": self.max_sequence_length,
-                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
-            }
-        )
-        return config
+        return {
+            **super().get_config(),
+            "num_heads": self.num_heads,
+            "intermediate_dim": self.intermediate_dim,
+            "dropout": self.dropout,
+            "activation": (
+                self.activation if isinstance(self.activation, str)
+                else keras.activations.serialize(self.activation)
+            ),
+            "layer_norm_epsilon": self.layer_norm_epsilon,
+            "layer_norm_position": self.layer_norm_position,
+            "untied_scaling": self.untied_scaling,
+            "relative_method": self.relative_method,
+            "max_relative_distance": self.max_relative_distance,
+            "zero_init_tables": self.zero_init_tables,
+            "attention_implementation": self.attention_implementation,
+            "max_sequence_length": self.max_sequence_length,
+            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+        }

@@ -55,8 +55,6 @@ class UntiedPositionalAttention(PositionalAttentionBase):
     `UntiedPositionalCorrelation(output_mode="projections")`), the logits are
     BERT-A^d's `(q_i + PQ_i)·(k_j + PK_j) / sqrt(2 d_h)`.
 
-    Bias and padding mask are added, and the softmax taken, in float32.
-
     Without `position_query`/`position_key` the logits are a scaled dot product
     plus an additive bias, so the layer can hand the whole attention to
     `keras.ops.dot_product_attention` (a fused or flash kernel on a GPU; the same
@@ -71,31 +69,20 @@ class UntiedPositionalAttention(PositionalAttentionBase):
       dtype, see below).
 
     Either fused setting takes the einsum path in a training call with
-    `dropout > 0`: `dot_product_attention` has no dropout on the attention
-    probabilities. Inference, and training with `dropout=0`, are fused.
-    Backends cast `bias` to the compute dtype: under `mixed_bfloat16` the
-    positional term is rounded to bfloat16 (whose range is float32's); under
-    `mixed_float16` its range would end at 65504, so `"auto"` keeps the
-    float32 einsum path there whenever a positional bias is given.
+    `dropout > 0` (`dot_product_attention` has no dropout on the probabilities).
+    Backends cast `bias` to the compute dtype: bfloat16 keeps float32's range;
+    float16's ends at 65504, hence `"auto"`'s einsum path there.
 
     Args:
-        num_heads: int. Number of attention heads; must divide the hidden size.
         untied_scaling: bool. Scale the content term by `1/sqrt(2 d_h)` (TUPE)
             instead of `1/sqrt(d_h)` (BERT). Defaults to `True`.
         attention_implementation: `"auto"`, `"einsum"` or `"fused"`.
             Defaults to `"auto"`.
-        dropout: float. Dropout on the attention probabilities. Defaults to `0.`.
-        kernel_initializer, bias_initializer: of the projections.
+        num_heads, dropout, kernel_initializer, bias_initializer: as in
+            `PositionalAttentionBase`.
 
-    Call arguments:
-        inputs: `(B, n, d)`.
-        padding_mask: optional `(B, n)`, 1 for tokens, 0 for padding.
-        attention_bias: optional float `(1 or B, h, n, n)`, added unscaled.
+    Call arguments: those of `PositionalAttentionBase`, and
         position_query, position_key: optional float `(1, n, h, d_h)`.
-        training: bool, for dropout.
-
-    Returns:
-        `(B, n, d)` in the compute dtype.
 
     Example:
     >>> attention = UntiedPositionalAttention(num_heads=4)
@@ -126,17 +113,8 @@ class UntiedPositionalAttention(PositionalAttentionBase):
         logits = ops.einsum("bqhd,bkhd->bhqk", query * self._scale(), key)  # (B, h, q, k)
         return ops.cast(logits, "float32")
 
-    def fused_context(
-        self,
-        query,
-        key,
-        value,
-        padding_mask,
-        attention_bias,
-        training,
-        position_query=None,
-        position_key=None,
-    ):
+    def fused_context(self, query, key, value, padding_mask, attention_bias, training,
+                      position_query=None, position_key=None):
         if self.attention_implementation == "einsum":
             return None
         if position_query is not None or position_key is not None:

@@ -6,7 +6,9 @@ import keras
 from keras import ops
 
 from keras_tupe.layers.cls_reset import reset_cls_from_reserved_rows
-from keras_tupe.layers.utils import check_sequence_length, clone_initializer, head_dim
+from keras_tupe.layers.utils import (
+    check_sequence_length, clone_initializer, head_dim, initializer_or_default,
+)
 
 OUTPUT_MODES = ("correlation", "projections")
 
@@ -27,11 +29,9 @@ class UntiedPositionalCorrelation(keras.layers.Layer):
     With `output_mode="projections"` the layer returns `(PQ, PK)` instead, each
     `(1, n, h, d_h)`, which BERT-A^d adds to every layer's queries and keys.
 
-    With `reserved_cls_rows=True` (the TUPE authors' fairseq code) the table
-    has `max_sequence_length + 1` rows, token position `t` uses row `t + 1`,
-    and the [CLS] row and column of `A` are reset from the correlations of
-    rows 0 and 1 (`reset_cls_from_reserved_rows`): the output is already
-    [CLS]-reset, with no learned θ.
+    With `reserved_cls_rows=True` (the TUPE authors' code) the output is
+    already [CLS]-reset, from two reserved table rows
+    (`reset_cls_from_reserved_rows`), with no learned θ.
 
     The LayerNorm and projections follow the layer's dtype policy (so
     `mixed_bfloat16` computes them in bfloat16, and a `DTypePolicyMap` can
@@ -101,12 +101,8 @@ class UntiedPositionalCorrelation(keras.layers.Layer):
         self.output_mode = output_mode
         self.layer_norm_epsilon = layer_norm_epsilon
         self.reserved_cls_rows = reserved_cls_rows
-        self.embeddings_initializer = keras.initializers.get(
-            embeddings_initializer or keras.initializers.TruncatedNormal(stddev=0.02)
-        )
-        self.kernel_initializer = keras.initializers.get(
-            kernel_initializer or keras.initializers.TruncatedNormal(stddev=0.02)
-        )
+        self.embeddings_initializer = initializer_or_default(embeddings_initializer)
+        self.kernel_initializer = initializer_or_default(kernel_initializer)
 
     def build(self, inputs_shape):
         hidden_dim = inputs_shape[-1]
@@ -170,18 +166,13 @@ class UntiedPositionalCorrelation(keras.layers.Layer):
         return keras.KerasTensor((1, self.num_heads, length, length), "float32")
 
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "num_heads": self.num_heads,
-                "max_sequence_length": self.max_sequence_length,
-                "output_mode": self.output_mode,
-                "layer_norm_epsilon": self.layer_norm_epsilon,
-                "reserved_cls_rows": self.reserved_cls_rows,
-                "embeddings_initializer": keras.initializers.serialize(
-                    self.embeddings_initializer
-                ),
-                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
-            }
-        )
-        return config
+        return {
+            **super().get_config(),
+            "num_heads": self.num_heads,
+            "max_sequence_length": self.max_sequence_length,
+            "output_mode": self.output_mode,
+            "layer_norm_epsilon": self.layer_norm_epsilon,
+            "reserved_cls_rows": self.reserved_cls_rows,
+            "embeddings_initializer": keras.initializers.serialize(self.embeddings_initializer),
+            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+        }

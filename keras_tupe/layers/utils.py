@@ -67,6 +67,11 @@ def clone_initializer(initializer):
     return initializer.__class__.from_config(initializer.get_config())
 
 
+def initializer_or_default(initializer):
+    """`keras.initializers.get(initializer)`; `None` is BERT's truncated normal, stddev 0.02."""
+    return keras.initializers.get(initializer or keras.initializers.TruncatedNormal(stddev=0.02))
+
+
 def head_dim(hidden_dim, num_heads):
     """`hidden_dim // num_heads`, or a clear error when the heads do not divide it."""
     if hidden_dim % num_heads:

@@ -11,16 +11,13 @@ import keras_hub
 
 from keras_tupe.models.tupe_backbone import TupeBackbone
 
-# keras-hub BertBackbone weight path → TupeBackbone weight path (per layer: {i}).
-_KERAS_HUB_BERT = {
-    "token_embedding/embeddings": "token_embedding/embeddings",
-    "position_embedding/embeddings": "position_embedding/embeddings",
-    "segment_embedding/embeddings": "segment_embedding/embeddings",
-    "embeddings_layer_norm/gamma": "embeddings_layer_norm/gamma",
-    "embeddings_layer_norm/beta": "embeddings_layer_norm/beta",
-    "pooled_dense/kernel": "pooled_dense/kernel",
-    "pooled_dense/bias": "pooled_dense/bias",
-}
+# keras-hub BertBackbone weights that TupeBackbone names the same.
+_KERAS_HUB_BERT = (
+    "token_embedding/embeddings", "position_embedding/embeddings",
+    "segment_embedding/embeddings", "embeddings_layer_norm/gamma", "embeddings_layer_norm/beta",
+    "pooled_dense/kernel", "pooled_dense/bias",
+)
+# keras-hub BertBackbone layer weight path → TupeBackbone's (under transformer_layer_{i}/).
 _KERAS_HUB_BERT_LAYER = {
     "self_attention_layer/query": "self_attention/query",
     "self_attention_layer/key": "self_attention/key",
@@ -116,7 +113,7 @@ def from_keras_hub_bert(bert, relative_method4=True, max_relative_distance=None,
     for weight in bert.weights:
         path = weight.path
         if path in _KERAS_HUB_BERT:
-            values[_KERAS_HUB_BERT[path]] = weight.numpy()
+            values[path] = weight.numpy()
             continue
         layer, rest = path.split("/", 1)
         for source, destination in _KERAS_HUB_BERT_LAYER.items():
@@ -131,11 +128,7 @@ def from_keras_hub_bert(bert, relative_method4=True, max_relative_distance=None,
 
 def keras_hub_inputs(inputs):
     """Only the inputs keras-hub BERT takes: `token_ids`, `padding_mask`, `segment_ids`."""
-    return {
-        "token_ids": inputs["token_ids"],
-        "padding_mask": inputs["padding_mask"],
-        "segment_ids": inputs["segment_ids"],
-    }
+    return {name: inputs[name] for name in ("token_ids", "padding_mask", "segment_ids")}
 
 
 __all__ = ["add_relative_method4", "from_keras_hub_bert", "keras_hub_inputs"]

@@ -20,11 +20,7 @@ VOCABULARY_ASSET = os.path.join("assets", "tokenizer", "vocabulary.txt")
 
 
 class classproperty(property):
-    """A read-only property of the class (keras-hub's `presets` is one).
-
-    keras-hub's own helper lives in `keras_hub.src.utils` (private), so it is
-    re-stated here.
-    """
+    """A read-only property of the class (keras-hub's `presets` is one; its helper is private)."""
 
     def __get__(self, _, owner):
         return self.fget(owner)
@@ -133,21 +129,14 @@ _WRITING = set()
 class StagedPresetSaving:
     """Mixed in before a keras-hub class: `save_to_preset` goes through `write_preset_folder`.
 
-    The one overwrite policy for every preset keras_tupe writes, whatever writes it (a
-    backbone, a task, a preprocessor, a tokenizer): staged beside the folder and renamed;
-    a file already in the folder is never replaced unless `overwrite=True`, which
-    replaces the whole folder once the new one is complete.
+    The one overwrite policy for every preset keras_tupe writes (a backbone, a task, a
+    preprocessor, a tokenizer); see `write_preset_folder`.
     """
 
     def save_to_preset(self, preset_dir, *args, overwrite=False, **kwargs):
-        """Writes this object into the preset folder `preset_dir` (`write_preset_folder`).
-
-        Args:
-            preset_dir: str. The folder. Files already there are kept; one this save
-                would write is refused unless `overwrite`.
-            *args, **kwargs: keras-hub's `save_to_preset` arguments (`max_shard_size`).
-            overwrite: bool. Replace the whole folder with this save.
-        """
+        """Writes this object into `preset_dir` (`write_preset_folder`; `*args, **kwargs`
+        are keras-hub's, `max_shard_size`): files already there are kept, one this save
+        would write is refused unless `overwrite`, which replaces the whole folder."""
         if os.path.abspath(preset_dir) in _WRITING:
             return super().save_to_preset(preset_dir, *args, **kwargs)
         return write_preset_folder(self, preset_dir, overwrite=overwrite,
@@ -184,12 +173,8 @@ def write_preset_folder(model, preset_dir, record_key=None, record=None, overwri
     `overwrite`, which replaces the whole folder once the new one is complete.
 
     Args:
-        model: a keras_tupe backbone, task, preprocessor or tokenizer (anything with
-            `save_to_preset`).
-        preset_dir: str. The folder to write.
-        record_key: str or None. The `metadata.json` key of `record`.
-        record: dict or None.
-        overwrite: bool. Replace an existing preset folder.
+        model: anything with `save_to_preset` (a backbone, task, preprocessor, tokenizer).
+        preset_dir, record_key, record, overwrite: as above.
         preprocessor: a preprocessor saved beside `model` (a backbone), or None: a
             backbone-and-preprocessor preset without `task.json`.
         save_args: `(args, kwargs)` for `model.save_to_preset` (`max_shard_size`).
@@ -316,11 +301,8 @@ def preset_sequence_length(loader):
 
 
 def refuse_overwrite(preset_dir, files, overwrite):
-    """Deprecated: `StagedPresetSaving` (`write_preset_folder`) is the one policy.
-
-    Refuses `files` already in `preset_dir` unless `overwrite`, which removes every
-    file keras-hub writes into a preset folder first. Kept for one release.
-    """
+    """Deprecated (kept one release): refuses `files` in `preset_dir` unless `overwrite`,
+    which first removes every file keras-hub writes there. Use `write_preset_folder`."""
     import warnings
 
     warnings.warn("keras_tupe.models.preset_folders.refuse_overwrite is deprecated: "
@@ -328,10 +310,9 @@ def refuse_overwrite(preset_dir, files, overwrite):
                   DeprecationWarning, stacklevel=2)
     present = [f for f in files if os.path.exists(os.path.join(preset_dir, f))]
     if present and not overwrite:
-        raise FileExistsError(
-            f"Preset folder {preset_dir} already holds {present}; refusing to overwrite a "
-            "saved model. Choose another folder, or pass overwrite=True."
-        )
+        raise FileExistsError(f"Preset folder {preset_dir} already holds {present}; refusing "
+                              "to overwrite a saved model. Choose another folder, or pass "
+                              "overwrite=True.")
     for f in (("config.json", "model.weights.h5", "model.weights.json", "metadata.json",
                "task.json", "task.weights.h5", "preprocessor.json", "tokenizer.json", "assets")
               if present else ()):

@@ -27,12 +27,8 @@ VARIANTS = {
     # Ablation: TUPE-A without the [CLS] reset.
     "tupe_a_tie_cls": dict(absolute_position="none", absolute_correlation="untied"),
     # TUPE-R: untied absolute + T5 relative bias + [CLS] reset.
-    "tupe_r": dict(
-        absolute_position="none",
-        absolute_correlation="untied",
-        relative_position="t5_bias",
-        cls_reset=True,
-    ),
+    "tupe_r": dict(absolute_position="none", absolute_correlation="untied",
+                   relative_position="t5_bias", cls_reset=True),
     # TUPE-A and TUPE-R as the authors' code computes them (github.com/guolinke/TUPE,
     # a fairseq fork): [CLS] reset from reserved table rows / buckets, no segment
     # embedding, embeddings zeroed at padding, LayerNorm epsilon 1e-5.
@@ -57,43 +53,16 @@ VARIANTS = {
     "deberta": dict(absolute_position="none", relative_position="disentangled"),
 }
 
+# (vocabulary_size, num_layers, num_heads, hidden_dim, intermediate_dim, max_sequence_length)
 SIZES = {
-    # For tests: a few milliseconds a step.
-    "tiny": dict(
-        vocabulary_size=1024,
-        num_layers=2,
-        num_heads=4,
-        hidden_dim=64,
-        intermediate_dim=128,
-        max_sequence_length=128,
-    ),
-    # BERT-Mini (Turc et al. 2019): CPU experiments.
-    "mini": dict(
-        vocabulary_size=30522,
-        num_layers=4,
-        num_heads=4,
-        hidden_dim=256,
-        intermediate_dim=1024,
-        max_sequence_length=512,
-    ),
-    # BERT-Small (Turc et al. 2019).
-    "small": dict(
-        vocabulary_size=30522,
-        num_layers=4,
-        num_heads=8,
-        hidden_dim=512,
-        intermediate_dim=2048,
-        max_sequence_length=512,
-    ),
-    # BERT-Base, the papers' size.
-    "base": dict(
-        vocabulary_size=30522,
-        num_layers=12,
-        num_heads=12,
-        hidden_dim=768,
-        intermediate_dim=3072,
-        max_sequence_length=512,
-    ),
+    name: dict(zip(("vocabulary_size", "num_layers", "num_heads", "hidden_dim",
+                    "intermediate_dim", "max_sequence_length"), values))
+    for name, values in {
+        "tiny": (1024, 2, 4, 64, 128, 128),  # For tests: a few milliseconds a step.
+        "mini": (30522, 4, 4, 256, 1024, 512),  # BERT-Mini (Turc et al. 2019): CPU experiments.
+        "small": (30522, 4, 8, 512, 2048, 512),  # BERT-Small (Turc et al. 2019).
+        "base": (30522, 12, 12, 768, 3072, 512),  # BERT-Base, the papers' size.
+    }.items()
 }
 
 PRESETS = {

@@ -4,6 +4,11 @@ import numpy as np
 
 from keras_tupe.models.preset_folders import StagedPresetSaving, preset_sequence_length
 
+_TOKEN_IDS_HINT = ("To feed token ids instead, set the task's `preprocessor = None` and pass a "
+                   "dict of token_ids, padding_mask and segment_ids.")
+_EXAMPLE = ("e.g. predict([\"a fine film\", \"a dull film\"]); for sentence pairs a tuple of "
+            "two such lists")
+
 
 def _is_text(value):
     if isinstance(value, (str, bytes)):
@@ -25,16 +30,8 @@ def check_string_inputs(owner, x):
             raise ValueError(
                 f"{owner} takes raw strings (a string, a list of strings or a string "
                 f"tensor; a tuple of them for sentence pairs). Received segment {index} of "
-                f"dtype {dtype}. To feed token ids instead, set the task's "
-                "`preprocessor = None` and pass a dict of token_ids, padding_mask and "
-                "segment_ids."
+                f"dtype {dtype}. {_TOKEN_IDS_HINT}"
             )
-
-
-_TOKEN_IDS_HINT = ("To feed token ids instead, set the task's `preprocessor = None` and pass a "
-                   "dict of token_ids, padding_mask and segment_ids.")
-_EXAMPLE = ("e.g. predict([\"a fine film\", \"a dull film\"]); for sentence pairs a tuple of "
-            "two such lists")
 
 
 def _describe(item):

@@ -179,10 +179,7 @@ class TupeTask(PerReplicaXLATrainStep, StagedPresetSaving):
 
 
 class ReplicaXLAStep(TupeTask):
-    """Deprecated: `TupeTask` (the same mixin), or `PerReplicaXLATrainStep` for the step alone.
-
-    Kept for one release; subclassing it warns (`DeprecationWarning`).
-    """
+    """Deprecated (kept one release; subclassing it warns): `TupeTask`, the same mixin."""
 
     def __init_subclass__(cls, **kwargs):
         warnings.warn(

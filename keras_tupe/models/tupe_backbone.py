@@ -44,6 +44,14 @@ BEYOND_CORRELATIONS = {
     for name in BEYOND_RELATIVE_POSITIONS
 }
 INPUT_NAMES = ("token_ids", "padding_mask", "segment_ids")
+# The constructor arguments `get_config` returns, each stored under its own name.
+CONFIG_KEYS = (
+    "vocabulary_size", "num_layers", "num_heads", "hidden_dim", "intermediate_dim", "dropout",
+    "max_sequence_length", "num_segments", "absolute_position", "absolute_correlation",
+    "relative_position", "cls_reset", "cls_reset_style", "mask_padding_embeddings",
+    "num_buckets", "max_distance", "max_relative_distance", "zero_init_relative_tables",
+    "layer_norm_epsilon", "activation", "attention_implementation", "layer_norm_position",
+)
 
 
 def absolute_length_limit(
@@ -59,10 +67,11 @@ def absolute_length_limit(
     return None
 
 
-def _positive_ints(**values):
+def _ints(minimum, **values):
     for name, value in values.items():
-        if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"`{name}` must be a positive int. Received: {name}={value!r}")
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < minimum:
+            what = "a positive int" if minimum == 1 else "an int >= 0 (0: no segment embedding)"
+            raise ValueError(f"`{name}` must be {what}. Received: {name}={value!r}")
 
 
 def _choice(name, value, choices):
@@ -76,17 +85,13 @@ class TupeBackbone(StagedPresetSaving, keras_hub.models.Backbone):
 
     Four orthogonal fields make every variant of TUPE (Ke et al., ICLR 2021)
     and of Huang et al. (Findings of EMNLP 2020), plus ALiBi, rotary and
-    DeBERTa, a configuration (`keras_tupe.models.presets`): `absolute_position`
-    (BERT's embedding added at the input), `absolute_correlation`,
-    `relative_position` and `cls_reset` (TUPE's untied [CLS], Eq. 9). Each
-    `absolute_correlation` / `relative_position` value is one row of
-    `keras_tupe.layers.schemes`: its attention layer, the term computed once
-    per pass (`(1, h, n, n)` or projections) and shared by all layers, whether
-    it runs fused, what it composes with; the constructor refuses what the
-    rows do not allow. `docs/formulas.md` gives every formula, and the TUPE
-    authors' [CLS] reset (`cls_reset_style="fairseq"`) with
-    `mask_padding_embeddings` (their `x *= 1 - padding_mask`) reproduce their
-    code (`docs/converting-checkpoints.md`).
+    DeBERTa, a configuration (`keras_tupe.models.presets`): `absolute_position`,
+    `absolute_correlation`, `relative_position` and `cls_reset` (TUPE's untied
+    [CLS], Eq. 9). Each `absolute_correlation` / `relative_position` value is
+    one row of `keras_tupe.layers.schemes`, which says what it builds and what
+    it composes with; the constructor refuses what the rows do not allow.
+    `docs/formulas.md` gives every formula; `docs/converting-checkpoints.md`
+    the TUPE authors' code (`cls_reset_style="fairseq"`, `mask_padding_embeddings`).
 
     Inputs and outputs are keras-hub's (`keras_hub.models.BertBackbone`): a
     dict of int32 `token_ids`, `padding_mask` (1 or True = token) and
@@ -134,20 +139,13 @@ class TupeBackbone(StagedPresetSaving, keras_hub.models.Backbone):
         zero_init_relative_tables: bool. Start the relative vector tables at
             zero (Huang's drop-in). Defaults to `False`.
         layer_norm_epsilon: float. Defaults to `1e-12`.
-        layer_norm_position: `"post"` (BERT: a LayerNorm after each residual
-            sum) or `"pre"` (Xiong et al. 2020: a LayerNorm before attention
-            and before the feed-forward block, the input LayerNorm kept, one
-            final LayerNorm after the last layer, before the pooler and any
-            head). The positional terms are the same either way. Defaults to
-            `"post"`.
+        layer_norm_position: `"post"` (BERT) or `"pre"` (Xiong et al. 2020; see
+            `TransformerEncoderBlock`), which adds one final LayerNorm after the
+            last layer, before the pooler. Defaults to `"post"`.
         activation: feed-forward activation. Defaults to `"gelu"`.
-        attention_implementation: `"auto"`, `"einsum"` or `"fused"`. `"fused"`
-            runs the attention through `keras.ops.dot_product_attention` (fused
-            or flash kernels on a GPU) with the position-only term as its bias,
-            for the schemes whose row says `fusable` (not BERT-A^d, Shaw /
-            methods 1-4, disentangled); `"einsum"` is the reference path;
-            `"auto"` is fused where it applies. See `UntiedPositionalAttention`.
-            Defaults to `"auto"`.
+        attention_implementation: `"auto"`, `"einsum"` or `"fused"`
+            (`keras.ops.dot_product_attention`, for the rows that say `fusable`;
+            see `UntiedPositionalAttention`). Defaults to `"auto"`.
         dtype: dtype policy of the model. Defaults to the global policy.
 
     Example:
@@ -196,17 +194,12 @@ class TupeBackbone(StagedPresetSaving, keras_hub.models.Backbone):
         _choice("attention_implementation", attention_implementation, ATTENTION_IMPLEMENTATIONS)
         _choice("cls_reset_style", cls_reset_style, CLS_RESET_STYLES)
         _choice("layer_norm_position", layer_norm_position, LAYER_NORM_POSITIONS)
-        _positive_ints(
-            vocabulary_size=vocabulary_size, num_layers=num_layers, num_heads=num_heads,
+        _ints(
+            1, vocabulary_size=vocabulary_size, num_layers=num_layers, num_heads=num_heads,
             hidden_dim=hidden_dim, intermediate_dim=intermediate_dim,
             max_sequence_length=max_sequence_length,
         )
-        if (not isinstance(num_segments, numbers.Integral) or isinstance(num_segments, bool)
-                or num_segments < 0):
-            raise ValueError(
-                "`num_segments` must be an int >= 0 (0: no segment embedding). "
-                f"Received: num_segments={num_segments!r}"
-            )
+        _ints(0, num_segments=num_segments)
         if cls_reset_style != "paper" and not cls_reset:
             raise ValueError(
                 "`cls_reset_style` chooses how the [CLS] reset is done; "
@@ -265,9 +258,8 @@ class TupeBackbone(StagedPresetSaving, keras_hub.models.Backbone):
         self.embeddings_layer_norm = keras.layers.LayerNormalization(
             epsilon=layer_norm_epsilon, dtype=dtype, name="embeddings_layer_norm"
         )
-        self.embeddings_dropout = keras.layers.Dropout(
-            dropout, dtype=dtype, name="embeddings_dropout"
-        )
+        self.embeddings_dropout = keras.layers.Dropout(dropout, dtype=dtype,
+                                                       name="embeddings_dropout")
         # The schemes' terms computed once per pass (`untied_correlation`,
         # `relative_bias`, `alibi_bias`, `disentangled_embedding`; `None` if unused).
         shared = {term.attribute: None for term in SHARED_TERMS}
@@ -315,14 +307,14 @@ class TupeBackbone(StagedPresetSaving, keras_hub.models.Backbone):
         )
 
         # === Functional Model ===
-        token_ids = keras.Input(shape=(None,), dtype="int32", name="token_ids")
-        padding_mask = keras.Input(shape=(None,), dtype="int32", name="padding_mask")
-        segment_ids = keras.Input(shape=(None,), dtype="int32", name="segment_ids")
-        x = self.token_embedding(token_ids)
+        inputs = {name: keras.Input(shape=(None,), dtype="int32", name=name)
+                  for name in INPUT_NAMES}
+        padding_mask = inputs["padding_mask"]
+        x = self.token_embedding(inputs["token_ids"])
         if self.position_embedding is not None:
             x = x + self.position_embedding(x)
         if self.segment_embedding is not None:
-            x = x + self.segment_embedding(segment_ids)
+            x = x + self.segment_embedding(inputs["segment_ids"])
         x = self.embeddings_dropout(self.embeddings_layer_norm(x))
         if mask_padding_embeddings:
             x = x * ops.cast(padding_mask, x.dtype)[:, :, None]  # (B, n, d)
@@ -333,39 +325,16 @@ class TupeBackbone(StagedPresetSaving, keras_hub.models.Backbone):
             x = self.final_layer_norm(x)
         pooled = self.pooled_dense(x[:, 0, :])
         super().__init__(
-            inputs={
-                "token_ids": token_ids,
-                "padding_mask": padding_mask,
-                "segment_ids": segment_ids,
-            },
+            inputs=inputs,
             outputs={"sequence_output": x, "pooled_output": pooled},
             dtype=dtype,
             **kwargs,
         )
 
         # === Config ===
-        self.vocabulary_size = vocabulary_size
-        self.num_layers = num_layers
-        self.num_heads = num_heads
-        self.hidden_dim = hidden_dim
-        self.intermediate_dim = intermediate_dim
-        self.dropout = dropout
-        self.max_sequence_length = max_sequence_length
-        self.num_segments = num_segments
-        self.absolute_position = absolute_position
-        self.absolute_correlation = absolute_correlation
-        self.relative_position = relative_position
-        self.cls_reset = cls_reset
-        self.cls_reset_style = cls_reset_style
-        self.mask_padding_embeddings = mask_padding_embeddings
-        self.num_buckets = num_buckets
-        self.max_distance = max_distance
-        self.max_relative_distance = max_relative_distance
-        self.zero_init_relative_tables = zero_init_relative_tables
-        self.layer_norm_epsilon = layer_norm_epsilon
-        self.activation = activation
-        self.attention_implementation = attention_implementation
-        self.layer_norm_position = layer_norm_position
+        arguments = locals()  # `max_relative_distance` resolved above
+        for key in CONFIG_KEYS:
+            setattr(self, key, arguments[key])
 
     def _positional_terms(self, x, schemes):
         """The block inputs (`SHARED_INPUTS`) the `schemes` compute once per pass.
@@ -507,15 +476,4 @@ class TupeBackbone(StagedPresetSaving, keras_hub.models.Backbone):
         return super().load_weights(filepath, *args, **kwargs)
 
     def get_config(self):
-        config = super().get_config()
-        for key in (
-            "vocabulary_size", "num_layers", "num_heads", "hidden_dim", "intermediate_dim",
-            "dropout", "max_sequence_length", "num_segments", "absolute_position",
-            "absolute_correlation", "relative_position", "cls_reset", "cls_reset_style",
-            "mask_padding_embeddings", "num_buckets",
-            "max_distance", "max_relative_distance", "zero_init_relative_tables",
-            "layer_norm_epsilon", "activation", "attention_implementation",
-            "layer_norm_position",
-        ):
-            config[key] = getattr(self, key)
-        return config
+        return {**super().get_config(), **{key: getattr(self, key) for key in CONFIG_KEYS}}

@@ -30,8 +30,7 @@ class _LazyTensorFlow:
 tf = _LazyTensorFlow()
 
 
-def _is_tf(value, name):
-    """`isinstance(value, tf.<name>)`, False without importing TensorFlow when it is absent."""
+def _is_tf(value, name):  # `isinstance(value, tf.<name>)`, without importing TensorFlow
     return sys.modules.get("tensorflow") is not None and isinstance(value, getattr(tf, name))
 
 # The fork's `fairseq.data.Dictionary` puts these before the `dict.txt` lines
@@ -41,6 +40,8 @@ MASK_TOKEN = "<mask>"
 BPE_SEPARATOR = "@@"
 VOCABULARY_ASSET = "vocabulary.txt"
 BPE_CODES_ASSET = "bpe_codes.txt"
+_CODES_FORMATS = ("a subword-nmt codes file (`#version: 0.2`, then `left right` a line) or a "
+                  "fastBPE codes file (`left right count` a line).")
 
 
 # -- vocabulary and codes files -------------------------------------------------------------
@@ -119,18 +120,13 @@ def parse_bpe_codes(lines, source="bpe_codes"):
         offset = 1
     merges = [line.strip("\r\n ").split(" ") for line in lines[offset:]]
     if not merges:
-        raise ValueError(f"BPE codes {source} hold no merges. Pass a subword-nmt codes file "
-                         "(`#version: 0.2`, then `left right` a line) or a fastBPE codes file "
-                         "(`left right count` a line).")
+        raise ValueError(f"BPE codes {source} hold no merges. Pass {_CODES_FORMATS}")
     widths = {len(m) for m in merges}
     fastbpe = version is None and widths == {3} and all(m[2].isdigit() for m in merges)
     for number, merge in enumerate(merges, start=offset + 1):
         if not (len(merge) == 2 or (fastbpe and len(merge) == 3)) or not all(merge[:2]):
-            raise ValueError(
-                f"BPE codes {source}, line {number}: {' '.join(merge)!r} is not a merge. "
-                "Expected a subword-nmt codes file (`#version: 0.2`, then `left right` a line) "
-                "or a fastBPE codes file (`left right count` a line)."
-            )
+            raise ValueError(f"BPE codes {source}, line {number}: {' '.join(merge)!r} is not a "
+                             f"merge. Expected {_CODES_FORMATS}")
     if version is None and not fastbpe and all(m[1].isdigit() for m in merges):
         raise ValueError(
             f"BPE codes {source}: every line is `<token> <integer>`, the form of a fairseq "
@@ -245,10 +241,6 @@ class TupeBpeTokenizer(StagedPresetSaving, keras_hub.tokenizers.Tokenizer):
     non-printing characters, replacing URLs/e-mails/file names by `<url>`,
     `<email>`, `<file>`, spaCy sentence splitting) are not applied: text
     already like Wikipedia prose gets the same ids, other text may differ.
-
-    Special tokens are declared under the names keras-hub's preprocessors use:
-    `cls_token`/`start_token` `<s>`, `sep_token`/`end_token` `</s>`,
-    `pad_token` `<pad>`, `mask_token` `<mask>`; `<unk>` is the oov token.
 
     Where it runs: eagerly, `tokenize` is plain Python (no TensorFlow op) and
     returns a list of id lists for a batch, an int32 array for one string.
@@ -495,12 +487,9 @@ class TupeBpeTokenizer(StagedPresetSaving, keras_hub.tokenizers.Tokenizer):
     def save_assets(self, dir_path):
         """Writes the full id-ordered token list and the codes (with their version line)."""
         self._check_vocabulary()
-        with open(os.path.join(dir_path, VOCABULARY_ASSET), "w", encoding="utf-8",
-                  newline="\n") as f:
-            f.write("".join(token + "\n" for token in self.vocabulary))
-        with open(os.path.join(dir_path, BPE_CODES_ASSET), "w", encoding="utf-8",
-                  newline="\n") as f:
-            f.write("".join(line + "\n" for line in self.bpe_codes))
+        for name, lines in ((VOCABULARY_ASSET, self.vocabulary), (BPE_CODES_ASSET, self.bpe_codes)):
+            with open(os.path.join(dir_path, name), "w", encoding="utf-8", newline="\n") as f:
+                f.write("".join(line + "\n" for line in lines))
 
     def load_assets(self, dir_path):
         path = os.path.join(dir_path, VOCABULARY_ASSET)

@@ -17,12 +17,11 @@ class TupeMaskedLM(TupeTask, keras_hub.models.MaskedLM):
     projection tied to the word embeddings (as BERT and RoBERTa). No
     next-sentence prediction (TUPE follows RoBERTa's FULL-SENTENCES).
 
-    Inputs: the backbone's inputs and `mask_positions`, int32 `(batch, P)`. A
-    backbone without a segment embedding (`num_segments=0`, the fairseq-fork
-    presets and converted TUPE checkpoints) takes no `segment_ids`, as keras-hub's
-    `RobertaMaskedLM`: `token_ids`, `padding_mask` and `mask_positions` only (its
-    preprocessor leaves them out too; a batch that still holds them is accepted,
-    and the values ignored, as the backbone ignores them). Output: logits `(batch, P, vocabulary_size)`, float32.
+    Inputs: the backbone's inputs and `mask_positions`, int32 `(batch, P)`;
+    without a segment embedding (`num_segments=0`: the fairseq-fork presets)
+    no `segment_ids`, as keras-hub's `RobertaMaskedLM` (a batch that holds them
+    is accepted, the values ignored). Output: logits `(batch, P, vocabulary_size)`,
+    float32.
     Train with targets `(batch, P)` (the original ids) and sample weights
     `(batch, P)` (0 for padded slots); `compile()` defaults to the weighted
     sparse cross-entropy and accuracy. With a `TupeMaskedLMPreprocessor` it

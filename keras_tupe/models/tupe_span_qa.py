@@ -79,10 +79,8 @@ class TupeSpanQA(TupeTask, keras_hub.models.Task):
         if optimizer == "auto":
             optimizer = "adam"
         if loss == "auto":
-            loss = {
-                "start_positions": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                "end_positions": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-            }
+            loss = {name: keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+                    for name in ("start_positions", "end_positions")}
         super().compile(optimizer=optimizer, loss=loss, **kwargs)
 
     def answer(self, questions, contexts, batch_size=32):

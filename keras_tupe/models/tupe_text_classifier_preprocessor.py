@@ -15,9 +15,7 @@ class TupeTextClassifierPreprocessor(TextPreprocessorMixin,
     """`[CLS] a [SEP]` or `[CLS] a [SEP] b [SEP]`, round-robin truncated, padded.
 
     With a `TupeBpeTokenizer` a pair is `<s> a </s> </s> b </s>`, as the TUPE
-    authors fine-tuned.
-
-    keras-hub's `TextClassifierPreprocessor` with a `TupeTokenizer`: its
+    authors fine-tuned. keras-hub's `TextClassifierPreprocessor` with a `TupeTokenizer`: its
     `MultiSegmentPacker` packs exactly as `keras_tupe.data.packing.pack_segments`
     (the exported preprocessor SavedModel), which the tests check. Outputs
     `token_ids`, `padding_mask` and `segment_ids` `(batch, sequence_length)`,
