@@ -572,15 +572,10 @@ def console_command(name):
 
 
 def write_preset(model, vocabulary_file, config, preset_dir):
-    """The run as a keras-hub preset folder: the masked LM, its tokenizer and preprocessor.
-
-    `keras_hub.models.Backbone.from_preset(preset_dir)`, `TextClassifier.from_preset(
-    preset_dir, num_classes=...)` and `MaskedLM.from_preset(preset_dir)` load it with the
-    pre-trained weights; the preprocessor packs to the run's `seq_len`.
-    `metadata.json` also records the run (`keras_tupe_training`: command, corpus,
-    steps, tokens, settings). Written by `write_preset_folder` (staged and renamed),
-    so a folder that exists is complete.
-    """
+    """The run as a keras-hub preset folder: the masked LM, its tokenizer and preprocessor
+    (packing to the run's `seq_len`), for `Backbone`, `TextClassifier` and `MaskedLM`'s
+    `from_preset`; `metadata.json` records the run under `keras_tupe_training`. Staged
+    and renamed, so a folder that exists is complete."""
     from keras_tupe.models.preset_folders import write_preset_folder
 
     model.preprocessor = _preprocessor(vocabulary_file, config)

@@ -89,13 +89,10 @@ def line_dataset(source, max_lines=None, text_feature="text"):
 
 
 def check_utf8(path, max_lines=None):
-    """Refuses a text file that is not UTF-8, naming the line; the policy of every corpus.
+    """Refuses a text file that is not UTF-8, naming the line, column and how to convert.
 
-    Text in another encoding (Latin-1, Windows-1252) is refused rather than decoded by
-    guess: a wrong guess would teach the vocabulary wrong characters, silently. The
-    error names the file, line and column of the first invalid byte and how to convert.
-    Reads the first `max_lines` lines (all when `None`), a block at a time: memory does
-    not grow with the file or its longest line.
+    Decoding by guess (Latin-1, Windows-1252) would teach the vocabulary wrong characters
+    silently. Reads the first `max_lines` lines (all when `None`) a block at a time.
     """
     decoder = codecs.getincrementaldecoder("utf-8")()
     newlines, line_start, read = 0, 0, 0  # so far: "\n" read, where the line began, bytes
@@ -133,12 +130,10 @@ def check_utf8(path, max_lines=None):
 
 
 def line_batches(source, max_lines=None, text_feature="text", progress=None):
-    """`line_dataset` before its final unbatch: 1-D `tf.string` batches of lines.
-
-    The packer tokenizes these batches directly, which saves tf.data's per-element
-    overhead (unbatching and re-batching ~300k enwiki lines costs seconds an epoch).
-    A line longer than `_PIECE_BYTES` comes in pieces (see the module docstring).
-    Checks the paths but not emptiness. Arguments as for `line_dataset`, and:
+    """`line_dataset` before its final unbatch: 1-D `tf.string` batches of lines, which the
+    packer tokenizes directly (unbatching and re-batching ~300k enwiki lines costs
+    seconds an epoch). Checks the paths but not emptiness. Arguments as for
+    `line_dataset`, and:
 
     Args:
         progress: callable or None. Called with `(lines, num_bytes)` as the raw text is

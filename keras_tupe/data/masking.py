@@ -1,9 +1,6 @@
-"""Masked-LM masking in NumPy, and the sizes both input pipelines share.
-
-`mask_batch` masks a whole batch at once, with the rule of the tf.data pipeline
-(`mlm_dataset`, tf-text's `RandomItemSelector` and `MaskValuesChooser`);
-`mask_selection_length` is the number of target slots of a sequence. Nothing
-here imports TensorFlow.
+"""Masked-LM masking in NumPy (`mask_batch`, the rule of tf-text's ops in `mlm_dataset`),
+the number of target slots (`mask_selection_length`) and the argument checks the data
+pipelines share. Nothing here imports TensorFlow.
 """
 
 import math

@@ -92,11 +92,8 @@ def read_manifest(directory, flag="--shards"):
 
 def write_shard_folder(out, batches, vocabulary_file, lowercase, sequence_length,
                        sequences_per_shard, overwrite=False, **record):
-    """Writes sequences as a shard folder, atomically. Returns the manifest.
-
-    The files go to `<out>.partial` first, which is renamed to `out` once
-    complete, so a folder with a manifest is always whole; `out`'s lock
-    (`keras_tupe.output_lock`) is held meanwhile.
+    """Writes sequences as a shard folder, staged and renamed once whole, under `out`'s
+    lock. Returns the manifest.
 
     Args:
         out: the folder to create. A non-empty one is refused unless `overwrite`.
@@ -224,20 +221,15 @@ class MaskedLMShards(keras.utils.PyDataset):
         directory: a shard folder (see the module docstring).
         batch_size: int >= 1. `B`.
         seed: int >= 0. Seeds the permutations and the masks. Defaults to `0`.
-        mask_rate: float. Fraction of tokens selected. Defaults to `0.15`.
-        mask_token_rate: float. Selected tokens replaced by [MASK]. Defaults to `0.8`.
-        random_token_rate: float. Selected tokens replaced by a random id.
-            Defaults to `0.1`.
-        shuffle: bool. Permute the sequences each pass; `False` keeps corpus
-            order. Defaults to `True`.
+        mask_rate, mask_token_rate, random_token_rate: floats, as for `mlm_dataset`.
+        shuffle: bool. Permute the sequences each pass. Defaults to `True`.
         repeat: bool. Infinite (`num_batches` is `None`); otherwise one pass,
             the last partial batch dropped. Defaults to `True`.
         start_batch: int >= 0. The stream's batch that index 0 returns. Defaults to `0`.
         max_batches: int or None. With `repeat=False`, at most this many batches.
-        threads: int >= 0. Threads that compute the next batches while the
-            caller trains on this one (NumPy releases the GIL in its sorts and
-            gathers); `0` computes each batch in `__getitem__`. The batches are
-            the same either way. Defaults to `min(4, os.cpu_count())`.
+        threads: int >= 0. Threads computing the next batches meanwhile (NumPy releases
+            the GIL); `0`: in `__getitem__`. The same batches either way. Defaults to
+            `min(4, os.cpu_count())`.
         flag: str. The command-line flag named in errors. Defaults to `"--shards"`.
         **kwargs: `keras.utils.PyDataset` arguments. Leave `workers` at its
             default 1 (use `threads`): under `fit` with `steps_per_epoch`, Keras

@@ -271,21 +271,16 @@ def featurize(articles, tokenizer, sequence_length=384, doc_stride=128, max_quer
               lowercase=True, training=True):
     """BERT-style SQuAD features: `[CLS] question [SEP] context window [SEP]`.
 
-    As in Google's BERT `run_squad.py`: the question is cut to `max_query_length`
-    tokens; the context gets `sequence_length - len(question) - 3` tokens a window, and
-    windows start every `doc_stride` tokens until one reaches the context's end (a
-    short context is one window). For training, each window's label is the token span
-    of the question's first answer: its first token is the one holding the answer's
-    first character, its last the one holding its last character (WordPiece pieces can
-    reach past the answer's boundaries inside a word), or `0, 0` (`[CLS]`) when the
-    span is not wholly inside the window.
+    As Google's BERT `run_squad.py`: the question cut to `max_query_length` tokens, the
+    context in windows of `sequence_length - len(question) - 3` tokens starting every
+    `doc_stride` tokens. For training, a window's label is the tokens holding the first
+    and last characters of the question's first answer, or `0, 0` (`[CLS]`) when the
+    answer is not wholly inside the window.
 
     Args:
         articles: the output of `load_squad` (or `split_articles`).
-        tokenizer: a `keras_hub.tokenizers.WordPieceTokenizer` (the task's
-            `TupeTokenizer`), or a WordPiece vocabulary file (`train_vocabulary`), read
-            with `keras_tupe.data.load_tokenizer(tokenizer, lowercase)` (which imports
-            TensorFlow: without it, pass the tokenizer).
+        tokenizer: a `keras_hub.tokenizers.WordPieceTokenizer` (a `TupeTokenizer`), or
+            a vocabulary file for `load_tokenizer(tokenizer, lowercase)` (needs TensorFlow).
         sequence_length: int. `L`. Defaults to `384`.
         doc_stride: int. Tokens between the starts of two windows. Defaults to `128`.
         max_query_length: int. Defaults to `64`.
@@ -443,14 +438,11 @@ def _stack(rows, sequence_length, pad_id, example_ids, training):
 def postprocess(features, start_logits, end_logits, articles, n_best=20, max_answer_length=30):
     """The predicted answer of each question: `{qid: text}`.
 
-    BERT's `write_predictions` rule: in each window, the `n_best` highest start and end
-    logits give the candidate spans; a span is kept when both tokens are context tokens,
-    `start <= end`, it has at most `max_answer_length` tokens, and the window gives the
-    start token its most context (`token_is_max_context`, so a span is judged in one
-    window only). The answer is the kept span of highest `start_logit + end_logit` over
-    all the question's windows, returned as `context[start_char:end_char]`, the exact
-    original substring (case, accents, punctuation and inner whitespace preserved).
-    A question with no valid span gets `""`.
+    BERT's `write_predictions` rule: the `n_best` highest start and end logits of each
+    window give the candidate spans, kept when both ends are context tokens, in order,
+    at most `max_answer_length` tokens long, and the window gives the start its most
+    context. The answer is the kept span of highest `start_logit + end_logit` over the
+    question's windows, as the exact substring of the context; `""` when none is kept.
 
     Args:
         features: the `SquadFeatures` the logits were computed on.

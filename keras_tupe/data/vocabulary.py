@@ -24,12 +24,9 @@ _SPACE_SEPARATORS = r"\p{Z}"
 def _plain_spaces(lines, lowercase=True):
     """Space separators as " "; with `lowercase`, NFKC-normalized first.
 
-    Lowercasing decomposes characters and strips their accents after the split into
-    words, so a spacing accent inside a word (U+00B4 ´ in "i´j", ¨, ¸, ‾: NFKC makes
-    each a space and a combining mark) became "i j", one word holding a space, and
-    the tokens " " and "## " again (one ´ in 20,000 lines of enwiki was enough).
-    Normalizing before the split makes that space split the word. Cased text keeps
-    the accent, which holds no space.
+    Lowercasing normalizes after the split into words, so a spacing accent inside a
+    word (´ in "i´j", ¨, ¸, ‾: NFKC makes each a space and a combining mark) became one
+    word holding a space, and the tokens " " and "## " again; normalizing first splits it.
     """
     if lowercase:
         import tensorflow_text as tf_text

@@ -17,6 +17,7 @@ from contextlib import nullcontext
 import keras
 import numpy as np
 
+from keras_tupe import files
 from keras_tupe.callbacks import StepProgress
 from keras_tupe.folders import made_folder
 from keras_tupe.output_lock import output_lock
@@ -24,7 +25,6 @@ from keras_tupe.progress import Heartbeat
 
 from keras_tupe.finetuning.loading import (
     check_tokenizer_size,
-    check_unique_tokens,
     default_vocabulary,
     load_backbone,
     resolve_init,
@@ -243,7 +243,8 @@ def task_tokenizer(init, backbone, vocab=None, lowercase=True):
         source = str(vocab or default_vocabulary(init))
         if not os.path.isfile(source):
             raise FileNotFoundError(f"Vocabulary file {source} does not exist.")
-        check_unique_tokens(source)
+        # Pure Python: refused before training, naming the line (keras-hub names neither).
+        files.check_unique_tokens(source, files.vocabulary_tokens(source))
         tokenizer = TupeTokenizer(vocabulary=source, lowercase=lowercase)
     return check_tokenizer_size(tokenizer, backbone, source)
 
@@ -337,19 +338,12 @@ def run_protocol(tasks, init, out_dir, learning_rates=PAPER_LEARNING_RATES, seed
                  edge_learning_rates=(), protocol=None, **config_kwargs):
     """The papers' grid over tasks x learning rates x seeds, resumable; returns the table.
 
-    `protocol` (a `Protocol`) names the grid and how each task's rate is chosen; without
-    it, `learning_rates`, `seeds`, `selection_seed` and `edge_learning_rates` make one.
-    With a selection seed, each task's rate is chosen with that seed alone, the grid
-    widened by the edge rates while the best rate sits at its edge, and only the chosen
-    rate runs every seed: for `r` rates and `s` seeds, `r + s - 1` runs a task instead
-    of `r x s`.
-
-    `task_settings` (`{task: {setting: value}}`) changes `FinetuneConfig` settings for
-    one task, e.g. `{"sst2": {"max_train_examples": 20000}}` to cap SST-2's training
-    set; the names in `TASK_SETTINGS` may change. With `save_models`, each run's
-    classifier is kept as the preset folder `out_dir/models/<task>_lr<rate>_seed<seed>/`
-    (`save_classifier`), ready for `TextClassifier.from_preset` and export. Holds
-    `out_dir`'s lock meanwhile (`keras_tupe.output_lock`): one writer per folder.
+    `protocol` (a `Protocol`, or the four arguments that make one) names the grid and
+    how each task's rate is chosen. `task_settings` (`{task: {setting: value}}`, the
+    names of `TASK_SETTINGS`) changes settings for one task, e.g. `{"sst2":
+    {"max_train_examples": 20000}}`. With `save_models`, each run's classifier is kept
+    as the preset folder `out_dir/models/<task>_lr<rate>_seed<seed>/`. Holds `out_dir`'s
+    lock meanwhile: one writer per folder.
     """
     from keras_tupe.data import glue
 

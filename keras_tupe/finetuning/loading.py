@@ -10,8 +10,6 @@ preprocessor; `load_classifier` reads it back, and the folder an older version w
 import json
 import os
 
-from keras_tupe import files
-
 # A pre-training run's folder: its final model and its step checkpoints, preset folders.
 RUN_PRESET = "preset"
 RUN_CHECKPOINTS = "checkpoints"
@@ -33,24 +31,16 @@ def checkpoint_name(step):
 
 
 def run_model(run_dir):
-    """Where the pre-training run `run_dir` keeps its final model (the masked LM).
-
-    `RUN/preset/` (a keras-hub preset folder: backbone, masked LM, tokenizer), else the
-    `mlm.keras` of a run of an older version; the preset path when there is neither
-    (an unfinished run: `os.path.exists` says so). `resolve_init`, `load_backbone` and
-    `keras_hub.models.MaskedLM.from_preset` take what it returns.
-    """
+    """Where the pre-training run `run_dir` keeps its final model: `RUN/preset/`, else the
+    `mlm.keras` of an older version; the preset path when there is neither (unfinished)."""
     preset = os.path.join(os.fspath(run_dir), RUN_PRESET)
     old = os.path.join(os.fspath(run_dir), OLD_RUN_FILES[1])
     return old if not os.path.exists(preset) and os.path.isfile(old) else preset
 
 
 def run_checkpoint(run_dir, step):
-    """Where the pre-training run `run_dir` keeps its checkpoint after `step` steps.
-
-    `RUN/checkpoints/step_NNNNNNN/` (a preset folder, as `run_model`), else the
-    `step_NNNNNNN.keras` of an older version; the folder's path when there is neither.
-    """
+    """Where the run `run_dir` keeps its checkpoint after `step` steps, as `run_model`:
+    `RUN/checkpoints/step_NNNNNNN/`, else the `.keras` file of an older version."""
     folder = os.path.join(os.fspath(run_dir), RUN_CHECKPOINTS, checkpoint_name(step))
     old = folder + ".keras"
     return old if not os.path.exists(folder) and os.path.isfile(old) else folder
@@ -170,28 +160,14 @@ def default_vocabulary(init):
     )
 
 
-def check_unique_tokens(vocabulary_file):
-    """Refuses a vocabulary file that is not UTF-8 or repeats a token, naming the file and line.
-
-    Pure Python, so fine-tuning (which may run without TensorFlow) refuses it before any
-    training; otherwise keras-hub's tokenizer fails with "Tokens in the vocabulary must be
-    unique.", naming neither. The wording is `keras_tupe.data.check_vocabulary`'s, which
-    also checks the special tokens but imports TensorFlow. Tokens are compared as
-    keras-hub reads them (trailing whitespace stripped).
-    """
-    files.check_unique_tokens(vocabulary_file, files.vocabulary_tokens(vocabulary_file))
-
-
 def save_classifier(model, save_dir, vocabulary_file=None, info=None):
     """Writes the fine-tuned `model` with its preprocessor as the preset folder `save_dir`.
 
-    `keras_hub.models.TextClassifier.from_preset(save_dir)` reloads it and predicts on
-    raw strings; `python -m training.export classifier --init SAVE_DIR` serves it.
-    `info` (task, settings, dev scores) is recorded in `metadata.json` under
-    `keras_tupe_finetuning`. A model without a preprocessor gets a
-    `TupeTextClassifierPreprocessor` of `vocabulary_file` (a path or a tokenizer) at
-    `info["seq_len"]`. Written by `write_preset_folder` (staged, renamed once whole);
-    an existing `save_dir` that is not empty is refused: nothing a user has is replaced.
+    `keras_hub.models.TextClassifier.from_preset(save_dir)` reloads it. `info` (task,
+    settings, dev scores) goes to `metadata.json` under `keras_tupe_finetuning`. A model
+    without a preprocessor gets a `TupeTextClassifierPreprocessor` of `vocabulary_file`
+    (a path or a tokenizer) at `info["seq_len"]`. Staged, renamed once whole; a
+    `save_dir` that is not empty is refused.
     """
     from keras_tupe.models.preset_folders import refuse_existing_folder, write_preset_folder
 
