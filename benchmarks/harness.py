@@ -1,18 +1,12 @@
 """What every benchmark here shares: fresh processes, timing statistics, peak memory, provenance.
 
-- Fresh process: `run_fresh(module, argv)` runs `python -m module ARGV --worker-out FILE`
-  and reads back the JSON the worker wrote to FILE, so no model, allocator state or XLA
-  cache carries from one measurement into the next, and a crash or an out-of-memory kill
-  is a recorded failure of that measurement. `library=` puts another `keras_tupe` first on
-  the child's path: `library_at(revision, folder)` extracts the one of a git revision, for
-  "before and after" in one run.
-- Timing statistics: `timing_stats` (median, min-max, quartiles and IQR of step times)
-  and, per step, the process's CPU time (`process_cpu_s`): CPU time over wall time x usable
-  cores says how much of the machine other processes took.
-- Peak memory: the backend allocator's peak above a mark (`AllocatorMemory`), and the
-  process's resident set now and at its peak (`current_rss_mb`, `maxrss_mb`).
-- Provenance: `machine_info` and `git_state` in the parent (no framework imported),
-  `versions` in a worker (imports Keras).
+`run_fresh(module, argv)` runs `python -m module ARGV --worker-out FILE` and reads back the
+JSON the worker wrote, so no model, allocator state or XLA cache carries from one measurement
+into the next, and a crash or an out-of-memory kill is a recorded failure of that measurement;
+`library_at(revision, folder)` puts a git revision's `keras_tupe` first on the child's path
+(before and after in one run). CPU time over wall time x usable cores (`process_cpu_s`) says
+how much of the machine other processes took. `machine_info` and `git_state` run in the parent
+(no framework imported), `versions` in a worker (imports Keras).
 """
 
 import argparse
