@@ -82,13 +82,9 @@ def add_ratios(rows):
 
 
 def _find(rows, variant, seq_len, mode, xla, precision, flash=False, size=None):
-    for row in rows:
-        if (row["variant"], row["seq_len"], row["mode"], row["xla"], row["precision"],
-            row.get("flash", False)) == (variant, seq_len, mode, xla, precision, flash) and (
-            size is None or row["size"] == size
-        ) and row["status"] == "ok":
-            return row
-    return None
+    key = (variant, seq_len, mode, xla, precision, flash)
+    return next((row for row in rows if (row["variant"],) + config_key(row) == key
+                 and size in (None, row["size"]) and row["status"] == "ok"), None)
 
 
 def _ratio(a, b):

@@ -1,12 +1,7 @@
-"""The commands: `keras-tupe-<name>` runs `keras_tupe.cli.<name>.main` (so does `python -m
-keras_tupe.cli.<name>`, and in a checkout `python -m training.<name>`).
-
-One module per command (`pretrain`, `finetune_glue`, `finetune_squad`, `export`, `predict`,
-`convert`, `shard_corpus`, `presets`, `plot_metrics`, `demo`, `saved_model_cli`) and what
-they share (`common`). Importing the package prepares TensorFlow's quiet start without
-importing it, so a command's usage errors come before the seconds TensorFlow takes (in a
-command's process `import keras_tupe` defers the model family, see `keras_tupe/__init__.py`),
-and makes Ctrl-C while the command is still importing one line, not a traceback.
+"""The commands: `keras-tupe-<name>` runs `keras_tupe.cli.<name>.main` (so do `python -m
+keras_tupe.cli.<name>` and, in a checkout, `python -m training.<name>`); what they share is
+`common`. Importing the package prepares TensorFlow's quiet start without importing it, and
+makes Ctrl-C while a command still imports one line, not a traceback.
 """
 
 from keras_tupe.cli.common import one_line_interrupts, quiet_tensorflow

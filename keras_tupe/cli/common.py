@@ -186,14 +186,9 @@ def entry_point(flags=None):
 
 
 def run(main, argv=None, flags=None):
-    """Calls `main(argv)`; a user error becomes `error: ...` on stderr and status 2.
-
-    Ctrl-C prints `interrupted` (status 130), SIGTERM `terminated` (status 143): one
-    line each, after the cleanups of the code they stopped.
-
-    `flags` ({argument: flag}) makes the library's messages speak the command line:
-    the library names an argument as `` `name=` `` (what a Python caller passes), and
-    the line printed names the flag instead (`` `--flag` ``).
+    """Calls `main(argv)`; a user error becomes `error: ...` on stderr and status 2 (see
+    the module's docstring). `flags` ({argument: flag}) makes the library's messages speak
+    the command line: its `` `name=` `` becomes `` `--flag` ``.
     """
     args = sys.argv[1:] if argv is None else list(argv)
     try:

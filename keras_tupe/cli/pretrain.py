@@ -54,24 +54,17 @@ def parse_args(argv=None):
     p.add_argument("--vocab", help="WordPiece vocabulary file; trained on --corpus if absent")
     p.add_argument("--vocabulary-size", type=int, help="largest number of tokens (default: 30522)")
     p.add_argument("--cased", dest="lowercase", action="store_false", help="keep case")
-    p.add_argument("--vocab-lines", type=int,
-                   help="corpus lines used to train the vocabulary")
+    p.add_argument("--vocab-lines", type=int, help="corpus lines used to train the vocabulary")
     p.add_argument("--steps", type=int, help="optimizer steps")
     p.add_argument("--batch-size", type=int, help="global batch size")
     p.add_argument("--seq-len", type=int,
                    help="default: 512, or the preset's position table when shorter")
     p.add_argument("--learning-rate", type=float, help="peak LR")
-    p.add_argument("--warmup-ratio", type=float)
-    p.add_argument("--weight-decay", type=float)
-    p.add_argument("--adam-beta1", type=float)
-    p.add_argument("--adam-beta2", type=float)
-    p.add_argument("--adam-epsilon", type=float)
-    p.add_argument("--clip-norm", type=float,
-                   help="global norm of the aggregated gradient")
-    p.add_argument("--dropout", type=float)
-    p.add_argument("--mask-rate", type=float)
-    p.add_argument("--mask-token-rate", type=float)
-    p.add_argument("--random-token-rate", type=float)
+    for flag in ("warmup-ratio", "weight-decay", "adam-beta1", "adam-beta2", "adam-epsilon"):
+        p.add_argument(f"--{flag}", type=float)
+    p.add_argument("--clip-norm", type=float, help="global norm of the aggregated gradient")
+    for flag in ("dropout", "mask-rate", "mask-token-rate", "random-token-rate"):
+        p.add_argument(f"--{flag}", type=float)
     p.add_argument("--eval-every", type=int,
                    help="steps between validation, CSV rows and backups (default: 1000 "
                         "when it divides --steps, else about a tenth of --steps)")
