@@ -29,11 +29,11 @@ Each row runs in a fresh process (`benchmarks.harness.run_fresh`; "before" throu
 
 import json
 import os
-import platform
 import shutil
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 from benchmarks import harness
 
@@ -221,7 +221,7 @@ def main(argv=None):
         f"# Fine-tuning against pre-training throughput ({args.size}, {args.task})", "",
         f"Command: `{command}`", "",
         f"- Machine: {machine.get('cpu_model')}, {machine.get('cpus_usable')} usable cores; "
-        f"{platform.platform()}; "
+        f"{machine['platform']}; "
         + ", ".join(f"{name} {value}" for name, value in versions.items()) + "; keras_tupe "
         f"{git['commit']}{' (dirty)' if git['dirty'] else ''}"
         f"{f'; before = {args.before}' if args.before else ''}.",
@@ -235,11 +235,10 @@ def main(argv=None):
     print(report)
     if args.out:
         os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-        with open(args.out + ".json", "w") as f:
-            json.dump({"command": command, "machine": machine, "versions": versions,
-                       "keras_tupe": git, "rows": rows}, f, indent=2)
-        with open(args.out + ".md", "w") as f:
-            f.write(report)
+        Path(args.out + ".json").write_text(json.dumps({
+            "command": command, "machine": machine, "versions": versions, "keras_tupe": git,
+            "rows": rows}, indent=2))
+        Path(args.out + ".md").write_text(report)
     return 0
 
 
