@@ -147,6 +147,33 @@ def test_entry_point_starts_quietly():
     assert (result.returncode, result.stderr) == (0, "")
 
 
+def test_the_quiet_import_hook_runs_the_loader_once_and_leaves_it_as_it_was(monkeypatch):
+    """A loader with instance attributes runs patched once; one with __slots__ as it is."""
+    import importlib.machinery
+    import importlib.util
+
+    from keras_tupe.cli import common
+
+    calls = []
+
+    class Loader:
+        def exec_module(self, module):
+            calls.append(module)
+
+    class SlottedLoader:
+        __slots__ = ()
+        exec_module = Loader.exec_module
+
+    for loader in (Loader(), SlottedLoader()):
+        spec = importlib.machinery.ModuleSpec("tensorflow", loader)
+        monkeypatch.setattr(importlib.util, "find_spec", lambda name: spec)
+        assert common._QuietTensorFlowImport().find_spec("tensorflow") is spec
+        assert ("exec_module" in getattr(loader, "__dict__", {})) == (type(loader) is Loader)
+        loader.exec_module("tensorflow module")
+        assert calls.pop() == "tensorflow module"
+        assert "exec_module" not in getattr(loader, "__dict__", {})
+
+
 # --- training.pretrain --------------------------------------------------------------------
 
 

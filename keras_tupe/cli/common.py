@@ -105,17 +105,18 @@ class _QuietTensorFlowImport:
 
         spec = importlib.util.find_spec(name)
         loader = spec and spec.loader
-        if loader is not None:
-            exec_module = loader.exec_module
+        exec_module = getattr(loader, "exec_module", None)
 
-            def quiet_exec_module(module):
-                try:
-                    with _stderr_hidden():
-                        exec_module(module)
-                finally:  # the loader's own method again, as if imported without the hook
-                    del loader.exec_module
+        def quiet_exec_module(module):
+            try:
+                with _stderr_hidden():
+                    exec_module(module)
+            finally:  # the loader's own method again (a shared loader: at the first module)
+                vars(loader).pop("exec_module", None)
 
-            loader.exec_module = quiet_exec_module
+        if exec_module is not None:
+            with contextlib.suppress(AttributeError):  # a loader with __slots__: not hidden
+                loader.exec_module = quiet_exec_module
         return spec
 
 
