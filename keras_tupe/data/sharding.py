@@ -1,22 +1,18 @@
 """Corpus -> token-id shards, on a machine with TensorFlow (`python -m training.shard_corpus`).
 
-The sequences are those of `packed_sequences`, in corpus order, so a shard
-folder holds exactly the token stream of today's `mlm_dataset` before its
-shuffle; `keras_tupe.data.shards` reads them back with NumPy only.
+The sequences of `packed_sequences`, in corpus order: the token stream of `mlm_dataset`
+before its shuffle, which `keras_tupe.data.shards` reads back with NumPy only.
 """
 
-import platform
 import sys
 
-import keras
-import keras_hub
 import numpy as np
-import tensorflow as tf
 
 from keras_tupe.data import shards
 from keras_tupe.data.masking import check_int
 from keras_tupe.data.pretraining import packed_sequences
 from keras_tupe.data.vocabulary import load_tokenizer
+from keras_tupe.pretraining import versions
 
 # Sequences tokenized and written at a time: bounds the memory of the writer.
 _WRITE_BATCH = 4096
@@ -51,8 +47,4 @@ def shard_corpus(source, vocabulary_file, out, sequence_length, sequences_per_sh
         overwrite=overwrite,
         command=command if command is not None else " ".join(sys.argv),
         corpus=[str(path) for path in (source if isinstance(source, (list, tuple)) else [source])],
-        max_lines=max_lines,
-        versions={"python": platform.python_version(), "tensorflow": tf.__version__,
-                  "keras": keras.__version__, "keras_hub": keras_hub.__version__,
-                  "numpy": np.__version__},
-    )
+        max_lines=max_lines, versions=versions())

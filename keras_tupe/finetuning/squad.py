@@ -171,27 +171,23 @@ def run_squad_protocol(init, out_dir, learning_rates=None, seeds=None, selection
                              "`seeds`.")
         protocol = Protocol(learning_rates, seeds, selection_seed, edge_learning_rates)
     with output_lock(out_dir, command="finetune_squad"):
-        return _run_squad_protocol(init, out_dir, protocol, config_kwargs)
-
-
-def _run_squad_protocol(init, out_dir, protocol, config_kwargs):
-    os.makedirs(out_dir, exist_ok=True)
-    results_path, rows = read_results(out_dir)
-    for _, rate, seed in protocol.runs(rows, ["squad"]):
-        number = protocol.run_number(rows, ["squad"])
-        print(f"squad lr={rate:g} seed={seed}: fine-tuning ({number}) ...", flush=True)
-        start = time.perf_counter()
-        config = SquadConfig(init=init, learning_rate=rate, seed=seed, **config_kwargs)
-        result = finetune_squad(config)
-        row = {"task": "squad", "learning_rate": rate, "seed": seed, "epochs": config.epochs,
-               "data": result["data"], "train_features": result["train_features"],
-               "eval_questions": result["eval_questions"],
-               "train_seconds": result["train_seconds"],
-               "dev": {"eval": {"exact_match": result["exact_match"], "f1": result["f1"],
-                                "score": result["f1"] / 100}},
-               "wall_seconds": time.perf_counter() - start}
-        rows.append(row)
-        append_result(results_path, row)
-        print(f"squad lr={rate:g} seed={seed}: EM {result['exact_match']:.2f}, "
-              f"F1 {result['f1']:.2f}", flush=True)
-    return rows
+        os.makedirs(out_dir, exist_ok=True)
+        results_path, rows = read_results(out_dir)
+        for _, rate, seed in protocol.runs(rows, ["squad"]):
+            number = protocol.run_number(rows, ["squad"])
+            print(f"squad lr={rate:g} seed={seed}: fine-tuning ({number}) ...", flush=True)
+            start = time.perf_counter()
+            config = SquadConfig(init=init, learning_rate=rate, seed=seed, **config_kwargs)
+            result = finetune_squad(config)
+            row = {"task": "squad", "learning_rate": rate, "seed": seed, "epochs": config.epochs,
+                   "data": result["data"], "train_features": result["train_features"],
+                   "eval_questions": result["eval_questions"],
+                   "train_seconds": result["train_seconds"],
+                   "dev": {"eval": {"exact_match": result["exact_match"], "f1": result["f1"],
+                                    "score": result["f1"] / 100}},
+                   "wall_seconds": time.perf_counter() - start}
+            rows.append(row)
+            append_result(results_path, row)
+            print(f"squad lr={rate:g} seed={seed}: EM {result['exact_match']:.2f}, "
+                  f"F1 {result['f1']:.2f}", flush=True)
+        return rows
