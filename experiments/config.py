@@ -1,14 +1,10 @@
 """Studies: loading, checking, and the exact settings of every run.
 
 A study is an entry of `experiments/studies.json` (or a JSON file of its own, `--config`);
-its keys are listed in `experiments/README.md`. An entry that `extends` another takes its
-keys, `settings` and `vocabulary` key by key. Three kinds: `"pretrain"` (variants
-pre-trained with identical settings; a study with a `base` takes the base's `size`,
-`vocabulary`, `settings`, `runs_dir` and `results_dir` and may add only `seed`, a
-replicate, and `overrides` of `OVERRIDABLE_FIELDS`), `"finetune"` (the reduced GLUE or
-SQuAD protocol on checkpoints of pre-training studies) and `"length"` (masked-LM loss at
-longer sequences). Paths are relative to the repository root; `base`, `references` and
-`pretrain_configs` name studies (a `.json` file relative to the naming one).
+its keys, kinds and the two ways one study builds on another (`extends`, key by key; `base`,
+a replicate or override study) are in `experiments/README.md`. Paths are relative to the
+repository root; `base`, `references` and `pretrain_configs` name studies (a `.json` file
+relative to the naming one).
 """
 
 import contextlib
@@ -51,13 +47,17 @@ def _fail(path, message):
     raise StudyError(f"{path}: {message}")
 
 
-def studies():
-    """`{name: entry}` of `STUDIES_FILE`, as written (an entry may `extend` another)."""
-    with open(STUDIES_FILE) as f:
+def _read_json(path):
+    with open(path) as f:
         try:
             return json.load(f)
         except json.JSONDecodeError as error:
-            raise StudyError(f"{STUDIES_FILE} is not valid JSON: {error}") from error
+            raise StudyError(f"{path} is not valid JSON: {error}") from error
+
+
+def studies():
+    """`{name: entry}` of `STUDIES_FILE`, as written (an entry may `extend` another)."""
+    return _read_json(STUDIES_FILE)
 
 
 def _named(name, table, seen=()):
@@ -94,12 +94,7 @@ def load_config(reference, kind=None):
     if reference.endswith(".json"):
         if not os.path.exists(reference):
             raise StudyError(f"Study config {reference} does not exist.")
-        with open(reference) as f:
-            try:
-                raw = json.load(f)
-            except json.JSONDecodeError as error:
-                raise StudyError(f"{reference} is not valid JSON: {error}") from error
-        config = raw
+        config = _read_json(reference)
         path, flag, folder = reference, ["--config", reference], os.path.dirname(reference)
     else:
         config = _named(reference, studies())
@@ -298,10 +293,6 @@ def _check_pretrain(config, path):
                     "lines and case come from `vocabulary`.")
     _require(config["settings"], f"{path} (settings)", ("steps", "batch_size", "seq_len",
                                                          "learning_rate", "seed"))
-    if bool(config["settings"].get("corpus")) == bool(config["settings"].get("shards")):
-        _fail(path, "`settings` needs exactly one of `corpus` (text) and `shards` (a token-id "
-                    "shard folder of `python -m training.shard_corpus`, for a machine without "
-                    "TensorFlow).")
     if not config["variants"]:
         _fail(path, "`variants` is empty.")
     references = config.get("references", {})
@@ -574,8 +565,3 @@ def ensure_vocabulary(config, command=None, verbose=True):
     shutil.move(partial, path)  # last: the vocabulary exists only with its record
     return sha
 
-
-def read_vocabulary_record(config):
-    from experiments import records
-
-    return records.read_json(vocabulary_record_path(config["vocabulary"]))

@@ -71,8 +71,6 @@ def _check_chosen_variants(config):
 
 
 def _protocol(config):
-    """The study's fine-tuning protocol (`keras_tupe.finetuning.Protocol`): the full grid,
-    or the rate chosen with `selection_seed` (widened by `edge_learning_rates`)."""
     from keras_tupe.finetuning import Protocol
 
     return Protocol.from_config(config)

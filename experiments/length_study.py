@@ -321,7 +321,6 @@ def _unigram_rows(config, job, batches, done, path, command):
 
 
 def _with_baseline(config, jobs, by_key):
-    """The model jobs, then the unigram reference when it was evaluated."""
     if any(_key({**UNIGRAM, "length": n}) in by_key for n in config["lengths"]):
         return jobs + [{**UNIGRAM, "trained_seq_len": None}]
     return jobs

@@ -87,7 +87,8 @@ def write_record(config, variant):
     record = {**run_config, "status": _status(config, variant, step), "last_step": step,
               "wall_seconds": wall,
               "backbone_config": study_config.run_backbone_config(variant.run_dir),
-              "vocabulary": study_config.read_vocabulary_record(config)}
+              "vocabulary": records.read_json(
+                  study_config.vocabulary_record_path(config["vocabulary"]))}
     records.write_json(os.path.join(folder, RECORD), record)
     return record
 

@@ -176,7 +176,6 @@ def write_pages(out_dir, csv_name, columns, rows, header, png_name, draw, md_nam
 
 
 def _finish(figure, axis, path, xlabel, title, tight=False):
-    """Labels a loss figure's one axis, puts its legend outside, saves it."""
     axis.set_xlabel(xlabel)
     axis.set_ylabel(LOSS_LABEL)
     axis.set_title(title, fontsize=10)

@@ -94,7 +94,8 @@ def _main(argv=None):
 
         paths = report(args.config or args.study)
     else:
-        paths = _run_study(args, study_config.load_config(args.config or args.study), command)
+        paths = _run_study(args, study_config.load_config(args.config or args.study,
+                                                          kind=args.command), command)
     for path in (paths or {}).values():
         print(f"wrote {path}")
     print(f"done in {records.format_seconds(time.perf_counter() - start)}: {command}")
@@ -103,13 +104,9 @@ def _main(argv=None):
 
 def _run_study(args, config, command):
     from experiments import finetune_study, length_study, pretrain_study
-    from experiments.config import StudyError
     from experiments.report import report_command
 
     kind = config["kind"]
-    if args.command != kind:
-        raise StudyError(f"{config['_path']} is a {kind!r} study: run it with "
-                         f"`python -m experiments.run {kind} {' '.join(config['_flag'])}`.")
     if kind == "pretrain":
         pretrain_study.run_study(config, command, only=args.variants, verbose=args.verbose,
                                  until_step=args.until_step, record_only=args.record_only)

@@ -310,7 +310,6 @@ def _compress_data(staging):
 
 
 def _unpack_data(folder):
-    """Unpacks `prepare`'s data pack beside it, once."""
     if os.path.exists(os.path.join(folder, DATA_PACK)) and not os.path.exists(
             os.path.join(folder, "vocab.txt")):
         with tarfile.open(os.path.join(folder, DATA_PACK)) as archive:
