@@ -47,21 +47,15 @@ def line_dataset(source, max_lines=None, text_feature="text"):
     """The paragraphs of a corpus, with `""` between documents.
 
     Args:
-        source: where the text is:
-            - a plain-text file, one paragraph a line and a blank line between
-              documents (the layout of the enwiki `train.txt`/`valid.txt`);
-            - a WikiText file (name ending in `.tokens`): a line ` = Title = `
-              (exactly one "=" on each side) starts a new document and is dropped,
-              like the titles of enwiki; section headings ` = = Sub = = ` are kept
-              as a text line without their markers (`Sub`), like enwiki keeps its
-              section headings; blank lines are layout and are dropped;
-            - a directory: its `*.txt` files (not recursive) in sorted order;
-            - a list or tuple of the above, concatenated in order;
-            - `"tfds:NAME[:SPLIT]"`: a tensorflow-datasets text dataset (split
-              defaults to `"train"` and may be a slice, `"train[:1%]"`); each
-              example's `text_feature` is one document, its non-blank lines the
-              paragraphs. Loaded with `download=True` when not prepared yet.
-            A file or a tfds example always ends a document.
+        source: where the text is (a file or a tfds example always ends a document):
+            - a plain-text file, one paragraph a line, a blank line between documents
+              (enwiki's `train.txt`);
+            - a WikiText file (`*.tokens`): ` = Title = ` starts a document and is
+              dropped, headings ` = = Sub = = ` are kept as `Sub`, blank lines dropped;
+            - a directory: its `*.txt` files (not recursive), sorted;
+            - a list or tuple of the above, in order;
+            - `"tfds:NAME[:SPLIT]"` (split defaults to `"train"`, may be a slice): each
+              example's `text_feature` is a document, its non-blank lines the paragraphs.
         max_lines: int or None. Read at most this many lines of the source (raw
             lines, blank ones included). Defaults to `None` (all).
         text_feature: str. The feature of a tfds example that holds its text.

@@ -89,10 +89,9 @@ def train_vocabulary(source, vocabulary_size, output_file, lowercase=True, max_l
                      verbose=True):
     """Trains a WordPiece vocabulary on a corpus and writes it, one token a line.
 
-    Uses `keras_hub.tokenizers.compute_word_piece_vocabulary` (tf-text's
-    WordPiece learner: words seen fewer than 10 times only contribute their
-    pieces) with `reserved_tokens=SPECIAL_TOKENS`, so [PAD]=0, [CLS]=1, [SEP]=2,
-    [UNK]=3, [MASK]=4. A small corpus may give fewer than `vocabulary_size` tokens.
+    `keras_hub.tokenizers.compute_word_piece_vocabulary` (words seen fewer than 10
+    times only contribute their pieces) with `SPECIAL_TOKENS` as ids 0-4. A small
+    corpus may give fewer than `vocabulary_size` tokens.
 
     Args:
         source: a corpus, as for `line_dataset`.
@@ -101,9 +100,8 @@ def train_vocabulary(source, vocabulary_size, output_file, lowercase=True, max_l
         lowercase: bool. Lowercase the text first; `load_tokenizer` must be given
             the same value. Defaults to `True`.
         max_lines: int or None. Read at most this many lines of the corpus.
-        verbose: bool. Print progress (lines and MB read, MB/s, time left) every 5 s, then
-            a heartbeat line every 5 seconds while the learner runs (it reports
-            nothing itself: about a minute on a large corpus). Defaults to `True`.
+        verbose: bool. Print progress (lines, MB, MB/s, time left) every 5 s while
+            reading, then a heartbeat while the learner runs. Defaults to `True`.
 
     Returns:
         `output_file`, as a string.
