@@ -48,7 +48,7 @@ class PretrainConfig:
     corpus: list
     out: str
     valid_corpus: list = None
-    # Token-id shard folders (`training.shard_corpus`), read with NumPy, instead of
+    # Token-id shard folders (`keras-tupe-shard-corpus`), read with NumPy, instead of
     # `corpus` / `valid_corpus`: exactly one of `corpus` and `shards`.
     shards: str = None
     valid_shards: str = None
@@ -278,7 +278,7 @@ def _shard_manifest(config):
     if bool(config.corpus) == bool(config.shards):
         raise PretrainError(
             "Give exactly one of --corpus (text, read with TensorFlow) and --shards (a folder "
-            "of `python -m training.shard_corpus`, read with NumPy only). Received: "
+            "of `keras-tupe-shard-corpus`, read with NumPy only). Received: "
             + ("both." if config.corpus else "neither."))
     if config.shards and config.valid_corpus or config.corpus and config.valid_shards:
         raise PretrainError(

@@ -94,8 +94,8 @@ ENTRY_POINTS = ["training.pretrain", "training.finetune_glue", "training.finetun
 def prog(module):
     """The command a user types: the console script, else the module."""
     name = module.removeprefix("training.")
-    if name == module or name == "shard_corpus":  # no console script
-        return f"python -m {module.replace('training.', 'keras_tupe.cli.')}"
+    if name == module:  # no console script
+        return f"python -m {module}"
     return f"keras-tupe-{name.replace('_', '-')}"
 
 
@@ -1099,7 +1099,7 @@ sys.meta_path.insert(0, NoTensorFlow())
     ("training.pretrain", ["--preset", "tupe_r_tiny", "--corpus", "README.md", "--out",
                            "README.md"], "--out README.md is a file"),
     ("training.pretrain", ["--preset", "tupe_r_tiny", "--shards", "README.md", "--out", "o"],
-     "--shards README.md is not a folder. Make it with `python -m training.shard_corpus"),
+     "--shards README.md is not a folder. Make it with `keras-tupe-shard-corpus"),
 ])
 def test_path_mistakes_are_reported_before_tensorflow_is_imported(module, argv, message):
     result = run_entry_point(module, argv, NO_TENSORFLOW)

@@ -205,9 +205,9 @@ def tiny_shard_args(out, shard_dir, *extra):
 
 @pytest.mark.parametrize("change, message", [
     (["--shards", "/nonexistent/shards"], "--shards /nonexistent/shards does not exist.*"
-                                          "training.shard_corpus"),
+                                          "keras-tupe-shard-corpus"),
     (["--shards", str(ENWIKI_VALID)], f"--shards {ENWIKI_VALID} is not a folder.*"
-                                      "training.shard_corpus"),
+                                      "keras-tupe-shard-corpus"),
     (["--seq-len", "64"], "--seq-len 64 does not match --shards .*sequence_length=32.*"
                           "Pass --seq-len 32"),
     (["--corpus", str(ENWIKI_TRAIN)], "exactly one of --corpus .* and --shards.*both"),

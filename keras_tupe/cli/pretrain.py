@@ -10,7 +10,7 @@ dropout 0.1, 15% masking 80/10/10). A killed run resumes when the same command
 is run again. `--corpus` takes text files (one paragraph a line, blank line
 between documents), WikiText `.tokens` files, directories of `.txt` files, or
 `tfds:NAME[:SPLIT]` for tensorflow-datasets. `--shards DIR` instead takes the
-token-id shards of `python -m keras_tupe.cli.shard_corpus`, read with NumPy only (a
+token-id shards of `keras-tupe-shard-corpus`, read with NumPy only (a
 JAX machine without TensorFlow can train from them).
 """
 
@@ -46,7 +46,7 @@ def parse_args(argv=None):
     p.add_argument("--preset", required=True, help="backbone preset, e.g. tupe_r_mini")
     p.add_argument("--corpus", nargs="+", help="training text (see above); or --shards")
     p.add_argument("--valid-corpus", nargs="+", help="validation text, logged every --eval-every")
-    p.add_argument("--shards", help="token-id shard folder (keras_tupe.cli.shard_corpus) "
+    p.add_argument("--shards", help="token-id shard folder (keras-tupe-shard-corpus) "
                                     "instead of --corpus; its vocabulary is the run's")
     p.add_argument("--valid-shards", help="validation shard folder, with --shards")
     p.add_argument("--out", required=True, help="run directory (created; resumed if unfinished)")
@@ -93,7 +93,7 @@ def parse_args(argv=None):
 
 
 # `keras_tupe.data.shards`' advice (that module imports Keras, so it is not imported here).
-SHARDS_HINT = "Make it with `python -m training.shard_corpus --out DIR ...`."
+SHARDS_HINT = "Make it with `keras-tupe-shard-corpus --out DIR ...`."
 
 
 def check_paths(args):

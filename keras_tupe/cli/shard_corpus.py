@@ -1,6 +1,6 @@
 """Packs a corpus into token-id shards for pre-training without TensorFlow.
 
-    python -m keras_tupe.cli.shard_corpus --corpus ../shared/data/enwiki/train.txt \\
+    keras-tupe-shard-corpus --corpus ../shared/data/enwiki/train.txt \\
         --vocab runs/vocab.txt --seq-len 128 --out shards/enwiki_128
 
 Run it where TensorFlow and tensorflow-text are installed; then train anywhere,
@@ -26,7 +26,7 @@ DEFAULT_SEQUENCES_PER_SHARD = 100_000
 
 def parse_args(argv=None):
     # No console script (a machine with TensorFlow runs it once): the module is the command.
-    p = command_parser("python -m keras_tupe.cli.shard_corpus", __doc__)
+    p = command_parser("keras-tupe-shard-corpus", __doc__)
     p.add_argument("--corpus", required=True, nargs="+",
                    help="text files, directories of .txt files, or tfds:NAME[:SPLIT]")
     p.add_argument("--out", required=True, help="shard folder to create")

@@ -1,4 +1,4 @@
-"""Corpus -> token-id shards, on a machine with TensorFlow (`python -m training.shard_corpus`).
+"""Corpus -> token-id shards, on a machine with TensorFlow (`keras-tupe-shard-corpus`).
 
 The sequences of `packed_sequences`, in corpus order: the token stream of `mlm_dataset`
 before its shuffle, which `keras_tupe.data.shards` reads back with NumPy only.

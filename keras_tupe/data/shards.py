@@ -4,7 +4,7 @@ A shard folder holds packed sequences (`[CLS] + chunk`, as `packed_sequences` ma
 them) in `shard_00000.npy`, ... (uint16 while the vocabulary fits, else int32), the
 vocabulary (`vocab.txt`) and `manifest.json` (format, vocabulary sha256, sequence
 length, counts, command, versions). `keras_tupe.data.sharding` writes one with
-TensorFlow (`python -m training.shard_corpus`); this module reads it with NumPy only:
+TensorFlow (`keras-tupe-shard-corpus`); this module reads it with NumPy only:
 
     batches = MaskedLMShards("shards/", batch_size=256, seed=0)
     x, y, sample_weight = batches[0]          # the structure of `mlm_dataset`
@@ -59,7 +59,7 @@ def read_manifest(directory, flag="--shards"):
     Every problem raises one `ShardError` naming `flag` (the command-line flag
     that gave the folder), the file, what is wrong and what to do.
     """
-    hint = "Make it with `python -m training.shard_corpus --out DIR ...`."
+    hint = "Make it with `keras-tupe-shard-corpus --out DIR ...`."
     if not os.path.exists(directory):
         raise ShardError(f"{flag} {directory} does not exist. {hint}")
     if not os.path.isdir(directory):
