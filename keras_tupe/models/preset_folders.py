@@ -88,8 +88,7 @@ def check_backbone_vocabulary_size(preset):
     """`check_vocabulary_size` against the backbone's `config.json` in `preset`, if any.
 
     Tokenizers call it from `load_preset_assets`, which every keras-hub `from_preset`
-    route runs, so a vocabulary that disagrees with the embedding table is refused on
-    every route.
+    route runs (`keras_hub.models.TextClassifier`, `MaskedLM`, ...).
     """
     config = os.path.join(str(preset), "config.json")
     if os.path.isfile(config):

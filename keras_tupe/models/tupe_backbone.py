@@ -465,12 +465,8 @@ class TupeBackbone(StagedPresetSaving, keras_hub.models.Backbone):
         return super().from_preset(preset, load_weights=load_weights, **kwargs)
 
     def load_weights(self, filepath, *args, **kwargs):
-        """Keras's `load_weights`; a truncated or corrupt `.h5` file is named first.
-
-        keras-hub's `Backbone.from_preset` loads `model.weights.h5` through here, so
-        its bare h5py `OSError` becomes one message naming the file
-        (`check_weights_file`).
-        """
+        """Keras's `load_weights` (keras-hub's `from_preset` loads `model.weights.h5` here);
+        a truncated or corrupt `.h5` file is named first (`check_weights_file`)."""
         if str(filepath).endswith(".h5") and os.path.isfile(filepath):
             check_weights_file(filepath)
         return super().load_weights(filepath, *args, **kwargs)

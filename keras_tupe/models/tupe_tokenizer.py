@@ -47,11 +47,7 @@ class TupeTokenizer(StagedPresetSaving, keras_hub.tokenizers.WordPieceTokenizer)
         super().__init__(vocabulary=vocabulary, lowercase=lowercase, **kwargs)
 
     def load_preset_assets(self, preset):
-        """Loads the vocabulary of a preset folder, checking it against the backbone's size.
-
-        keras-hub calls this from every `from_preset` (`keras_hub.models.TextClassifier`,
-        `MaskedLM`, ...), so a vocabulary that disagrees with the encoder's embedding
-        table is refused on every route, not only `TupeBackbone.from_preset`.
-        """
+        """Loads a preset folder's vocabulary, checked against the backbone's size
+        (`check_backbone_vocabulary_size`: on every keras-hub `from_preset` route)."""
         super().load_preset_assets(preset)
         check_backbone_vocabulary_size(preset)
