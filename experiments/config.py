@@ -293,6 +293,11 @@ def _check_pretrain(config, path):
                     "lines and case come from `vocabulary`.")
     _require(config["settings"], f"{path} (settings)", ("steps", "batch_size", "seq_len",
                                                          "learning_rate", "seed"))
+    if bool(config["settings"].get("corpus")) == bool(config["settings"].get("shards")):
+        # Checked here too: the library's check comes after the vocabulary is trained.
+        _fail(path, "`settings` needs exactly one of `corpus` (text) and `shards` (a token-id "
+                    "shard folder of `keras-tupe-shard-corpus`, for a machine without "
+                    "TensorFlow).")
     if not config["variants"]:
         _fail(path, "`variants` is empty.")
     references = config.get("references", {})
