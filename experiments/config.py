@@ -351,15 +351,16 @@ def run_model(run_dir, step=None):
 
 
 def run_backbone_config(run_dir):
-    """The encoder config a run saved (its preset's `config.json`; `backbone.keras` in a run
+    """The encoder config a run saved (its preset's `config.json`; the encoder `.keras` file
     of an older version, read from the archive, no model built), or in `backbone_config.json`
     beside a run brought back from another machine without its models; None without any."""
     from experiments import records
+    from keras_tupe.finetuning import loading
 
-    preset_config = os.path.join(run_dir, "preset", "config.json")
+    preset_config = os.path.join(run_dir, loading.RUN_PRESET, "config.json")
     if os.path.exists(preset_config):
         return records.read_json(preset_config)["config"]
-    path = os.path.join(run_dir, "backbone.keras")
+    path = os.path.join(run_dir, loading.OLD_RUN_FILES[0])
     if os.path.exists(path):
         with zipfile.ZipFile(path) as archive:
             return json.loads(archive.read("config.json"))["config"]

@@ -1094,3 +1094,19 @@ def test_the_second_half_leaves_out_the_evaluations_before_half_the_last_step():
     cell = _second_half([2, 4, 6, 8], [0.5, -0.1, 0.2, -0.3])
     assert cell == "-0.300 to +0.200 (-0.067; steps 4–8, 3 evaluations)"
     assert _second_half([], []) == "–"
+
+
+def test_a_runs_encoder_config_is_read_from_its_preset_an_old_keras_file_or_a_record(tmp_path):
+    import zipfile
+
+    run = tmp_path / "run"
+    run.mkdir()
+    assert study_config.run_backbone_config(str(run)) is None
+    (run / "backbone_config.json").write_text(json.dumps({"config": {"from": "record"}}))
+    assert study_config.run_backbone_config(str(run)) == {"from": "record"}
+    with zipfile.ZipFile(run / "backbone.keras", "w") as archive:  # an older version's run
+        archive.writestr("config.json", json.dumps({"config": {"from": "keras"}}))
+    assert study_config.run_backbone_config(str(run)) == {"from": "keras"}
+    (run / "preset").mkdir()
+    (run / "preset" / "config.json").write_text(json.dumps({"config": {"from": "preset"}}))
+    assert study_config.run_backbone_config(str(run)) == {"from": "preset"}
