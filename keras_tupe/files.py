@@ -20,8 +20,7 @@ def tree_sha256(path):
     if not os.path.isdir(path):
         return file_sha256(path)
     digest = hashlib.sha256()
-    for folder, subfolders, names in sorted(os.walk(path)):
-        subfolders.sort()
+    for folder, _, names in sorted(os.walk(path)):  # every folder, in path order
         for name in sorted(names):
             full = os.path.join(folder, name)
             digest.update(f"{os.path.relpath(full, path)}\0{file_sha256(full)}\n".encode())
