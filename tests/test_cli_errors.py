@@ -147,6 +147,28 @@ def test_entry_point_starts_quietly():
     assert (result.returncode, result.stderr) == (0, "")
 
 
+def test_quiet_tensorflow_filters_the_jax_profiler_warning_once(monkeypatch):
+    """Called again, the absl logger keeps one filter, which drops only that warning."""
+    import logging
+
+    from keras_tupe.cli import common
+
+    absl = logging.getLogger("absl")
+    monkeypatch.setattr(absl, "filters", [])
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
+    for name in ("TF_CPP_MIN_LOG_LEVEL", "CUDA_VISIBLE_DEVICES"):
+        monkeypatch.setenv(name, os.environ.get(name, "3" if name.startswith("TF") else ""))
+    common.quiet_tensorflow(verbose=False)
+    common.quiet_tensorflow(verbose=False)
+    assert len(absl.filters) == 1
+
+    def record(message):
+        return logging.LogRecord("absl", logging.WARNING, __file__, 1, message, None, None)
+
+    assert not absl.filter(record("Failed to load jax profiler: no module named jax"))
+    assert absl.filter(record("another warning"))
+
+
 def test_the_quiet_import_hook_runs_the_loader_once_and_leaves_it_as_it_was(monkeypatch):
     """A loader with instance attributes runs patched once; one with __slots__ as it is."""
     import importlib.machinery

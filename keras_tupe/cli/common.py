@@ -53,9 +53,7 @@ def quiet_tensorflow(verbose=None):
         verbose = TF_LOGS_FLAG in sys.argv[1:] or os.environ.get("KERAS_TUPE_TF_LOGS") == "1"
     if verbose:
         return
-    # grain (imported with keras-hub) warns on every start where JAX is not installed.
-    logging.getLogger("absl").addFilter(
-        lambda record: not record.getMessage().startswith("Failed to load jax profiler"))
+    logging.getLogger("absl").addFilter(_no_jax_profiler_warning)  # once, however often called
     # 3, also over a lower level set in the environment (the Makefile's 2 let the
     # cuInit error through, which TensorFlow logs at its first device query, after import).
     if os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0") < "3":
@@ -87,6 +85,11 @@ def _stderr_hidden():
         os.dup2(saved, 2)
         os.close(saved)
         os.close(devnull)
+
+
+def _no_jax_profiler_warning(record):
+    """grain (imported with keras-hub) warns on every start where JAX is not installed."""
+    return not record.getMessage().startswith("Failed to load jax profiler")
 
 
 class _QuietTensorFlowImport:
