@@ -105,16 +105,15 @@ def _tiny_configs(pretrain, then, work):
         raw.pop("overrides", None)
         raw["kind"] = "pretrain"
         written["pretrain"] = _write_json(os.path.join(work, "pretrain.json"), raw)
-    if then and then["kind"] == "length":
+    if then:
         raw = {k: v for k, v in then.items() if not k.startswith("_")}
         raw.update(pretrain_configs=["pretrain.json"], runs_dir=os.path.join(work, "runs"),
-                   results_dir=os.path.join(work, "results"), **TINY_LENGTH)
+                   results_dir=os.path.join(work, "results"))
+    if then and then["kind"] == "length":
+        raw.update(TINY_LENGTH)
         written["then"] = _write_json(os.path.join(work, "length.json"), raw)
     elif then:
-        raw = {k: v for k, v in then.items() if not k.startswith("_")}
-        raw.update(pretrain_configs=["pretrain.json"], tasks=raw["tasks"][:TINY_TASKS],
-                   runs_dir=os.path.join(work, "runs"),
-                   results_dir=os.path.join(work, "results"), data_dir=os.path.join(work, "glue"),
+        raw.update(tasks=raw["tasks"][:TINY_TASKS], data_dir=os.path.join(work, "glue"),
                    learning_rates=raw["learning_rates"][:1], seeds=raw["seeds"][:1],
                    edge_learning_rates=[], selection_seed=raw["seeds"][0],
                    settings={**raw["settings"], **TINY_FINETUNE},
