@@ -310,3 +310,27 @@ def test_s5a_rehearsed_at_tiny_size_under_jax_without_tensorflow(tmp_path):
     loss, _, tokens = length_study.masked_lm_loss(model, batches._tf_data(job, 32))
     assert (loss, tokens) == (pytest.approx(rows[("bert_a", 32)]["loss"], rel=1e-6),
                               rows[("bert_a", 32)]["masked_tokens"])
+
+
+def test_prepared_length_batches_are_read_back_as_made_and_refused_for_other_settings(tmp_path):
+    """A machine without TensorFlow scores the arrays `write_prepared` saved, as they were;
+    a file prepared for other settings is refused rather than scored."""
+    config = {"runs_dir": str(tmp_path), "study": "lengths"}
+    batches = [({"token_ids": np.arange(6, dtype="int32").reshape(2, 3) + i,
+                 "mask_positions": np.full((2, 1), i, dtype="int32")},
+                np.full((2, 1), 7 + i, dtype="int32"), np.ones((2, 1), "float32") / (i + 1))
+               for i in range(2)]
+    key = {"length": 3, "masking": {"mask_rate": 0.15}}
+    made = length_study._prepared(config, "length_3.npz", key,
+                                  lambda: length_study._stack(batches))  # no file: made here
+    os.makedirs(length_study.prepared_dir(config))
+    np.savez_compressed(os.path.join(length_study.prepared_dir(config), "length_3.npz"),
+                        key=json.dumps(key), **made)
+    read = length_study._unstack(length_study._prepared(config, "length_3.npz", key, None))
+    assert len(read) == len(batches)
+    for (x, y, w), (x0, y0, w0) in zip(read, batches):
+        assert sorted(x) == sorted(x0)
+        for a, b in [*((x[k], x0[k]) for k in x0), (y, y0), (w, w0)]:
+            assert a.dtype == b.dtype and np.array_equal(a, b)
+    with pytest.raises(StudyError, match="was prepared for .* prepare it again"):
+        length_study._prepared(config, "length_3.npz", {**key, "length": 4}, None)
