@@ -323,3 +323,25 @@ def test_the_global_seed_decides_the_initialization():
     for path in first:
         np.testing.assert_array_equal(first[path], again[path], err_msg=path)
         assert not np.isin(first[path], other[path]).mean() > 0.01, path
+
+
+def test_get_config_lists_every_constructor_argument_with_its_value():
+    import inspect
+
+    from keras_tupe.models.tupe_backbone import CONFIG_KEYS
+
+    arguments = [name for name in inspect.signature(TupeBackbone.__init__).parameters
+                 if name not in ("self", "dtype", "kwargs")]
+    assert list(CONFIG_KEYS) == arguments
+    # Every argument away from its default: each must come back as given.
+    given = dict(vocabulary_size=50, num_layers=1, num_heads=2, hidden_dim=8,
+                 intermediate_dim=12, dropout=0.2, max_sequence_length=24, num_segments=3,
+                 absolute_position="none", absolute_correlation="untied",
+                 relative_position="t5_bias", cls_reset=True, cls_reset_style="fairseq",
+                 mask_padding_embeddings=True, num_buckets=16, max_distance=64,
+                 max_relative_distance=7, zero_init_relative_tables=True,
+                 layer_norm_epsilon=1e-6, activation="relu", attention_implementation="einsum",
+                 layer_norm_position="pre")
+    assert sorted(given) == sorted(CONFIG_KEYS)
+    config = TupeBackbone(**given).get_config()
+    assert {key: config[key] for key in CONFIG_KEYS} == given

@@ -332,9 +332,28 @@ class TupeBackbone(StagedPresetSaving, keras_hub.models.Backbone):
         )
 
         # === Config ===
-        arguments = locals()  # `max_relative_distance` resolved above
-        for key in CONFIG_KEYS:
-            setattr(self, key, arguments[key])
+        self.vocabulary_size = vocabulary_size
+        self.num_layers = num_layers
+        self.num_heads = num_heads
+        self.hidden_dim = hidden_dim
+        self.intermediate_dim = intermediate_dim
+        self.dropout = dropout
+        self.max_sequence_length = max_sequence_length
+        self.num_segments = num_segments
+        self.absolute_position = absolute_position
+        self.absolute_correlation = absolute_correlation
+        self.relative_position = relative_position
+        self.cls_reset = cls_reset
+        self.cls_reset_style = cls_reset_style
+        self.mask_padding_embeddings = mask_padding_embeddings
+        self.num_buckets = num_buckets
+        self.max_distance = max_distance
+        self.max_relative_distance = max_relative_distance  # as resolved above
+        self.zero_init_relative_tables = zero_init_relative_tables
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.activation = activation
+        self.attention_implementation = attention_implementation
+        self.layer_norm_position = layer_norm_position
 
     def _positional_terms(self, x, schemes):
         """The block inputs (`SHARED_INPUTS`) the `schemes` compute once per pass.
