@@ -386,6 +386,9 @@ def test_short_windows_truncated_questions_and_eval_features(articles, vocabular
     assert len(head) == rows.sum() > 5  # every window of the 5 questions
     assert np.array_equal(head.end_positions, train.end_positions[rows])
     assert np.array_equal(head.token_end_char, train.token_end_char[rows])
+    for wrong in (-1, 2.0, True):
+        with pytest.raises(ValueError, match=f"`num_examples` must be an int >= 0.*{wrong!r}"):
+            train.head(wrong)
     question_length = (train.segment_ids == 0).argmin(axis=1) - 2
     assert question_length.max() == 8  # truncated
     assert np.all(train.padding_mask.sum(axis=1) <= 48)

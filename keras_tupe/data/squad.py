@@ -247,8 +247,7 @@ class SquadFeatures:
 
     def head(self, num_examples):
         """The features of the first `num_examples` questions (all their windows)."""
-        if isinstance(num_examples, bool) or not isinstance(num_examples, int) or num_examples < 0:
-            raise ValueError(f"`num_examples` must be an int >= 0. Received: {num_examples!r}")
+        check_int("num_examples", num_examples, 0)
         rows = self.example_index < num_examples
         fields = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
         fields = {name: value[rows] if isinstance(value, np.ndarray) else value
