@@ -1,2 +1,2 @@
-"""Benchmarks of keras_tupe: `python -m benchmarks.encoders` (speed and memory),
-`python -m benchmarks.finetune_speed`, and what they share (`benchmarks.harness`)."""
+"""Benchmarks of keras_tupe: `python -m benchmarks.encoders` (speed and memory), and what a
+benchmark shares (`benchmarks.harness`)."""
