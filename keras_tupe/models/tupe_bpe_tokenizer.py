@@ -15,23 +15,15 @@ import keras_hub
 
 from keras_tupe.models.preset_folders import StagedPresetSaving, check_backbone_vocabulary_size
 from keras_tupe.models.tupe_backbone import TupeBackbone
+from keras_tupe.models.tupe_tokenizer import add_special_tokens
 
 
-class _LazyTensorFlow:
-    """`tensorflow`, imported on first use: `import keras_tupe` must work without it
-    (a JAX machine reads pre-tokenized shards and has no TensorFlow)."""
+def _is_tf(value, name):
+    """`isinstance(value, tf.<name>)`, without importing TensorFlow (an optional extra):
+    where it is not imported, no value is one of its tensors."""
+    tf = sys.modules.get("tensorflow")
+    return tf is not None and isinstance(value, getattr(tf, name))
 
-    def __getattr__(self, name):
-        import tensorflow
-
-        return getattr(tensorflow, name)
-
-
-tf = _LazyTensorFlow()
-
-
-def _is_tf(value, name):  # `isinstance(value, tf.<name>)`, without importing TensorFlow
-    return sys.modules.get("tensorflow") is not None and isinstance(value, getattr(tf, name))
 
 # The fork's `fairseq.data.Dictionary` puts these before the `dict.txt` lines
 # (ids 0-6); the masked_lm task appends `<mask>` after them.
@@ -293,12 +285,7 @@ class TupeBpeTokenizer(StagedPresetSaving, keras_hub.tokenizers.Tokenizer):
         self._moses = None
         self._set_vocabulary(None)
         self._set_bpe_codes(None)
-        self._add_special_token("<s>", "cls_token")
-        self._add_special_token("</s>", "sep_token")
-        self._add_special_token("<pad>", "pad_token")
-        self._add_special_token("<mask>", "mask_token")
-        self._add_special_token("<s>", "start_token")
-        self._add_special_token("</s>", "end_token")
+        add_special_tokens(self, cls="<s>", sep="</s>", pad="<pad>", mask="<mask>")
         self.set_vocabulary_and_codes(vocabulary, bpe_codes)
 
     # -- state ---------------------------------------------------------------------------
@@ -434,6 +421,8 @@ class TupeBpeTokenizer(StagedPresetSaving, keras_hub.tokenizers.Tokenizer):
         return self.tokenize(inputs, *args, **kwargs)
 
     def _tokenize_tf(self, inputs):
+        import tensorflow as tf  # only in a graph (`_use_tf_workflow`): TensorFlow is there
+
         inputs = tf.convert_to_tensor(inputs)
         if inputs.dtype != tf.string or inputs.shape.rank not in (0, 1):
             raise ValueError("TupeBpeTokenizer takes a string or a rank-1 batch of strings. "
@@ -467,20 +456,24 @@ class TupeBpeTokenizer(StagedPresetSaving, keras_hub.tokenizers.Tokenizer):
         """Ids -> strings (see `decode`): str or list of str eagerly, a string tensor in a graph."""
         self._check_vocabulary()
         if self._use_tf_workflow():
-            ids = inputs if _is_tf(inputs, "RaggedTensor") else tf.convert_to_tensor(inputs)
-            unbatched = ids.shape.rank == 1
-            if unbatched:
-                ids = tf.expand_dims(ids, 0)
-            if isinstance(ids, tf.Tensor):
-                ids = tf.RaggedTensor.from_tensor(ids)
-            text = tf.py_function(lambda v, s: self._decode_tensor(
-                tf.RaggedTensor.from_row_splits(v, s)), [ids.flat_values, ids.row_splits],
-                tf.string)
-            text.set_shape([None])
-            return text[0] if unbatched else text
+            return self._detokenize_tf(inputs)
         rows, batched = _to_python_ids(inputs)
         texts = [self.decode(row) for row in rows]
         return texts if batched else texts[0]
+
+    def _detokenize_tf(self, inputs):
+        import tensorflow as tf  # only in a graph (`_use_tf_workflow`): TensorFlow is there
+
+        ids = inputs if isinstance(inputs, tf.RaggedTensor) else tf.convert_to_tensor(inputs)
+        unbatched = ids.shape.rank == 1
+        if unbatched:
+            ids = tf.expand_dims(ids, 0)
+        if isinstance(ids, tf.Tensor):
+            ids = tf.RaggedTensor.from_tensor(ids)
+        text = tf.py_function(lambda v, s: self._decode_tensor(
+            tf.RaggedTensor.from_row_splits(v, s)), [ids.flat_values, ids.row_splits], tf.string)
+        text.set_shape([None])
+        return text[0] if unbatched else text
 
     # -- saving --------------------------------------------------------------------------
 

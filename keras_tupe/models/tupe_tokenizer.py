@@ -8,7 +8,15 @@ from keras_tupe.models.preset_folders import StagedPresetSaving, check_backbone_
 from keras_tupe.models.tupe_backbone import TupeBackbone
 
 
-@keras.saving.register_keras_serializable(package="keras_tupe")
+def add_special_tokens(tokenizer, cls, sep, pad, mask):
+    """Declares a BERT-style tokenizer's special tokens, as keras-hub's `BertTokenizer` does
+    (`_add_special_token` is the subclass hook keras-hub provides): `cls` also starts and
+    `sep` also ends every segment."""
+    for token, name in ((cls, "cls_token"), (sep, "sep_token"), (pad, "pad_token"),
+                        (mask, "mask_token"), (cls, "start_token"), (sep, "end_token")):
+        tokenizer._add_special_token(token, name)
+
+
 class TupeTokenizer(StagedPresetSaving, keras_hub.tokenizers.WordPieceTokenizer):
     """keras-hub's `WordPieceTokenizer` with the special tokens of keras_tupe vocabularies.
 
@@ -35,14 +43,7 @@ class TupeTokenizer(StagedPresetSaving, keras_hub.tokenizers.WordPieceTokenizer)
     backbone_cls = TupeBackbone
 
     def __init__(self, vocabulary=None, lowercase=True, **kwargs):
-        # keras-hub's BertTokenizer declares its special tokens the same way
-        # (`_add_special_token` is the subclass hook keras-hub provides).
-        self._add_special_token("[CLS]", "cls_token")
-        self._add_special_token("[SEP]", "sep_token")
-        self._add_special_token("[PAD]", "pad_token")
-        self._add_special_token("[MASK]", "mask_token")
-        self._add_special_token("[CLS]", "start_token")
-        self._add_special_token("[SEP]", "end_token")
+        add_special_tokens(self, cls="[CLS]", sep="[SEP]", pad="[PAD]", mask="[MASK]")
         kwargs.setdefault("oov_token", "[UNK]")
         super().__init__(vocabulary=vocabulary, lowercase=lowercase, **kwargs)
 
