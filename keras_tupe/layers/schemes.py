@@ -286,6 +286,16 @@ SHARED_TERMS = tuple(
 )
 
 
+def build_shared_terms(schemes, values, dtype):
+    """`{attribute: layer}` for every `SHARED_TERMS` attribute: the layers of the `schemes`'
+    shared terms, built from the backbone's `values`, and `None` for the others."""
+    layers = dict.fromkeys(term.attribute for term in SHARED_TERMS)
+    for scheme in schemes:
+        if scheme.shared_term is not None:
+            layers[scheme.shared_term.attribute] = scheme.shared_term.build(values, dtype)
+    return layers
+
+
 def relative_scheme(relative_method):
     """The row of a block's `relative_method` (`None`: the plain attention)."""
     return RELATIVE_POSITION_SCHEMES["none" if relative_method is None else relative_method]
@@ -357,6 +367,12 @@ def check_schemes(
     `max_sequence_length`, `max_relative_distance`, ...) for the rows' own
     checks. Returns the two rows, `(correlation, relative)`.
     """
+    if cls_reset_style != "paper" and not cls_reset:
+        raise ValueError(
+            "`cls_reset_style` chooses how the [CLS] reset is done; "
+            f"cls_reset_style={cls_reset_style!r} needs cls_reset=True. Received: "
+            f"cls_reset={cls_reset!r}"
+        )
     correlation = ABSOLUTE_CORRELATION_SCHEMES[absolute_correlation]
     relative = RELATIVE_POSITION_SCHEMES[relative_position]
     received = (

@@ -14,8 +14,8 @@ from keras_tupe.layers.schemes import (  # noqa: F401 (the two tuples are public
     RELATIVE_POSITION_SCHEMES,
     RELATIVE_POSITIONS,
     SHARED_INPUTS,
-    SHARED_TERMS,
     block_relative_method,
+    build_shared_terms,
     check_content_free,
     check_schemes,
 )
@@ -194,18 +194,10 @@ class TupeBackbone(StagedPresetSaving, keras_hub.models.Backbone):
         _choice("attention_implementation", attention_implementation, ATTENTION_IMPLEMENTATIONS)
         _choice("cls_reset_style", cls_reset_style, CLS_RESET_STYLES)
         _choice("layer_norm_position", layer_norm_position, LAYER_NORM_POSITIONS)
-        _ints(
-            1, vocabulary_size=vocabulary_size, num_layers=num_layers, num_heads=num_heads,
-            hidden_dim=hidden_dim, intermediate_dim=intermediate_dim,
-            max_sequence_length=max_sequence_length,
-        )
+        _ints(1, vocabulary_size=vocabulary_size, num_layers=num_layers, num_heads=num_heads,
+              hidden_dim=hidden_dim, intermediate_dim=intermediate_dim,
+              max_sequence_length=max_sequence_length)
         _ints(0, num_segments=num_segments)
-        if cls_reset_style != "paper" and not cls_reset:
-            raise ValueError(
-                "`cls_reset_style` chooses how the [CLS] reset is done; "
-                f"cls_reset_style={cls_reset_style!r} needs cls_reset=True. Received: "
-                f"cls_reset={cls_reset!r}"
-            )
         if hidden_dim % num_heads:
             raise ValueError(
                 "`hidden_dim` must be divisible by `num_heads`. Received: "
@@ -262,16 +254,11 @@ class TupeBackbone(StagedPresetSaving, keras_hub.models.Backbone):
                                                        name="embeddings_dropout")
         # The schemes' terms computed once per pass (`untied_correlation`,
         # `relative_bias`, `alibi_bias`, `disentangled_embedding`; `None` if unused).
-        shared = {term.attribute: None for term in SHARED_TERMS}
-        for scheme in (correlation, relative):
-            if scheme.shared_term is not None:
-                shared[scheme.shared_term.attribute] = scheme.shared_term.build(values, dtype)
-        for attribute, layer in shared.items():
+        for attribute, layer in build_shared_terms((correlation, relative), values, dtype).items():
             setattr(self, attribute, layer)
         # The fairseq-style reset happens inside the untied table and the T5 buckets.
-        self.cls_reset_layer = None
-        if cls_reset and not fairseq_reset:
-            self.cls_reset_layer = ClsReset(num_heads, dtype=dtype, name="cls_reset")
+        self.cls_reset_layer = (ClsReset(num_heads, dtype=dtype, name="cls_reset")
+                                if cls_reset and not fairseq_reset else None)
         self.transformer_layers = [
             TransformerEncoderBlock(
                 num_heads,
