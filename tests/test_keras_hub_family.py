@@ -478,6 +478,19 @@ def test_missing_weights_file(tmp_path):
     assert type(TupeBackbone.from_preset(preset, load_weights=False)) is TupeBackbone
 
 
+def test_every_model_class_is_registered_under_keras_tupe():
+    """A saved preset names each object `keras_tupe>Class`; an unregistered class saves a
+    bare name that no loader finds."""
+    import keras_tupe.models
+
+    classes = [getattr(keras_tupe.models, name) for name in keras_tupe.models.__all__]
+    classes = [cls for cls in classes if isinstance(cls, type) and issubclass(cls, keras.Layer)]
+    assert len(classes) == 9
+    for cls in classes:
+        assert keras.saving.get_registered_name(cls) == f"keras_tupe>{cls.__name__}"
+        assert keras.saving.get_registered_object(f"keras_tupe>{cls.__name__}") is cls
+
+
 def test_foreign_registered_name(tmp_path):
     preset = str(tmp_path / "foreign")
     variant_backbone("bert_a").save_to_preset(preset)

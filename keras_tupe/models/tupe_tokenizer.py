@@ -17,6 +17,7 @@ def add_special_tokens(tokenizer, cls, sep, pad, mask):
         tokenizer._add_special_token(token, name)
 
 
+@keras.saving.register_keras_serializable(package="keras_tupe")
 class TupeTokenizer(StagedPresetSaving, keras_hub.tokenizers.WordPieceTokenizer):
     """keras-hub's `WordPieceTokenizer` with the special tokens of keras_tupe vocabularies.
 
