@@ -26,6 +26,14 @@ class classproperty(property):
         return self.fget(owner)
 
 
+def _read_json(path):
+    """The JSON value in `path`, or `{}` where there is no such file."""
+    if not os.path.isfile(path):
+        return {}
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
 def is_preset_folder(path):
     """True when `path` is a directory holding a keras-hub `config.json`."""
     return isinstance(path, (str, os.PathLike)) and os.path.isfile(
@@ -63,8 +71,7 @@ def check_preset_folder(preset, cls=None, load_weights=True):
             f"Preset folder {preset} has no config.json; it is not a keras-hub preset "
             "(write one with `save_to_preset`)."
         )
-    with open(config_path, encoding="utf-8") as f:
-        config = json.load(f)
+    config = _read_json(config_path)
     registered = config.get("registered_name")
     if registered != REGISTERED_BACKBONE:
         raise ValueError(
@@ -90,12 +97,10 @@ def check_backbone_vocabulary_size(preset):
     Tokenizers call it from `load_preset_assets`, which every keras-hub `from_preset`
     route runs (`keras_hub.models.TextClassifier`, `MaskedLM`, ...).
     """
-    config = os.path.join(str(preset), "config.json")
-    if os.path.isfile(config):
-        with open(config, encoding="utf-8") as f:
-            size = json.load(f).get("config", {}).get("vocabulary_size")
-        if size is not None:
-            check_vocabulary_size(str(preset), size)
+    config = _read_json(os.path.join(str(preset), "config.json"))
+    size = config.get("config", {}).get("vocabulary_size")
+    if size is not None:
+        check_vocabulary_size(str(preset), size)
 
 
 def check_vocabulary_size(preset, vocabulary_size):
@@ -206,12 +211,8 @@ def write_preset_folder(model, preset_dir, record_key=None, record=None, overwri
         _store_variable_dtype(staging)
         if record_key:
             metadata_path = os.path.join(staging, "metadata.json")
-            metadata = {}
-            if os.path.isfile(metadata_path):
-                with open(metadata_path, encoding="utf-8") as f:
-                    metadata = json.load(f)
-            metadata[record_key] = record
-            write_json(metadata_path, metadata, sync=False)
+            write_json(metadata_path, {**_read_json(metadata_path), record_key: record},
+                       sync=False)
         if adding:
             _add_files(staging, preset_dir)
     if adding:
@@ -229,10 +230,7 @@ def _store_variable_dtype(preset_dir):
     variables' dtype; how the model was trained stays in the run's record.
     """
     path = os.path.join(preset_dir, "config.json")
-    if not os.path.isfile(path):
-        return
-    with open(path, encoding="utf-8") as f:
-        config = json.load(f)
+    config = _read_json(path)
     policy = config.get("config", {}).get("dtype")
     name = policy.get("config", {}).get("name", "") if isinstance(policy, dict) else ""
     if name.startswith("mixed_"):
@@ -290,12 +288,10 @@ def preset_sequence_length(loader):
     The folder's `preprocessor.json` (the pre-training length), else 512 capped at
     an absolute encoder's table (keras-hub's default is 512 for every preset).
     """
-    path = os.path.join(str(loader.preset), "preprocessor.json")
-    if os.path.isfile(path):
-        with open(path, encoding="utf-8") as f:
-            length = json.load(f).get("config", {}).get("sequence_length")
-        if length:
-            return int(length)
+    preprocessor = _read_json(os.path.join(str(loader.preset), "preprocessor.json"))
+    length = preprocessor.get("config", {}).get("sequence_length")
+    if length:
+        return int(length)
     return min(512, int(loader.config["config"].get("max_sequence_length", 512)))
 
 
