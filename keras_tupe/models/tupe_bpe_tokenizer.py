@@ -283,8 +283,6 @@ class TupeBpeTokenizer(StagedPresetSaving, keras_hub.tokenizers.Tokenizer):
         self.oov_token = "<unk>"
         self.file_assets = [VOCABULARY_ASSET, BPE_CODES_ASSET]
         self._moses = None
-        self._set_vocabulary(None)
-        self._set_bpe_codes(None)
         add_special_tokens(self, cls="<s>", sep="</s>", pad="<pad>", mask="<mask>")
         self.set_vocabulary_and_codes(vocabulary, bpe_codes)
 
