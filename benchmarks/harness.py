@@ -121,9 +121,14 @@ def usable_cpus():
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
+def load_averages():
+    """The 1-, 5- and 15-minute load averages (other processes on the cores), or None."""
+    return [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
+
+
 def load_average():
-    """The 1-minute load average (other processes on the cores), or None."""
-    return round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
+    """The 1-minute load average, or None."""
+    return (load_averages() or [None])[0]
 
 
 # === Peak memory ===
@@ -154,38 +159,34 @@ class AllocatorMemory:
     @classmethod
     def for_backend(cls, backend):
         try:
-            return cls._for_backend(backend)
+            if backend == "tensorflow":
+                import tensorflow as tf
+
+                device = "GPU:0" if tf.config.list_physical_devices("GPU") else "CPU:0"
+                info = tf.config.experimental.get_memory_info
+                info(device)  # raises where the device keeps no statistics
+                return cls(f"tensorflow_allocator_{device.split(':')[0].lower()}",
+                           lambda: info(device)["current"], lambda: info(device)["peak"],
+                           lambda: tf.config.experimental.reset_memory_stats(device))
+            if backend == "jax":
+                import jax
+
+                device = jax.devices()[0]
+                if device.platform == "cpu" or not device.memory_stats():
+                    return None
+                # JAX cannot reset its peak: the peak over the process's life is used
+                # (fresh process per measurement; the first step peaks as the others).
+                return cls("jax_allocator_gpu", lambda: device.memory_stats()["bytes_in_use"],
+                           lambda: device.memory_stats()["peak_bytes_in_use"], lambda: None)
+            if backend == "torch":
+                import torch
+
+                if torch.cuda.is_available():
+                    return cls("torch_cuda_allocator", torch.cuda.memory_allocated,
+                               torch.cuda.max_memory_allocated,
+                               torch.cuda.reset_peak_memory_stats)
         except Exception:  # noqa: BLE001 (no statistics: the caller falls back to the RSS)
-            return None
-
-    @classmethod
-    def _for_backend(cls, backend):
-        if backend == "tensorflow":
-            import tensorflow as tf
-
-            device = "GPU:0" if tf.config.list_physical_devices("GPU") else "CPU:0"
-            info = tf.config.experimental.get_memory_info
-            info(device)  # raises where the device keeps no statistics
-            return cls(f"tensorflow_allocator_{device.split(':')[0].lower()}",
-                       lambda: info(device)["current"], lambda: info(device)["peak"],
-                       lambda: tf.config.experimental.reset_memory_stats(device))
-        if backend == "jax":
-            import jax
-
-            device = jax.devices()[0]
-            if device.platform == "cpu" or not device.memory_stats():
-                return None
-            # JAX cannot reset its peak: the peak over the process's life is used
-            # (fresh process per measurement; the first step peaks as the others).
-            return cls("jax_allocator_gpu", lambda: device.memory_stats()["bytes_in_use"],
-                       lambda: device.memory_stats()["peak_bytes_in_use"], lambda: None)
-        if backend == "torch":
-            import torch
-
-            if not torch.cuda.is_available():
-                return None
-            return cls("torch_cuda_allocator", torch.cuda.memory_allocated,
-                       torch.cuda.max_memory_allocated, torch.cuda.reset_peak_memory_stats)
+            pass
         return None
 
     def mark(self):
@@ -212,11 +213,6 @@ def _proc_field(path, prefix):
     except OSError:
         pass
     return None
-
-
-def load_averages():
-    """The 1-, 5- and 15-minute load averages, or None."""
-    return [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
 
 
 def machine_info():
@@ -260,9 +256,8 @@ def versions():
     backend = keras.backend.backend()
     found = dict(python=platform.python_version(), keras=keras.__version__,
                  backend=backend, numpy=np.__version__)
-    module = {"tensorflow": "tensorflow", "jax": "jax", "torch": "torch"}.get(backend)
-    if module:
-        found[f"{backend}_version"] = __import__(module).__version__
+    if backend in ("tensorflow", "jax", "torch"):
+        found[f"{backend}_version"] = __import__(backend).__version__
     if backend == "jax":
         import jaxlib
 
