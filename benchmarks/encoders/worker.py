@@ -141,12 +141,6 @@ def build_encoder(variant, size, vocabulary_size=None, activation=None,
     return backbone, keras_hub_inputs, "gelu_approximate"
 
 
-def _score_loss(y_true, y_pred):
-    """The model's output is already the per-example loss."""
-    del y_true
-    return y_pred
-
-
 def build_benchmark_model(job):
     """(model, step function, parameter count, activation) for one measurement."""
     import keras
@@ -180,7 +174,9 @@ def build_benchmark_model(job):
         )
         model = keras.Model(inputs, square_mean([sequence, pooled]))
         optimizer = create_optimizer(model, LEARNING_RATE, TOTAL_STEPS, WARMUP_STEPS)
-        model.compile(optimizer=optimizer, loss=_score_loss, jit_compile=job["xla"])
+        # The model's output is already the per-example loss.
+        model.compile(optimizer=optimizer, loss=lambda y_true, y_pred: y_pred,
+                      jit_compile=job["xla"])
         y = ops.convert_to_tensor(np.zeros((batch,), "float32"))
 
         def step():
@@ -261,60 +257,36 @@ def _set_attention(job):
     return job
 
 
-def worker(job):
-    """One measurement alone in this process: builds, compiles, warms up, times, memory."""
-    import keras
+def worker(jobs):
+    """The jobs of one process: one measurement, or (--interleave) the variants of one
+    configuration, their steps alternating.
 
-    keras.config.set_dtype_policy(job["precision"])
-    job = _set_attention(dict(job))
-    keras.utils.set_random_seed(0)
-    backend = keras.backend.backend()
-    result = _new_result(job, backend)
-    allocator = harness.AllocatorMemory.for_backend(backend)
-    step = _build_and_compile(job, result)
-    if allocator:
-        result["allocated_after_compile_mb"] = allocator.mark()
-    for _ in range(job["warmup"]):
-        step()
-    _finish_timing(result, [_timed(step, result) for _ in range(job["repeats"])])
-    # The memory figures: see "Peak memory" in the package's docstring.
-    result["peak_abs_mb"] = harness.maxrss_mb()
-    base = result["rss_after_build_mb"]
-    result["peak_build_delta_mb"] = None if base is None else result["peak_abs_mb"] - base
-    if allocator:
-        result["memory_kind"] = allocator.kind
-        result["peak_mb"] = allocator.peak_above_mark_mb()
-        result["allocator_peak_mb"] = allocator.peak_mb()
-    else:  # no allocator statistics (e.g. JAX on a CPU): the RSS figure
-        result["memory_kind"] = "process_rss"
-        result["peak_mb"] = result["peak_build_delta_mb"]
-    return result
-
-
-def worker_interleaved(jobs):
-    """The variants of one configuration in this process, their steps alternating.
-
-    Every model is built and compiled first; then each warm-up and timed
-    repeat runs one step of every model, the order rotated by one each
-    repeat, so a change in the machine's load hits all of them alike. Memory
-    is not measured (the models share the process).
+    Every model is built and compiled first; then each warm-up and timed repeat
+    runs one step of every model, the order rotated by one each repeat, so a
+    change in the machine's load hits all of them alike. A job alone also gets
+    its memory figures (models sharing the process get none). A failure is
+    recorded for its job; the others go on.
     """
     import keras
 
     keras.config.set_dtype_policy(jobs[0]["precision"])
     backend = keras.backend.backend()
+    alone = len(jobs) == 1
+    allocator = alone and harness.AllocatorMemory.for_backend(backend)
+    memory = {} if alone else dict(memory_kind="not measured (--interleave)", peak_mb=None)
     results, steps = [], []
     for job in jobs:
         keras.utils.set_random_seed(0)
-        job = _set_attention(dict(job))
-        result = _new_result(job, backend, memory_kind="not measured (--interleave)",
-                             peak_mb=None)
         try:
-            step = _build_and_compile(job, result, memory=False)
+            job = _set_attention(dict(job))
+            result = _new_result(job, backend, **memory)
+            step = _build_and_compile(job, result, memory=alone)
         except Exception as error:  # noqa: BLE001 (recorded, the others go on)
             result, step = _failure(job, error), None
         results.append(result)
         steps.append(step)
+    if allocator and steps[0]:
+        results[0]["allocated_after_compile_mb"] = allocator.mark()
     live = [i for i, step in enumerate(steps) if step is not None]
     times = {i: [] for i in live}
     for repeat in range(-jobs[0]["warmup"], jobs[0]["repeats"]):
@@ -330,21 +302,26 @@ def worker_interleaved(jobs):
         live = [i for i in live if steps[i] is not None]
     for i in live:
         _finish_timing(results[i], times[i])
+    if alone and live:
+        _add_memory(results[0], allocator)
     return results
 
 
+def _add_memory(result, allocator):
+    """The memory figures of a job alone: see "Peak memory" in the package's docstring."""
+    result["peak_abs_mb"] = harness.maxrss_mb()
+    base = result["rss_after_build_mb"]
+    result["peak_build_delta_mb"] = None if base is None else result["peak_abs_mb"] - base
+    if allocator:
+        result["memory_kind"] = allocator.kind
+        result["peak_mb"] = allocator.peak_above_mark_mb()
+        result["allocator_peak_mb"] = allocator.peak_mb()
+    else:  # no allocator statistics (e.g. JAX on a CPU): the RSS figure
+        result["memory_kind"] = "process_rss"
+        result["peak_mb"] = result["peak_build_delta_mb"]
+
+
 def worker_main(args):
-    out = args.worker_out
-    if args.probe:
-        harness.write_worker_result(out, probe())
-        return 0
-    jobs = json.loads(args.worker)
-    if len(jobs) > 1:
-        results = worker_interleaved(jobs)
-    else:
-        try:
-            results = [worker(jobs[0])]
-        except Exception as error:  # noqa: BLE001 (recorded in the results, not raised)
-            results = [_failure(jobs[0], error)]
-    harness.write_worker_result(out, results)
+    result = probe() if args.probe else worker(json.loads(args.worker))
+    harness.write_worker_result(args.worker_out, result)
     return 0
