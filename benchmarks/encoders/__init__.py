@@ -37,10 +37,7 @@ Method:
 
 Results: `OUT.json` (machine, versions, command, every measurement) and `OUT.md` (headline
 against the issue's thresholds, then a table per configuration). The parent process never
-imports a deep-learning framework. Files: `cli.py` (flags, settings, the sweep), `plan.py`
-(the measurements, their fresh processes), `worker.py` (one measurement, in its process),
-`report.py` (rows, ratios, headline, Markdown), `flops.py` (model FLOPs, throughput, MFU);
-the rest from `benchmarks.harness`.
+imports a deep-learning framework; `benchmarks/README.md` maps the files.
 """
 
 from benchmarks.encoders.cli import main, parse_args

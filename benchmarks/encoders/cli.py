@@ -112,7 +112,7 @@ def resolve_settings(args, probe):
     if args.precisions is not None:
         precisions = list(dict.fromkeys(args.precisions))
     else:
-        precisions = ["float32"] + [p for p in probe["fast_mixed_precisions"]]
+        precisions = ["float32", *probe["fast_mixed_precisions"]]
         if device == "cpu" and probe["cpu_low_precision_flags"]:
             notes.append(
                 "Mixed precision skipped by default: no GPU was found. This CPU does have "
@@ -223,8 +223,8 @@ def main(argv=None):
     partial = Path(f"{out}.partial.jsonl")
     partial.parent.mkdir(parents=True, exist_ok=True)
     partial.write_text("")
-    machine["gpus"] = probe_result["gpus"]
-    machine["cpu_flags_low_precision"] = probe_result["cpu_low_precision_flags"]
+    machine.update(gpus=probe_result["gpus"],
+                   cpu_flags_low_precision=probe_result["cpu_low_precision_flags"])
     versions = dict(probe_result["versions"], keras_tupe=harness.git_state())
     jobs = plan.plan_jobs(settings)
     print(f"{len(jobs)} measurements ({len(settings['variants'])} variants); results -> "

@@ -275,7 +275,7 @@ def render_markdown(report):
             what += f", {c['mode']}"
         else:
             what += f", training step, XLA {'on' if c['xla'] else 'off'}"
-        value = fmt(c["value"], 3) if c["value"] is not None else "–"
+        value = fmt(c["value"], 3)
         if c["kind"] == "gpu_target" and c["name"].endswith("MFU") and c["value"] is not None:
             value = fmt(percent(c["value"]), 1, "%")
         spread = (f"{c['range'][0]:.3f}–{c['range'][1]:.3f}" if c.get("range")
