@@ -57,6 +57,13 @@ class StateDict:
             raise ConversionError(f"{self.path}: no tensor {name!r}; {self.missing}")
         return np.asarray(self.tensors.pop(name))
 
+    def pop_tied(self, name, tied_to, problem, required=True):
+        """Takes `name`, a decoder weight that must equal `tied_to` (keras-hub's masked-LM
+        head reuses the word embeddings); `problem` ends the refusal. Without `required`,
+        a file that lacks `name` is fine."""
+        if (required or name in self.tensors) and not np.array_equal(self.pop(name), tied_to):
+            raise ConversionError(f"{self.path}: {problem}")
+
     def discard(self, name):
         self.tensors.pop(name, None)
 

@@ -216,11 +216,9 @@ def _weights(state, used, path):
                  "or options it cannot reproduce)")
     d, h = used["encoder_embed_dim"], used["encoder_attention_heads"]
     embeddings = tensors.pop(ENCODER + "embed_tokens.weight")
-    if not np.array_equal(tensors.pop(HEAD + "weight"), embeddings):
-        raise ConversionError(
-            f"{path}: decoder.lm_head.weight differs from embed_tokens.weight; the fork ties "
-            "them and keras_tupe's masked-LM head reuses the word embeddings."
-        )
+    tensors.pop_tied(HEAD + "weight", embeddings, "decoder.lm_head.weight differs from "
+                     "embed_tokens.weight; the fork ties them and keras_tupe's masked-LM head "
+                     "reuses the word embeddings.")
     positions = tensors.pop(ENCODER + "pos.weight")
     if positions.shape[0] != used["max_positions"] + 1:
         raise ConversionError(

@@ -350,14 +350,6 @@ def checkpoint_values(tensors, path, config):
     hidden = config["hidden_size"]
     notes = []
 
-    def check_tied(name, expected, what):
-        # pytorch_model.bin repeats the tied decoder; keras-hub's head is tied too.
-        if name in checkpoint.tensors and not np.array_equal(checkpoint.pop(name), expected):
-            raise ConversionError(
-                f"{path}: {name} differs from {what}; an untied masked-LM decoder is not "
-                "converted (keras-hub's MaskedLMHead uses the word embeddings)."
-            )
-
     embeddings = f"{prefix}embeddings"
     word_embeddings = checkpoint.pop(f"{embeddings}.word_embeddings.weight")
     if word_embeddings.shape != (config["vocab_size"], hidden):
@@ -413,10 +405,15 @@ def checkpoint_values(tensors, path, config):
                                     "cls.predictions.transform.LayerNorm"),
             "mlm_head/output_bias": checkpoint.pop("cls.predictions.bias"),
         }
-        check_tied("cls.predictions.decoder.weight", word_embeddings,
-                   "the word embeddings (keras_tupe's masked-LM head is tied to them)")
-        check_tied("cls.predictions.decoder.bias", head["mlm_head/output_bias"],
-                   "cls.predictions.bias")
+        # pytorch_model.bin may repeat the tied decoder; keras-hub's head is tied too.
+        for name, tied_to, what in (
+                ("cls.predictions.decoder.weight", word_embeddings,
+                 "the word embeddings (keras_tupe's masked-LM head is tied to them)"),
+                ("cls.predictions.decoder.bias", head["mlm_head/output_bias"],
+                 "cls.predictions.bias")):
+            checkpoint.pop_tied(name, tied_to, required=False, problem=(
+                f"{name} differs from {what}; an untied masked-LM decoder is not converted "
+                "(keras-hub's MaskedLMHead uses the word embeddings)."))
     if any(name.startswith("cls.seq_relationship.") for name in tensors):
         for name in [n for n in checkpoint.tensors if n.startswith("cls.seq_relationship.")]:
             checkpoint.discard(name)
