@@ -16,6 +16,16 @@ WEIGHTS = "model.weights.h5"
 SEEDS = "seed_states.npz"
 
 
+def backup_metadata(backup_dir):
+    """The committed backup's `training_metadata.json` (`epoch`, `step`, `backup`, ...),
+    or {} before the first."""
+    path = os.path.join(backup_dir, "training_metadata.json")  # Keras's name
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        return json.load(f)
+
+
 class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     """`BackupAndRestore` whose backup is all or nothing, with the dropout random state.
 
@@ -46,17 +56,10 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
             for generator in layer._seed_generators
         ]
 
-    def _committed(self):
-        """The committed metadata, or None before the first backup."""
-        if not os.path.exists(self._training_metadata_path):
-            return None
-        with open(self._training_metadata_path) as f:
-            return json.load(f)
-
     def _save_model(self):
         step = int(self.model.optimizer.iterations.numpy())
         name = f"step_{step:09d}"
-        if (self._committed() or {}).get("backup") == name:
+        if backup_metadata(self.backup_dir).get("backup") == name:
             return  # this very state is already committed
         self._write(os.path.join(self.backup_dir, name), step)
         self._commit({"epoch": self._current_epoch, "batch": self._last_batch_seen,
@@ -87,8 +90,8 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
                 os.remove(path)
 
     def _load_model(self):
-        metadata = self._committed()
-        if metadata is None:
+        metadata = backup_metadata(self.backup_dir)
+        if not metadata:
             return
         if "backup" not in metadata:  # Keras's own layout, written by an earlier version
             super()._load_model()

@@ -25,7 +25,8 @@ import sys
 
 import keras
 
-from keras_tupe.callbacks import AtomicBackupAndRestore, StepCheckpoint, StepLogger, StepProgress
+from keras_tupe.callbacks import (AtomicBackupAndRestore, StepCheckpoint, StepLogger,
+                                  StepProgress, backup_metadata)
 from keras_tupe.finetuning.loading import RUN_CHECKPOINTS, run_model
 from keras_tupe.folders import made_folder
 from keras_tupe.layers.utils import INITIALIZATION
@@ -357,23 +358,14 @@ def _mask_rates(config):
                 random_token_rate=config.random_token_rate)
 
 
-def _backup_metadata(backup_dir):
-    """The committed backup's metadata (`epoch`, `step`, ...), or {} before the first."""
-    path = os.path.join(backup_dir, "training_metadata.json")
-    if not os.path.exists(path):
-        return {}
-    with open(path) as f:
-        return json.load(f)
-
-
 def _backed_up_epoch(backup_dir):
     """The epoch `BackupAndRestore` will restore (its own metadata file), or 0."""
-    return int(_backup_metadata(backup_dir).get("epoch", 0))
+    return int(backup_metadata(backup_dir).get("epoch", 0))
 
 
 def _what_was_kept(config, backup_dir):
     """The end of a write failure's line: the backup kept, and that the same command goes on."""
-    metadata = _backup_metadata(backup_dir)
+    metadata = backup_metadata(backup_dir)
     if not metadata:
         return ("Nothing was kept (no backup yet: the run made no complete block of "
                 "--eval-every steps); free some space and run the same command again.")
@@ -404,6 +396,11 @@ def _pretrain(config, until_step):
 
     strategy = make_strategy(config.strategy)
     validate(config, strategy.num_replicas_in_sync)
+    if until_step is not None and not (
+            0 < until_step <= config.steps and until_step % config.eval_every == 0):
+        raise PretrainError(
+            f"until_step must be a positive multiple of eval_every ({config.eval_every}) "
+            f"and at most steps ({config.steps}). Received: {until_step}")
     manifest = _shard_manifest(config)
     # Read the corpora now: a missing or empty corpus fails before anything is written.
     for flag, corpus in (("--corpus", config.corpus), ("--valid-corpus", config.valid_corpus)):
@@ -423,7 +420,7 @@ def _pretrain(config, until_step):
     backup_dir = os.path.join(config.out, "backup")
     with made_folder(config.out, keep=lambda: _backed_up_epoch(backup_dir) > 0):
         try:
-            return _train(config, mode, strategy, manifest, until_step)
+            return _train(config, mode, strategy, manifest, until_step, backup_dir)
         except (OSError, RuntimeError) as error:
             found = space_error(error)
             if not found:
@@ -434,7 +431,7 @@ def _pretrain(config, until_step):
             raise error.with_note(_what_was_kept(config, backup_dir)) from None
 
 
-def _train(config, mode, strategy, manifest, until_step):
+def _train(config, mode, strategy, manifest, until_step, backup_dir):
     """`pretrain` once `config.out` exists: vocabulary, inputs, model, `fit`, saving."""
     from keras_tupe import data
     from keras_tupe.data.shards import file_sha256
@@ -460,15 +457,8 @@ def _train(config, mode, strategy, manifest, until_step):
         tokenizer = data.load_tokenizer(vocab_path, lowercase=config.lowercase)
         vocabulary_size = tokenizer.vocabulary_size()
     steps_per_epoch = config.eval_every
-    epochs = config.steps // steps_per_epoch
-    if until_step is not None:
-        if until_step <= 0 or until_step % steps_per_epoch or until_step > config.steps:
-            raise PretrainError(
-                f"until_step must be a positive multiple of eval_every ({steps_per_epoch}) "
-                f"and at most steps ({config.steps}). Received: {until_step}")
-        epochs = until_step // steps_per_epoch
-    finishes = epochs == config.steps // steps_per_epoch  # not stopped early at until_step
-    backup_dir = os.path.join(config.out, "backup")
+    finishes = until_step in (None, config.steps)  # not stopped early at until_step
+    epochs = (until_step or config.steps) // steps_per_epoch
     consumed = _backed_up_epoch(backup_dir) * steps_per_epoch
     if consumed and config.verbose:
         print(f"Resuming {config.out} after step {consumed}.", flush=True)

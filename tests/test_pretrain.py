@@ -64,6 +64,17 @@ def test_bad_input_fails_before_anything_is_written(tmp_path, vocab, capsys, cha
     assert not out.exists()
 
 
+@pytest.mark.parametrize("until_step", [0, 3, 8])
+def test_a_bad_until_step_fails_before_anything_is_written(tmp_path, vocab, until_step):
+    from keras_tupe.pretraining import PretrainError, pretrain
+
+    out = tmp_path / "run"
+    with pytest.raises(PretrainError, match=r"until_step must be a positive multiple of "
+                       rf"eval_every \(2\) and at most steps \(6\)\. Received: {until_step}"):
+        pretrain(cli.parse_config(tiny_args(out, vocab)), until_step=until_step)
+    assert not out.exists()
+
+
 def test_empty_corpus_is_refused(tmp_path, vocab, capsys):
     empty = tmp_path / "empty.txt"
     empty.write_text("\n\n")
