@@ -1173,3 +1173,16 @@ def test_a_damaged_keras_file_is_named(tmp_path, capsys, damage):
         "encoder", "--init", str(path), "--out", str(tmp_path / "enc")], capsys)
     assert code == 2 and err.startswith(f"error: {path} is not a readable .keras file"), err
     assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize("code", ["ENOSPC", "EROFS", "EACCES", "EPERM"])
+def test_a_write_error_of_a_forbidden_or_full_folder_is_one_line(code, capsys):
+    import errno
+
+    from keras_tupe.staging import WriteError
+
+    def writes(argv):  # what `staging.staged` raises for a folder it may not write
+        raise WriteError("/runs/x", "the reason", getattr(errno, code))
+
+    assert run_main(lambda argv: cli.run(writes, argv), [], capsys)[1:] == (
+        "", "error: could not write /runs/x: the reason\n")

@@ -19,7 +19,6 @@ argparse's status 2; any other exception is a bug and keeps its traceback (`--tr
 
 import argparse
 import contextlib
-import errno
 import functools
 import glob
 import logging
@@ -28,6 +27,9 @@ import signal
 import sys
 
 from keras_tupe.extras import tensorflow_missing
+# The place written to failed, not the program: no space, a file-size limit, a quota,
+# a read-only or forbidden folder (also a `staging.WriteError` of those).
+from keras_tupe.staging import SPACE_ERRNOS
 
 TF_LOGS_FLAG = "--tf-logs"
 TRACEBACK_FLAG = "--traceback"
@@ -37,9 +39,6 @@ TRACEBACK_FLAG = "--traceback"
 # BlockingIOError: `keras_tupe.output_lock.OutputLockedError`, another process writes --out.
 USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError,
                IsADirectoryError, PermissionError, ConnectionError, BlockingIOError)
-# The place written to failed, not the program (keras_tupe.staging.SPACE_ERRNOS):
-# no space, a file-size limit, a quota, a read-only filesystem.
-SPACE_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS)
 
 
 def quiet_tensorflow(verbose=None):
@@ -204,7 +203,7 @@ def run(main, argv=None, flags=None):
                 raise  # an import of ours
         elif not isinstance(error, USER_ERRORS) and error.errno not in SPACE_ERRNOS:
             raise  # an OSError of ours
-        if TRACEBACK_FLAG in args or os.environ.get("KERAS_TUPE_TRACEBACK") == "1":
+        if _wants_traceback(args):
             raise
         for line in error_lines(error, flags):
             print(f"error: {line}", file=sys.stderr)
@@ -221,6 +220,10 @@ def run(main, argv=None, flags=None):
         for line in error_lines(exit.code, flags):
             print(f"error: {line}", file=sys.stderr)
         return 2
+
+
+def _wants_traceback(args):
+    return TRACEBACK_FLAG in args or os.environ.get("KERAS_TUPE_TRACEBACK") == "1"
 
 
 def error_lines(error, flags=None):
@@ -248,8 +251,7 @@ def one_line_interrupts():
         return
 
     def hook(kind, value, traceback):
-        if issubclass(kind, KeyboardInterrupt) and not os.environ.get(
-                "KERAS_TUPE_TRACEBACK") == "1" and TRACEBACK_FLAG not in sys.argv[1:]:
+        if issubclass(kind, KeyboardInterrupt) and not _wants_traceback(sys.argv[1:]):
             print("interrupted", file=sys.stderr)
             return
         previous(kind, value, traceback)
