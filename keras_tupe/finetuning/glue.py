@@ -42,7 +42,7 @@ def paper_epochs(task):
 
 # `pad_each_batch` rounds each training batch's length up to a multiple of this: at most
 # 8 lengths to compile at 128 (32 compiled fewer, but its longer steps cost more over
-# the studies' 3 epochs: benchmarks/finetune_speed).
+# the studies' 3 epochs: docs/results/finetune_speed.md).
 BATCH_PAD_MULTIPLE = 16
 
 
@@ -87,11 +87,8 @@ def finetune_glue(config):
     from keras_tupe.finetuning.batches import batches, resolve_loader
     from keras_tupe.metrics import glue_metrics, glue_score
     from keras_tupe.models import TupeTextClassifier, TupeTextClassifierPreprocessor
-    from keras_tupe.optimization import create_optimizer
 
-    if config.task not in glue.GLUE_TASKS:
-        raise ValueError(f"Unknown GLUE task {config.task!r}. Valid tasks: {sorted(glue.GLUE_TASKS)}")
-    spec = glue.GLUE_TASKS[config.task]
+    spec = glue.get_task(config.task)
     loader = resolve_loader(config.data_loader)
     keras.utils.set_random_seed(config.seed)
     backbone = load_backbone(config.init)
@@ -116,31 +113,16 @@ def finetune_glue(config):
     train, steps_per_epoch = batches(
         _segments(train_examples), _labels(spec, train_examples), config.batch_size,
         shuffle=True, seed=config.seed, fill_last_batch=True, epochs=epochs, loader=loader)
-    steps = epochs * steps_per_epoch
     # Dropout of the pre-trained encoder: the fine-tuning value.
     backbone = _with_dropout(backbone, config.dropout)
     model = TupeTextClassifier(backbone, num_classes=spec.num_classes, dropout=config.dropout,
                                preprocessor=preprocessor)
-    model.compile(
-        optimizer=create_optimizer(model, config.learning_rate, total_steps=steps,
-                                   warmup_steps=int(config.warmup_ratio * steps),
-                                   weight_decay=config.weight_decay),
-        jit_compile=config.xla,
-    )
     train_lengths = compiled_lengths(lengths["train"], pad_multiple)
     if config.progress:
         print(f"{config.task}: the training step compiles for at most {len(train_lengths)} "
               f"length(s) ({', '.join(map(str, train_lengths))}) at batch {config.batch_size}, "
               f"prediction for one length a split; data on {loader}.", flush=True)
-    start = time.perf_counter()
-    progress = [StepProgress(steps, steps_per_epoch)] if config.progress else []
-    try:
-        model.fit(train, epochs=epochs, steps_per_epoch=steps_per_epoch, shuffle=False,
-                  verbose=0 if progress else config.verbose, callbacks=progress)
-    finally:
-        for callback in progress:
-            callback.close()  # its heartbeat thread, when fit raised
-    seconds = time.perf_counter() - start
+    seconds = fit_task(model, train, config, epochs, steps_per_epoch, config.progress)
     preprocessor.pad_to_multiple_of = None  # evaluation: one length a split
     results = {}
     for split in spec.eval_splits:
@@ -168,6 +150,28 @@ def finetune_glue(config):
             "epochs": epochs, "train_examples": len(train_examples.labels),
             "sequence_lengths": lengths, "train_lengths_compiled_at_most": train_lengths,
             "train_seconds": seconds, "data_loader": loader, "dev": results}
+
+
+def fit_task(model, train, config, epochs, steps_per_epoch, progress):
+    """Compiles `model` with `create_optimizer` (warm-up over `config.warmup_ratio` of the
+    steps, then linear decay) and fits it on `train`, with `StepProgress` lines when
+    `progress`, else Keras's at `config.verbose`. Returns the seconds `fit` took."""
+    from keras_tupe.optimization import create_optimizer
+
+    steps = epochs * steps_per_epoch
+    model.compile(optimizer=create_optimizer(model, config.learning_rate, total_steps=steps,
+                                             warmup_steps=int(config.warmup_ratio * steps),
+                                             weight_decay=config.weight_decay),
+                  jit_compile=config.xla)
+    callbacks = [StepProgress(steps, steps_per_epoch)] if progress else []
+    start = time.perf_counter()
+    try:
+        model.fit(train, epochs=epochs, steps_per_epoch=steps_per_epoch, shuffle=False,
+                  verbose=0 if progress else config.verbose, callbacks=callbacks)
+    finally:
+        for callback in callbacks:
+            callback.close()  # its heartbeat thread, when fit raised
+    return time.perf_counter() - start
 
 
 def compiled_lengths(split_length, pad_multiple):

@@ -8,7 +8,6 @@ import time
 
 import keras
 
-from keras_tupe.callbacks import StepProgress
 from keras_tupe.finetuning.loading import load_backbone
 from keras_tupe.finetuning.protocol import Protocol
 from keras_tupe.finetuning.summary import append_result, read_results
@@ -62,10 +61,9 @@ def finetune_squad(config):
     """
     from keras_tupe.data import squad
     from keras_tupe.finetuning.batches import batches, resolve_loader
-    from keras_tupe.finetuning.glue import task_tokenizer
+    from keras_tupe.finetuning.glue import fit_task, task_tokenizer
     from keras_tupe.metrics import squad_evaluate
     from keras_tupe.models import TupeSpanQA, TupeSpanQAPreprocessor
-    from keras_tupe.optimization import create_optimizer
 
     loader = resolve_loader(config.data_loader)
     if config.save_dir:  # refused before any training
@@ -111,21 +109,8 @@ def finetune_squad(config):
     train, steps_per_epoch = batches(train_features.inputs, labels, config.batch_size,
                                      shuffle=True, seed=config.seed, epochs=config.epochs,
                                      loader=loader)
-    steps = config.epochs * steps_per_epoch
     model = TupeSpanQA(backbone, preprocessor=preprocessor)
-    model.compile(optimizer=create_optimizer(model, config.learning_rate, total_steps=steps,
-                                             warmup_steps=int(config.warmup_ratio * steps),
-                                             weight_decay=config.weight_decay),
-                  jit_compile=config.xla)
-    progress = ([StepProgress(steps, steps_per_epoch)] if talk else [])
-    start = time.perf_counter()
-    try:
-        model.fit(train, epochs=config.epochs, steps_per_epoch=steps_per_epoch,
-                  verbose=config.verbose, shuffle=False, callbacks=progress)
-    finally:
-        for callback in progress:
-            callback.close()  # its heartbeat thread, when fit raised
-    train_seconds = time.perf_counter() - start
+    train_seconds = fit_task(model, train, config, config.epochs, steps_per_epoch, talk)
     if talk:
         print(f"Evaluating on {len(eval_features.token_ids):,} features ...", flush=True)
     with Heartbeat("  evaluating") if talk else contextlib.nullcontext():
