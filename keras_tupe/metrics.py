@@ -19,6 +19,8 @@ import warnings
 
 import numpy as np
 
+from keras_tupe.data.glue import GLUE_TASKS
+
 
 def _as_vector(values, name):
     values = np.asarray(values)
@@ -224,18 +226,8 @@ def spearman(predictions, labels):
     return _pearson(_average_ranks(x), _average_ranks(y))
 
 
-# GLUE tasks
-GLUE_METRICS = {
-    "cola": ("matthews",),
-    "sst2": ("accuracy",),
-    "mrpc": ("accuracy", "f1"),
-    "stsb": ("pearson", "spearman"),
-    "qqp": ("accuracy", "f1"),
-    "mnli": ("accuracy",),
-    "qnli": ("accuracy",),
-    "rte": ("accuracy",),
-    "wnli": ("accuracy",),
-}
+# GLUE tasks: each task's metrics, as `keras_tupe.data.glue.GLUE_TASKS` lists them.
+GLUE_METRICS = {name: task.metrics for name, task in GLUE_TASKS.items()}
 
 _METRIC_FUNCTIONS = {
     "accuracy": accuracy,
