@@ -238,15 +238,14 @@ def _read_files(paths, modes, offset, max_lines=None, progress=None):
         batch, size = [], 0
         return out
 
-    for unit, (path, mode) in enumerate(zip(paths, modes)):
-        for text, whole, ends in _pieces(path):
-            batch.append((text, offset + unit, mode, whole, ends))
-            size += len(text)
-            lines_read += ends
-            if len(batch) == _LINES_PER_BATCH or size >= _BATCH_BYTES:
-                yield flush()
-            if max_lines is not None and lines_read >= max_lines:
-                break
+    pieces = ((offset + unit, mode, piece)
+              for unit, (path, mode) in enumerate(zip(paths, modes)) for piece in _pieces(path))
+    for unit, mode, (text, whole, ends) in pieces:
+        batch.append((text, unit, mode, whole, ends))
+        size += len(text)
+        lines_read += ends
+        if len(batch) == _LINES_PER_BATCH or size >= _BATCH_BYTES:
+            yield flush()
         if max_lines is not None and lines_read >= max_lines:
             break
     if batch:

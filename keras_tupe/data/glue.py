@@ -180,15 +180,11 @@ class GlueExamples:
     split: str
 
     def __post_init__(self):
-        sizes = {len(self.sentence1), len(self.labels)}
-        if self.sentence2 is not None:
-            sizes.add(len(self.sentence2))
-        if len(sizes) != 1:
-            raise ValueError(
-                "`sentence1`, `sentence2` and `labels` must have the same length. Received: "
-                f"{len(self.sentence1)}, "
-                f"{None if self.sentence2 is None else len(self.sentence2)}, {len(self.labels)}"
-            )
+        sizes = [len(self.sentence1), None if self.sentence2 is None else len(self.sentence2),
+                 len(self.labels)]
+        if len(set(sizes) - {None}) != 1:
+            raise ValueError("`sentence1`, `sentence2` and `labels` must have the same length. "
+                             f"Received: {', '.join(map(str, sizes))}")
 
     def __len__(self):
         return len(self.sentence1)
@@ -298,8 +294,7 @@ def _read_tsv(task, split, path):
         for row in reader:
             if not row:  # a blank line, e.g. at the end of the file
                 continue
-            malformed = len(row) != len(header) or (labelled and not row[label_index])
-            if malformed and skip_malformed:
+            if skip_malformed and (len(row) != len(header) or labelled and not row[label_index]):
                 skipped += 1
                 continue
             if len(row) != len(header):

@@ -7,6 +7,7 @@ without TensorFlow), so that `postprocess` returns answers as exact substrings o
 context. `split_articles` makes an unofficial article-level split of one file.
 """
 
+import collections
 import dataclasses
 import json
 import logging
@@ -149,21 +150,13 @@ def _articles_from_examples(examples):
             for title, paragraphs in articles.items()]
 
 
-class ArticleSplit(tuple):
+class ArticleSplit(collections.namedtuple("ArticleSplit", ["train", "eval"])):
     """`(train_articles, eval_articles)` with a `label` saying it is an unofficial split."""
 
     def __new__(cls, train, eval, label=SPLIT_LABEL):  # noqa: A002 - the natural name
-        split = super().__new__(cls, (train, eval))
+        split = super().__new__(cls, train, eval)
         split.label = label
         return split
-
-    @property
-    def train(self):
-        return self[0]
-
-    @property
-    def eval(self):
-        return self[1]
 
 
 def split_articles(articles, eval_fraction=0.2, seed=0):

@@ -80,8 +80,7 @@ def load_backbone(init):
 
     A task's preset or `.keras` file (masked LM, classifier) gives its backbone.
     """
-    import keras_tupe.models  # noqa: F401  (registers the classes, in a command's process too)
-    from keras_tupe.models import TupeBackbone
+    from keras_tupe.models import TupeBackbone  # registers every class for the loaders
 
     kind, path = resolve_init(init)
     if kind == "preset":
