@@ -22,12 +22,10 @@ import json
 import os
 import socket
 import sys
-import threading
 import time
 
-# Locks this process holds: canonical lock-file path -> [file descriptor, depth].
-_HELD = {}
-_HELD_GUARD = threading.Lock()
+# The (canonical) lock files this process holds.
+_HELD = set()
 
 
 class OutputLockedError(BlockingIOError):
@@ -89,16 +87,8 @@ def output_lock(out, command=None, flag="--out"):
             the folder, the holder's pid, host, start time and command, and what to do.
     """
     path = lock_path(out)
-    with _HELD_GUARD:
-        reentered = path in _HELD  # held already: an entry point, then its library
-        if reentered:
-            _HELD[path][1] += 1
-    if reentered:
-        try:
-            yield path
-        finally:
-            with _HELD_GUARD:
-                _HELD[path][1] -= 1
+    if path in _HELD:  # held already: an entry point, then its library
+        yield path
         return
     made = _make_parents(os.path.dirname(path))
     try:
@@ -108,12 +98,10 @@ def output_lock(out, command=None, flag="--out"):
         raise
     try:
         _write_record(fd, command)
-        with _HELD_GUARD:
-            _HELD[path] = [fd, 1]
+        _HELD.add(path)
         yield path
     finally:
-        with _HELD_GUARD:
-            _HELD.pop(path, None)
+        _HELD.discard(path)
         # Delete the file while still holding it; a process that opened it just before
         # sees, once it gets the lock, that the path no longer names its file.
         with contextlib.suppress(OSError):
@@ -136,12 +124,11 @@ def _acquire(path, out, flag):
             os.close(fd)
             raise
         if not locked:
-            record = _read_record(fd)
             for _ in range(20):  # the holder writes its record just after it locks
+                record = _read_record(fd)
                 if record:
                     break
                 time.sleep(0.025)
-                record = _read_record(fd)
             os.close(fd)
             raise OutputLockedError(_refusal(out, flag, record)) from None
         try:
