@@ -37,6 +37,14 @@ class _Storage:
         self.key, self.array = key, np.ascontiguousarray(array).ravel()
 
 
+class _StorageView:
+    """`numel` elements of `base` from `offset`, pickled as PyTorch < 1.6 pickled a storage
+    view: the base's persistent id with `(view_key, offset, numel)`."""
+
+    def __init__(self, base, key, offset, numel):
+        self.base, self.key, self.offset, self.numel = base, key, offset, numel
+
+
 class _Tensor:
     """Pickles as PyTorch pickles a tensor: `_rebuild_tensor_v2(storage, offset, size, stride, ...)`."""
 
@@ -79,9 +87,12 @@ def legacy_save(obj, path, storages, torch):
 
     class Pickler(pickle.Pickler):
         def persistent_id(self, value):
+            view = None
+            if isinstance(value, _StorageView):
+                view, value = (value.key, value.offset, value.numel), value.base
             if isinstance(value, _Storage):
                 return ("storage", types_by_dtype[value.array.dtype], value.key, "cpu",
-                        value.array.size, None)
+                        value.array.size, view)
             return None
 
     with open(path, "wb") as f:
@@ -96,6 +107,18 @@ def legacy_save(obj, path, storages, torch):
             array = storages[key].array
             f.write(np.int64(array.size).astype("<i8").tobytes())
             f.write(array.astype(array.dtype.newbyteorder("<")).tobytes())
+
+
+def test_legacy_storage_views_read_their_part_of_the_base_storage(fake_torch, tmp_path):
+    torch, _ = fake_torch
+    base = _Storage("0", np.arange(12, dtype="float32"))
+    view = _StorageView(base, "0_view", offset=5, numel=6)
+    path = tmp_path / "views.pt"
+    legacy_save({"row": _Tensor(view, 1, (2, 2), (2, 1)), "whole": _Tensor(base, 0, (12,), (1,))},
+                path, {"0": base}, torch)
+    loaded = load_torch_file(path)
+    np.testing.assert_array_equal(loaded["row"], [[6, 7], [8, 9]])
+    np.testing.assert_array_equal(loaded["whole"], base.array)
 
 
 def test_legacy_format_tensors_views_and_unknown_objects(fake_torch, tmp_path):

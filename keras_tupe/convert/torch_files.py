@@ -166,19 +166,16 @@ class _Unpickler(pickle.Unpickler):
         return storage
 
 
-class _View(_Storage):
+class _View:
+    """`numel` elements of a storage from `offset` (legacy files); read as its base is."""
+
     def __init__(self, base, offset, numel):
-        self.base, self.offset_in_base = base, offset
-        super().__init__(base.dtype, base.key, numel)
+        self.base, self.offset, self.numel, self.key = base, offset, numel, base.key
 
     @property
     def array(self):
         data = self.base.array
-        return None if data is None else data[self.offset_in_base : self.offset_in_base + self.numel]
-
-    @array.setter
-    def array(self, value):
-        pass
+        return None if data is None else data[self.offset : self.offset + self.numel]
 
 
 def _materialize(obj, seen=None):
