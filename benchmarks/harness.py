@@ -70,12 +70,9 @@ def run_fresh(module, argv, timeout=None, env=None, library=None):
         wall = time.perf_counter() - start
         if out.exists():
             return json.loads(out.read_text()), None, wall
-    if process.returncode < 0:
-        reason = f"killed by signal {-process.returncode}"
-        if process.returncode == -9:
-            reason += " (out of memory?)"
-    else:
-        reason = f"exit status {process.returncode}"
+    code = process.returncode
+    reason = (f"killed by signal {-code}" + (" (out of memory?)" if code == -9 else "")
+              if code < 0 else f"exit status {code}")
     tail = " | ".join(process.stderr.strip().splitlines()[-3:])
     return None, f"{reason}: {tail}"[:600], wall
 

@@ -89,16 +89,15 @@ def parse_args(argv=None):
                              "(explicit flags still win)")
     parser.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)  # a worker's
     args = parser.parse_args(argv)
-    for name in ("batch_size", "repeats", "rounds", "vocabulary_size"):
+    for name, low in (("batch_size", 1), ("repeats", 1), ("rounds", 1), ("vocabulary_size", 1),
+                      ("warmup", 0)):
         value = getattr(args, name)
-        if value is not None and value < 1:
-            parser.error(f"--{name.replace('_', '-')} must be >= 1. Received: {value}")
+        if value is not None and value < low:
+            parser.error(f"--{name.replace('_', '-')} must be >= {low}. Received: {value}")
     if args.dropout is not None and not 0 <= args.dropout < 1:
         parser.error(f"--dropout must be in [0, 1). Received: {args.dropout}")
     if args.peak_tflops is not None and args.peak_tflops <= 0:
         parser.error(f"--peak-tflops must be > 0. Received: {args.peak_tflops}")
-    if args.warmup is not None and args.warmup < 0:
-        parser.error(f"--warmup must be >= 0. Received: {args.warmup}")
     if args.seq_lens is not None and min(args.seq_lens) < 2:
         parser.error(f"--seq-lens must be >= 2. Received: {args.seq_lens}")
     return args

@@ -65,14 +65,11 @@ def probe():
             capability = 8.0  # unknown: assume a recent GPU
         fast = [p for p, need in (("mixed_bfloat16", 8.0), ("mixed_float16", 7.0))
                 if capability >= need]
-    keras_hub_ok, keras_hub_error = True, None
-    try:
-        import keras_hub  # noqa: F401
-    except Exception as error:  # noqa: BLE001
-        keras_hub_ok, keras_hub_error = False, f"{type(error).__name__}: {error}"
+    versions = harness.versions()  # imports keras_hub, or records why it cannot
+    keras_hub_error = versions["keras_hub"].partition("not importable: ")[2] or None
     return dict(backend=backend, gpus=found, fast_mixed_precisions=fast,
                 cpu_low_precision_flags=harness.low_precision_cpu_flags(),
-                versions=harness.versions(), keras_hub=keras_hub_ok,
+                versions=versions, keras_hub=keras_hub_error is None,
                 keras_hub_error=keras_hub_error, preset_variants=list(VARIANTS),
                 preset_sizes=list(SIZES))
 
