@@ -51,3 +51,36 @@ def test_offline_split_fine_tune_reports_labelled_official_metrics(tmp_path, cap
     restored = TupeSpanQA.from_preset(str(preset))
     assert restored.preprocessor.sequence_length == 192
     assert load_backbone(str(preset)).relative_position == "method4"
+
+
+def test_squad_protocol_appends_glue_form_rows_and_resumes(tmp_path, monkeypatch, capsys):
+    from keras_tupe.finetuning import Protocol, run_squad_protocol
+    from keras_tupe.finetuning import squad as finetuning_squad
+
+    calls = []
+
+    def fake_finetune(config):
+        calls.append((config.learning_rate, config.seed, config.epochs))
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # interrupted during the third run
+        f1 = 50.0 + 1e5 * config.learning_rate + config.seed
+        return {"data": "d", "exact_match": f1 - 10, "f1": f1, "train_features": 7,
+                "train_seconds": 1.0, "eval_questions": 3}
+
+    monkeypatch.setattr(finetuning_squad, "finetune_squad", fake_finetune)
+    protocol = Protocol((1e-4, 2e-4), (0, 1))
+    out = tmp_path / "squad"
+    with pytest.raises(KeyboardInterrupt):
+        run_squad_protocol("unused", str(out), protocol=protocol, epochs=3)
+    lines = (out / "results.jsonl").read_text().splitlines()
+    assert len(lines) == 2  # the two finished runs stay, to resume from
+    rows = run_squad_protocol("unused", str(out), protocol=protocol, epochs=3)
+    assert calls[3:] == [(2e-4, 0, 3), (2e-4, 1, 3)]  # only the runs not done
+    assert [(r["learning_rate"], r["seed"]) for r in rows] == [
+        (1e-4, 0), (1e-4, 1), (2e-4, 0), (2e-4, 1)]
+    row = json.loads((out / "results.jsonl").read_text().splitlines()[-1])
+    assert row["task"] == "squad" and row["epochs"] == 3 and row["wall_seconds"] >= 0
+    assert row["dev"] == {"eval": {"exact_match": 61.0, "f1": 71.0, "score": 0.71}}
+    assert "squad lr=0.0002 seed=1: fine-tuning (run 4 of 4) ..." in capsys.readouterr().out
+    with pytest.raises(ValueError, match="needs a `protocol` or `learning_rates`"):
+        run_squad_protocol("unused", str(out))
