@@ -26,68 +26,59 @@ FLASH = {"off": [False], "on": [True], "both": [False, True]}
 # === Flags and settings ===
 def parse_args(argv=None):
     parser = harness.parser("benchmarks.encoders", sys.modules["benchmarks.encoders"].__doc__)
-    parser.add_argument("--size", default=None,
-                        help="preset size, a key of keras_tupe.models.presets.SIZES (default: "
-                             "mini on CPU, base on GPU)")
-    parser.add_argument("--variants", nargs="+", default=None, metavar="VARIANT",
-                        help="models to measure: keys of keras_tupe.models.presets.VARIANTS and "
-                             f"{KERAS_HUB_BERT} (default: all of them)")
-    parser.add_argument("--seq-lens", nargs="+", type=int, default=None,
-                        help=f"sequence lengths (default: {list(DEFAULT_SEQ_LENS)})")
-    parser.add_argument("--batch-size", type=int, default=None,
-                        help="batch size (default: 8 on CPU, 32 on GPU)")
-    parser.add_argument("--xla", choices=("both", "on", "off"), default="both",
-                        help="jit_compile=True, False, or both (default: both)")
-    parser.add_argument("--precisions", nargs="+", choices=PRECISIONS, default=None,
-                        help="dtype policies; bfloat16 keeps the weights in bfloat16 too "
-                             "(default: float32, plus mixed_bfloat16 and mixed_float16 where a "
-                             "GPU supports them)")
-    parser.add_argument("--flash", choices=tuple(FLASH), default="off",
-                        help="the keras_tupe models' attention_implementation: 'fused' "
-                             "(keras.ops.dot_product_attention, a flash kernel where the backend "
-                             "has one) for on, 'einsum' for off, or both (default: off); "
-                             "keras_hub_bert: keras.config.enable_flash_attention() on a GPU")
-    parser.add_argument("--dropout", type=float, default=None,
-                        help="dropout of every model (default: the preset's 0.1); the fused "
-                             "attention has no attention dropout, so a training step with "
-                             "dropout > 0 takes the einsum path whatever --flash says")
-    parser.add_argument("--peak-tflops", type=float, default=None,
-                        help="peak TFLOP/s for the MFU column of every row (default: the dense "
-                             "bfloat16 peak of a known GPU for mixed_bfloat16 rows, else n/a)")
-    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES),
-                        help="train: forward + backward + AdamW update; infer: forward "
-                             "(default: both)")
-    parser.add_argument("--repeats", type=int, default=None,
-                        help="timed steps per measurement, after warm-up "
-                             f"(default: {DEFAULT_REPEATS})")
-    parser.add_argument("--warmup", type=int, default=None,
-                        help="untimed steps after the compiling first call "
-                             f"(default: {DEFAULT_WARMUP})")
-    parser.add_argument("--rounds", type=int, default=1,
-                        help="repeat the whole sweep this many times (variant order rotated), "
-                             "splitting --repeats between rounds and pooling the timings "
-                             "(default: 1)")
-    parser.add_argument("--vocabulary-size", type=int, default=None,
-                        help="vocabulary of every model (default: the preset's)")
-    parser.add_argument("--activation", default=None,
-                        help="feed-forward activation of the keras_tupe models (default: the "
-                             "preset's exact 'gelu'; keras-hub's BERT always uses the tanh "
-                             "'gelu_approximate')")
-    parser.add_argument("--out", default=None,
-                        help="output path without extension "
-                             "(default: docs/results/benchmarks_<backend>_<size>)")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="replace an existing report at --out (refused otherwise)")
-    parser.add_argument("--job-timeout", type=float, default=DEFAULT_JOB_TIMEOUT_S,
-                        help="seconds before one measurement is killed and recorded as failed "
-                             f"(default: {DEFAULT_JOB_TIMEOUT_S})")
-    parser.add_argument("--interleave", action="store_true",
-                        help="time the variants of each configuration in one process, their "
-                             "steps alternating (robust to a busy machine; no memory figures)")
-    parser.add_argument("--quick", action="store_true",
-                        help="smoke test: --size tiny --seq-lens 32 64 --repeats 2 --warmup 1 "
-                             "(explicit flags still win)")
-    parser.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)  # a worker's
+    add = parser.add_argument
+    add("--size", help="preset size, a key of keras_tupe.models.presets.SIZES (default: mini on "
+                       "CPU, base on GPU)")
+    add("--variants", nargs="+", metavar="VARIANT",
+        help=f"models to measure: keys of keras_tupe.models.presets.VARIANTS and {KERAS_HUB_BERT} "
+             "(default: all of them)")
+    add("--seq-lens", nargs="+", type=int,
+        help=f"sequence lengths (default: {list(DEFAULT_SEQ_LENS)})")
+    add("--batch-size", type=int, help="batch size (default: 8 on CPU, 32 on GPU)")
+    add("--xla", choices=("both", "on", "off"), default="both",
+        help="jit_compile=True, False, or both (default: both)")
+    add("--precisions", nargs="+", choices=PRECISIONS,
+        help="dtype policies; bfloat16 keeps the weights in bfloat16 too (default: float32, plus "
+             "mixed_bfloat16 and mixed_float16 where a GPU supports them)")
+    add("--flash", choices=tuple(FLASH), default="off",
+        help="the keras_tupe models' attention_implementation: 'fused' "
+             "(keras.ops.dot_product_attention, a flash kernel where the backend has one) for on, "
+             "'einsum' for off, or both (default: off); keras_hub_bert: "
+             "keras.config.enable_flash_attention() on a GPU")
+    add("--dropout", type=float,
+        help="dropout of every model (default: the preset's 0.1); the fused attention has no "
+             "attention dropout, so a training step with dropout > 0 takes the einsum path "
+             "whatever --flash says")
+    add("--peak-tflops", type=float,
+        help="peak TFLOP/s for the MFU column of every row (default: the dense bfloat16 peak of a "
+             "known GPU for mixed_bfloat16 rows, else n/a)")
+    add("--modes", nargs="+", choices=MODES, default=list(MODES),
+        help="train: forward + backward + AdamW update; infer: forward (default: both)")
+    add("--repeats", type=int,
+        help=f"timed steps per measurement, after warm-up (default: {DEFAULT_REPEATS})")
+    add("--warmup", type=int,
+        help=f"untimed steps after the compiling first call (default: {DEFAULT_WARMUP})")
+    add("--rounds", type=int, default=1,
+        help="repeat the whole sweep this many times (variant order rotated), splitting --repeats "
+             "between rounds and pooling the timings (default: 1)")
+    add("--vocabulary-size", type=int, help="vocabulary of every model (default: the preset's)")
+    add("--activation",
+        help="feed-forward activation of the keras_tupe models (default: the preset's exact "
+             "'gelu'; keras-hub's BERT always uses the tanh 'gelu_approximate')")
+    add("--out", help="output path without extension "
+                      "(default: docs/results/benchmarks_<backend>_<size>)")
+    add("--overwrite", action="store_true",
+        help="replace an existing report at --out (refused otherwise)")
+    add("--job-timeout", type=float, default=DEFAULT_JOB_TIMEOUT_S,
+        help="seconds before one measurement is killed and recorded as failed "
+             f"(default: {DEFAULT_JOB_TIMEOUT_S})")
+    add("--interleave", action="store_true",
+        help="time the variants of each configuration in one process, their steps alternating "
+             "(robust to a busy machine; no memory figures)")
+    add("--quick", action="store_true",
+        help="smoke test: --size tiny --seq-lens 32 64 --repeats 2 --warmup 1 (explicit flags "
+             "still win)")
+    add("--probe", action="store_true", help=argparse.SUPPRESS)  # a worker's
     args = parser.parse_args(argv)
     for name, low in (("batch_size", 1), ("repeats", 1), ("rounds", 1), ("vocabulary_size", 1),
                       ("warmup", 0)):
@@ -113,18 +104,16 @@ def resolve_settings(args, probe):
     else:
         precisions = ["float32", *probe["fast_mixed_precisions"]]
         if device == "cpu" and probe["cpu_low_precision_flags"]:
-            notes.append(
-                "Mixed precision skipped by default: no GPU was found. This CPU does have "
-                f"low-precision instructions ({probe['cpu_low_precision_flags']}), which "
-                "TensorFlow's oneDNN kernels (not XLA's) can use for bfloat16 matmuls; measure "
-                "them with --precisions float32 mixed_bfloat16."
-            )
+            notes.append("Mixed precision skipped by default: no GPU was found. This CPU does "
+                         "have low-precision instructions "
+                         f"({probe['cpu_low_precision_flags']}), which TensorFlow's oneDNN "
+                         "kernels (not XLA's) can use for bfloat16 matmuls; measure them with "
+                         "--precisions float32 mixed_bfloat16.")
         elif device == "cpu":
-            notes.append(
-                "Mixed precision skipped: no GPU was found, and the CPU has no bfloat16/float16 "
-                "matmul instructions (no avx512_bf16, avx512_fp16 or AMX), so it would not be "
-                "faster than float32. Force it with --precisions."
-            )
+            notes.append("Mixed precision skipped: no GPU was found, and the CPU has no "
+                         "bfloat16/float16 matmul instructions (no avx512_bf16, avx512_fp16 or "
+                         "AMX), so it would not be faster than float32. Force it with "
+                         "--precisions.")
         elif len(precisions) < 3:
             skipped = sorted({"mixed_bfloat16", "mixed_float16"} - set(precisions))
             notes.append(f"Skipped {skipped}: the GPU's compute capability "
