@@ -208,9 +208,7 @@ def _attention_text(row):
 def render_markdown(report):
     rows = report["rows"]
     memory_kinds = {r["memory_kind"] for r in rows if r.get("memory_kind")}
-    s = report["settings"]
-    m = report["machine"]
-    v = report["versions"]
+    s, m, v = report["settings"], report["machine"], report["versions"]
     lines = [
         f"# Encoder benchmark: {s['size']} presets and keras-hub BERT ({s['backend']}, "
         f"{'GPU' if s['device'] == 'gpu' else 'CPU'})",
@@ -258,8 +256,7 @@ def render_markdown(report):
         diff = params[KERAS_HUB_BERT] - params["bert_a"]
         lines.append(f"- Parameters: keras_hub_bert {params[KERAS_HUB_BERT]:,}, bert_a "
                      f"{params['bert_a']:,} (difference {diff:+,}).")
-    for note in report["notes"]:
-        lines.append(f"- {note}")
+    lines += [f"- {note}" for note in report["notes"]]
     lines += ["", "## Headline", "",
               "| check | seq | precision | value | range (best–worst) or values | ratio of min "
               "| ratio of CPU time | threshold | verdict |",
