@@ -1,12 +1,9 @@
 """What every benchmark here shares: fresh processes, timing statistics, peak memory, provenance.
 
-`run_fresh(module, argv)` runs `python -m module ARGV --worker-out FILE` and reads back the
-JSON the worker wrote, so no model, allocator state or XLA cache carries from one measurement
-into the next, and a crash or an out-of-memory kill is a recorded failure of that measurement;
-`library_at(revision, folder)` puts a git revision's `keras_tupe` first on the child's path
-(before and after in one run). CPU time over wall time x usable cores (`process_cpu_s`) says
-how much of the machine other processes took. `machine_info` and `git_state` run in the parent
-(no framework imported), `versions` in a worker (imports Keras).
+`run_fresh` runs each measurement in a fresh process, so no model, allocator state or XLA cache
+carries into the next, and a crash or an out-of-memory kill is a recorded failure of that
+measurement. `machine_info` and `git_state` run in the parent (no framework imported),
+`versions` in a worker (imports Keras).
 """
 
 import argparse
@@ -83,7 +80,7 @@ def write_worker_result(path, result):
 
 
 def library_at(revision, folder):
-    """`keras_tupe` as of git `revision`, extracted into `folder` (a `library` to run)."""
+    """`keras_tupe` as of git `revision` in `folder`: a `library` to run (before and after)."""
     archive = subprocess.run(["git", "archive", revision, "keras_tupe"], cwd=REPO_ROOT,
                              check=True, capture_output=True).stdout
     Path(folder).mkdir(parents=True, exist_ok=True)
