@@ -291,7 +291,7 @@ def glue_score(task, metrics):
         float in [-1, 1] (Matthews, Pearson) or [0, 1] (accuracy).
     """
     name = _glue_task(task)
-    metric = glue_score_metric(name)
+    metric = _GLUE_SCORE_METRIC[name]
     if metric not in metrics:
         raise ValueError(
             f"The GLUE score of {name} is its {metric!r} metric. Received: metrics with "

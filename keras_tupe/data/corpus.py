@@ -41,6 +41,9 @@ _LINES_PER_BATCH = 1024
 _PIECE_BYTES = 1 << 14   # 16 KiB: a longer line is passed on in pieces of about this size
 _BATCH_BYTES = 1 << 20   # 1 MiB of text: a batch ends at this size or _LINES_PER_BATCH
 _UNIT_STRIDE = 2**40  # unit ids of the parts of a list source never collide
+# The (tf, NumPy) dtypes of a file reader's batches: (line, unit, mode, whole, ends).
+_COLUMNS = ((tf.string, object), (tf.int64, np.int64), (tf.int32, np.int32), (tf.bool, bool),
+            (tf.bool, bool))
 
 
 def line_dataset(source, max_lines=None, text_feature="text"):
@@ -212,9 +215,7 @@ def _part_lines(part, index, text_feature, max_lines=None, progress=None):
     if part[0] == "tfds":
         return _tfds_lines(part[1], text_feature, tf.constant(offset, tf.int64), progress)
     paths, modes = zip(*part[1])
-    spec = (tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.int64),
-            tf.TensorSpec([None], tf.int32), tf.TensorSpec([None], tf.bool),
-            tf.TensorSpec([None], tf.bool))
+    spec = tuple(tf.TensorSpec([None], dtype) for dtype, _ in _COLUMNS)
     return tf.data.Dataset.from_generator(
         lambda: _read_files(paths, modes, offset, max_lines, progress), output_signature=spec)
 
@@ -229,10 +230,7 @@ def _read_files(paths, modes, offset, max_lines=None, progress=None):
 
     def flush():
         nonlocal batch, size
-        columns = list(zip(*batch))
-        out = (np.array(columns[0], dtype=object), np.array(columns[1], np.int64),
-               np.array(columns[2], np.int32), np.array(columns[3], bool),
-               np.array(columns[4], bool))
+        out = tuple(np.array(column, dtype) for column, (_, dtype) in zip(zip(*batch), _COLUMNS))
         if progress is not None:
             progress(int(out[4].sum()), size)
         batch, size = [], 0

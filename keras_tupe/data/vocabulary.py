@@ -8,7 +8,7 @@ from pathlib import Path
 import keras_hub
 import tensorflow as tf
 
-from keras_tupe.data.corpus import line_batches, line_dataset
+from keras_tupe.data.corpus import _parts, line_batches, line_dataset
 from keras_tupe.data.masking import SPECIAL_TOKENS  # ids 0..4; the MLM pipelines rely on them
 from keras_tupe.files import check_unique_tokens, file_sha256, vocabulary_tokens
 from keras_tupe.progress import Heartbeat
@@ -75,8 +75,6 @@ class _Progress:
 
 def _corpus_bytes(source):
     """The size of a corpus's files, or None when it has a tfds part (size unknown)."""
-    from keras_tupe.data.corpus import _parts
-
     total = 0
     for kind, files in _parts(source):
         if kind != "files":
