@@ -12,8 +12,7 @@ Method:
 - Each (variant, sequence length, mode, XLA, precision) runs in a fresh subprocess (no
   model, allocator state or XLA cache leaks into the next; a crash or out-of-memory is that
   row's result), configurations the outer loop and variants the inner one, so compared
-  models run next to each other in time. `--rounds R` repeats the sweep R times (variant
-  order rotated each round) and pools the timings.
+  models run next to each other in time (`--rounds`, `--interleave`: see their flags).
 - The step is Keras's `train_on_batch` (AdamW with the pre-training settings of
   `keras_tupe.optimization.create_optimizer`) or `predict_on_batch`, jit-compiled or not,
   on fixed random inputs converted to backend tensors once. The first call (tracing +
@@ -27,8 +26,6 @@ Method:
   (a CPU's peak RSS cannot say this: allocators keep freed memory, and XLA's compiler peaks
   in the first call). Also reported: the whole-life peak RSS (`ru_maxrss`) and that minus
   the RSS after the build, the step figure where the backend keeps no statistics (JAX, CPU).
-- `--interleave` times the variants of a configuration in one process instead, their steps
-  alternating (robust on a busy machine; no memory figures).
 - Throughput: tokens/s = batch x sequence / median step; model TFLOP/s from
   `model_flops_per_token`; MFU against `--peak-tflops` or the dense bfloat16 peak of a
   known GPU (`PEAK_BF16_TFLOPS`). `--flash` sets the keras_tupe models'

@@ -108,7 +108,7 @@ def attention_choice(variant, flash, mode, dropout, on_gpu):
 
 def build_encoder(variant, size, vocabulary_size=None, activation=None,
                   attention_implementation=None, dropout=None):
-    """The backbone and a function mapping TF-Hub-named inputs to its inputs.
+    """(backbone, a function mapping the benchmark's inputs to the backbone's, activation).
 
     keras-hub's BERT gets every size field of `bert_a_<size>`, read from the
     built keras_tupe config so both always agree.
@@ -167,8 +167,7 @@ def build_benchmark_model(job):
         square_mean = keras.layers.Lambda(
             lambda t: ops.mean(ops.square(ops.cast(t[0], "float32")), axis=(1, 2))
             + ops.mean(ops.square(ops.cast(t[1], "float32")), axis=1),
-            dtype="float32", name="score",
-        )
+            dtype="float32", name="score")
         model = keras.Model(inputs, square_mean([sequence, pooled]))
         optimizer = create_optimizer(model, LEARNING_RATE, TOTAL_STEPS, WARMUP_STEPS)
         # The model's output is already the per-example loss.
