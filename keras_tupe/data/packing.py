@@ -8,6 +8,8 @@ SavedModel's `seq_length` argument), which the packer does not take.
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from keras_tupe.data.masking import special_ids  # noqa: F401  (imported from here too)
+
 
 def pack_segments(segments, sequence_length, cls_id, sep_id, pad_id):
     """`[CLS] a [SEP]` or `[CLS] a [SEP] b [SEP]`, truncated round-robin, padded.
@@ -36,20 +38,6 @@ def pack_segments(segments, sequence_length, cls_id, sep_id, pad_id):
         "padding_mask": tf.cast(mask, tf.int32),
         "segment_ids": tf.cast(type_ids, tf.int32),
     }
-
-
-def special_ids(tokenizer):
-    """`(cls_id, sep_id, pad_id)` of a keras-hub tokenizer's vocabulary."""
-    ids = []
-    for token in ("[CLS]", "[SEP]", "[PAD]"):
-        try:
-            ids.append(int(tokenizer.token_to_id(token)))
-        except (ValueError, KeyError) as error:
-            raise ValueError(
-                f"The tokenizer's vocabulary has no {token} token, which packing needs "
-                "([CLS], [SEP], [PAD])."
-            ) from error
-    return tuple(ids)
 
 
 def ragged_ids(token_ids):

@@ -17,6 +17,8 @@ from keras_hub.src.tokenizers.word_piece_tokenizer import PY_PUNCTUATION_REGEX
 from keras_hub.src.tokenizers.word_piece_tokenizer import PY_WHITESPACE_REGEX
 from keras_hub.src.utils.tensor_utils import casefold_utf8
 
+from keras_tupe.data.masking import special_ids
+
 
 def wordpiece_offsets(tokenizer):
     """`TfWordPieceOffsets(tokenizer)` where tensorflow-text imports, else `WordPieceOffsets`."""
@@ -139,11 +141,7 @@ class WordPieceOffsets:
 
     def special_ids(self):
         """`(cls_id, sep_id, pad_id)` of the vocabulary, which SQuAD windows need."""
-        missing = [token for token in ("[CLS]", "[SEP]", "[PAD]") if token not in self._token_ids]
-        if missing:
-            raise ValueError(f"The tokenizer's vocabulary has no {', '.join(missing)} token, "
-                             "which packing needs ([CLS], [SEP], [PAD]).")
-        return tuple(self._token_ids[token] for token in ("[CLS]", "[SEP]", "[PAD]"))
+        return special_ids(self.tokenizer)
 
 
 def _character_class(alternation, negate=False):
