@@ -28,6 +28,7 @@ import keras
 from keras_tupe.callbacks import (AtomicBackupAndRestore, StepCheckpoint, StepLogger,
                                   StepProgress, backup_metadata)
 from keras_tupe.finetuning.loading import RUN_CHECKPOINTS, run_model
+from keras_tupe.files import file_sha256
 from keras_tupe.folders import made_folder
 from keras_tupe.layers.utils import INITIALIZATION
 from keras_tupe.output_lock import output_lock
@@ -93,10 +94,10 @@ class PretrainError(ValueError):
     """A problem with the run's settings, found before any training starts."""
 
 
-def _choice(name, value, choices):
+def _not_one_of(name, value, choices):
+    """The problem with `--name value` outside `choices`, or None."""
     if value not in choices:
-        raise PretrainError(f"--{name.replace('_', '-')} must be one of {choices}. "
-                            f"Received: {value!r}")
+        return f"--{name.replace('_', '-')} must be one of {choices}. Received: {value!r}"
 
 
 class NoStrategy:
@@ -120,7 +121,8 @@ class KerasDataParallel(NoStrategy):
 
 def make_strategy(name):
     """The distribution for `--strategy`: tf.distribute on TensorFlow, keras.distribution on JAX."""
-    _choice("strategy", name, STRATEGIES)
+    if problem := _not_one_of("strategy", name, STRATEGIES):
+        raise PretrainError(problem)
     if keras.backend.backend() == "jax":
         if name == "multiworker":
             raise PretrainError(
@@ -156,12 +158,9 @@ def validate(config, num_replicas):
 
     if config.preset not in PRESETS:
         raise PretrainError(f"Unknown preset {config.preset!r}. Valid presets: {sorted(PRESETS)}")
-    problems = []
-    for name, choices in (("precision", PRECISIONS), ("strategy", STRATEGIES)):
-        try:
-            _choice(name, getattr(config, name), choices)
-        except PretrainError as error:
-            problems.append(str(error))
+    problems = [problem for problem in (_not_one_of("precision", config.precision, PRECISIONS),
+                                        _not_one_of("strategy", config.strategy, STRATEGIES))
+                if problem]
     limit = absolute_length_limit(**PRESETS[config.preset])
     if limit is not None and config.seq_len > limit:
         problems.append(
@@ -315,7 +314,7 @@ def _shard_manifest(config):
 
 def _shard_vocabulary(config, mode, run_vocab):
     """The run's vocabulary for `--shards`: the one the shards were made with."""
-    from keras_tupe.data.shards import VOCABULARY, file_sha256
+    from keras_tupe.data.shards import VOCABULARY
 
     shard_vocab = os.path.join(config.shards, VOCABULARY)
     if config.vocab and file_sha256(config.vocab) != file_sha256(shard_vocab):
@@ -433,11 +432,6 @@ def _pretrain(config, until_step):
 
 def _train(config, mode, strategy, manifest, until_step, backup_dir):
     """`pretrain` once `config.out` exists: vocabulary, inputs, model, `fit`, saving."""
-    from keras_tupe import data
-    from keras_tupe.data.shards import file_sha256
-    from keras_tupe.models import TupeBackbone, TupeMaskedLM
-    from keras_tupe.optimization import create_optimizer
-
     vocab_path = _vocabulary(config, mode)
     if mode == "new":
         write_json(os.path.join(config.out, RUN_CONFIG), {
@@ -451,76 +445,28 @@ def _train(config, mode, strategy, manifest, until_step, backup_dir):
 
     keras.utils.set_random_seed(config.seed)
     keras.config.set_dtype_policy(config.precision)
-    if manifest:
-        vocabulary_size = manifest["vocabulary_size"]
-    else:
-        tokenizer = data.load_tokenizer(vocab_path, lowercase=config.lowercase)
-        vocabulary_size = tokenizer.vocabulary_size()
-    steps_per_epoch = config.eval_every
-    finishes = until_step in (None, config.steps)  # not stopped early at until_step
-    epochs = (until_step or config.steps) // steps_per_epoch
-    consumed = _backed_up_epoch(backup_dir) * steps_per_epoch
+    consumed = _backed_up_epoch(backup_dir) * config.eval_every
     if consumed and config.verbose:
         print(f"Resuming {config.out} after step {consumed}.", flush=True)
-
     # Tracing the input pipeline and building the model: silent for tens of seconds.
     building = Heartbeat("  building the input pipeline and the model", every=5.0)
     with building if config.verbose else contextlib.nullcontext():
         if manifest:
             train, valid = _shard_inputs(config, consumed)
+            vocabulary_size = manifest["vocabulary_size"]
         else:
-            common = dict(tokenizer=tokenizer, sequence_length=config.seq_len,
-                          batch_size=config.batch_size, max_lines=config.max_lines,
-                          **_mask_rates(config))
-            train = data.mlm_dataset(config.corpus, seed=config.seed, repeat=True,
-                                     shuffle_buffer=config.shuffle_buffer, **common)
-            train, valid = train.skip(consumed), None
-            if config.valid_corpus:
-                valid = data.mlm_dataset(config.valid_corpus, seed=config.seed + 1, repeat=False,
-                                         shuffle_buffer=0, **common)
-                valid = valid.take(config.valid_batches).cache()
+            train, valid, vocabulary_size = _text_inputs(config, vocab_path, consumed)
+        model = _compiled_model(config, strategy, vocabulary_size)
 
-        with strategy.scope():
-            backbone = TupeBackbone.from_preset(
-                config.preset, vocabulary_size=vocabulary_size, dropout=config.dropout
-            )
-            model = TupeMaskedLM(backbone)
-            optimizer = create_optimizer(
-                model, config.learning_rate, total_steps=config.steps,
-                warmup_steps=int(config.warmup_ratio * config.steps),
-                weight_decay=config.weight_decay, beta_1=config.adam_beta1,
-                beta_2=config.adam_beta2, epsilon=config.adam_epsilon, clip_norm=config.clip_norm,
-            )
-            if config.precision == "mixed_float16":
-                optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
-            model.compile(optimizer=optimizer, jit_compile=config.xla)
-
-    callbacks = [
-        StepCheckpoint(os.path.join(config.out, RUN_CHECKPOINTS), config.save_steps,
-                       _preprocessor(vocab_path, config)),
-        StepLogger(os.path.join(config.out, "metrics.csv"),
-                   config.batch_size * config.seq_len, steps_per_epoch),
-        # update_freq="epoch": a summary writer held open during training made
-        # the dropout masks depend on the log path (seen with XLA on TF 2.21).
-        keras.callbacks.TensorBoard(os.path.join(config.out, "tensorboard"), update_freq="epoch"),
-        # Last: an epoch is committed only after the other callbacks have written it.
-        # Kept at the end of `fit`: removed only once the final preset is whole and read
-        # back (`_save_final`); a run stopped at `until_step` resumes from it.
-        AtomicBackupAndRestore(backup_dir, delete_checkpoint=False),
-    ]
-    if config.verbose:  # steps, not fit's "Epoch 1/3" (an epoch is a block of eval_every)
-        callbacks.insert(0, StepProgress(config.steps, steps_per_epoch))
-    try:
-        import tensorflow  # noqa: F401  (TensorBoard writes through tf.summary)
-    except ImportError:  # a JAX machine training from shards: metrics.csv is the log
-        callbacks = [c for c in callbacks if not isinstance(c, keras.callbacks.TensorBoard)]
+    callbacks = _callbacks(config, vocab_path, backup_dir)
     # keras-hub's `PipelineModel.fit` converts any input but a tf.data or grain dataset
     # to one of those (it has no case for a `keras.utils.PyDataset`); pre-training feeds
     # finished batches (no preprocessor), so shards go to Keras's own `fit`.
     fit = keras.Model.fit if manifest else type(model).fit
     try:
         history = fit(
-            model, train, validation_data=valid, epochs=epochs, steps_per_epoch=steps_per_epoch,
+            model, train, validation_data=valid, steps_per_epoch=config.eval_every,
+            epochs=(until_step or config.steps) // config.eval_every,
             validation_steps=config.valid_batches if valid is not None else None,
             callbacks=callbacks, verbose=0, shuffle=False,  # the dataset shuffles
         )
@@ -528,18 +474,87 @@ def _train(config, mode, strategy, manifest, until_step, backup_dir):
         for callback in callbacks:
             if isinstance(callback, StepProgress):
                 callback.close()  # its heartbeat thread, when fit raised
-    if not finishes:  # stopped at until_step
+    if until_step not in (None, config.steps):  # stopped early, resumable
         return history
     _save_final(model, vocab_path, config, backup_dir)
     if config.verbose:
         print(f"Saved the pre-trained model to {run_model(config.out)} (a keras-hub preset "
               "folder: backbone, masked LM, tokenizer), with vocab.txt and metrics.csv beside "
-              "it. (Masked-LM accuracy "
-              "is that of the 15% masked tokens: a few % after a few hundred steps, about 60-70% "
-              "for a fully trained BERT-base.)\nNext: fine-tune it, e.g. "
+              "it. (Masked-LM accuracy is that of the 15% masked tokens: a few % after a few "
+              "hundred steps, about 60-70% for a fully trained BERT-base.)\nNext: fine-tune "
+              "it, e.g. "
               f"{console_command('keras-tupe-finetune-glue')} --init {config.out} --tasks sst2 "
               "--data-dir DATA --out runs/glue --save-models", flush=True)
     return history
+
+
+def _text_inputs(config, vocab_path, consumed):
+    """Training and validation batches of text (tf.data), and the vocabulary's size.
+
+    The training stream skips the `consumed` batches of the run it resumes.
+    """
+    from keras_tupe import data
+
+    tokenizer = data.load_tokenizer(vocab_path, lowercase=config.lowercase)
+    common = dict(tokenizer=tokenizer, sequence_length=config.seq_len,
+                  batch_size=config.batch_size, max_lines=config.max_lines,
+                  **_mask_rates(config))
+    train = data.mlm_dataset(config.corpus, seed=config.seed, repeat=True,
+                             shuffle_buffer=config.shuffle_buffer, **common)
+    valid = None
+    if config.valid_corpus:
+        valid = data.mlm_dataset(config.valid_corpus, seed=config.seed + 1, repeat=False,
+                                 shuffle_buffer=0, **common)
+        valid = valid.take(config.valid_batches).cache()
+    return train.skip(consumed), valid, tokenizer.vocabulary_size()
+
+
+def _compiled_model(config, strategy, vocabulary_size):
+    """The masked LM of `config.preset`, compiled with the run's optimizer, in `strategy`."""
+    from keras_tupe.models import TupeBackbone, TupeMaskedLM
+    from keras_tupe.optimization import create_optimizer
+
+    with strategy.scope():
+        backbone = TupeBackbone.from_preset(
+            config.preset, vocabulary_size=vocabulary_size, dropout=config.dropout
+        )
+        model = TupeMaskedLM(backbone)
+        optimizer = create_optimizer(
+            model, config.learning_rate, total_steps=config.steps,
+            warmup_steps=int(config.warmup_ratio * config.steps),
+            weight_decay=config.weight_decay, beta_1=config.adam_beta1,
+            beta_2=config.adam_beta2, epsilon=config.adam_epsilon, clip_norm=config.clip_norm,
+        )
+        if config.precision == "mixed_float16":
+            optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+        model.compile(optimizer=optimizer, jit_compile=config.xla)
+    return model
+
+
+def _callbacks(config, vocab_path, backup_dir):
+    """Progress (with `verbose`), checkpoints, the CSV, TensorBoard, then the backup."""
+    callbacks = []
+    if config.verbose:  # steps, not fit's "Epoch 1/3" (an epoch is a block of eval_every)
+        callbacks.append(StepProgress(config.steps, config.eval_every))
+    callbacks += [
+        StepCheckpoint(os.path.join(config.out, RUN_CHECKPOINTS), config.save_steps,
+                       _preprocessor(vocab_path, config)),
+        StepLogger(os.path.join(config.out, "metrics.csv"),
+                   config.batch_size * config.seq_len, config.eval_every),
+    ]
+    try:
+        import tensorflow  # noqa: F401  (TensorBoard writes through tf.summary)
+    except ImportError:  # a JAX machine training from shards: metrics.csv is the log
+        pass
+    else:
+        # update_freq="epoch": a summary writer held open during training made
+        # the dropout masks depend on the log path (seen with XLA on TF 2.21).
+        callbacks.append(keras.callbacks.TensorBoard(os.path.join(config.out, "tensorboard"),
+                                                     update_freq="epoch"))
+    # Last: an epoch is committed only after the other callbacks have written it.
+    # Kept at the end of `fit`: removed only once the final preset is whole and read
+    # back (`_save_final`); a run stopped at `until_step` resumes from it.
+    return callbacks + [AtomicBackupAndRestore(backup_dir, delete_checkpoint=False)]
 
 
 def _save_final(model, vocab_path, config, backup_dir):
