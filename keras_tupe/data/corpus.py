@@ -19,6 +19,7 @@ import numpy as np
 
 import tensorflow as tf
 
+from keras_tupe.data.masking import check_int
 from keras_tupe.data.network import load_tfds
 
 TFDS_PREFIX = "tfds:"
@@ -136,10 +137,8 @@ def line_batches(source, max_lines=None, text_feature="text", progress=None):
         progress: callable or None. Called with `(lines, num_bytes)` as the raw text is
             read (lines counted when they end), e.g. to print a progress figure.
     """
-    if max_lines is not None and (isinstance(max_lines, bool) or not isinstance(max_lines, int)
-                                  or max_lines < 1):
-        raise ValueError(
-            f"`max_lines` must be None or an int >= 1. Received: max_lines={max_lines!r}")
+    if max_lines is not None:
+        check_int("max_lines", max_lines, 1)
     parts = [_part_lines(part, index, text_feature, max_lines, progress)
              for index, part in enumerate(_parts(source))]
     raw = parts[0]
