@@ -193,6 +193,15 @@ def test_load_tokenizer_checks_the_special_tokens(small_corpus, tmp_path):
         data.load_tokenizer(tmp_path / "missing.txt")
 
 
+def test_vocabulary_size_must_leave_room_beyond_the_special_tokens(tmp_path):
+    path = write(tmp_path / "corpus.txt", "some text\n")
+    for bad in (5, True, 100.0):
+        with pytest.raises(ValueError, match=rf"`vocabulary_size` must be an int >= 6\. "
+                                             rf"Received: vocabulary_size={bad!r}$"):
+            data.train_vocabulary(path, bad, tmp_path / "v.txt")
+    assert not (tmp_path / "v.txt").exists()
+
+
 def test_vocabulary_fingerprint_is_the_sha256_of_the_file(tmp_path):
     path = write(tmp_path / "v.txt", "\n".join(data.SPECIAL_TOKENS) + "\na\n")
     first = data.vocabulary_fingerprint(path)

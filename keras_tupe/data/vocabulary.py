@@ -9,7 +9,10 @@ import keras_hub
 import tensorflow as tf
 
 from keras_tupe.data.corpus import _parts, line_batches, line_dataset
-from keras_tupe.data.masking import SPECIAL_TOKENS  # ids 0..4; the MLM pipelines rely on them
+from keras_tupe.data.masking import (  # ids 0..4; the MLM pipelines rely on them
+    SPECIAL_TOKENS,
+    check_int,
+)
 from keras_tupe.files import check_unique_tokens, file_sha256, vocabulary_tokens
 from keras_tupe.progress import Heartbeat
 
@@ -107,12 +110,7 @@ def train_vocabulary(source, vocabulary_size, output_file, lowercase=True, max_l
     Raises:
         FileExistsError: `output_file` exists (it is never overwritten).
     """
-    if isinstance(vocabulary_size, bool) or not isinstance(vocabulary_size, int) or (
-            vocabulary_size <= len(SPECIAL_TOKENS)):
-        raise ValueError(
-            f"`vocabulary_size` must be an int > {len(SPECIAL_TOKENS)} (the special tokens). "
-            f"Received: vocabulary_size={vocabulary_size!r}"
-        )
+    check_int("vocabulary_size", vocabulary_size, len(SPECIAL_TOKENS) + 1)  # room for a word
     output_file = Path(output_file)
     if output_file.exists():
         raise FileExistsError(
