@@ -43,24 +43,19 @@ def _check_pair(predictions, labels):
     return predictions, labels
 
 
-def _check_class_ids(values, name):
+def _classification_pair(predictions, labels):
+    predictions, labels = _check_pair(predictions, labels)
     # Class ids may be ints, bools or strings; a float array is accepted only when every
     # value is a whole number, which catches probabilities passed by mistake.
-    if values.dtype.kind == "c":
-        raise ValueError(f"`{name}` must be class ids. Received: dtype {values.dtype}")
-    if values.dtype.kind == "f":
-        whole = np.isfinite(values) & (values == np.round(values))
+    for name, values in (("predictions", predictions), ("labels", labels)):
+        if values.dtype.kind == "c":
+            raise ValueError(f"`{name}` must be class ids. Received: dtype {values.dtype}")
+        whole = values.dtype.kind != "f" or np.isfinite(values) & (values == np.round(values))
         if not np.all(whole):
             raise ValueError(
                 f"`{name}` must be class ids, not scores or probabilities (take `argmax(-1)` "
                 f"of the logits). Received: a non-integer value {float(values[~whole][0])}"
             )
-
-
-def _classification_pair(predictions, labels):
-    predictions, labels = _check_pair(predictions, labels)
-    _check_class_ids(predictions, "predictions")
-    _check_class_ids(labels, "labels")
     return predictions, labels
 
 

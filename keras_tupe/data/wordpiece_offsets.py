@@ -222,11 +222,9 @@ class TfWordPieceOffsets(WordPieceOffsets):
         word_splits = words.row_splits.numpy()
         piece_splits = ids.values.row_splits.numpy()  # pieces of each word, all texts
         ids = ids.flat_values.numpy().astype(np.int32)
-        piece_starts = piece_starts.flat_values.numpy()
-        piece_ends = piece_ends.flat_values.numpy()
-        word_starts = word_starts.flat_values.numpy()
-        words = words.flat_values.numpy()
-        folded = folded.flat_values.numpy()
+        piece_starts, piece_ends, word_starts, words, folded = (
+            tensor.flat_values.numpy() for tensor in (piece_starts, piece_ends, word_starts,
+                                                      words, folded))
         piece_word = np.repeat(np.arange(len(word_starts)), np.diff(piece_splits))
         # Folding kept the bytes of most words (all of them without `lowercase`, every
         # ASCII word): their pieces' bytes map straight back into the text.
