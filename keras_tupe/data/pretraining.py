@@ -91,20 +91,9 @@ def packed_sequences(source, tokenizer, sequence_length, max_lines=None):
     return chunks.map(add_cls).unbatch()
 
 
-def mlm_dataset(
-    source,
-    tokenizer,
-    sequence_length,
-    batch_size,
-    seed=0,
-    mask_rate=0.15,
-    mask_token_rate=0.8,
-    random_token_rate=0.1,
-    shuffle_buffer=10_000,
-    repeat=True,
-    max_lines=None,
-    drop_remainder=True,
-):
+def mlm_dataset(source, tokenizer, sequence_length, batch_size, seed=0, mask_rate=0.15,
+                mask_token_rate=0.8, random_token_rate=0.1, shuffle_buffer=10_000, repeat=True,
+                max_lines=None, drop_remainder=True):
     """Masked-LM batches for pre-training, deterministic given `seed`.
 
     `packed_sequences` -> seeded shuffle -> repeat (reshuffled each epoch) ->
