@@ -108,11 +108,10 @@ def examples(args):
         yield from args.texts
     if args.file is None:
         return
-    name = "standard input" if args.file == "-" else args.file
-    if args.file == "-":
-        opened = contextlib.nullcontext(sys.stdin.buffer)  # not ours to close
+    if args.file == "-":  # not ours to close
+        name, opened = "standard input", contextlib.nullcontext(sys.stdin.buffer)
     else:
-        opened = open(args.file, "rb")
+        name, opened = args.file, open(args.file, "rb")
     with opened as stream:
         for number, raw in enumerate(stream, 1):
             try:
