@@ -13,6 +13,7 @@ from keras_tupe.finetuning.protocol import Protocol
 from keras_tupe.finetuning.summary import append_result, read_results
 from keras_tupe.output_lock import output_lock
 from keras_tupe.progress import Heartbeat
+from keras_tupe.staging import write_json, write_text
 
 
 @dataclasses.dataclass
@@ -132,11 +133,9 @@ def finetune_squad(config):
     if config.out:
         with output_lock(config.out, command="finetune_squad"):
             os.makedirs(config.out, exist_ok=True)
-            with open(os.path.join(config.out, "squad_results.json"), "w") as f:
-                json.dump({"config": dataclasses.asdict(config), "result": result}, f,
-                          indent=2)
-            with open(os.path.join(config.out, "squad_predictions.json"), "w") as f:
-                json.dump(predictions, f)
+            write_json(os.path.join(config.out, "squad_results.json"),
+                       {"config": dataclasses.asdict(config), "result": result})
+            write_text(os.path.join(config.out, "squad_predictions.json"), json.dumps(predictions))
     return result
 
 
