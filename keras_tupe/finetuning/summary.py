@@ -10,6 +10,8 @@ import statistics
 
 import numpy as np
 
+from keras_tupe.staging import write_text
+
 
 def read_results(out_dir):
     """`(path of out_dir/results.jsonl, its rows)`; no rows when it does not exist yet."""
@@ -141,13 +143,11 @@ def write_tables(table, out_dir, title):
         lines.append(f"| {row['task']} | {row['score']:.2f} | {row['best_learning_rate']:g} | "
                      f"{row['seeds']} | {row['seed_min']:.2f} – {row['seed_max']:.2f} |")
     lines.append(f"| **average** | **{average:.2f}** | | | |")
-    with open(os.path.join(out_dir, "summary.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-    with open(os.path.join(out_dir, "summary.csv"), "w") as f:
-        f.write("task,score,best_learning_rate,seeds,seed_min,seed_max\n")
-        for row in table:
-            f.write(f"{row['task']},{row['score']:.4f},{row['best_learning_rate']},{row['seeds']},"
-                    f"{row['seed_min']:.4f},{row['seed_max']:.4f}\n")
-        f.write(f"average,{average:.4f},,,,\n")
+    write_text(os.path.join(out_dir, "summary.md"), "\n".join(lines) + "\n")
+    csv = (["task,score,best_learning_rate,seeds,seed_min,seed_max"]
+           + [f"{row['task']},{row['score']:.4f},{row['best_learning_rate']},{row['seeds']},"
+              f"{row['seed_min']:.4f},{row['seed_max']:.4f}" for row in table]
+           + [f"average,{average:.4f},,,,"])
+    write_text(os.path.join(out_dir, "summary.csv"), "\n".join(csv) + "\n")
     return average
 
