@@ -359,13 +359,9 @@ def _read_tfds(task, split, searched=()):
         f"(`--data-dir` in the scripts), a folder in the glue_data TSV layout (with "
         f"{task.directory}/{task.split_files[split]}), or prepare {name} on a machine with "
         "internet access.", shuffle_files=False)
-    columns = {key: [] for key in (*task.text_keys, "label", "idx")}
-    for batch in dataset.batch(_TFDS_BATCH).as_numpy_iterator():
-        for key, values in columns.items():
-            values.append(batch[key])
-    columns = {
-        key: np.concatenate(values) if values else np.zeros([0]) for key, values in columns.items()
-    }
+    batches = list(dataset.batch(_TFDS_BATCH).as_numpy_iterator())
+    columns = {key: np.concatenate([batch[key] for batch in batches]) if batches else np.zeros([0])
+               for key in (*task.text_keys, "label", "idx")}
     # tfds shuffles examples when it prepares a dataset; `idx` is the row in the file.
     order = np.argsort(columns["idx"], kind="stable")
     texts = [[text.decode("utf-8") for text in columns[key][order]] for key in task.text_keys]
