@@ -130,7 +130,7 @@ def test_empty_corpus_is_named(tmp_path):
     empty_dir.mkdir()
     with pytest.raises(ValueError, match="empty_dir is empty"):
         data.line_dataset(empty_dir)
-    for bad in (0, True):
+    for bad in (0, True, 1.5):
         with pytest.raises(ValueError, match=rf"`max_lines` must be an int >= 1\. Received: "
                                              rf"max_lines={bad!r}$"):
             data.line_dataset(late, max_lines=bad)

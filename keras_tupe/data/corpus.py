@@ -75,6 +75,8 @@ def line_dataset(source, max_lines=None, text_feature="text"):
             not UTF-8 text (`check_utf8`), or an argument is invalid.
         RuntimeError: a tfds dataset can neither be read nor downloaded.
     """
+    if max_lines is not None:  # before check_utf8, which counts lines with it
+        check_int("max_lines", max_lines, 1)
     for kind, files in _parts(source):
         for path, _ in files if kind == "files" else ():
             check_utf8(path, max_lines)
