@@ -222,6 +222,31 @@ def test_a_glue_file_without_examples_is_refused_before_training(tmp_path, vocab
     assert not (tmp_path / "out").exists()
 
 
+def test_glue_save_dir_is_refused_before_training_only_where_it_holds_files(tmp_path, vocabulary):
+    """As save_classifier (and SQuAD's --save-models) refuse: an empty folder is taken."""
+    from keras_tupe.finetuning import FinetuneConfig, finetune_glue
+
+    folder = tmp_path / "glue" / "SST-2"
+    folder.mkdir(parents=True)
+    for name in ("train.tsv", "dev.tsv"):
+        (folder / name).write_text("sentence\tlabel\nthe cat\t1\na dog\t0\n")
+    init = tmp_path / "encoder.keras"
+    size = TupeTokenizer(vocabulary).vocabulary_size()
+    TupeBackbone.from_preset("bert_a_tiny", vocabulary_size=size).save(init)
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "notes.txt").write_text("mine")
+    common = dict(task="sst2", init=str(init), vocab=vocabulary, data_dir=str(tmp_path / "glue"),
+                  epochs=1, batch_size=2, seq_len=8, learning_rate=1e-3, progress=False)
+    with pytest.raises(FileExistsError, match="kept already exists and is not an empty folder"):
+        finetune_glue(FinetuneConfig(save_dir=str(kept), **common))
+    assert [p.name for p in kept.iterdir()] == ["notes.txt"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    finetune_glue(FinetuneConfig(save_dir=str(empty), **common))
+    assert (empty / "config.json").is_file() and (empty / "task.json").is_file()
+
+
 def test_a_tokenizer_that_cannot_tokenize_fails_in_one_line_naming_the_encoder(vocabulary):
     from keras_tupe.finetuning.glue import check_tokenizes
 

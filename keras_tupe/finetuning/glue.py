@@ -87,6 +87,7 @@ def finetune_glue(config):
     from keras_tupe.finetuning.batches import batches, resolve_loader
     from keras_tupe.metrics import glue_metrics, glue_score
     from keras_tupe.models import TupeTextClassifier, TupeTextClassifierPreprocessor
+    from keras_tupe.models.preset_folders import refuse_existing_folder
 
     spec = glue.get_task(config.task)
     loader = resolve_loader(config.data_loader)
@@ -99,9 +100,8 @@ def finetune_glue(config):
         train_examples = _head(train_examples, config.max_train_examples)
     if not len(train_examples):
         raise ValueError(f"GLUE {config.task} train has no examples: nothing to fine-tune on.")
-    if config.save_dir and os.path.exists(config.save_dir):
-        raise FileExistsError(f"{config.save_dir} already exists; the fine-tuned classifier "
-                              "would replace it. Choose another directory or remove it.")
+    if config.save_dir:  # refused before any training, by save_classifier's own rule
+        refuse_existing_folder(config.save_dir)
     epochs = config.epochs or paper_epochs(config.task)
     preprocessor = TupeTextClassifierPreprocessor(tokenizer, sequence_length=config.seq_len)
     check_tokenizes(preprocessor, _segments(train_examples), config.init)
