@@ -20,7 +20,7 @@ from safetensors.numpy import load_file, save_file
 
 import keras_tupe  # noqa: F401  (registers the family with keras-hub)
 from keras_tupe.convert.common import ConversionError
-from keras_tupe.convert.huggingface import convert_huggingface
+from keras_tupe.convert.huggingface import convert_huggingface, read_source
 from keras_tupe.models import TupeBackbone, TupeTokenizer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -287,6 +287,21 @@ def test_refuses_vocabulary_without_special_tokens(tmp_path):
     (source / "vocab.txt").write_text(text.replace("[MASK]", "<mask>"), encoding="utf-8")
     assert_refused(source, tmp_path / "out", "vocab.txt", "no ['[MASK]']")
     assert not (tmp_path / "out").exists()
+
+
+def test_read_source_checks_a_folder_and_builds_nothing(tmp_path):
+    source = copy_reference(tmp_path, kind="bert_model")
+    checked = read_source(source)
+    config = json.loads((source / "config.json").read_text())
+    assert checked["position_embedding_type"] == "relative_key"
+    assert checked["config"] == config and checked["head"] is None
+    assert len(checked["vocabulary"]) == config["vocab_size"]
+    assert checked["backbone_config"]["num_layers"] == config["num_hidden_layers"]
+    assert checked["weights_path"] == checked["files"]["weights"]
+    assert sorted(os.listdir(tmp_path)) == ["source"]
+    edit_config(source, model_type="roberta")
+    with pytest.raises(ConversionError, match="model_type='roberta'"):
+        read_source(source)
 
 
 def test_refuses_non_empty_output_folder(tmp_path):

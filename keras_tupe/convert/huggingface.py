@@ -79,7 +79,31 @@ def convert_huggingface(source, out, weights="auto", dropout=None):
     """
     out = os.fspath(out).rstrip("/")
     refuse_existing_output(out)
-    source = os.fspath(source)
+    checked = read_source(os.fspath(source), weights, dropout)
+    model, preprocessor, contents = build_model(checked)
+    assign_weights(checked["values"], model, checked["weights_path"])
+    conversion = {
+        "kind": "huggingface",
+        "source": os.path.abspath(source),
+        "architectures": checked["config"].get("architectures"),
+        "position_embedding_type": checked["position_embedding_type"],
+        "variant": checked["variant"],
+        "contents": contents,
+        "files": file_records(checked["files"]),
+        "notes": checked["notes"],
+    }
+    return write_preset(out, model, conversion, preprocessor=preprocessor)
+
+
+def read_source(source, weights="auto", dropout=None):
+    """Reads and checks everything of a Hugging Face folder; builds nothing.
+
+    Returns a dict: `config`, `position_embedding_type`, `variant`, `backbone_config`,
+    `vocabulary`, `tokenizer_args`, `values` (backbone weights by path, without the pooler
+    when the checkpoint has none), `head` (masked-LM head weights or None),
+    `weights_path`, `files` (the files read, by role) and `notes`. Raises
+    `ConversionError` on anything it cannot convert.
+    """
     if not os.path.isdir(source):
         raise ConversionError(f"{source}: not a folder; pass a Hugging Face model folder.")
     config_path = require_file(source, ["config.json"], "model configuration")
@@ -108,24 +132,18 @@ def convert_huggingface(source, out, weights="auto", dropout=None):
             "hidden_act 'gelu', 'relu', 'silu', 'tanh'; a BertModel folder (no head) may "
             "use the tanh GELU."
         )
-    model, preprocessor, contents = build_model(
-        backbone_config, vocabulary, tokenizer_args, values, head)
-    assign_weights(values, model, weights_path)
-    conversion = {
-        "kind": "huggingface",
-        "source": os.path.abspath(source),
-        "architectures": config.get("architectures"),
-        "position_embedding_type": config.get("position_embedding_type") or "absolute",
-        "variant": variant,
-        "contents": contents,
-        "files": file_records(files),
-        "notes": notes + tokenizer_notes + checkpoint_notes,
-    }
-    return write_preset(out, model, conversion, preprocessor=preprocessor)
+    return dict(
+        config=config,
+        position_embedding_type=config.get("position_embedding_type") or "absolute",
+        variant=variant, backbone_config=backbone_config, vocabulary=vocabulary,
+        tokenizer_args=tokenizer_args, values=values, head=head, weights_path=weights_path,
+        files=files, notes=notes + tokenizer_notes + checkpoint_notes,
+    )
 
 
-def build_model(backbone_config, vocabulary, tokenizer_args, values, head):
-    """`(model, preprocessor, description)` for `write_preset`.
+def build_model(checked):
+    """`(model, preprocessor, description)`: what `write_preset` saves for a `read_source`
+    result.
 
     With a `head`, a `TupeMaskedLM` holding its preprocessor (and None); without, the
     backbone and a text-classifier preprocessor saved beside it (keras-hub's loaders take
@@ -140,8 +158,9 @@ def build_model(backbone_config, vocabulary, tokenizer_args, values, head):
         TupeTokenizer,
     )
 
-    tokenizer = TupeTokenizer(vocabulary=vocabulary, **tokenizer_args)
-    backbone = TupeBackbone(**backbone_config)
+    values, head = checked["values"], checked["head"]
+    tokenizer = TupeTokenizer(vocabulary=checked["vocabulary"], **checked["tokenizer_args"])
+    backbone = TupeBackbone(**checked["backbone_config"])
     if "pooled_dense/kernel" not in values:
         values.update({weight.path: weight.numpy() for weight in backbone.pooled_dense.weights})
     sequence_length = min(MAX_PREPROCESSOR_LENGTH, backbone.max_sequence_length)
