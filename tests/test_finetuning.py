@@ -312,3 +312,23 @@ def test_cli_refuses_a_bad_selection_in_one_line(flags, message, capsys):
         cli.parse_args(["--init", "run", "--tasks", "rte", "--out", "o"] + flags)
     err = capsys.readouterr().err
     assert stop.value.code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_deprecated_protocol_functions_still_answer_and_warn():
+    from keras_tupe.finetuning import summary
+
+    rows = [{"task": "rte", "learning_rate": rate, "seed": 0} for rate in (1e-4, 3e-4, 1e-3)]
+    grid = dict(learning_rates=[1e-4, 3e-4, 1e-3], seeds=[0, 1, 2])
+    with pytest.warns(DeprecationWarning, match=r"summary\.run_number is deprecated; use "
+                                                r"keras_tupe\.finetuning\.Protocol"):
+        assert summary.run_number(rows, ["rte"], **grid) == "run 4 of 9"
+    with pytest.warns(DeprecationWarning, match=r"Protocol\(\.\.\.\)\.size"):
+        assert summary.protocol_size(rows, ["rte", "mrpc"], **grid) == 18
+        assert summary.protocol_size(rows, ["rte"], **grid, selection_seed=0,
+                                     edge_learning_rates=[3e-3]) == 5  # 3 rates + 2 seeds
+    with pytest.warns(DeprecationWarning, match=r"Protocol\(\.\.\.\)\.rates"):
+        assert summary.protocol_rates([1e-4], None, [3e-3]) == {1e-4}  # no edges without one
+        assert summary.protocol_rates([1e-4], 0, [3e-3]) == {1e-4, 3e-3}
+    with pytest.warns(DeprecationWarning, match=r"Protocol\(\.\.\.\)\.runs"):
+        runs = summary.protocol_runs([], ["rte"], [1e-4], [0], None, ())
+        assert next(runs) == ("rte", 1e-4, 0)

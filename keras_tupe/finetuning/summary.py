@@ -151,3 +151,43 @@ def write_tables(table, out_dir, title):
     write_text(os.path.join(out_dir, "summary.csv"), "\n".join(csv) + "\n")
     return average
 
+
+
+# Deprecated (kept one release): the protocol's plan is `finetuning.protocol.Protocol`'s.
+
+
+def _protocol(name, learning_rates, seeds, selection_seed, edge_learning_rates):
+    import warnings
+
+    from keras_tupe.finetuning.protocol import Protocol
+
+    warnings.warn(f"keras_tupe.finetuning.summary.{name} is deprecated; use "
+                  f"keras_tupe.finetuning.Protocol(...).{name.removeprefix('protocol_')}.",
+                  DeprecationWarning, stacklevel=3)
+    return Protocol(learning_rates, seeds, selection_seed, edge_learning_rates)
+
+
+def protocol_rates(learning_rates, selection_seed=None, edge_learning_rates=()):
+    """Deprecated: `Protocol.rates`."""
+    return _protocol("protocol_rates", learning_rates, (selection_seed,), selection_seed,
+                     edge_learning_rates if selection_seed is not None else ()).rates
+
+
+def protocol_runs(rows, tasks, learning_rates, seeds, selection_seed, edge_learning_rates):
+    """Deprecated: `Protocol.runs`."""
+    return _protocol("protocol_runs", learning_rates, seeds, selection_seed,
+                     edge_learning_rates).runs(rows, tasks)
+
+
+def protocol_size(rows, tasks, learning_rates, seeds, selection_seed=None,
+                  edge_learning_rates=()):
+    """Deprecated: `Protocol.size`."""
+    return _protocol("protocol_size", learning_rates, seeds, selection_seed,
+                     edge_learning_rates).size(rows, tasks)
+
+
+def run_number(rows, tasks, learning_rates, seeds, selection_seed=None,
+               edge_learning_rates=()):
+    """Deprecated: `Protocol.run_number`."""
+    return _protocol("run_number", learning_rates, seeds, selection_seed,
+                     edge_learning_rates).run_number(rows, tasks)
