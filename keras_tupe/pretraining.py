@@ -27,7 +27,7 @@ import keras
 
 from keras_tupe.callbacks import (AtomicBackupAndRestore, StepCheckpoint, StepLogger,
                                   StepProgress, backup_metadata)
-from keras_tupe.finetuning.loading import RUN_CHECKPOINTS, run_model
+from keras_tupe.finetuning.loading import RUN_CHECKPOINTS, RUN_PRESET, run_model
 from keras_tupe.files import file_sha256
 from keras_tupe.folders import made_folder
 from keras_tupe.layers.utils import INITIALIZATION
@@ -36,6 +36,7 @@ from keras_tupe.progress import Heartbeat
 from keras_tupe.staging import WriteError, copy_file, space_error, staged, write_json
 
 RUN_CONFIG = "run_config.json"
+PRESET_DIR = RUN_PRESET  # the run's preset folder; finetuning.loading.RUN_PRESET names it
 STRATEGIES = ("default", "mirrored", "multiworker")
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 # Fields that may differ when a killed run is started again.

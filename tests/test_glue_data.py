@@ -398,6 +398,20 @@ def test_the_packed_route_warns_that_it_is_deprecated(tiny_tokenizer):
     assert y.tolist() == [0, 1]
 
 
+def test_the_moved_longest_packed_length_still_answers_from_data_glue(tiny_tokenizer):
+    pairs = glue.GlueExamples(["the cat sat", "a dog"], ["a dog", "the cat sat on the mat"],
+                              np.array([0, 1]), "rte", "train")
+    with pytest.warns(DeprecationWarning, match=r"longest_packed_length is deprecated .*; use "
+                                                r"keras_tupe\.finetuning\.glue"):
+        assert glue.longest_packed_length(tiny_tokenizer, pairs, batch_size=1) == 2 + 6 + 3
+        single = glue.GlueExamples(["the cat", "dog ran fast home"], None, np.array([0, 1]),
+                                   "sst2", "train")
+        assert glue.longest_packed_length(tiny_tokenizer, single) == 4 + 2
+        with pytest.raises(ValueError, match="No examples in 'sst2' 'train'"):
+            glue.longest_packed_length(tiny_tokenizer, glue.GlueExamples(
+                [], None, np.array([], int), "sst2", "train"))
+
+
 def test_packing_argument_errors(tiny_tokenizer, tmp_path):
     with pytest.raises(ValueError, match="sequence_length=7"):
         glue.pack_inputs(tiny_tokenizer, 7, ["the cat"])

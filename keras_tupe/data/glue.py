@@ -468,3 +468,16 @@ def glue_dataset(task, split, tokenizer, sequence_length, batch_size, data_dir=N
 
     return dataset.map(pack, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).prefetch(
         tf.data.AUTOTUNE)
+
+
+def longest_packed_length(tokenizer, examples, batch_size=1024):
+    """Deprecated: `keras_tupe.finetuning.glue.longest_packed_length` of the examples'
+    sentences (`len(first) + 2`, or `len(first) + len(second) + 3` for pairs, at most)."""
+    from keras_tupe.finetuning.glue import longest_packed_length as packed_length
+
+    _deprecated("longest_packed_length", "use keras_tupe.finetuning.glue.longest_packed_length.")
+    check_int("batch_size", batch_size, 1)
+    if not len(examples):
+        raise ValueError(f"No examples in {examples.task!r} {examples.split!r}: nothing to measure.")
+    columns = tuple(c for c in (examples.sentence1, examples.sentence2) if c is not None)
+    return packed_length(tokenizer, columns if len(columns) == 2 else columns[0], batch_size)
