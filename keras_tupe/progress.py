@@ -55,6 +55,10 @@ class Heartbeat:
         self._thread.join()
         self._thread = None
 
+    @property
+    def running(self):
+        return self._thread is not None
+
     def _beat(self):
         while not self._stop.wait(max(self.last + self.every - time.perf_counter(), 0.01)):
             now = time.perf_counter()

@@ -866,3 +866,13 @@ def _vocab(tmp_path):
     path = tmp_path / "vocab.txt"
     path.write_text("".join(token + "\n" for token in VOCABULARY), encoding="utf-8")
     return str(path)
+
+
+def test_the_deprecated_write_vocabulary_writes_the_tokenizer_vocabulary(tmp_path):
+    from keras_tupe.models import TupeSpanQAPreprocessor
+
+    preprocessor = TupeSpanQAPreprocessor(TupeTokenizer(vocabulary=QA_VOCABULARY))
+    with pytest.warns(DeprecationWarning, match="write_vocabulary is deprecated"):
+        path = preprocessor.write_vocabulary(str(tmp_path))
+    assert path == str(tmp_path / "vocabulary.txt")
+    assert (tmp_path / "vocabulary.txt").read_text(encoding="utf-8").splitlines() == QA_VOCABULARY

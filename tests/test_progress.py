@@ -17,8 +17,10 @@ def heartbeat_threads():
 
 def test_heartbeat_prints_while_a_call_blocks_and_stops_after():
     lines = []
-    with Heartbeat("fake learner", every=1.0, print_fn=lines.append):
+    with Heartbeat("fake learner", every=1.0, print_fn=lines.append) as heartbeat:
+        assert heartbeat.running
         time.sleep(2.5)
+    assert not heartbeat.running
     assert lines[:2] == ["fake learner: still working, 1s elapsed",
                          "fake learner: still working, 2s elapsed"]
     assert len(lines) == 2

@@ -58,6 +58,19 @@ class TupeSpanQAPreprocessor(StagedPresetSaving, keras_hub.models.Preprocessor):
         kwargs.setdefault("sequence_length", min(384, preset_sequence_length(loader)))
         return kwargs
 
+    def write_vocabulary(self, directory):
+        """Deprecated (kept one release; `featurize` takes the tokenizer itself): the
+        tokenizer's vocabulary as `directory/vocabulary.txt`; returns its path."""
+        import os
+        import warnings
+
+        warnings.warn("TupeSpanQAPreprocessor.write_vocabulary is deprecated: featurize "
+                      "takes the tokenizer itself.", DeprecationWarning, stacklevel=2)
+        path = os.path.join(directory, "vocabulary.txt")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write("".join(token + "\n" for token in self.tokenizer.get_vocabulary()))
+        return path
+
     @staticmethod
     def articles(questions, contexts, answers=None, answer_starts=None):
         """The SQuAD structure of `keras_tupe.data.squad` for parallel lists."""
