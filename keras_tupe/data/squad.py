@@ -255,7 +255,7 @@ class SquadFeatures:
 
     @property
     def inputs(self):
-        """The model inputs, a dict with the TF-Hub names."""
+        """The model inputs, a dict of `token_ids`, `padding_mask` and `segment_ids`."""
         return {name: getattr(self, name) for name in INPUT_NAMES}
 
 
