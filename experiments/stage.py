@@ -231,9 +231,11 @@ def _check_benchmark_time(name, spec):
     if not (args.variants and args.precisions):
         raise StudyError(f"Stage {name}: a benchmark stage names its --variants and "
                          "--precisions, so that its length is known here.")
-    rows = (len(args.variants) * len(args.seq_lens) * len(args.precisions)
+    # Each round runs every row again in a fresh process (at most --rounds: the
+    # benchmark caps rounds at its repeats, which depend on the device).
+    rows = (len(args.variants) * len(args.seq_lens) * len(args.precisions) * args.rounds
             * len(FLASH[args.flash]) * (2 if args.xla == "both" else 1))
-    needed = seconds["start"] + sum(rows * seconds[mode] for mode in args.modes)
+    needed = seconds["start"] + sum(rows * seconds[mode] for mode in dict.fromkeys(args.modes))
     if needed > spec["deadline_seconds"] - PACK_RESERVE_SECONDS:
         raise StudyError(f"Stage {name} does not fit: its {rows * len(args.modes)} rows need "
                          f"about {needed} s (benchmark_seconds), more than its "

@@ -84,6 +84,10 @@ def test_the_s2_parts_measure_every_row_of_the_benchmark_once_with_fused_trainin
     with pytest.raises(StudyError, match=r"Stage S2a does not fit: its 16 rows need about "
                                          r"\d+ s \(benchmark_seconds\)"):
         stage._check_benchmark_time("S2a", spec)
+    stage._check_benchmark_time("S2a", parts["S2a"])  # fits alone; three rounds do not
+    rounds = {**parts["S2a"], "command": parts["S2a"]["command"] + ["--rounds", "3"]}
+    with pytest.raises(StudyError, match=r"Stage S2a does not fit: its \d+ rows"):
+        stage._check_benchmark_time("S2a", rounds)
 
 
 def test_runs_past_the_deadline_are_stopped_and_said_so(tmp_path):
