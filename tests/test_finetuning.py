@@ -319,8 +319,8 @@ def test_the_deprecated_protocol_functions_still_answer_and_warn():
 
     rows = [{"task": "rte", "learning_rate": rate, "seed": 0} for rate in (1e-4, 3e-4, 1e-3)]
     grid = dict(learning_rates=[1e-4, 3e-4, 1e-3], seeds=[0, 1, 2])
-    with pytest.warns(DeprecationWarning, match=r"summary\.run_number is deprecated; use "
-                                                r"keras_tupe\.finetuning\.Protocol"):
+    with pytest.warns(DeprecationWarning, match=r"summary\.run_number is deprecated and will be "
+                  r"removed in the next release; use keras_tupe\.finetuning\.Protocol"):
         assert summary.run_number(rows, ["rte"], **grid) == "run 4 of 9"
     with pytest.warns(DeprecationWarning, match=r"Protocol\(\.\.\.\)\.size"):
         assert summary.protocol_size(rows, ["rte", "mrpc"], **grid) == 18

@@ -37,6 +37,7 @@ import numpy as np
 
 from keras_tupe.data.masking import check_int
 from keras_tupe.data.network import load_tfds
+from keras_tupe.deprecation import warn_deprecated
 
 # TensorFlow is imported where it is used (tfds, packing into tensors, tf.data): loading
 # the TSV files needs none, so fine-tuning runs where TensorFlow is absent (Grain).
@@ -373,11 +374,6 @@ def _read_tfds(task, split, searched=()):
 # Kept for one release, warning, as the tests' oracle of the ids it gave.
 
 
-def _deprecated(name, instead):
-    warnings.warn(f"keras_tupe.data.glue.{name} is deprecated and will be removed in the next "
-                  f"release; {instead}", DeprecationWarning, stacklevel=3)
-
-
 def pack_inputs(tokenizer, sequence_length, first, second=None):
     """Deprecated: sentences (or pairs) packed with `keras_tupe.data.packing.pack_segments`.
 
@@ -394,7 +390,7 @@ def pack_inputs(tokenizer, sequence_length, first, second=None):
         A dict of int32 tensors `(B, L)` (`(L,)` for one string): `token_ids`,
         `padding_mask`, `segment_ids`.
     """
-    _deprecated("pack_inputs", "use TupeTextClassifierPreprocessor.")
+    warn_deprecated("keras_tupe.data.glue.pack_inputs", "use TupeTextClassifierPreprocessor.")
     import tensorflow as tf
 
     from keras_tupe.data.packing import pack_segments, ragged_ids, special_ids
@@ -428,8 +424,8 @@ def glue_dataset(task, split, tokenizer, sequence_length, batch_size, data_dir=N
         A `tf.data.Dataset` of `(x, y)` (`(x, y, sample_weight)` with `fill_last_batch`):
         `x` as `pack_inputs` gives it, `y` int32 class ids or float32 STS-B scores.
     """
-    _deprecated("glue_dataset", "give the raw sentences to the task "
-                "(keras_tupe.finetuning.batches).")
+    warn_deprecated("keras_tupe.data.glue.glue_dataset",
+                    "give the raw sentences to the task (keras_tupe.finetuning.batches).")
     import tensorflow as tf
 
     from keras_tupe.finetuning.batches import batches
@@ -475,9 +471,11 @@ def longest_packed_length(tokenizer, examples, batch_size=1024):
     sentences (`len(first) + 2`, or `len(first) + len(second) + 3` for pairs, at most)."""
     from keras_tupe.finetuning.glue import longest_packed_length as packed_length
 
-    _deprecated("longest_packed_length", "use keras_tupe.finetuning.glue.longest_packed_length.")
+    warn_deprecated("keras_tupe.data.glue.longest_packed_length",
+                    "use keras_tupe.finetuning.glue.longest_packed_length.")
     check_int("batch_size", batch_size, 1)
     if not len(examples):
-        raise ValueError(f"No examples in {examples.task!r} {examples.split!r}: nothing to measure.")
+        raise ValueError(
+            f"No examples in {examples.task!r} {examples.split!r}: nothing to measure.")
     columns = tuple(c for c in (examples.sentence1, examples.sentence2) if c is not None)
     return packed_length(tokenizer, columns if len(columns) == 2 else columns[0], batch_size)

@@ -19,6 +19,7 @@ import numpy as np
 from keras_tupe.data.masking import check_int
 from keras_tupe.data.network import load_tfds
 from keras_tupe.data.wordpiece_offsets import TfWordPieceOffsets, wordpiece_offsets
+from keras_tupe.deprecation import warn_deprecated
 
 SPLITS = {"train": "train-v1.1.json", "validation": "dev-v1.1.json"}
 TFDS_NAME = "squad/v1.1"
@@ -488,13 +489,6 @@ def postprocess(features, start_logits, end_logits, articles, n_best=20, max_ans
 # `keras_tupe.finetuning.batches`), and offsets are `data.wordpiece_offsets`'.
 
 
-def _deprecated(name, instead):
-    import warnings
-
-    warnings.warn(f"keras_tupe.data.squad.{name} is deprecated and will be removed in the next "
-                  f"release; {instead}", DeprecationWarning, stacklevel=3)
-
-
 class WordPieceWithOffsets(TfWordPieceOffsets):
     """Deprecated: `wordpiece_offsets(load_tokenizer(vocabulary_file, lowercase))`, whose
     `tokenize(texts)` gives `[(ids, start_chars, end_chars)]` as this class does."""
@@ -502,7 +496,8 @@ class WordPieceWithOffsets(TfWordPieceOffsets):
     def __init__(self, vocabulary_file, lowercase=True):
         from keras_tupe.data.vocabulary import load_tokenizer
 
-        _deprecated("WordPieceWithOffsets", "use keras_tupe.data.wordpiece_offsets.")
+        warn_deprecated("keras_tupe.data.squad.WordPieceWithOffsets",
+                        "use keras_tupe.data.wordpiece_offsets.")
         super().__init__(load_tokenizer(vocabulary_file, lowercase=lowercase))
         self.vocabulary_file, self.lowercase = str(vocabulary_file), lowercase
         self.keras_tokenizer = self.tokenizer
@@ -515,7 +510,7 @@ def squad_dataset(features, batch_size, training, shuffle=False, seed=0):
     with `shuffle`. Use `keras_tupe.finetuning.batches`."""
     import tensorflow as tf
 
-    _deprecated("squad_dataset", "use keras_tupe.finetuning.batches.")
+    warn_deprecated("keras_tupe.data.squad.squad_dataset", "use keras_tupe.finetuning.batches.")
     check_int("batch_size", batch_size, 1)
     if training and features.start_positions is None:
         raise ValueError("These features have no answer positions: featurize them "

@@ -10,6 +10,7 @@ import statistics
 
 import numpy as np
 
+from keras_tupe.deprecation import warn_deprecated
 from keras_tupe.staging import write_text
 
 
@@ -157,13 +158,10 @@ def write_tables(table, out_dir, title):
 
 
 def _protocol(name, learning_rates, seeds, selection_seed, edge_learning_rates):
-    import warnings
-
     from keras_tupe.finetuning.protocol import Protocol
 
-    warnings.warn(f"keras_tupe.finetuning.summary.{name} is deprecated; use "
-                  f"keras_tupe.finetuning.Protocol(...).{name.removeprefix('protocol_')}.",
-                  DeprecationWarning, stacklevel=3)
+    warn_deprecated(f"keras_tupe.finetuning.summary.{name}", "use keras_tupe.finetuning."
+                    f"Protocol(...).{name.removeprefix('protocol_')}.", stacklevel=3)
     return Protocol(learning_rates, seeds, selection_seed, edge_learning_rates)
 
 

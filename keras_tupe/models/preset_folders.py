@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 
+from keras_tupe.deprecation import warn_deprecated
 from keras_tupe.staging import arrays_bytes, staged, write_json
 
 REGISTERED_BACKBONE = "keras_tupe>TupeBackbone"
@@ -298,11 +299,8 @@ def preset_sequence_length(loader):
 def refuse_overwrite(preset_dir, files, overwrite):
     """Deprecated (kept one release): refuses `files` in `preset_dir` unless `overwrite`,
     which first removes every file keras-hub writes there. Use `write_preset_folder`."""
-    import warnings
-
-    warnings.warn("keras_tupe.models.preset_folders.refuse_overwrite is deprecated: "
-                  "save_to_preset goes through write_preset_folder (StagedPresetSaving).",
-                  DeprecationWarning, stacklevel=2)
+    warn_deprecated("keras_tupe.models.preset_folders.refuse_overwrite", "save_to_preset "
+                    "goes through write_preset_folder (StagedPresetSaving).")
     present = [f for f in files if os.path.exists(os.path.join(preset_dir, f))]
     if present and not overwrite:
         raise FileExistsError(f"Preset folder {preset_dir} already holds {present}; refusing "

@@ -1,9 +1,9 @@
 """The base of keras_tupe's tasks, and the per-replica XLA training step it runs."""
 
-import warnings
 
 import keras
 
+from keras_tupe.deprecation import warn_deprecated
 from keras_tupe.models.preset_folders import StagedPresetSaving
 # `without_training_state` and `load_saved_model` were imported from here before
 # `keras_tupe.models.saving` held them; both still are, for one release.
@@ -182,11 +182,7 @@ class ReplicaXLAStep(TupeTask):
     """Deprecated (kept one release; subclassing it warns): `TupeTask`, the same mixin."""
 
     def __init_subclass__(cls, **kwargs):
-        warnings.warn(
-            f"{cls.__name__}: `ReplicaXLAStep` is deprecated and will be removed in the next "
-            "release. Mix in `keras_tupe.models.task.TupeTask` (the same behaviour), or "
-            "`PerReplicaXLATrainStep` for the training step alone.",
-            DeprecationWarning,
-            stacklevel=2,
-        )
+        warn_deprecated(f"{cls.__name__}: `ReplicaXLAStep`", "mix in "
+                        "`keras_tupe.models.task.TupeTask` (the same behaviour), or "
+                        "`PerReplicaXLATrainStep` for the training step alone.", stacklevel=1)
         super().__init_subclass__(**kwargs)

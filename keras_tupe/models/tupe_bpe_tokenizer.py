@@ -4,7 +4,6 @@ import io
 import os
 import re
 import sys
-import warnings
 
 import keras
 import numpy as np
@@ -13,6 +12,7 @@ from subword_nmt.apply_bpe import encode as subword_nmt_encode
 
 import keras_hub
 
+from keras_tupe.deprecation import warn_deprecated
 from keras_tupe.models.preset_folders import StagedPresetSaving, check_backbone_vocabulary_size
 from keras_tupe.models.tupe_backbone import TupeBackbone
 from keras_tupe.models.tupe_tokenizer import add_special_tokens
@@ -156,9 +156,8 @@ def apply_bpe(word, ranks, version):
 
     `TupeBpeTokenizer.bpe` calls subword-nmt itself; this name stays for one release.
     """
-    warnings.warn("keras_tupe.models.tupe_bpe_tokenizer.apply_bpe is deprecated: call "
-                  "subword_nmt.apply_bpe.encode (or TupeBpeTokenizer.bpe).",
-                  DeprecationWarning, stacklevel=2)
+    warn_deprecated("keras_tupe.models.tupe_bpe_tokenizer.apply_bpe",
+                    "call subword_nmt.apply_bpe.encode (or TupeBpeTokenizer.bpe).")
     return tuple(subword_nmt_encode(word, ranks, None, None, BPE_SEPARATOR, version, {}))
 
 

@@ -3,6 +3,7 @@
 import keras
 import keras_hub
 
+from keras_tupe.deprecation import warn_deprecated
 from keras_tupe.models.preset_folders import StagedPresetSaving, preset_sequence_length
 from keras_tupe.models.tupe_backbone import TupeBackbone
 from keras_tupe.models.tupe_tokenizer import TupeTokenizer
@@ -62,10 +63,9 @@ class TupeSpanQAPreprocessor(StagedPresetSaving, keras_hub.models.Preprocessor):
         """Deprecated (kept one release; `featurize` takes the tokenizer itself): the
         tokenizer's vocabulary as `directory/vocabulary.txt`; returns its path."""
         import os
-        import warnings
 
-        warnings.warn("TupeSpanQAPreprocessor.write_vocabulary is deprecated: featurize "
-                      "takes the tokenizer itself.", DeprecationWarning, stacklevel=2)
+        warn_deprecated("TupeSpanQAPreprocessor.write_vocabulary",
+                        "featurize takes the tokenizer itself.")
         path = os.path.join(directory, "vocabulary.txt")
         with open(path, "w", encoding="utf-8") as f:
             f.write("".join(token + "\n" for token in self.tokenizer.get_vocabulary()))
