@@ -64,12 +64,12 @@ class TupeSpanQAPreprocessor(StagedPresetSaving, keras_hub.models.Preprocessor):
         tokenizer's vocabulary as `directory/vocabulary.txt`; returns its path."""
         import os
 
+        from keras_tupe.staging import write_text
+
         warn_deprecated("TupeSpanQAPreprocessor.write_vocabulary",
                         "featurize takes the tokenizer itself.")
-        path = os.path.join(directory, "vocabulary.txt")
-        with open(path, "w", encoding="utf-8") as f:
-            f.write("".join(token + "\n" for token in self.tokenizer.get_vocabulary()))
-        return path
+        return write_text(os.path.join(directory, "vocabulary.txt"),
+                          "".join(token + "\n" for token in self.tokenizer.get_vocabulary()))
 
     @staticmethod
     def articles(questions, contexts, answers=None, answer_starts=None):
