@@ -225,19 +225,24 @@ def _check_time(name, spec, pretrain):
 def _check_benchmark_time(name, spec):
     """Refuses a benchmark stage whose rows, a fresh process each at the seconds of
     `benchmark_seconds` (stages.json: an estimate and its basis), would not end in time."""
-    from benchmarks.encoders.cli import FLASH, parse_args
+    from benchmarks.encoders.cli import (DEFAULT_REPEATS, DEFAULT_SEQ_LENS, FLASH, QUICK,
+                                         parse_args)
 
     args, seconds = parse_args(spec["command"][1:]), load_stages()["benchmark_seconds"]
     if not (args.variants and args.precisions):
         raise StudyError(f"Stage {name}: a benchmark stage names its --variants and "
                          "--precisions, so that its length is known here.")
-    # Each round runs every row again in a fresh process (at most --rounds: the
-    # benchmark caps rounds at its repeats, which depend on the device).
-    rows = (len(args.variants) * len(args.seq_lens) * len(args.precisions) * args.rounds
+    quick = QUICK if args.quick else {}
+    # The benchmark's own defaults and de-duplication; each round runs every row again in
+    # a fresh process, and rounds are capped at the repeats.
+    rounds = min(args.rounds, args.repeats or quick.get("repeats", DEFAULT_REPEATS))
+    rows = (len(set(args.variants)) * len(set(args.precisions)) * rounds
+            * len(set(args.seq_lens or quick.get("seq_lens", DEFAULT_SEQ_LENS)))
             * len(FLASH[args.flash]) * (2 if args.xla == "both" else 1))
-    needed = seconds["start"] + sum(rows * seconds[mode] for mode in dict.fromkeys(args.modes))
+    modes = set(args.modes)
+    needed = seconds["start"] + sum(rows * seconds[mode] for mode in modes)
     if needed > spec["deadline_seconds"] - PACK_RESERVE_SECONDS:
-        raise StudyError(f"Stage {name} does not fit: its {rows * len(args.modes)} rows need "
+        raise StudyError(f"Stage {name} does not fit: its {rows * len(modes)} rows need "
                          f"about {needed} s (benchmark_seconds), more than its "
                          f"deadline_seconds {spec['deadline_seconds']} less "
                          f"{PACK_RESERVE_SECONDS} s to pack; split it.")

@@ -88,6 +88,8 @@ def test_the_s2_parts_measure_every_row_of_the_benchmark_once_with_fused_trainin
     rounds = {**parts["S2a"], "command": parts["S2a"]["command"] + ["--rounds", "3"]}
     with pytest.raises(StudyError, match=r"Stage S2a does not fit: its \d+ rows"):
         stage._check_benchmark_time("S2a", rounds)
+    capped = {**rounds, "command": rounds["command"] + ["--repeats", "1"]}  # one round, then
+    stage._check_benchmark_time("S2a", capped)
 
 
 def test_runs_past_the_deadline_are_stopped_and_said_so(tmp_path):
