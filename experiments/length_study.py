@@ -176,13 +176,19 @@ def write_prepared(config, out):
     os.makedirs(out, exist_ok=True)
     batches, paths = _Batches(config), []
     for length in config["lengths"]:
-        paths.append(os.path.join(out, f"length_{length}.npz"))
-        np.savez_compressed(paths[-1], key=json.dumps(_batches_key(config, job, length)),
-                            **_stack(batches.get(job, length)))
-    paths.append(os.path.join(out, "unigram.npz"))
-    np.savez_compressed(paths[-1], key=json.dumps(_unigram_key(vocabulary)),
-                        log_probs=unigram_log_probs(vocabulary))
+        paths.append(save_prepared(os.path.join(out, f"length_{length}.npz"),
+                                   _batches_key(config, job, length),
+                                   _stack(batches.get(job, length))))
+    paths.append(save_prepared(os.path.join(out, "unigram.npz"), _unigram_key(vocabulary),
+                               {"log_probs": unigram_log_probs(vocabulary)}))
     return paths
+
+
+def save_prepared(path, key, arrays):
+    """One prepared file: `arrays` and the settings `key` it was made for (`_prepared`
+    refuses it for any other). Returns `path`."""
+    np.savez_compressed(path, key=json.dumps(key), **arrays)
+    return path
 
 
 UNIGRAM = {"pretrain_study": "baseline", "variant": "unigram", "preset": "(no model)",

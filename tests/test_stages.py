@@ -330,8 +330,8 @@ def test_prepared_length_batches_are_read_back_as_made_and_refused_for_other_set
     made = length_study._prepared(config, "length_3.npz", key,
                                   lambda: length_study._stack(batches))  # no file: made here
     os.makedirs(length_study.prepared_dir(config))
-    np.savez_compressed(os.path.join(length_study.prepared_dir(config), "length_3.npz"),
-                        key=json.dumps(key), **made)
+    length_study.save_prepared(os.path.join(length_study.prepared_dir(config), "length_3.npz"),
+                               key, made)
     read = length_study._unstack(length_study._prepared(config, "length_3.npz", key, None))
     assert len(read) == len(batches)
     for (x, y, w), (x0, y0, w0) in zip(read, batches):
