@@ -9,6 +9,7 @@ import warnings
 import keras
 import numpy as np
 
+from keras_tupe.files import read_json
 from keras_tupe.progress import Heartbeat
 from keras_tupe.staging import arrays_bytes, staged, write_text
 
@@ -19,11 +20,7 @@ SEEDS = "seed_states.npz"
 def backup_metadata(backup_dir):
     """The committed backup's `training_metadata.json` (`epoch`, `step`, `backup`, ...),
     or {} before the first."""
-    path = os.path.join(backup_dir, "training_metadata.json")  # Keras's name
-    if not os.path.exists(path):
-        return {}
-    with open(path) as f:
-        return json.load(f)
+    return read_json(os.path.join(backup_dir, "training_metadata.json"))  # Keras's name
 
 
 class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):

@@ -1,8 +1,18 @@
 """The sha256 of a file: the one digest keras_tupe records and compares (vocabularies,
-shards, converted checkpoints, fine-tuning inputs)."""
+shards, converted checkpoints, fine-tuning inputs); and the one reader of a JSON file that
+may not exist yet."""
 
 import hashlib
+import json
 import os
+
+
+def read_json(path):
+    """The JSON value in `path`, or `{}` where there is no such file."""
+    if not os.path.isfile(path):
+        return {}
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
 
 
 def file_sha256(path):

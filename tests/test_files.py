@@ -1,4 +1,4 @@
-"""The one sha256 of a file, and the old names that answer with it."""
+"""The one sha256 of a file, the old names that answer with it, and the one JSON reader."""
 
 import hashlib
 import os
@@ -37,3 +37,12 @@ def test_tree_sha256_fingerprints_every_file_of_a_folder(tmp_path):
     assert changed != expected
     os.rename(folder / "sub" / "w.h5", folder / "sub" / "v.h5")
     assert tree_sha256(folder) != changed
+
+
+def test_read_json_reads_a_file_or_gives_an_empty_dict_where_there_is_none(tmp_path):
+    from keras_tupe.files import read_json
+
+    (tmp_path / "a.json").write_text('{"epoch": 3, "name": "caf\\u00e9"}', encoding="utf-8")
+    assert read_json(tmp_path / "a.json") == {"epoch": 3, "name": "café"}
+    assert read_json(tmp_path / "missing.json") == {}
+    assert read_json(tmp_path) == {}  # a folder is no file

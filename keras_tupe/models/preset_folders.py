@@ -9,11 +9,11 @@ problem and what to pass instead.
 """
 
 import difflib
-import json
 import os
 import shutil
 
 from keras_tupe.deprecation import warn_deprecated
+from keras_tupe.files import read_json
 from keras_tupe.staging import arrays_bytes, staged, write_json
 
 REGISTERED_BACKBONE = "keras_tupe>TupeBackbone"
@@ -25,14 +25,6 @@ class classproperty(property):
 
     def __get__(self, _, owner):
         return self.fget(owner)
-
-
-def _read_json(path):
-    """The JSON value in `path`, or `{}` where there is no such file."""
-    if not os.path.isfile(path):
-        return {}
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
 
 
 def is_preset_folder(path):
@@ -72,7 +64,7 @@ def check_preset_folder(preset, cls=None, load_weights=True):
             f"Preset folder {preset} has no config.json; it is not a keras-hub preset "
             "(write one with `save_to_preset`)."
         )
-    config = _read_json(config_path)
+    config = read_json(config_path)
     registered = config.get("registered_name")
     if registered != REGISTERED_BACKBONE:
         raise ValueError(
@@ -98,7 +90,7 @@ def check_backbone_vocabulary_size(preset):
     Tokenizers call it from `load_preset_assets`, which every keras-hub `from_preset`
     route runs (`keras_hub.models.TextClassifier`, `MaskedLM`, ...).
     """
-    config = _read_json(os.path.join(str(preset), "config.json"))
+    config = read_json(os.path.join(str(preset), "config.json"))
     size = config.get("config", {}).get("vocabulary_size")
     if size is not None:
         check_vocabulary_size(str(preset), size)
@@ -212,7 +204,7 @@ def write_preset_folder(model, preset_dir, record_key=None, record=None, overwri
         _store_variable_dtype(staging)
         if record_key:
             metadata_path = os.path.join(staging, "metadata.json")
-            write_json(metadata_path, {**_read_json(metadata_path), record_key: record},
+            write_json(metadata_path, {**read_json(metadata_path), record_key: record},
                        sync=False)
         if adding:
             _add_files(staging, preset_dir)
@@ -231,7 +223,7 @@ def _store_variable_dtype(preset_dir):
     variables' dtype; how the model was trained stays in the run's record.
     """
     path = os.path.join(preset_dir, "config.json")
-    config = _read_json(path)
+    config = read_json(path)
     policy = config.get("config", {}).get("dtype")
     name = policy.get("config", {}).get("name", "") if isinstance(policy, dict) else ""
     if name.startswith("mixed_"):
@@ -289,7 +281,7 @@ def preset_sequence_length(loader):
     The folder's `preprocessor.json` (the pre-training length), else 512 capped at
     an absolute encoder's table (keras-hub's default is 512 for every preset).
     """
-    preprocessor = _read_json(os.path.join(str(loader.preset), "preprocessor.json"))
+    preprocessor = read_json(os.path.join(str(loader.preset), "preprocessor.json"))
     length = preprocessor.get("config", {}).get("sequence_length")
     if length:
         return int(length)
