@@ -25,7 +25,6 @@ DEFAULT_SEQUENCES_PER_SHARD = 100_000
 
 
 def parse_args(argv=None):
-    # No console script (a machine with TensorFlow runs it once): the module is the command.
     p = command_parser("keras-tupe-shard-corpus", __doc__)
     p.add_argument("--corpus", required=True, nargs="+",
                    help="text files, directories of .txt files, or tfds:NAME[:SPLIT]")
