@@ -222,9 +222,12 @@ def test_a_glue_file_without_examples_is_refused_before_training(tmp_path, vocab
     assert not (tmp_path / "out").exists()
 
 
-def test_glue_save_dir_is_refused_before_training_only_where_it_holds_files(tmp_path, vocabulary):
-    """As save_classifier (and SQuAD's --save-models) refuse: an empty folder is taken."""
+def test_glue_save_dir_is_refused_before_training_only_where_it_holds_files(tmp_path, vocabulary,
+                                                                            monkeypatch):
+    """As save_classifier (and SQuAD's --save-models) refuse, before the encoder is read: an
+    empty folder is taken."""
     from keras_tupe.finetuning import FinetuneConfig, finetune_glue
+    from keras_tupe.finetuning import glue as finetuning_glue
 
     folder = tmp_path / "glue" / "SST-2"
     folder.mkdir(parents=True)
@@ -238,7 +241,9 @@ def test_glue_save_dir_is_refused_before_training_only_where_it_holds_files(tmp_
     (kept / "notes.txt").write_text("mine")
     common = dict(task="sst2", init=str(init), vocab=vocabulary, data_dir=str(tmp_path / "glue"),
                   epochs=1, batch_size=2, seq_len=8, learning_rate=1e-3, progress=False)
-    with pytest.raises(FileExistsError, match="kept already exists and is not an empty folder"):
+    with monkeypatch.context() as patch, pytest.raises(
+            FileExistsError, match="kept already exists and is not an empty folder"):
+        patch.setattr(finetuning_glue, "load_backbone", lambda init: pytest.fail("read"))
         finetune_glue(FinetuneConfig(save_dir=str(kept), **common))
     assert [p.name for p in kept.iterdir()] == ["notes.txt"]
     empty = tmp_path / "empty"

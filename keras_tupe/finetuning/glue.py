@@ -91,6 +91,8 @@ def finetune_glue(config):
 
     spec = glue.get_task(config.task)
     loader = resolve_loader(config.data_loader)
+    if config.save_dir:  # refused before anything is read, by save_classifier's own rule
+        refuse_existing_folder(config.save_dir)
     keras.utils.set_random_seed(config.seed)
     backbone = load_backbone(config.init)
     backbone.check_sequence_length(config.seq_len)
@@ -100,8 +102,6 @@ def finetune_glue(config):
         train_examples = _head(train_examples, config.max_train_examples)
     if not len(train_examples):
         raise ValueError(f"GLUE {config.task} train has no examples: nothing to fine-tune on.")
-    if config.save_dir:  # refused before any training, by save_classifier's own rule
-        refuse_existing_folder(config.save_dir)
     epochs = config.epochs or paper_epochs(config.task)
     preprocessor = TupeTextClassifierPreprocessor(tokenizer, sequence_length=config.seq_len)
     check_tokenizes(preprocessor, _segments(train_examples), config.init)
