@@ -329,6 +329,7 @@ def test_the_deprecated_protocol_functions_still_answer_and_warn():
     with pytest.warns(DeprecationWarning, match=r"Protocol\(\.\.\.\)\.rates"):
         assert summary.protocol_rates([1e-4], None, [3e-3]) == {1e-4}  # no edges without one
         assert summary.protocol_rates([1e-4], 0, [3e-3]) == {1e-4, 3e-3}
+        assert summary.protocol_rates([], None) == set()  # accepted as before, no Protocol
     with pytest.warns(DeprecationWarning, match=r"Protocol\(\.\.\.\)\.runs"):
         runs = summary.protocol_runs([], ["rte"], [1e-4], [0], None, ())
         assert next(runs) == ("rte", 1e-4, 0)

@@ -153,7 +153,6 @@ def write_tables(table, out_dir, title):
     return average
 
 
-
 # Deprecated (kept one release): the protocol's plan is `finetuning.protocol.Protocol`'s.
 
 
@@ -166,9 +165,10 @@ def _protocol(name, learning_rates, seeds, selection_seed, edge_learning_rates):
 
 
 def protocol_rates(learning_rates, selection_seed=None, edge_learning_rates=()):
-    """Deprecated: `Protocol.rates`."""
-    return _protocol("protocol_rates", learning_rates, (selection_seed,), selection_seed,
-                     edge_learning_rates if selection_seed is not None else ()).rates
+    """Deprecated: `Protocol.rates` (the grid, and the edges with a selection seed)."""
+    warn_deprecated("keras_tupe.finetuning.summary.protocol_rates",
+                    "use keras_tupe.finetuning.Protocol(...).rates.")
+    return set(learning_rates) | set(edge_learning_rates if selection_seed is not None else ())
 
 
 def protocol_runs(rows, tasks, learning_rates, seeds, selection_seed, edge_learning_rates):
