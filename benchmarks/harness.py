@@ -43,18 +43,16 @@ def command_line(module, argv=None):
     return f"python -m {module} " + shlex.join(sys.argv[1:] if argv is None else argv)
 
 
-def run_fresh(module, argv, timeout=None, env=None, library=None):
+def run_fresh(module, argv, timeout=None, env=None):
     """Runs `python -m module *argv --worker-out FILE` alone; returns (result, error, wall s).
 
     `result` is the JSON the worker wrote to FILE, or None; then `error` says why (timeout,
     signal, exit status, the last lines of its stderr). The child runs in an empty folder
-    with `library` (default: this checkout) and then this checkout first on `PYTHONPATH`,
-    so `keras_tupe` is the library's and `benchmarks` this checkout's. `env` adds variables.
+    with this checkout first on `PYTHONPATH`. `env` adds variables.
     """
     with tempfile.TemporaryDirectory(prefix="keras_tupe_bench_") as folder:
         out = Path(folder) / "result.json"
-        paths = dict.fromkeys([str(library or REPO_ROOT), str(REPO_ROOT),
-                               os.environ.get("PYTHONPATH")])
+        paths = dict.fromkeys([str(REPO_ROOT), os.environ.get("PYTHONPATH")])
         child_env = {"TF_CPP_MIN_LOG_LEVEL": "2", **os.environ, **(env or {}),
                      "PYTHONPATH": os.pathsep.join(filter(None, paths))}
         command = [sys.executable, "-m", module, *argv, "--worker-out", str(out)]
@@ -77,15 +75,6 @@ def run_fresh(module, argv, timeout=None, env=None, library=None):
 def write_worker_result(path, result):
     """The worker's side of `run_fresh`: its result, as JSON, where the parent reads it."""
     Path(path).write_text(json.dumps(result))
-
-
-def library_at(revision, folder):
-    """`keras_tupe` as of git `revision` in `folder`: a `library` to run (before and after)."""
-    archive = subprocess.run(["git", "archive", revision, "keras_tupe"], cwd=REPO_ROOT,
-                             check=True, capture_output=True).stdout
-    Path(folder).mkdir(parents=True, exist_ok=True)
-    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive, check=True)
-    return str(folder)
 
 
 # === Timing statistics ===
