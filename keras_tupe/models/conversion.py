@@ -9,7 +9,7 @@ keras-hub's `BertBackbone`.
 
 import keras_hub
 
-from keras_tupe.models.tupe_backbone import INPUT_NAMES, TupeBackbone
+from keras_tupe.models.tupe_backbone import TupeBackbone
 
 # keras-hub BertBackbone weights that TupeBackbone names the same.
 _KERAS_HUB_BERT = (
@@ -128,7 +128,9 @@ def from_keras_hub_bert(bert, relative_method4=True, max_relative_distance=None,
 
 def keras_hub_inputs(inputs):
     """Only the inputs keras-hub BERT takes: `token_ids`, `padding_mask`, `segment_ids`."""
-    return {name: inputs[name] for name in INPUT_NAMES}
+    # BertBackbone's own names, not TupeBackbone's: should the TUPE backbone take another
+    # input, BERT must still be given only these.
+    return {name: inputs[name] for name in ("token_ids", "padding_mask", "segment_ids")}
 
 
 __all__ = ["add_relative_method4", "from_keras_hub_bert", "keras_hub_inputs"]
