@@ -7,6 +7,13 @@ Left out, as no user's name: `data.corpus.logger` (a module's logger), `data.glu
 (the retired packer's chunk size), `models.preset_folders.PRESET_FILES` (keras-hub's file
 names, which keras-hub owns), `models.tupe_bpe_tokenizer.END_OF_WORD` (subword-nmt's
 marker, which subword-nmt now applies) and `models.tupe_bpe_tokenizer.tf` (a lazy import).
+Made with, for each `keras_tupe/**.py` of `git ls-tree -r --name-only f57b674 keras_tupe`:
+
+    tree = ast.parse(subprocess.check_output(["git", "show", f"f57b674:{path}"], text=True))
+    names = sorted(n for node in tree.body for n in (
+        [node.name] if isinstance(node, (ast.FunctionDef, ast.ClassDef)) else
+        [t.id for t in getattr(node, "targets", [getattr(node, "target", None)])
+         if isinstance(t, ast.Name)]) if not n.startswith("_"))
 """
 
 import importlib
