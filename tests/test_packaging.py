@@ -28,6 +28,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
 from keras_tupe.extras import TENSORFLOW_EXTRA, require_tensorflow, tensorflow_missing
 
@@ -67,6 +68,15 @@ def test_tensorflow_is_an_extra():
     assert set(TENSORFLOW_ONLY) <= extra
     assert {"jax", "grain"} <= {distribution(r) for r in
                                 PROJECT["project"]["optional-dependencies"]["jax"]}
+
+
+def test_the_tensorflow_extra_excludes_tensorflow_text_2_21_0():
+    """tensorflow-text 2.21.0 broke keras-hub's tokenizers on every backend (keras-hub PR
+    #2979 capped it out); TensorFlow 2.21 needs a 2.21 tensorflow-text, so 2.21.0 is skipped."""
+    requirement, = [Requirement(r) for r in PROJECT["project"]["optional-dependencies"]
+                    ["tensorflow"] if distribution(r) == "tensorflow-text"]
+    assert not requirement.specifier.contains("2.21.0")
+    assert requirement.specifier.contains("2.21.1")
 
 
 def test_a_missing_tensorflow_is_one_error_naming_the_extra(monkeypatch):
