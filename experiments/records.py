@@ -91,17 +91,20 @@ def read_json(path, default=None):
         return json.load(f)
 
 
+# keras_tupe.jsonl's, imported where called: `import keras_tupe` imports Keras, and
+# `experiments.stage` imports this module on a machine that may lack it.
 def read_jsonl(path):
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+    """`keras_tupe.jsonl.read_jsonl`: the rows, a cut line skipped with a warning."""
+    from keras_tupe import jsonl
+
+    return jsonl.read_jsonl(path)
 
 
 def append_jsonl(path, row):
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "a") as f:
-        f.write(json.dumps(row) + "\n")
+    """`keras_tupe.jsonl.append_jsonl`: `row` appended as one whole line."""
+    from keras_tupe import jsonl
+
+    jsonl.append_jsonl(path, row)
 
 
 def median_tokens_per_second(rows):

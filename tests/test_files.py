@@ -1,11 +1,18 @@
-"""The one sha256 of a file, the old names that answer with it, and the one JSON reader."""
+"""The one sha256 of a file, the old names that answer with it, the one JSON reader, and the
+appended JSON-lines records (`keras_tupe.jsonl`)."""
 
+import errno
 import hashlib
 import os
+import resource
+
+import pytest
 
 from keras_tupe.convert.common import sha256
 from keras_tupe.data.shards import file_sha256 as shards_file_sha256
 from keras_tupe.files import file_sha256, tree_sha256
+from keras_tupe.jsonl import append_jsonl, read_jsonl
+from keras_tupe.staging import WriteError
 
 
 def test_file_sha256_streams_large_files_and_the_old_names_agree(tmp_path):
@@ -46,3 +53,37 @@ def test_read_json_reads_a_file_or_gives_an_empty_dict_where_there_is_none(tmp_p
     assert read_json(tmp_path / "a.json") == {"epoch": 3, "name": "café"}
     assert read_json(tmp_path / "missing.json") == {}
     assert read_json(tmp_path) == {}  # a folder is no file
+
+
+def test_a_cut_jsonl_line_is_skipped_with_one_warning_naming_file_and_line(tmp_path):
+    """A line a full disk cut short (the last, or one a later append left in the middle)."""
+    path = tmp_path / "results.jsonl"
+    path.write_text('{"seed": 0}\n{"seed": 1, "dev": {"validation"')
+    with pytest.warns(UserWarning) as caught:
+        assert read_jsonl(str(path)) == [{"seed": 0}]
+    [warning] = caught
+    assert str(warning.message).startswith(f"{path} line 2 is cut short or not JSON")
+    assert "skipped, so the run it recorded is done again" in str(warning.message)
+    append_jsonl(str(path), {"seed": 2})  # after the cut line, on a line of its own
+    assert path.read_text().splitlines()[1:] == ['{"seed": 1, "dev": {"validation"', '{"seed": 2}']
+    with pytest.warns(UserWarning, match=" line 2 is cut short"):
+        assert read_jsonl(str(path)) == [{"seed": 0}, {"seed": 2}]
+    assert read_jsonl(str(tmp_path / "missing.jsonl")) == []
+
+
+def test_an_append_that_cannot_finish_leaves_no_part_of_its_line(tmp_path):
+    """A full disk stood in for by a file-size limit (RLIMIT_FSIZE; Python ignores SIGXFSZ, so
+    a write past it fails with EFBIG as one on a full disk fails with ENOSPC)."""
+    path = tmp_path / "results.jsonl"
+    append_jsonl(str(path), {"seed": 0})
+    before = path.read_bytes()
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (len(before) + 10, hard))
+    try:
+        with pytest.raises(WriteError) as raised:
+            append_jsonl(str(path), {"seed": 1, "dev": {"validation": {"score": 0.5}}})
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    assert raised.value.errno == errno.EFBIG
+    assert str(raised.value).startswith(f"could not write {path}: File too large")
+    assert path.read_bytes() == before

@@ -253,6 +253,28 @@ def test_the_selection_protocol_chooses_with_one_seed_and_widens_at_the_edge(tmp
     assert calls == [(1e-4, 0), (1e-4, 1), (3e-4, 0), (3e-4, 1)]
 
 
+def test_a_results_line_cut_by_a_full_disk_is_named_and_its_run_done_again(tmp_path,
+                                                                          monkeypatch):
+    """`results.jsonl` whose last line a full disk cut: the resumed protocol warns once,
+    naming the file and the line, and runs that (rate, seed) again instead of refusing."""
+    from keras_tupe.finetuning import run_protocol
+
+    calls = _fake_runs(monkeypatch, lambda rate, seed: 0.5 + seed / 10)
+    out, grid = tmp_path / "out", {"learning_rates": [1e-4], "seeds": [0, 1, 2]}
+    run_protocol(["rte"], "unused", str(out), **grid)
+    results = out / "results.jsonl"
+    first, second, third = results.read_text().splitlines()
+    results.write_text(f"{first}\n{second}\n{third[:40]}")  # seed 2's line, cut
+    calls.clear()
+    with pytest.warns(UserWarning) as caught:
+        [row] = run_protocol(["rte"], "unused", str(out), **grid)
+    assert calls == [(1e-4, 2)]
+    assert len({str(w.message) for w in caught}) == 1
+    assert str(caught[0].message).startswith(f"{results} line 3 is cut short or not JSON")
+    assert row["seeds"] == 3 and row["score"] == pytest.approx(60.0)
+    assert results.read_text().splitlines()[2] == third[:40]  # kept, and skipped when read
+
+
 def test_the_chosen_rate_is_the_selection_seeds_not_the_best_median():
     from keras_tupe.finetuning import summarize
 

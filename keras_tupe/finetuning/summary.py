@@ -4,28 +4,26 @@
 (`summarize`) and `summary.md` / `summary.csv` (`write_tables`).
 """
 
-import json
 import os
 import statistics
 
 import numpy as np
 
 from keras_tupe.deprecation import warn_deprecated
+from keras_tupe.jsonl import append_jsonl, read_jsonl
 from keras_tupe.staging import write_text
 
 
 def read_results(out_dir):
-    """`(path of out_dir/results.jsonl, its rows)`; no rows when it does not exist yet."""
+    """`(path of out_dir/results.jsonl, its rows)`; no rows when it does not exist yet. A
+    line cut short (a full disk) is skipped with a warning: its run is done again."""
     path = os.path.join(out_dir, "results.jsonl")
-    if not os.path.exists(path):
-        return path, []
-    with open(path) as f:
-        return path, [json.loads(line) for line in f if line.strip()]
+    return path, read_jsonl(path)
 
 
 def append_result(path, row):
-    with open(path, "a") as f:
-        f.write(json.dumps(row) + "\n")
+    """Appends one finished run's `row` to `path` as a whole line (`append_jsonl`)."""
+    append_jsonl(path, row)
 
 
 def check_selection(seeds, selection_seed, edge_learning_rates, learning_rates):
