@@ -76,6 +76,9 @@ def study(tmp_path_factory):
         Path(paths[name]).write_text(json.dumps(content, indent=2))
     for name in ("pretrain", "relative"):
         assert main(["pretrain", "--config", paths[name], "--verbose", "0"]) == 0
+    # The floors the fine-tuning tables read, as `python -m experiments.floors` makes them.
+    finetune_study.record_floors([{"results_dir": results, "tasks": ["mrpc", "rte"],
+                                   "data_dir": str(GLUE)}])
     return {"root": root, "runs": Path(runs), "results": Path(results), "configs": paths}
 
 
@@ -742,13 +745,55 @@ def test_a_bad_selection_or_ceiling_is_refused_naming_the_field(tmp_path):
             study_config.load_config(str(path))
 
 
-def test_the_majority_class_floor_is_the_best_constant_answer_on_dev():
-    scores = finetune_study.majority_class({"tasks": ["cola", "mrpc", "stsb"],
-                                            "data_dir": str(GLUE), "settings": {}})
+def _glue_unreadable(*args, **kwargs):
+    raise AssertionError("read the GLUE data")
+
+
+def test_the_majority_class_floor_is_the_best_constant_answer_on_dev(tmp_path, monkeypatch):
+    config = {"tasks": ["cola", "mrpc", "stsb"], "data_dir": str(GLUE),
+              "results_dir": str(tmp_path)}
+    [path] = finetune_study.record_floors([config])
+    assert path == str(tmp_path / "records" / finetune_study.FLOORS_RECORD)
     labels = glue.load_glue("mrpc", "validation", str(GLUE)).labels
-    assert 50 < scores["mrpc"] == 100 * max(np.mean(labels == 0), np.mean(labels == 1))
+    positive = np.mean(labels == 1)
+    record = json.loads(Path(path).read_text())
+    assert record["command"] == "python -m experiments.floors"
+    assert record["tasks"]["mrpc"]["dev_labels"] == {"validation": np.bincount(labels).tolist()}
+    # From here on the GLUE data cannot be read: the floors come from the record alone.
+    monkeypatch.setattr(glue, "load_glue", _glue_unreadable)
+    scores = finetune_study.majority_class(config)
+    assert 50 < scores["mrpc"] == 100 * max(positive, 1 - positive)
     # A constant answer has Matthews correlation 0, and no correlation at all for STS-B.
     assert scores["cola"] == 0.0 and scores["stsb"] is None
+    # MRPC's F1 of always answering "paraphrase": 2p / (1 + p).
+    assert finetune_study.majority_class(config, "mrpc", "f1") == pytest.approx(
+        100 * 2 * positive / (1 + positive))
+    assert finetune_study.record_floors([config], missing_only=True) == [path]  # nothing read
+    with pytest.raises(study_config.StudyError,
+                       match=r"holds no majority-class floor of rte: .*python -m experiments"):
+        finetune_study.majority_class({**config, "tasks": ["rte"]})
+
+
+def test_a_finetune_table_is_made_from_the_records_without_the_glue_data(tmp_path,
+                                                                         monkeypatch):
+    """The committed `finetune` table again, in a folder where the configs' `data_dir`
+    (`../shared/data/glue`) does not exist and the GLUE loader refuses: its floor row comes
+    from the committed floors record."""
+    committed = REPO / "docs" / "results"
+    results = tmp_path / "checkout" / "docs" / "results"
+    shutil.copytree(committed / "records" / "finetune", results / "records" / "finetune")
+    shutil.copy(committed / "records" / finetune_study.FLOORS_RECORD, results / "records")
+    config = study_config.load_config("finetune")
+    monkeypatch.chdir(tmp_path / "checkout")
+    assert not os.path.exists(config["data_dir"])
+    monkeypatch.setattr(glue, "load_glue", _glue_unreadable)
+    finetune_study.report({**config, "results_dir": str(results)},
+                          report_module.report_command(config))
+    for page in ("finetune_table.md", "finetune_glue.csv"):
+        assert (results / page).read_bytes() == (committed / page).read_bytes()
+    floors = [json.loads((folder / "finetune_config.json").read_text())["majority_class"]
+              for folder in (results, committed)]
+    assert floors[0] == floors[1] and floors[0]["mrpc"] > 50
 
 
 def test_finetune_report_judges_variants_against_the_pretraining_seed_spread(study, tmp_path):
@@ -1004,7 +1049,8 @@ STUDY_DIGESTS = {
 
 
 def test_every_study_resolves_to_the_settings_it_was_run_with():
-    recorded = {p.name for p in (REPO / "docs" / "results" / "records").iterdir()}
+    recorded = {p.name for p in (REPO / "docs" / "results" / "records").iterdir()
+                if p.is_dir()}  # a folder a study; beside them the GLUE floors' record
     assert recorded <= set(STUDY_DIGESTS)  # a new study is pinned here once it has records
     for name, digest in STUDY_DIGESTS.items():
         resolved = {key: value for key, value in study_config.resolved(
@@ -1038,9 +1084,10 @@ def test_a_study_that_extends_another_takes_its_keys_and_settings_key_by_key(tmp
 
 @pytest.mark.slow
 def test_the_committed_pages_are_the_report_of_the_committed_records(tmp_path, monkeypatch):
-    """`report` in a checkout that holds only the configs and the committed records writes
-    exactly the committed pages, and no committed page of a study or comparison is left that
-    it no longer writes (regenerate them, remove stale ones and commit when this fails)."""
+    """`report` in a checkout that holds only the configs and the committed records, with no
+    `../shared` beside it, writes exactly the committed pages, and no committed page of a
+    study or comparison is left that it no longer writes (regenerate them, remove stale ones
+    and commit when this fails)."""
     checkout = tmp_path / "checkout"
     results = REPO / "docs" / "results"
     # The inputs: the runs' records and the maps' data (their figures are report's).
@@ -1049,7 +1096,9 @@ def test_the_committed_pages_are_the_report_of_the_committed_records(tmp_path, m
                     ignore=shutil.ignore_patterns("*.png"))
     (checkout / "experiments").mkdir()
     shutil.copy(study_config.STUDIES_FILE, checkout / "experiments" / "studies.json")
-    (tmp_path / "shared").symlink_to(DATA_DIR.parent)  # the configs' ../shared/data
+    # No ../shared beside it: the configs' ../shared/data (the GLUE floors included) is
+    # not read.
+    assert not (tmp_path / "shared").exists()
     monkeypatch.chdir(checkout)
     monkeypatch.setattr(study_config, "STUDIES_FILE", str(checkout / "experiments" /
                                                           "studies.json"))
