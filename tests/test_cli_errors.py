@@ -36,6 +36,7 @@ The inputs at the edges (issue 38), each with its test here (all fail on the cod
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -267,7 +268,9 @@ def test_effective_settings_are_printed_first(tmp_path, capsys):
 def fake_export(folder, kind):
     """A version folder that looks like a keras_tupe export of `kind` (not loadable)."""
     (folder / "assets.extra").mkdir(parents=True)
+    (folder / "variables").mkdir()
     (folder / "saved_model.pb").write_bytes(b"")
+    (folder / "variables" / "variables.index").write_bytes(b"")
     (folder / "assets.extra" / "keras_tupe.json").write_text(json.dumps({"kind": kind}))
     return folder
 
@@ -280,6 +283,30 @@ def test_predict_takes_the_newest_version_of_a_model_folder(tmp_path):
     assert path == str(tmp_path / "sst2" / "3")
     assert note == f"(using the newest version of 2: {tmp_path / 'sst2' / '3'})"
     assert predict.resolve_saved_model(path) == (path, None)
+
+
+def test_predict_skips_an_incomplete_newest_version_and_names_it(tmp_path):
+    """A version folder holding only saved_model.pb (a copy cut short) is skipped with one
+    note naming it and the version taken; passed itself, or alone, it is refused."""
+    model = tmp_path / "sst2"
+    for version in (1, 2, 3):
+        fake_export(model / str(version), "classifier")
+    shutil.rmtree(model / "3" / "variables")
+    (model / "2" / "saved_model.pb").unlink()
+    (model / "4").mkdir()  # an empty numbered folder: the start of a copy
+    path, note = predict.resolve_saved_model(str(model))
+    assert path == str(model / "1")
+    assert note == ("(skipping the incomplete versions 4 (no saved_model.pb), 3 (no "
+                    f"variables/variables.index), 2 (no saved_model.pb); using version 1: {path})")
+    with pytest.raises(ValueError) as refused:
+        predict.resolve_saved_model(str(model / "3"))
+    assert str(refused.value) == (
+        f"{model / '3'} is an incomplete SavedModel: it has no variables/variables.index (an "
+        f"export or copy cut short). Export it again, or pass {model / '1'}.")
+    shutil.rmtree(model / "1")
+    with pytest.raises(ValueError, match=r"sst2 is not a SavedModel: it has only incomplete "
+                                         r"version folders \(4, 3, 2: each lacks"):
+        predict.resolve_saved_model(str(model))
 
 
 @pytest.mark.parametrize("kind,message", [

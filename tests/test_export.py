@@ -362,6 +362,47 @@ def test_serving_model_answers_saved_model_cli(sst2_vocab, sst2_classifier, tmp_
     assert "Restoring parameters" not in quiet.stderr, quiet.stderr
 
 
+def export_with_a_cut_copy(sst2_vocab, sst2_classifier, model):
+    """A classifier export with version 1, and `model/2`, which the test fills from it as a
+    copy cut short would; returns version 1's folder."""
+    first = Path(export_classifier(sst2_classifier, sst2_vocab, str(model), seq_length=24))
+    (model / "2").mkdir()
+    return first
+
+
+def test_predict_skips_a_version_holding_only_its_graph(sst2_vocab, sst2_classifier, tmp_path,
+                                                        capsys):
+    """Was: two TensorFlow error lines, one a wrong `experimental_io_device` hint."""
+    from training import predict
+
+    model = tmp_path / "sst2"
+    first = export_with_a_cut_copy(sst2_vocab, sst2_classifier, model)
+    shutil.copy(first / "saved_model.pb", model / "2")
+    assert predict.main([str(model), "a gorgeous film"]) == 0
+    out, err = capsys.readouterr()
+    note, answer, _ = out.splitlines()
+    assert note == ("(skipping the incomplete version 2 (no variables/variables.index); using "
+                    f"version 1: {first})")
+    assert answer.endswith("  'a gorgeous film'") and err == ""
+
+
+def test_predict_names_a_version_whose_variables_are_cut_as_corrupt(sst2_vocab, sst2_classifier,
+                                                                    tmp_path, capsys):
+    """Was: a 32-line traceback ending `IndexError: Read less bytes than requested`."""
+    from training import predict
+
+    model = tmp_path / "sst2"
+    first = export_with_a_cut_copy(sst2_vocab, sst2_classifier, model)
+    shutil.copytree(first, model / "2", dirs_exist_ok=True)
+    [data_file] = (model / "2" / "variables").glob("variables.data-*")
+    os.truncate(data_file, data_file.stat().st_size // 2)
+    assert predict.main([str(model), "a gorgeous film"]) == 2
+    out, err = capsys.readouterr()
+    assert out == f"(using the newest version of 2: {model / '2'})\n"
+    assert err == (f"error: {model / '2'} is corrupt: TensorFlow cannot read it (Read less "
+                   f"bytes than requested). Export it again, or pass {first}.\n")
+
+
 def test_pair_serving_model_takes_two_sentences(sst2_vocab, sst2_classifier, tmp_path):
     tokenizer = data.load_tokenizer(sst2_vocab)
     path = export_classifier(sst2_classifier, sst2_vocab, str(tmp_path), seq_length=24,

@@ -11,7 +11,9 @@ are answered in batches of `--batch-size`, and each answer is printed (one line,
 however many sentences there are.
 
 The model is a classifier export (`keras-tupe-export classifier`, or the one `make demo`
-writes): a version folder (`.../1`), or its model folder, whose newest version is taken.
+writes): a version folder (`.../1`), or its model folder, whose newest version is taken; a
+newer version without its saved_model.pb or variables/variables.index (a copy cut short) is
+skipped with a note naming it, and one TensorFlow cannot read is refused as corrupt.
 
 Only TensorFlow and tensorflow-text (whose WordPiece ops the SavedModel uses) are
 imported, and of keras_tupe only this command (`keras_tupe.cli`; in a command's process
@@ -42,8 +44,28 @@ _NOT_A_CLASSIFIER = {
 }
 
 
+# A SavedModel's graph and its variables' index: `tf.saved_model.save` writes both, even for
+# a model without variables, so a version lacking one is a copy or an upload cut short.
+SAVED_MODEL_FILES = ("saved_model.pb", os.path.join("variables", "variables.index"))
+
+
+def missing_files(folder):
+    """The files of `SAVED_MODEL_FILES` that the version folder `folder` lacks."""
+    return [name for name in SAVED_MODEL_FILES if not os.path.isfile(os.path.join(folder, name))]
+
+
+def version_folders(model_dir):
+    """`(complete, incomplete)`: the numbered version folders of `model_dir`, newest first."""
+    numbers = sorted((int(name) for name in os.listdir(model_dir)
+                      if name.isdigit() and os.path.isdir(os.path.join(model_dir, name))),
+                     reverse=True)
+    complete = [n for n in numbers if not missing_files(os.path.join(model_dir, str(n)))]
+    return complete, [n for n in numbers if n not in complete]
+
+
 def resolve_saved_model(path):
-    """The SavedModel version folder to load: `path`, or its model folder's newest version.
+    """The SavedModel version folder to load: `path`, or its model folder's newest complete
+    version (newer incomplete ones are skipped, and the note names them).
 
     Returns `(folder, note)`: `note` says which version was taken, or is None.
     Raises FileNotFoundError / ValueError with what to pass instead.
@@ -53,16 +75,28 @@ def resolve_saved_model(path):
             f"{path} does not exist. Pass a classifier export: a model folder such as "
             "saved_models/demo_tupe_r_tiny_sst2, or one of its version folders (.../1).")
     note = None
-    if not os.path.isfile(os.path.join(path, "saved_model.pb")):
-        versions = sorted(int(name) for name in os.listdir(path) if name.isdigit()
-                          and os.path.isfile(os.path.join(path, name, "saved_model.pb")))
-        if not versions:
+    if os.path.isfile(os.path.join(path, "saved_model.pb")):
+        if missing_files(path):
             raise ValueError(
-                f"{path} is not a SavedModel: it has no saved_model.pb and no numbered version "
-                "folder holding one. Pass a classifier export (keras-tupe-export classifier "
-                "--out DIR writes DIR/<version>/).")
-        path = os.path.join(path, str(versions[-1]))
-        note = f"(using the newest version of {len(versions)}: {path})"
+                f"{path} is an incomplete SavedModel: it has no {missing_files(path)[0]} (an "
+                f"export or copy cut short). Export it again{_or_older_version(path)}.")
+    else:
+        complete, incomplete = version_folders(path)
+        if not complete:
+            found = (f"only incomplete version folders ({', '.join(map(str, incomplete))}: "
+                     f"each lacks {' or '.join(SAVED_MODEL_FILES)})" if incomplete else
+                     "no saved_model.pb and no numbered version folder holding one")
+            raise ValueError(
+                f"{path} is not a SavedModel: it has {found}. Pass a classifier export "
+                "(keras-tupe-export classifier --out DIR writes DIR/<version>/).")
+        model_dir, newest = path, complete[0]
+        path = os.path.join(model_dir, str(newest))
+        note = f"(using the newest version of {len(complete)}: {path})"
+        skipped = [f"{n} (no {missing_files(os.path.join(model_dir, str(n)))[0]})"
+                   for n in incomplete if n > newest]
+        if skipped:
+            note = (f"(skipping the incomplete version{'s' if len(skipped) > 1 else ''} "
+                    f"{', '.join(skipped)}; using version {newest}: {path})")
     info_file = os.path.join(path, "assets.extra", "keras_tupe.json")
     if os.path.isfile(info_file):
         with open(info_file) as f:
@@ -70,6 +104,33 @@ def resolve_saved_model(path):
         if kind in _NOT_A_CLASSIFIER:
             raise ValueError(f"{path} is {_NOT_A_CLASSIFIER[kind]}.")
     return path, note
+
+
+def load_saved_model(path):
+    """`tf.saved_model.load(path)` with the tensorflow-text ops registered; a SavedModel
+    TensorFlow cannot read (a variables file cut short or damaged) is one ValueError
+    naming it as corrupt and an older version to pass instead, where there is one."""
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (registers the WordPiece ops before loading)
+
+    try:
+        return tf.saved_model.load(path)
+    except (IndexError, OSError, tf.errors.OpError) as error:
+        # A truncated variables file is an IndexError, a damaged one an OpError, a damaged
+        # graph an OSError without errno; an OSError with one is the system's (a permission).
+        if isinstance(error, OSError) and error.errno is not None:
+            raise
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0].rstrip(".")
+        raise ValueError(f"{path} is corrupt: TensorFlow cannot read it ({reason}). Export it "
+                         f"again{_or_older_version(path)}.") from None
+
+
+def _or_older_version(path):
+    """`", or pass <model folder>/<n>"`: the newest complete version older than the version
+    folder `path`; `""` where there is none."""
+    model_dir, version = os.path.split(os.path.normpath(path))
+    older = [n for n in version_folders(model_dir)[0] if version.isdigit() and n < int(version)]
+    return f", or pass {os.path.join(model_dir, str(older[0]))}" if older else ""
 
 
 def parse_args(argv=None):
@@ -147,9 +208,8 @@ def main(argv=None):
     if note:
         print(note, file=sys.stderr if args.json else sys.stdout)
     import tensorflow as tf
-    import tensorflow_text  # noqa: F401  (registers the WordPiece ops before loading)
 
-    serving = tf.saved_model.load(path).signatures["serving_default"]
+    serving = load_saved_model(path).signatures["serving_default"]
     names = sorted(serving.structured_input_signature[1])
     if not set(names) <= {"sentence", "sentence1", "sentence2"}:
         raise ValueError(f"{path} takes {names}, not sentences: it is not a classifier export. "
