@@ -633,6 +633,26 @@ def test_repeated_tasks_rates_and_seeds_run_once_and_count_once(tmp_path, monkey
         ("sst2", 1)]
 
 
+class FakeEncoder:
+    """What fine-tuning's preflight asks of the encoder before the vocabulary."""
+
+    vocabulary_size = 9
+
+    def check_sequence_length(self, length):
+        pass
+
+
+def glue_refusal(init, tmp_path, capsys):
+    """`finetune_glue --init INIT --tasks sst2 --out OUT`: (status, stderr); OUT not made."""
+    from training import finetune_glue
+
+    out = tmp_path / "glue"
+    code, _, err = run_main(finetune_glue.main, [
+        "--init", str(init), "--tasks", "sst2", "--out", str(out)], capsys)
+    assert not out.exists()
+    return code, err
+
+
 @pytest.mark.parametrize("entry", ["pretrain", "finetune_glue", "export preprocessor"])
 def test_a_vocabulary_with_a_repeated_token_is_named(entry, tmp_path, monkeypatch, capsys):
     """Was a 30-line tensorflow-text traceback naming neither the file nor the token."""
@@ -649,13 +669,7 @@ def test_a_vocabulary_with_a_repeated_token_is_named(entry, tmp_path, monkeypatc
             "--preset", "tupe_r_tiny", "--corpus", str(corpus), "--out", str(out),
             "--vocab", str(vocab), "--steps", "10", "--verbose", "0"]
     elif entry == "finetune_glue":
-        class Encoder:  # what the preflight asks of the encoder before the vocabulary
-            vocabulary_size = 9
-
-            def check_sequence_length(self, length):
-                pass
-
-        monkeypatch.setattr(protocol, "load_backbone", lambda init: Encoder())
+        monkeypatch.setattr(protocol, "load_backbone", lambda init: FakeEncoder())
         main, argv = finetune_glue.main, [
             "--init", str(tmp_path / "run"), "--tasks", "sst2", "--out", str(out),
             "--vocab", str(vocab)]
@@ -668,6 +682,54 @@ def test_a_vocabulary_with_a_repeated_token_is_named(entry, tmp_path, monkeypatc
     assert code == 2
     assert err.splitlines()[-1] == f"error: {'--vocab: ' if entry == 'pretrain' else ''}{message}"
     assert not out.exists()
+
+
+def test_finetune_squad_names_the_flags_of_a_window_without_room_before_any_work(capsys):
+    """`--seq-len 64` with the default `--max-query-length` (64): was
+    "`sequence_length` (64) must leave room for the question (max_query_length=64)", the
+    Python names, after loading the encoder and the data. Now the first thing checked (the
+    --init given does not exist), in flags, with the fix; the Python API keeps its names."""
+    from keras_tupe.finetuning import SquadConfig, finetune_squad
+    from keras_tupe.models import tupe_span_qa_preprocessor
+    from training import finetune_squad as squad_cli
+
+    code, out, err = run_main(squad_cli.main, ["--init", "nowhere", "--seq-len", "64"], capsys)
+    assert (code, out) == (2, "")
+    assert err == ("error: `--seq-len` 64 leaves no room for a context window after the "
+                   "question (`--max-query-length` 64 tokens) and the 3 special tokens: pass "
+                   "`--seq-len` of at least 68, or `--max-query-length` of at most 60.\n")
+    with pytest.raises(ValueError, match=r"^`seq_len=` 64 leaves .* \(`max_query_length=` 64 "
+                                         r"tokens\) .* pass `seq_len=` of at least 68, or "):
+        finetune_squad(SquadConfig(init="nowhere", seq_len=64))
+    with pytest.raises(ValueError, match=r"^`sequence_length=` 4 leaves .*: pass "
+                                         r"`sequence_length=` of at least 6\.$"):
+        tupe_span_qa_preprocessor.check_question_room(4, 2)
+
+
+def test_finetune_glue_on_a_fairseq_preset_without_bpe_codes_says_convert_with_them(
+        tmp_path, monkeypatch, capsys):
+    """Was "No vocabulary for ...; pass the vocabulary the encoder was pre-trained with",
+    naming no flag; a --vocab cannot serve, converting again with --bpe-codes does."""
+    from keras_tupe.finetuning import default_vocabulary
+    from keras_tupe.finetuning import glue as protocol
+
+    monkeypatch.setattr(protocol, "load_backbone", lambda init: FakeEncoder())
+    preset = tmp_path / "converted"  # what convert_fairseq writes without bpe_codes
+    preset.mkdir()
+    (preset / "config.json").write_text("{}")
+    (preset / "metadata.json").write_text(json.dumps({"keras_tupe_conversion": {
+        "kind": "fairseq", "source": "/ckpt/checkpoint_best.pt", "tokenizer": None}}))
+    assert glue_refusal(preset, tmp_path, capsys) == (2, (
+        f"error: {preset} is a fairseq checkpoint converted without BPE codes: the preset has "
+        "no tokenizer, so it cannot read text, and no `--vocab` can stand in (its token ids "
+        "are the fairseq dictionary's BPE pieces). Convert /ckpt/checkpoint_best.pt again, "
+        "giving the converter the BPE codes it was pre-trained with (`--bpe-codes`), and pass "
+        "that preset.\n"))
+    with pytest.raises(ValueError, match=r"no `vocab=` can stand in .*\(`bpe_codes=`\)"):
+        default_vocabulary(str(preset))
+    (preset / "metadata.json").unlink()  # any other preset without a vocabulary
+    with pytest.raises(FileNotFoundError, match=r"pre-trained with as `vocab=`\.$"):
+        default_vocabulary(str(preset))
 
 
 def test_pretrain_names_the_users_vocabulary_not_the_runs_copy(tmp_path, capsys):
@@ -687,8 +749,6 @@ def test_pretrain_names_the_users_vocabulary_not_the_runs_copy(tmp_path, capsys)
 
 def test_init_on_an_unfinished_run_says_how_to_finish_or_use_a_checkpoint(tmp_path, capsys):
     """Was "No encoder at ...", which did not say the run is unfinished."""
-    from training import finetune_glue
-
     run = tmp_path / "run"
     (run / "backup").mkdir(parents=True)
     (run / "checkpoints").mkdir()
@@ -702,16 +762,12 @@ def test_init_on_an_unfinished_run_says_how_to_finish_or_use_a_checkpoint(tmp_pa
     (checkpoint / "config.json").write_text("{}")
     (run / "checkpoints" / "step_0000400.partial").mkdir()  # a killed writer's: never whole
     (run / "vocab.txt").write_text("")
-    out = tmp_path / "glue"
-    code, _, err = run_main(finetune_glue.main, [
-        "--init", str(run), "--tasks", "sst2", "--out", str(out)], capsys)
-    assert (code, err) == (2, (
+    assert glue_refusal(run, tmp_path, capsys) == (2, (
         f"error: {run} is an unfinished pre-training run (step 300 of 1,000 backed up): the "
         "encoder is saved only after the last step. Finish it by running the same "
         f"`training.pretrain` command again (it resumes; the command is in "
         f"{run / 'run_config.json'}), or pass one of its checkpoints as --init, e.g. "
         f"{checkpoint}.\n"))
-    assert not out.exists()
     from keras_tupe.finetuning import default_vocabulary
 
     assert default_vocabulary(str(old_checkpoint)) == str(run / "vocab.txt")  # the run's

@@ -397,6 +397,22 @@ def test_a_dictionary_that_lists_mask_keeps_its_row(tmp_path):
     assert any("<mask>=112." in note for note in notes)
 
 
+@needs_reference
+def test_fine_tuning_a_preset_converted_without_bpe_codes_says_convert_with_them(tmp_path):
+    """The converter's record (`metadata.json`) is what fine-tuning reads to say so."""
+    from keras_tupe.finetuning import default_vocabulary
+
+    checkpoint = REFERENCE / "tupe_a" / "checkpoint_fp32.pt"
+    out = convert_fairseq(checkpoint, tmp_path / "out", dictionary=DICTIONARY)
+    with pytest.raises(ValueError) as refused:
+        default_vocabulary(str(out))
+    assert str(refused.value).startswith(f"{out} is a fairseq checkpoint converted without BPE "
+                                         "codes: the preset has no tokenizer")
+    assert str(refused.value).endswith(
+        f"Convert {checkpoint} again, giving the converter the BPE codes it was pre-trained "
+        "with (`bpe_codes=`), and pass that preset.")
+
+
 def test_non_empty_output_folder_is_refused(tmp_path):
     out = tmp_path / "out"
     out.mkdir()

@@ -128,6 +128,11 @@ def command_parser(prog, doc):
         prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter))
 
 
+# `run`'s `flags` for the commands that take --init: what an encoder without a tokenizer
+# needs, named as flags (`bpe_codes=` is keras-tupe-convert's, for a fairseq checkpoint).
+INIT_FLAGS = {"vocab": "--vocab", "bpe_codes": "--bpe-codes"}
+
+
 def add_init_flag(parser):
     """`--init`: the encoder a fine-tuning command starts from."""
     parser.add_argument("--init", required=True,

@@ -20,7 +20,7 @@ import argparse
 import os
 import sys
 
-from keras_tupe.cli.common import add_common_flags, entry_point, one_line_errors
+from keras_tupe.cli.common import INIT_FLAGS, add_common_flags, entry_point, one_line_errors
 
 PROG = "keras-tupe-export"
 
@@ -127,7 +127,8 @@ def check_before_import(args, argv=None):
             f"{command} (a model trained under {backend} exports unchanged).")
 
 
-@entry_point({"export_dir": "--out", "version": "--version", "overwrite": "--overwrite"})
+@entry_point({"export_dir": "--out", "version": "--version", "overwrite": "--overwrite",
+              **INIT_FLAGS})
 def main(argv=None):
     args = parse_args(argv)
     check_before_import(args, argv)

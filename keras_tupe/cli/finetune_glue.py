@@ -14,7 +14,7 @@ lacks) the data come from tensorflow-datasets (online).
 
 import sys
 
-from keras_tupe.cli.common import add_init_flag, command_parser, entry_point
+from keras_tupe.cli.common import INIT_FLAGS, add_init_flag, command_parser, entry_point
 
 
 def parse_args(argv=None):
@@ -97,7 +97,7 @@ def merge_repeats(flag, values):
                     f"{flag} {' '.join(shown(value) for value in unique)}")
 
 
-@entry_point()
+@entry_point(INIT_FLAGS)
 def main(argv=None):
     args = vars(parse_args(argv))
     del args["tf_logs"], args["traceback"]

@@ -13,7 +13,7 @@ import dataclasses
 import json
 import sys
 
-from keras_tupe.cli.common import add_init_flag, command_parser, entry_point
+from keras_tupe.cli.common import INIT_FLAGS, add_init_flag, command_parser, entry_point
 
 # `keras_tupe.finetuning.SquadConfig`'s fields (but init, xla, lowercase) and their types,
 # listed here so the parser needs no keras_tupe import (a usage error comes before
@@ -24,6 +24,8 @@ FLAG_TYPES = {"out": str, "train": str, "eval": str, "offline_split": str,
               "max_query_length": int, "warmup_ratio": float, "weight_decay": float,
               "vocab": str, "max_train_examples": int, "verbose": int, "data_loader": str,
               "save_dir": str}
+# The library names SquadConfig's fields (`seq_len=`); this command's messages, its flags.
+FLAGS = {**INIT_FLAGS, **{name: "--" + name.replace("_", "-") for name in FLAG_TYPES}}
 
 
 def parse_args(argv=None):
@@ -44,7 +46,7 @@ def parse_args(argv=None):
     return args
 
 
-@entry_point()
+@entry_point(FLAGS)
 def main(argv=None):
     args = vars(parse_args(argv))
     del args["tf_logs"], args["traceback"]

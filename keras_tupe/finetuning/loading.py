@@ -10,6 +10,8 @@ preprocessor; `load_classifier` reads it back, and the folder an older version w
 import json
 import os
 
+from keras_tupe.files import read_json
+
 # A pre-training run's folder: its final model and its step checkpoints, preset folders.
 RUN_PRESET = "preset"
 RUN_CHECKPOINTS = "checkpoints"
@@ -153,9 +155,18 @@ def default_vocabulary(init):
     for candidate in candidates:
         if os.path.exists(candidate):
             return candidate
+    conversion = (read_json(os.path.join(path, "metadata.json")).get("keras_tupe_conversion", {})
+                  if kind == "preset" else {})
+    if conversion.get("kind") == "fairseq":  # keras_tupe.convert.convert_fairseq's record
+        raise ValueError(
+            f"{init} is a fairseq checkpoint converted without BPE codes: the preset has no "
+            "tokenizer, so it cannot read text, and no `vocab=` can stand in (its token ids "
+            "are the fairseq dictionary's BPE pieces). Convert "
+            f"{conversion.get('source', 'the checkpoint')} again, giving the converter the BPE "
+            "codes it was pre-trained with (`bpe_codes=`), and pass that preset.")
     raise FileNotFoundError(
         f"No vocabulary for {init} (looked for {', '.join(candidates)}); pass the "
-        "vocabulary the encoder was pre-trained with."
+        "vocabulary the encoder was pre-trained with as `vocab=`."
     )
 
 

@@ -65,7 +65,10 @@ def finetune_squad(config):
     from keras_tupe.finetuning.glue import fit_task, task_tokenizer
     from keras_tupe.metrics import squad_evaluate
     from keras_tupe.models import TupeSpanQA, TupeSpanQAPreprocessor
+    from keras_tupe.models.tupe_span_qa_preprocessor import check_question_room
 
+    # Before the encoder, the data and the windowing: a mistake in the settings alone.
+    check_question_room(config.seq_len, config.max_query_length, ("seq_len", "max_query_length"))
     loader = resolve_loader(config.data_loader)
     if config.save_dir:  # refused before any training
         from keras_tupe.models.preset_folders import refuse_existing_folder

@@ -9,6 +9,27 @@ from keras_tupe.models.tupe_backbone import TupeBackbone
 from keras_tupe.models.tupe_tokenizer import TupeTokenizer
 
 
+# `[CLS] question [SEP] window [SEP]`: three special tokens and at least one context token.
+QUESTION_OVERHEAD = 4
+
+
+def check_question_room(sequence_length, max_query_length,
+                        names=("sequence_length", "max_query_length")):
+    """Raises ValueError unless a window of `sequence_length` tokens holds a question of
+    `max_query_length` tokens, its special tokens and a context token. `names` are the
+    caller's arguments for the two (`SquadConfig`'s `seq_len`), as the message names them."""
+    if sequence_length >= max_query_length + QUESTION_OVERHEAD:
+        return
+    length, query = names
+    fixes = f"`{length}=` of at least {max_query_length + QUESTION_OVERHEAD}"
+    if sequence_length > QUESTION_OVERHEAD:
+        fixes += f", or `{query}=` of at most {sequence_length - QUESTION_OVERHEAD}"
+    raise ValueError(
+        f"`{length}=` {sequence_length} leaves no room for a context window after the question "
+        f"(`{query}=` {max_query_length} tokens) and the {QUESTION_OVERHEAD - 1} special "
+        f"tokens: pass {fixes}.")
+
+
 @keras.saving.register_keras_serializable(package="keras_tupe")
 class TupeSpanQAPreprocessor(StagedPresetSaving, keras_hub.models.Preprocessor):
     """BERT's SQuAD windowing over raw strings, and the answer text from span logits.
@@ -116,10 +137,7 @@ class TupeSpanQAPreprocessor(StagedPresetSaving, keras_hub.models.Preprocessor):
             training=training)
 
     def check_lengths(self):
-        if self.sequence_length < self.max_query_length + 4:
-            raise ValueError(
-                f"`sequence_length` ({self.sequence_length}) must leave room for the question "
-                f"(max_query_length={self.max_query_length}) and a context window.")
+        check_question_room(self.sequence_length, self.max_query_length)
 
     def postprocess(self, features, start_logits, end_logits, contexts, questions=None):
         """The answer string of each question (`""` where no valid span exists)."""
