@@ -1,6 +1,7 @@
 """`python -m experiments.claims [--out DIR]`: the numbers `docs/results.md` quotes for the
-papers' claims that no other page prints (T2 in loss, the plateau control); written by
-`experiments.report.claims`, like every page from the committed records alone."""
+papers' claims that no other page prints (T2 in loss, the two pipelines, the plateau
+control); written by `experiments.report.claims`, like every page from the committed records
+alone."""
 
 from experiments.report import claims as main
 

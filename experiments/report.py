@@ -10,7 +10,8 @@ over several studies that the chosen ones are part of: a study with its seed rep
 (`seed_pages`: `<study>_seeds.*`), seed groups in one figure (`GROUP_COMPARISONS`), studies
 that differ only in their `overrides` (`COMPARISONS`: `<name>_compare.*`) and, without a
 study, the positional maps again from their arrays. `claims` writes what `docs/results.md`
-quotes for the papers' claims that no other page prints (T2 in loss, the plateau control).
+quotes for the papers' claims that no other page prints (T2 in loss, the two pipelines, the
+plateau control).
 Nothing here reads `runs/`: from the same records, the same bytes (tested).
 """
 
@@ -730,6 +731,12 @@ The plateau control (issue 48 item 3): at the swept setting (peak LR 1e-3, 20% w
 does and post-LN BERT-A does not? For each run of `PLATEAU_RUNS` with a record: its first
 evaluation below `PLATEAU_LOSS`, and its loss at steps 1,000 and 2,000; written with its figure
 to `docs/results/plateau_control.{md,png}`.
+
+The two pipelines: TUPE-A seed 0 trained on the CPU (TensorFlow and tf.data, `long_v2`)
+against the band of the three GPU seeds (JAX and token-id shards: another data order and
+other masks), at the evaluations all four logged: how often it lies above and below the band,
+and from step `PIPELINE_FROM` on (past the 3,200-step warm-up) how often it lies above the
+band's mean and by how much.
 """
 # The long runs on the corrected initialization: the base study's seed replicates, whose
 # `references` name the base (`seed_groups` puts the three together).
@@ -748,6 +755,11 @@ PLATEAU_RUNS = (
 )
 PLATEAU_LOSS = 6.0
 PLATEAU_PAGE = "plateau_control"
+# The two pipelines: (study, variant) of the CPU run and of the GPU runs whose band it is
+# set against.
+PIPELINE_RUN = ("long_v2", T2_FAST)
+PIPELINE_BAND = tuple((study, T2_FAST) for study in ("long_v2_jax", *T2_REPLICATES))
+PIPELINE_FROM = 4000
 
 
 def first_step_below(rows, target, or_at=False):
@@ -887,9 +899,51 @@ def plateau_page(rows, results_dir, loss=PLATEAU_LOSS):
                          f"Pre-LN against post-LN: who leaves the plateau (dashed: {loss})")
 
 
+def band_position(results_dir, run=PIPELINE_RUN, band=PIPELINE_BAND, from_step=PIPELINE_FROM):
+    """Where the validation loss of `run` (a `(study, variant)` of `results_dir`'s records)
+    lies against the band (lowest to highest) of the runs of `band`, at the evaluations all
+    of them logged: their number, how many lie `above` and `below` the band and, from
+    `from_step` on, their number (`late`), how many lie above the band's mean
+    (`late_above_mean`) and the difference from that mean (`late_mean`, `late_min`,
+    `late_max`)."""
+    def curve(study, variant):
+        rows, _ = records.read_metrics(os.path.join(results_dir, "records", study, variant))
+        return {row["step"]: row["val_loss"] for row in rows if row["val_loss"] is not None}
+
+    single, others = curve(*run), [curve(*member) for member in band]
+    steps = sorted(set(single).intersection(*others))
+    if not steps:
+        raise StudyError(f"{run} and {band} have no evaluation in common in {results_dir}.")
+    late = [single[step] - statistics.mean(other[step] for other in others)
+            for step in steps if step >= from_step]
+    return {"evaluations": len(steps),
+            "above": sum(single[step] > max(other[step] for other in others) for step in steps),
+            "below": sum(single[step] < min(other[step] for other in others) for step in steps),
+            "late": len(late), "late_above_mean": sum(d > 0 for d in late),
+            "late_mean": statistics.mean(late) if late else None,
+            "late_min": min(late, default=None), "late_max": max(late, default=None)}
+
+
+def band_text(result, run=PIPELINE_RUN, band=PIPELINE_BAND, from_step=PIPELINE_FROM):
+    """`band_position`'s result in words."""
+    members = ", ".join("/".join(member) for member in band)
+    lines = [f"The two pipelines: {'/'.join(run)} against the band of {members}",
+             "",
+             f"- at the {result['evaluations']} evaluations all of them logged: above the band "
+             f"at {result['above']}, below it at {result['below']}"]
+    if result["late"]:
+        lines.append(
+            f"- from step {from_step:,} ({result['late']} evaluations): above the band's mean "
+            f"at {result['late_above_mean']}; the difference from the mean "
+            f"{result['late_mean']:+.3f} on average ({result['late_min']:+.3f} to "
+            f"{result['late_max']:+.3f})")
+    return "\n".join(lines)
+
+
 def claims(argv=None):
-    """`python -m experiments.claims [--out DIR]`: prints T2's table, writes the plateau
-    page (into `--out`, default the records' results folder)."""
+    """`python -m experiments.claims [--out DIR]`: prints T2's table and the two pipelines'
+    comparison, writes the plateau page (into `--out`, default the records' results
+    folder)."""
     parser = argparse.ArgumentParser(prog="python -m experiments.claims", description=CLAIMS,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", help="where the plateau page goes (default: the results "
@@ -899,6 +953,7 @@ def claims(argv=None):
     (group_configs, _), = seed_groups(replicate_configs).values()
     print(t2_table(t2_rows(group_configs)))
     results_dir = replicate_configs[0]["results_dir"]
+    print("\n" + band_text(band_position(results_dir)) + "\n")
     for path in plateau_page(plateau_rows(results_dir), args.out or results_dir):
         print(f"wrote {path}")
     return 0

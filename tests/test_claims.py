@@ -1,5 +1,5 @@
 """`experiments.claims` (`experiments.report.claims`): T2 as the step at which TUPE-A reaches
-BERT-A's final loss, and the plateau control."""
+BERT-A's final loss, the two pipelines' comparison and the plateau control."""
 
 import os
 
@@ -68,6 +68,29 @@ def test_the_long_runs_t2_table_from_the_committed_records(capsys, tmp_path):
     # BERT-A's forward per token is 4 x (2 (4 d^2 + 2 d d_ff) + 4 n d) = 6,815,744; TUPE-A
     # adds its untied correlation once a batch, (4 n d^2 + 2 n^2 d) / (32 n) = 10,240.
     assert f"costs {(6_815_744 + 10_240) / 6_815_744:.4f} x a bert_a step" in table
+    # The CPU run of TUPE-A against the GPU runs' band (results.md, sections 3 and 12).
+    assert "above the band at 34, below it at 1" in table
+    assert ("from step 4,000 (61 evaluations): above the band's mean at 60; the difference "
+            "from the mean +0.046 on average (-0.004 to +0.077)") in table
+
+
+def test_a_run_against_a_band_counts_the_evaluations_all_of_them_logged(tmp_path):
+    # The band of two runs at steps 2, 4, 6, 8 (the second lacks step 6, so it is left out);
+    # the single run is above the band at 2, below it at 4, inside at 8. From step 4 on:
+    # differences from the band's mean -0.5 (step 4) and +0.1 (step 8).
+    records_dir = tmp_path / "records"
+    _record(records_dir / "cpu" / "v", [(2, 6.0, 1), (4, 4.0, 2), (6, 9.0, 3), (8, 3.2, 4)])
+    _record(records_dir / "gpu0" / "v", [(2, 5.0, 1), (4, 4.4, 2), (6, 4.0, 3), (8, 3.0, 4)])
+    _record(records_dir / "gpu1" / "v", [(2, 5.2, 1), (4, 4.6, 2), (8, 3.2, 4)])
+    result = report.band_position(str(tmp_path), ("cpu", "v"), (("gpu0", "v"), ("gpu1", "v")),
+                                  from_step=4)
+    assert {k: result[k] for k in ("evaluations", "above", "below", "late",
+                                   "late_above_mean")} == {
+        "evaluations": 3, "above": 1, "below": 1, "late": 2, "late_above_mean": 1}
+    assert [result[k] for k in ("late_mean", "late_min", "late_max")] == pytest.approx(
+        [-0.2, -0.5, 0.1])
+    with pytest.raises(StudyError, match="no evaluation in common"):
+        report.band_position(str(tmp_path), ("cpu", "v"), (("absent", "v"),))
 
 
 def test_the_plateau_table_gives_each_runs_first_evaluation_below_the_line(tmp_path):

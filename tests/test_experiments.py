@@ -591,7 +591,11 @@ def test_length_study_numbers_for_relative_models_and_na_for_short_absolute_tabl
 def test_finetune_study_records_its_runs_and_pins_its_settings(study, tmp_path, capsys):
     copy = _copy_study(study, tmp_path / "copy")
     config = copy["configs"]["finetune"]
+    # Without the floors record: `finetune`, which reads the data, writes RTE's.
+    (copy["results"] / "records" / finetune_study.FLOORS_RECORD).unlink()
     assert main(["finetune", "--config", config]) == 0
+    floors = json.loads((copy["results"] / "records" / finetune_study.FLOORS_RECORD).read_text())
+    assert list(floors["tasks"]) == ["rte"]
     jobs = copy["results"] / "records" / "finetune" / "pretrain" / "bert_a"
     for step in ("step_0000002", "step_0000004"):
         [row] = records.read_jsonl(str(jobs / step / "results.jsonl"))
