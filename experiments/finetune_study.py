@@ -92,9 +92,11 @@ def _settings(config, job):
     return pinned
 
 
-def run_study(config, command, report_command, only_variants=None, only_checkpoints=None):
+def run_study(config, command, report_command, only_variants=None, only_checkpoints=None,
+              steps_per_execution=1):
     """Fine-tunes every planned checkpoint whose grid has not run (resumable); then writes
-    the report, which names `report_command` as the command that regenerates it."""
+    the report, which names `report_command` as the command that regenerates it.
+    `steps_per_execution`: a speed setting, not pinned with the study's settings."""
     import keras
 
     from keras_tupe.files import tree_sha256
@@ -126,12 +128,14 @@ def run_study(config, command, report_command, only_variants=None, only_checkpoi
         if is_squad(config):
             run_squad_protocol(job["init"], job["out"], protocol=protocol,
                                vocab=job["vocab"], lowercase=job["lowercase"],
-                               offline_split=config["squad_file"], **config["settings"])
+                               offline_split=config["squad_file"], **config["settings"],
+                               steps_per_execution=steps_per_execution)
         else:
             run_protocol(config["tasks"], job["init"], job["out"], protocol=protocol,
                          vocab=job["vocab"], lowercase=job["lowercase"],
                          data_dir=config.get("data_dir"),
-                         task_settings=config.get("task_settings"), **config["settings"])
+                         task_settings=config.get("task_settings"), **config["settings"],
+                         steps_per_execution=steps_per_execution)
     record_floors([config], missing_only=True)  # the data is here; `report` reads only records
     return report(config, report_command)
 

@@ -12,6 +12,7 @@ finished run is skipped, its record is written to `<results_dir>/records/<study>
 identically, and writes the study's pages.
 """
 
+import dataclasses
 import os
 import shutil
 
@@ -22,9 +23,11 @@ from experiments.config import StudyError
 RECORD = "run_config.json"
 
 
-def run_study(config, command, only=None, verbose=2, until_step=None, record_only=False):
+def run_study(config, command, only=None, verbose=2, until_step=None, record_only=False,
+              steps_per_execution=1):
     """Trains (or resumes, or skips) every selected variant, writing each one's record;
-    with `record_only`, writes the records of the run folders there are and trains nothing."""
+    with `record_only`, writes the records of the run folders there are and trains nothing.
+    `steps_per_execution` is a speed setting (`PretrainConfig`'s), not one of the study's."""
     import keras
 
     from keras_tupe.pretraining import pretrain
@@ -53,8 +56,9 @@ def run_study(config, command, only=None, verbose=2, until_step=None, record_onl
                     print(f"{prefix}: pre-training {variant.preset} -> {variant.run_dir}",
                           flush=True)
                     keras.backend.clear_session()
-                    pretrain(study_config.pretrain_config(config, variant, verbose=verbose),
-                             until_step=until_step)
+                    pretrain(dataclasses.replace(
+                        study_config.pretrain_config(config, variant, verbose=verbose),
+                        steps_per_execution=steps_per_execution), until_step=until_step)
             finally:  # also when stopped: the record is always there to commit
                 written = write_record(config, variant)
                 if written:

@@ -46,7 +46,11 @@ def parse_args(argv=None):
     sub.add_argument("--record-only", action="store_true",
                      help="train nothing: write the records of the runs in the run folders, "
                           "e.g. runs trained on another machine")
+    speed = ("steps one call of the compiled train function runs (Keras fit's "
+             "steps_per_execution): a speed setting, the same numbers (default 1)")
+    sub.add_argument("--steps-per-execution", type=int, default=1, help=speed)
     sub = with_config("finetune", "the reduced GLUE protocol on the pre-trained checkpoints")
+    sub.add_argument("--steps-per-execution", type=int, default=1, help=speed)
     sub.add_argument("--checkpoints", nargs="+", type=float,
                      help="only these fractions of the budget (default: the config's)")
     with_config("length", "masked-LM loss at longer sequences (Huang Table 4)")
@@ -109,13 +113,15 @@ def _run_study(args, config, command):
     kind = config["kind"]
     if kind == "pretrain":
         pretrain_study.run_study(config, command, only=args.variants, verbose=args.verbose,
-                                 until_step=args.until_step, record_only=args.record_only)
+                                 until_step=args.until_step, record_only=args.record_only,
+                                 steps_per_execution=args.steps_per_execution)
         print(f"next: {report_command(config)}")
         return None
     if kind == "finetune":
         return finetune_study.run_study(config, command, report_command(config),
                                         only_variants=args.variants,
-                                        only_checkpoints=args.checkpoints)
+                                        only_checkpoints=args.checkpoints,
+                                        steps_per_execution=args.steps_per_execution)
     return length_study.run_study(config, command, report_command(config),
                                   only_variants=args.variants)
 

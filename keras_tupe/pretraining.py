@@ -40,7 +40,8 @@ PRESET_DIR = RUN_PRESET  # the run's preset folder; finetuning.loading.RUN_PRESE
 STRATEGIES = ("default", "mirrored", "multiworker")
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 # Fields that may differ when a killed run is started again.
-RESUME_FREE_FIELDS = ("overwrite", "verbose", "vocab")  # the vocab is checked by content
+RESUME_FREE_FIELDS = ("overwrite", "verbose", "vocab",  # the vocab is checked by content
+                      "steps_per_execution")  # speed only: the same steps
 
 
 @dataclasses.dataclass
@@ -79,6 +80,9 @@ class PretrainConfig:
     strategy: str = "default"
     precision: str = "float32"
     xla: bool = True
+    # Steps one call of the compiled train function runs (Keras `fit`'s argument): fewer
+    # Python round trips a step, the same numbers. It divides eval_every and each save step.
+    steps_per_execution: int = 1
     seed: int = 0
     shuffle_buffer: int = 10_000
     max_lines: int = None
@@ -180,6 +184,12 @@ def validate(config, num_replicas):
             f"({config.eval_every}): training runs, validates and backs up in blocks of "
             "--eval-every steps."
         )
+    if config.steps_per_execution < 1 or any(
+            step % config.steps_per_execution for step in (config.eval_every, *config.save_steps)):
+        problems.append(
+            f"--steps-per-execution ({config.steps_per_execution}) must be a positive divisor "
+            f"of --eval-every ({config.eval_every}) and of each --save-steps "
+            f"({config.save_steps}): callbacks see every steps_per_execution-th step only.")
     bad_saves = [s for s in config.save_steps if not 0 <= s <= config.steps]
     if bad_saves:
         problems.append(f"--save-steps must lie in [0, --steps={config.steps}] (0: the "
@@ -528,7 +538,8 @@ def _compiled_model(config, strategy, vocabulary_size):
         )
         if config.precision == "mixed_float16":
             optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
-        model.compile(optimizer=optimizer, jit_compile=config.xla)
+        model.compile(optimizer=optimizer, jit_compile=config.xla,
+                      steps_per_execution=config.steps_per_execution)
     return model
 
 

@@ -53,6 +53,10 @@ def run_cli(argv, capsys):
         (["--save-steps", "0,100"],
          r"--save-steps must lie in \[0, --steps=6\].*Received: \[100\]"),
         (["--preset", "tupe_r_huge"], "Unknown preset 'tupe_r_huge'.*tupe_r_tiny"),
+        (["--steps-per-execution", "4"], r"--steps-per-execution \(4\) must be a positive "
+                                         r"divisor of --eval-every \(2\)"),
+        (["--steps-per-execution", "2", "--save-steps", "3"],
+         r"--steps-per-execution \(2\).*each --save-steps \(\[3\]\)"),
     ],
 )
 def test_bad_input_fails_before_anything_is_written(tmp_path, vocab, capsys, change, message):
@@ -132,6 +136,24 @@ def test_pretrain_in_mixed_precision(tmp_path, vocab, capsys, precision):
     assert _steps_trained(out) == 4
     model, _ = _final_weights(out)
     assert model.backbone.dtype_policy.name == precision
+
+
+def test_steps_per_execution_trains_the_same_weights(tmp_path, vocab, capsys):
+    """Two steps a call of the train function: the same run, step for step (the log's
+    losses and the final weights), and the step-2 checkpoint is kept."""
+    runs = {}
+    for n in (1, 2):
+        out = tmp_path / f"spe{n}"
+        code, err = run_cli(tiny_args(out, vocab, "--steps-per-execution", str(n),
+                                      "--save-steps", "2"), capsys)
+        assert code == 0, err
+        runs[n] = out
+    assert (runs[1] / "metrics.csv").read_text().splitlines()[1:] != []
+    for a, b in zip(*((Path(runs[n]) / "metrics.csv").read_text().splitlines() for n in (1, 2))):
+        assert a.split(",")[:5] == b.split(",")[:5]  # step, loss, accuracy, val: not the times
+    for a, b in zip(_final_weights(runs[1])[1], _final_weights(runs[2])[1]):
+        np.testing.assert_array_equal(a, b)
+    assert os.path.isdir(runs[2] / "checkpoints" / "step_0000002")
 
 
 def _subprocess_run(argv, env=None):

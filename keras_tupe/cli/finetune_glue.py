@@ -49,6 +49,9 @@ def parse_args(argv=None):
                    help="pad each batch only to its longest example (multiple of 16, at most "
                         "the split's length): same batches and outputs, less work on [PAD]")
     p.add_argument("--no-xla", dest="xla", action="store_false")
+    p.add_argument("--steps-per-execution", type=int, default=1,
+                   help="steps one call of the compiled train function runs (Keras fit's "
+                        "argument): fewer Python round trips, the same numbers")
     p.add_argument("--save-models", action="store_true",
                    help="keep every fine-tuned classifier as the preset folder "
                         "OUT/models/<task>_lr<lr>_seed<seed>/ (TextClassifier.from_preset; "

@@ -23,7 +23,7 @@ FLAG_TYPES = {"out": str, "train": str, "eval": str, "offline_split": str,
               "epochs": int, "batch_size": int, "seq_len": int, "doc_stride": int,
               "max_query_length": int, "warmup_ratio": float, "weight_decay": float,
               "vocab": str, "max_train_examples": int, "verbose": int, "data_loader": str,
-              "save_dir": str}
+              "save_dir": str, "steps_per_execution": int}
 # The library names SquadConfig's fields (`seq_len=`); this command's messages, its flags.
 FLAGS = {**INIT_FLAGS, **{name: "--" + name.replace("_", "-") for name in FLAG_TYPES}}
 

@@ -76,6 +76,10 @@ def parse_args(argv=None):
     p.add_argument("--strategy", choices=STRATEGIES)
     p.add_argument("--precision", choices=PRECISIONS)
     p.add_argument("--no-xla", dest="xla", action="store_false", help="turn XLA off")
+    p.add_argument("--steps-per-execution", type=int, default=1,
+                   help="steps one call of the compiled train function runs (Keras fit's "
+                        "argument): fewer Python round trips, the same numbers; a divisor "
+                        "of --eval-every and of each --save-steps")
     p.add_argument("--seed", type=int)
     p.add_argument("--shuffle-buffer", type=int)
     p.add_argument("--max-lines", type=int, help="read at most this many corpus lines")

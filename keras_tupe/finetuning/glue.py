@@ -69,6 +69,7 @@ class FinetuneConfig:
     pad_to_longest: bool = False
     pad_each_batch: bool = False
     xla: bool = True
+    steps_per_execution: int = 1  # Keras `fit`'s: steps a call of the train function runs
     verbose: int = 0
     progress: bool = False  # a line per epoch and every 10 s instead of fit's output
     save_dir: str = None  # keep the fine-tuned classifier as a preset folder
@@ -162,7 +163,7 @@ def fit_task(model, train, config, epochs, steps_per_epoch, progress):
     model.compile(optimizer=create_optimizer(model, config.learning_rate, total_steps=steps,
                                              warmup_steps=int(config.warmup_ratio * steps),
                                              weight_decay=config.weight_decay),
-                  jit_compile=config.xla)
+                  jit_compile=config.xla, steps_per_execution=config.steps_per_execution)
     callbacks = [StepProgress(steps, steps_per_epoch)] if progress else []
     start = time.perf_counter()
     try:

@@ -42,6 +42,7 @@ class SquadConfig:
     lowercase: bool = True
     max_train_examples: int = None
     xla: bool = True
+    steps_per_execution: int = 1  # Keras `fit`'s: steps a call of the train function runs
     verbose: int = 0
     # "tf.data" or "grain"; None: tf.data where TensorFlow imports, else Grain.
     data_loader: str = None
