@@ -8,7 +8,7 @@ JAX_STAMP := $(VENV)/.installed-jax
 DATA_DIR ?= $(if $(wildcard ../shared/data),../shared/data,)
 PYTEST_WORKERS ?= 2
 
-.PHONY: install install-jax test test-slow test-all test-jax demo clean
+.PHONY: install install-jax test test-slow test-all test-jax test-stage demo clean
 
 # constraints.txt: the exact tested set (pyproject.toml declares ranges).
 $(STAMP): pyproject.toml constraints.txt
@@ -48,9 +48,15 @@ JAX_TESTS := tests/test_layers.py tests/test_numerics.py tests/test_backbone.py 
 	tests/test_keras_hub_family.py \
 	tests/test_optimization.py tests/test_jax_training.py tests/test_shards.py tests/test_benchmarks_jax.py \
 	tests/test_task_finetuning.py tests/test_stages.py tests/test_squad_without_tensorflow.py \
-	tests/test_tupe_bpe_tokenizer.py tests/test_packaging.py
+	tests/test_tupe_bpe_tokenizer.py tests/test_packaging.py tests/test_fused_gradients.py
 test-jax: $(JAX_STAMP)
 	TF_CPP_MIN_LOG_LEVEL=2 KERAS_BACKEND=jax $(PY) -m pytest -q -n $(PYTEST_WORKERS) $(JAX_TESTS)
+
+# Stage S1 at the tiny size on a stand-in of the lent GPU machine (tests/gpu_standin.py):
+# CPython 3.12 with only the image's packages (experiments/gpu_image.txt), a fresh HOME, no
+# KERAS_BACKEND, no TensorFlow; the command the stage prints, run as it is.
+test-stage: $(STAMP)
+	$(PY) -m tests.gpu_standin --stage S1
 
 demo: $(STAMP)
 	TF_CPP_MIN_LOG_LEVEL=2 KERAS_TUPE_DATA_DIR=$(DATA_DIR) $(PY) -m training.demo

@@ -1,27 +1,28 @@
-"""GPU stages: prepared here, run whole in one lent GPU window, their records brought back.
+"""GPU stages: prepared here, run in one lent GPU window, every record streamed home.
 
-    python -m experiments.stage prepare S1 [--tiny]    # here, with TensorFlow: .stage/S1/
-    python -m experiments.stage run S1 [--tiny] [--deadline S] [--out DIR]    # there
-    python -m experiments.stage collect S1 DIR         # here: the records that came back
+    .venv/bin/python -m experiments.stage prepare S1 [--tiny]   # here: .stage/S1/, the command
+    <the command prepare printed>                               # there, carrying .stage/S1
+    .venv/bin/python -m experiments.stage collect S1 FILES_AT   # here: the records, then report
 
-A stage (`experiments/stages.json`) is a pre-training study whose variants train at once,
-then the fine-tuning or length study of what they trained; or one benchmark command.
-`prepare` writes into `.stage/NAME/` what the lent machine lacks (token-id shards, the
-vocabulary, the GLUE files, the length study's masked batches, wheels), prints what travels
-against the limit and refuses a stage that would not fit. `run` stops every run before its
-deadline (a stopped pre-training run is recorded as such, a fine-tuning or length study
-keeps each finished run), prints where each run is every minute, and packs the records,
-logs and `stage.json` (command, card, times, what each process did) into `--out` within the
-limits of what comes back. `--tiny` runs the same stage at the tiny size with a few steps:
-the rehearsal `make test-jax` runs.
+A stage (`stages.json`) pre-trains a study's variants at once and fine-tunes (or scores at
+longer lengths) what they trained, each checkpoint as soon as it exists; or runs one
+benchmark command; or, S0, calibrates the card. `prepare` refuses a stage that would not fit
+before it does any work, then writes what the lent machine lacks (token-id shards, the
+vocabulary, GLUE or SQuAD files, the length study's batches, the wheels) and prints the one
+command to run there. `run` counts `--deadline` from `--started` (the command's start, the
+install included), streams every record into `--out` as it is written (a kill at any moment
+returns all that finished before it), stops every process before the deadline (a stopped
+pre-training run is recorded where it stopped) and brings the trained encoders back in
+bfloat16 with their sha256. `--tiny`: the same stage at the tiny size (`make test-stage`).
 """
 
 import argparse
 import glob
+import hashlib
 import io
 import json
+import math
 import os
-import platform
 import shutil
 import signal
 import subprocess
@@ -34,32 +35,23 @@ from experiments.config import StudyError, load_config
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 STAGES_FILE = os.path.join(HERE, "stages.json")
+IMAGE_FILE = os.path.join(HERE, "gpu_image.txt")
 STAGE_DIR = ".stage"
-PACK = "records.tar.xz"
-# What a stopped process needs to write its record, and the packing after it.
-STOP_GRACE_SECONDS = 20
-PACK_RESERVE_SECONDS = 25
+PACK, ENCODERS = "records.tar.gz", "encoders"
+# Seconds before the deadline: the processes get SIGTERM, then SIGKILL after the grace;
+# then the last records are written and packed.
+STOP_GRACE, STOP_RESERVE = 8, 20
 # The tiny rehearsal: every setting that makes a run long, shrunk.
-TINY_PRETRAIN = {"steps": 10, "eval_every": 5, "valid_batches": 1, "save_steps": [0, 3],
-                 "batch_size": 4, "seq_len": 32}
-TINY_FINETUNE = {"epochs": 1, "batch_size": 8, "seq_len": 32}
-TINY_EXAMPLES = 24
-# The length study at tiny size: the tiny presets' 128 absolute positions are outgrown at 256.
-TINY_LENGTH = {"lengths": [32, 128, 256], "tokens_per_batch": 256, "batches": 2,
-               "max_lines": 300}
-TINY_VOCABULARY = {"vocabulary_size": 300, "lines": 300}
-TINY_TASKS = 2  # the first two of the stage's tasks
-# SQuAD at the tiny length: windows of 32 tokens need a short query and stride; a file of
-# the first articles (each its first paragraph and questions; one article is held out) and
-# a few training questions (each about ten windows) keep it short.
-TINY_SQUAD = {"doc_stride": 16, "max_query_length": 12, "max_train_examples": 8}
-TINY_SQUAD_ARTICLES, TINY_SQUAD_QUESTIONS = 5, 6
-# A benchmark stage at tiny size: appended to its command, so these win (argparse keeps the
-# last); one length, one timed step, three models, one process per mode (--interleave).
-TINY_BENCHMARK = ["--size", "tiny", "--seq-lens", "32", "--repeats", "1", "--warmup", "0",
-                  "--interleave", "--variants", "bert_a", "tupe_r", "keras_hub_bert"]
-# Processes at once: every run of a phase on a lent GPU machine (16 cores), fewer here.
-PARALLEL = max(1, (os.cpu_count() or 2) // 2)
+TINY = {"pretrain": {"steps": 50, "eval_every": 25, "valid_batches": 1, "save_steps": [0, 15],
+                     "batch_size": 4, "seq_len": 32},
+        "finetune": {"epochs": 1, "batch_size": 8, "seq_len": 32},
+        "squad": {"doc_stride": 16, "max_query_length": 12, "max_train_examples": 8},
+        "length": {"lengths": [32, 128, 256], "tokens_per_batch": 256, "batches": 2,
+                   "max_lines": 300},
+        "vocabulary": {"vocabulary_size": 300, "lines": 300},
+        "benchmark": ["--size", "tiny", "--seq-lens", "32", "--repeats", "1", "--warmup", "0",
+                      "--interleave", "--variants", "bert_a", "tupe_r", "keras_hub_bert"],
+        "examples": 24, "tasks": 2, "squad_articles": 5, "squad_questions": 6}
 
 
 def load_stages():
@@ -68,20 +60,22 @@ def load_stages():
 
 
 def stage_spec(name):
-    stages = load_stages()["stages"]
-    if name not in stages:
-        raise StudyError(f"Unknown stage {name!r}. Valid: {', '.join(stages)}.")
-    return stages[name]
+    stages = load_stages()
+    if name not in stages["stages"]:
+        raise StudyError(f"Unknown stage {name!r}. Valid: {', '.join(stages['stages'])}.")
+    spec = dict(stages["stages"][name])
+    if "like" in spec:  # S3, S4: S1 with other studies
+        spec = {**stages["stages"][spec["like"]], **spec}
+    if "benchmark" in spec:
+        spec["command"] = stages["benchmark"] + spec["benchmark"].split()
+    return spec
 
 
 def stage_configs(spec, tiny=False, work=None):
     """The stage's `(pretrain, then)` configs (either may be None; `then`: its fine-tuning
-    or length study); with `tiny`, copies at the tiny size written into `work`, whose runs
-    and records stay there."""
+    or length study); with `tiny`, copies at the tiny size written into `work`."""
     configs = [spec.get(key) and load_config(spec[key]) for key in ("pretrain", _then(spec))]
-    if not tiny:
-        return configs
-    return _tiny_configs(*configs, work=work)
+    return _tiny_configs(*configs, work=work) if tiny else configs
 
 
 def _then(spec):
@@ -90,43 +84,37 @@ def _then(spec):
 
 def _tiny_configs(pretrain, then, work):
     os.makedirs(work, exist_ok=True)
-    written = {}
+    written, where = {}, {"runs_dir": os.path.join(work, "runs"),
+                          "results_dir": os.path.join(work, "results")}
     if pretrain:
-        raw = {k: v for k, v in pretrain.items() if not k.startswith("_") and k != "base"}
-        raw.update(size="tiny", runs_dir=os.path.join(work, "runs"),
-                   results_dir=os.path.join(work, "results"),
-                   vocabulary={**raw["vocabulary"], **TINY_VOCABULARY,
-                               "file": os.path.join(work, "vocab.txt")})
-        raw["settings"] = {**raw["settings"], **TINY_PRETRAIN,
+        raw = {k: v for k, v in pretrain.items() if not k.startswith("_") and k not in (
+            "base", "references", "seed", "overrides")}
+        raw.update(where, kind="pretrain", size="tiny", vocabulary={
+            **raw["vocabulary"], **TINY["vocabulary"], "file": os.path.join(work, "vocab.txt")})
+        raw["settings"] = {**raw["settings"], **TINY["pretrain"],
                            "shards": os.path.join(work, "shards", "train"),
                            "valid_shards": os.path.join(work, "shards", "valid")}
-        raw.pop("references", None)
-        raw.pop("seed", None)
-        raw.pop("overrides", None)
-        raw["kind"] = "pretrain"
         written["pretrain"] = _write_json(os.path.join(work, "pretrain.json"), raw)
     if then:
-        raw = {k: v for k, v in then.items() if not k.startswith("_")}
-        raw.update(pretrain_configs=["pretrain.json"], runs_dir=os.path.join(work, "runs"),
-                   results_dir=os.path.join(work, "results"))
-    if then and then["kind"] == "length":
-        raw.update(TINY_LENGTH)
-        written["then"] = _write_json(os.path.join(work, "length.json"), raw)
-    elif then:
-        raw.update(tasks=raw["tasks"][:TINY_TASKS], data_dir=os.path.join(work, "glue"),
-                   learning_rates=raw["learning_rates"][:1], seeds=raw["seeds"][:1],
-                   edge_learning_rates=[], selection_seed=raw["seeds"][0],
-                   settings={**raw["settings"], **TINY_FINETUNE},
-                   task_settings={task: {"max_train_examples": TINY_EXAMPLES}
-                                  for task in raw["tasks"][:TINY_TASKS] if task != "squad"})
-        if raw.get("squad_file"):
-            raw["squad_file"] = os.path.join(work, "squad.json")
-            raw["settings"].update(TINY_SQUAD)
-        raw["checkpoint_variants"] = {
-            key: [name.rpartition("/")[2] for name in names]
-            for key, names in raw.get("checkpoint_variants", {}).items()}
-        raw.pop("ceiling", None)
-        written["then"] = _write_json(os.path.join(work, "finetune.json"), raw)
+        raw = {k: v for k, v in then.items() if not k.startswith("_") and k != "ceiling"}
+        raw.update(where, pretrain_configs=["pretrain.json"])
+        if then["kind"] == "length":
+            raw.update(TINY["length"])
+        else:
+            tasks = raw["tasks"][:TINY["tasks"]]
+            raw.update(tasks=tasks, data_dir=os.path.join(work, "glue"),
+                       learning_rates=raw["learning_rates"][:1], seeds=raw["seeds"][:1],
+                       edge_learning_rates=[], selection_seed=raw["seeds"][0],
+                       settings={**raw["settings"], **TINY["finetune"]},
+                       task_settings={t: {"max_train_examples": TINY["examples"]}
+                                      for t in tasks if t != "squad"},
+                       checkpoint_variants={key: [name.rpartition("/")[2] for name in names]
+                                            for key, names in
+                                            raw.get("checkpoint_variants", {}).items()})
+            if raw.get("squad_file"):
+                raw["squad_file"] = os.path.join(work, "squad.json")
+                raw["settings"].update(TINY["squad"])
+        written["then"] = _write_json(os.path.join(work, then["kind"] + ".json"), raw)
     return [written.get(key) and load_config(written[key]) for key in ("pretrain", "then")]
 
 
@@ -139,199 +127,179 @@ def _write_json(path, value):
 # === prepare (here) ===
 
 def prepare(name, tiny=False, dest=STAGE_DIR):
-    """Writes `dest/NAME/` and returns the lines that say what travels; refuses a stage
-    that would not fit."""
-    spec, limits = stage_spec(name), load_stages()["limits"]
-    if "pretrain" in spec and not tiny:
-        _check_time(name, spec, stage_configs(spec)[0])
-    if "command" in spec and not tiny:
-        _check_benchmark_time(name, spec)
+    """Checks that the stage fits, then writes `dest/NAME[_tiny]/`; returns the lines that
+    say what travels and, last, the command to run there."""
+    spec, machine = stage_spec(name), load_stages()["machine"]
+    lines = [] if tiny else estimate(name, spec)  # refuses before any work
     folder = os.path.join(dest, name + ("_tiny" if tiny else ""))
     staging = folder + ".partial"
     shutil.rmtree(staging, ignore_errors=True)  # only ever this command's own leftover
     os.makedirs(staging)
     pretrain, then = stage_configs(spec, tiny, os.path.join(staging, "work"))
+    data = {}
     if pretrain:
-        _prepare_pretraining(pretrain, spec, staging, tiny)
+        data.update(_prepare_pretraining(pretrain, spec, staging, tiny))
     if then and then["kind"] == "length":
         from experiments.length_study import write_prepared
 
         write_prepared(then, os.path.join(staging, "length"))
+        data["length"] = os.path.join(staging, "length")
     elif then:
-        _prepare_finetune_data(stage_configs(spec)[1], staging, tiny)
-    _compress_data(staging)
-    if not tiny:
-        _download_wheels(load_stages()["wheels"], os.path.join(staging, "wheels"))
+        data.update(_prepare_finetune_data(stage_configs(spec)[1], staging, tiny))
+    with tarfile.open(os.path.join(staging, "data.tar.xz"), "w:xz") as archive:
+        for part, path in data.items():  # token ids compress to about half
+            archive.add(path, arcname=part)
+    for path in data.values():
+        shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+    _download_wheels(load_stages()["wheels"], os.path.join(staging, "wheels"))
     if os.path.exists(folder):
         shutil.rmtree(folder)  # the previous preparation of this stage: made again whole
     os.rename(staging, folder)
     carried, tree = _size(folder), _tree_size()
-    lines = [f"{folder}: {carried / 2**20:.1f} MiB", f"working tree: {tree / 2**20:.1f} MiB",
-             f"travels: {(carried + tree) / 2**20:.1f} MiB of {limits['carry_bytes'] / 2**20:.0f}"]
-    if carried + tree > limits["carry_bytes"]:
+    lines.append(f"{folder}: {carried / 2**20:.1f} MiB; working tree {tree / 2**20:.1f} MiB; "
+                 f"travels {(carried + tree) / 2**20:.1f} of {machine['carry_bytes'] / 2**20:.0f}")
+    if carried + tree > machine["carry_bytes"]:
+        shutil.rmtree(folder)
         raise StudyError(f"Stage {name} does not fit: {(carried + tree) / 2**20:.1f} MiB would "
-                         f"travel, the limit is {limits['carry_bytes'] / 2**20:.0f} MiB "
-                         f"({folder}: {carried / 2**20:.1f} MiB).")
-    lines.append(f"run there (carry {folder}): {device_command(name, folder, tiny)}")
-    if "pretrain" in spec and then and not tiny:
-        lines.append("or in two calls on the same warm machine: the same with `--phases "
-                     f"pretrain --deadline 560`, then `--phases {_then(spec)} --deadline S` "
-                     "(S: the device time left, less two minutes)")
-    return lines
+                         f"travel, the limit is {machine['carry_bytes'] / 2**20:.0f} MiB.")
+    return lines + [f"command (carry {folder}; --deadline: the call's timeout_s less 15): "
+                    + device_command(name, folder, tiny, machine["call_seconds"] - 15)]
 
 
-def device_command(name, folder, tiny=False):
-    install = (f"python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "
-               f"{folder}/wheels/*.whl && export PYTHONPATH=/tmp/site; ")
-    return ("" if tiny else install) + (
-        f"python3 -m experiments.stage run {name}{' --tiny' if tiny else ''} --out $OUT")
+def device_command(name, folder, tiny, deadline):
+    """The one command for the lent machine: the clock starts before the install."""
+    site = "${TMPDIR:-/tmp}/stage_site"
+    return (f"T0=$(date +%s); python3 -m pip install -q --no-index --no-deps --no-compile "
+            f"--upgrade --target {site} {folder}/wheels/*.whl && PYTHONPATH={site} "
+            f"KERAS_BACKEND=jax python3 -m experiments.stage run {name}"
+            f"{' --tiny' if tiny else ''} --started $T0 --deadline {deadline} --out $OUT")
+
+
+def estimate(name, spec):
+    """The stage's time on the card, with its basis; refuses one that would not fit."""
+    machine, pace = load_stages()["machine"], gpu_pace()
+    limit = machine["call_seconds"] - STOP_RESERVE - pace["install_seconds"]
+    if "command" in spec:
+        from benchmarks.encoders.cli import parse_args
+
+        args = parse_args(spec["command"][1:])
+        rows = (len(set(args.variants)) * len(set(args.precisions)) * len(set(args.seq_lens))
+                * (2 if args.flash == "both" else 1))
+        needed = sum(rows * pace["benchmark_row_seconds"][mode] for mode in set(args.modes))
+        what = f"{rows * len(set(args.modes))} benchmark rows"
+    elif "calibrate" in spec:
+        needed, what = spec["calibrate"]["seconds"], "the calibration"
+    else:
+        pretrain, then = stage_configs(spec)
+        runs = len(spec.get("variants") or pretrain["variants"])
+        steps = pretrain["settings"]["steps"]
+        needed = -(-runs // pace["at_once"]) * steps * pace["pretrain_step_seconds"]
+        what = f"{runs} pre-training runs of {steps} steps, {pace['at_once']} at once"
+        if then and then["kind"] == "finetune" and not then.get("squad_file"):
+            first = _first_finetune_steps(then)  # its protocol on one encoder's first task
+            needed += first * pace["finetune_step_seconds"] + pace["finetune_start_seconds"]
+            what += (f", then {then['tasks'][0]} on the first two final encoders at once "
+                     f"({first} steps each)")
+    line = (f"{name}: {what}: about {needed:.0f} s of {limit:.0f} s (the call's "
+            f"{machine['call_seconds']} s less the install and the stop); basis: {pace['basis']}")
+    if needed > limit:
+        raise StudyError(f"Stage {name} does not fit: {line}. Split it.")
+    return [line]
+
+
+def gpu_pace():
+    """Seconds a step and a start on the card: the calibration record where one came back
+    (S0), else the recorded GPU pre-training runs and stated estimates."""
+    calibration = records.read_json(os.path.join(
+        "docs", "results", "records", "stages", "S0", "logs", "calibration.json"))
+    if calibration:
+        return {**calibration["pace"], "basis": "the S0 calibration record"}
+    times = []
+    for path in glob.glob(os.path.join("docs", "results", "records", "*", "*",
+                                       "run_config.json")):
+        run = records.read_json(path)
+        if "gpu" in run.get("versions", {}).get("machine", "") and run.get("last_step"):
+            times.append(run["wall_seconds"] / run["last_step"])
+    if not times:
+        raise StudyError("No recorded GPU run to time a stage by (docs/results/records).")
+    step = max(times)
+    return {"pretrain_step_seconds": step, "at_once": 4, "finetune_step_seconds": step,
+            "finetune_start_seconds": 60, "benchmark_row_seconds": {"train": 60, "infer": 25},
+            "install_seconds": 15,
+            "basis": f"the recorded GPU pre-training runs ({step * 1000:.1f} ms a step, four "
+                     "at once); fine-tuning a step as a pre-training step (same batch, no "
+                     "masked-LM output), 60 s to start and compile, a benchmark row 60 s to "
+                     "train (a fresh process: start, compile, timed steps), 25 s to infer: "
+                     "estimates until S0's calibration comes back"}
+
+
+def _first_finetune_steps(config):
+    from keras_tupe.data.glue import get_task
+
+    task = config["tasks"][0]
+    cap = (config.get("task_settings") or {}).get(task, {}).get("max_train_examples")
+    with open(os.path.join(config["data_dir"], get_task(task).directory,
+                           get_task(task).split_files["train"]), encoding="utf-8") as f:
+        examples = min(sum(1 for _ in f) - 1, cap or float("inf"))
+    runs = len(config["learning_rates"]) + len(config["seeds"]) - 1
+    return runs * config["settings"]["epochs"] * -(-examples // config["settings"]["batch_size"])
 
 
 def _prepare_pretraining(config, spec, staging, tiny):
-    """The vocabulary and the token-id shards the study names, made here (TensorFlow)."""
+    """The vocabulary and the token-id shards the study names, made here."""
     from experiments.config import ensure_vocabulary, vocabulary_record_path
     from keras_tupe.data.sharding import shard_corpus
 
-    vocab = config["vocabulary"]
+    vocab, settings = config["vocabulary"], config["settings"]
     ensure_vocabulary(config)
-    lines = {"train": TINY_EXAMPLES * 20, "valid": TINY_EXAMPLES * 4} if tiny else {}
-    sources = spec.get("shards") or {}
-    settings = config["settings"]
-    for key, part in (("shards", "train"), ("valid_shards", "valid")):
-        corpus = sources.get(part)  # the same text at --tiny, fewer lines of it
-        if corpus is None:
-            raise StudyError(f"stages.json: the stage names no corpus for {settings[key]}.")
-        out = os.path.join(staging, "shards", part)
-        shard_corpus([corpus], vocab["file"], out, settings["seq_len"],
-                     lowercase=vocab["lowercase"], max_lines=lines.get(part))
+    lines = {"train": TINY["examples"] * 20, "valid": TINY["examples"] * 4} if tiny else {}
+    for part in ("train", "valid"):
+        shard_corpus([spec["shards"][part]], vocab["file"], os.path.join(staging, part),
+                     settings["seq_len"], lowercase=vocab["lowercase"], max_lines=lines.get(part))
     shutil.copy(vocab["file"], os.path.join(staging, "vocab.txt"))
     shutil.copy(vocabulary_record_path(vocab), os.path.join(staging, "vocab.json"))
-
-
-def _check_time(name, spec, pretrain):
-    """Refuses a stage whose pre-training cannot end by its `pretrain_seconds`, at the
-    recorded GPU pace (runs of the same size and steps trained `GPU_AT_ONCE` at a time)."""
-    seconds = gpu_pretrain_seconds(pretrain["results_dir"], pretrain["size"],
-                                   pretrain["settings"]["steps"])
-    runs = len(spec.get("variants") or pretrain["variants"])
-    needed = -(-runs // GPU_AT_ONCE) * seconds
-    if needed > spec["pretrain_seconds"]:
-        raise StudyError(
-            f"Stage {name} does not fit: {runs} pre-training runs need about {needed:.0f} s "
-            f"({GPU_AT_ONCE} at once, {seconds:.0f} s each on the recorded GPU runs), more "
-            f"than its pretrain_seconds {spec['pretrain_seconds']}; split it.")
-
-
-def _check_benchmark_time(name, spec):
-    """Refuses a benchmark stage whose rows, a fresh process each at the seconds of
-    `benchmark_seconds` (stages.json: an estimate and its basis), would not end in time."""
-    from benchmarks.encoders.cli import (DEFAULT_REPEATS, DEFAULT_SEQ_LENS, FLASH, QUICK,
-                                         parse_args)
-
-    args, seconds = parse_args(spec["command"][1:]), load_stages()["benchmark_seconds"]
-    if not (args.variants and args.precisions):
-        raise StudyError(f"Stage {name}: a benchmark stage names its --variants and "
-                         "--precisions, so that its length is known here.")
-    quick = QUICK if args.quick else {}
-    # The benchmark's own defaults and de-duplication; each round runs every row again in
-    # a fresh process, and rounds are capped at the repeats.
-    rounds = min(args.rounds, args.repeats or quick.get("repeats", DEFAULT_REPEATS))
-    rows = (len(set(args.variants)) * len(set(args.precisions)) * rounds
-            * len(set(args.seq_lens or quick.get("seq_lens", DEFAULT_SEQ_LENS)))
-            * len(FLASH[args.flash]) * (2 if args.xla == "both" else 1))
-    modes = set(args.modes)
-    needed = seconds["start"] + sum(rows * seconds[mode] for mode in modes)
-    if needed > spec["deadline_seconds"] - PACK_RESERVE_SECONDS:
-        raise StudyError(f"Stage {name} does not fit: its {rows * len(modes)} rows need "
-                         f"about {needed} s (benchmark_seconds), more than its "
-                         f"deadline_seconds {spec['deadline_seconds']} less "
-                         f"{PACK_RESERVE_SECONDS} s to pack; split it.")
-
-
-# The recorded GPU runs (long_v2_jax*) trained four at a time on one card.
-GPU_AT_ONCE = 4
-
-
-def gpu_pretrain_seconds(results_dir, size, steps):
-    """The longest wall time of the recorded GPU pre-training runs of `size`, scaled to
-    `steps` (records whose machine is a GPU machine)."""
-    times = []
-    for path in glob.glob(os.path.join(results_dir, "records", "*", "*", "run_config.json")):
-        run = records.read_json(path)
-        if "gpu" in run.get("versions", {}).get("machine", "") and run.get("last_step") and (
-                run["config"]["preset"].endswith(f"_{size}")):
-            times.append(run["wall_seconds"] / run["last_step"] * steps)
-    if not times:
-        raise StudyError(f"No recorded GPU run of size {size!r} to time a stage by.")
-    return max(times)
+    return {f"shards/{part}": os.path.join(staging, part) for part in ("train", "valid")} | {
+        name: os.path.join(staging, name) for name in ("vocab.txt", "vocab.json")}
 
 
 def _prepare_finetune_data(config, staging, tiny):
-    """Each GLUE task's train and dev files (the first `TINY_EXAMPLES` lines at `--tiny`),
-    or the SQuAD file (at `--tiny`, the first paragraph of its first articles)."""
+    """Each GLUE task's train and dev files (the first examples at `--tiny`), or the SQuAD
+    file (at `--tiny`, the first paragraph of its first articles)."""
     from keras_tupe.data.glue import get_task
 
     if config.get("squad_file"):
-        os.makedirs(os.path.join(staging, "squad"))
-        target = os.path.join(staging, "squad", "squad.json")
-        if not tiny:
-            shutil.copy(config["squad_file"], target)
-            return
         squad = records.read_json(config["squad_file"])
-        squad["data"] = [{**article, "paragraphs": [{
-            **article["paragraphs"][0],
-            "qas": article["paragraphs"][0]["qas"][:TINY_SQUAD_QUESTIONS]}]}
-            for article in squad["data"][:TINY_SQUAD_ARTICLES]]
-        records.write_json(target, squad)
-        return
+        if tiny:
+            squad["data"] = [{**a, "paragraphs": [{**a["paragraphs"][0], "qas": a[
+                "paragraphs"][0]["qas"][:TINY["squad_questions"]]}]}
+                for a in squad["data"][:TINY["squad_articles"]]]
+        return {"squad/squad.json": records.write_json(os.path.join(staging, "squad.json"),
+                                                       squad)}
     for name in config["tasks"]:
         task = get_task(name)
         os.makedirs(os.path.join(staging, "glue", task.directory), exist_ok=True)
         cap = (config.get("task_settings") or {}).get(name, {}).get("max_train_examples")
         for split in ("train", *task.eval_splits):
-            lines = TINY_EXAMPLES if tiny else (cap if split == "train" else None)
+            lines = TINY["examples"] if tiny else (cap if split == "train" else None)
             file = task.split_files[split]
             with open(os.path.join(config["data_dir"], task.directory, file),
-                      encoding="utf-8") as source, open(
-                    os.path.join(staging, "glue", task.directory, file), "w",
-                    encoding="utf-8") as f:
-                for index, line in enumerate(source):  # the header, then the examples
-                    if lines is not None and index > lines:
-                        break
-                    f.write(line)
-
-
-DATA_PACK = "data.tar.xz"
-DATA_PARTS = ("shards", "glue", "squad", "length", "vocab.txt", "vocab.json")
-
-
-def _compress_data(staging):
-    """The data as one xz tar (token ids compress to about half); `run` unpacks it."""
-    with tarfile.open(os.path.join(staging, DATA_PACK), "w:xz") as archive:
-        for name in DATA_PARTS:
-            path = os.path.join(staging, name)
-            if os.path.exists(path):
-                archive.add(path, arcname=name)
-                shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
-
-
-def _unpack_data(folder):
-    if os.path.exists(os.path.join(folder, DATA_PACK)) and not os.path.exists(
-            os.path.join(folder, "vocab.txt")):
-        with tarfile.open(os.path.join(folder, DATA_PACK)) as archive:
-            archive.extractall(folder, filter="data")
+                      encoding="utf-8") as source:
+                kept = [line for index, line in enumerate(source)
+                        if lines is None or index <= lines]  # the header, then the examples
+            records.write_text(os.path.join(staging, "glue", task.directory, file),
+                               "".join(kept))
+    return {"glue": os.path.join(staging, "glue")}
 
 
 def _download_wheels(names, folder):
-    """Wheels for the lent machine's Python 3.12 of the versions installed here."""
+    """Wheels for the lent machine's Python 3.12, of the versions installed here."""
     from importlib.metadata import version
 
     platforms = [f"--platform=manylinux_2_{n}_x86_64" for n in (17, 24, 27, 28)]
-    pins = [f"{name}=={version(name)}" for name in names]
     subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
                     "--only-binary=:all:", "--python-version=3.12", "--implementation=cp",
-                    *platforms, "--platform=manylinux2014_x86_64", "-d", folder, *pins],
-                   check=True)
+                    *platforms, "--platform=manylinux2014_x86_64", "-d", folder,
+                    *(f"{name}=={version(name)}" for name in names)], check=True)
 
 
 def _size(folder):
@@ -349,96 +317,259 @@ def _tree_size():
 # === run (there) ===
 
 PHASES = ("pretrain", "finetune", "length")
+MIN_RUN_SECONDS = 30  # less than this after the install: no run could end, so none starts
 
 
-def run(name, out, tiny=False, deadline=None, folder=None, phases=PHASES):
-    """Runs the stage's `phases` before `deadline` seconds from now; packs its records into
-    `out`. Returns the stage record.
-
-    One call runs every phase. Where one call's limit is too short, two calls on the same
-    warm machine run `pretrain`, then `finetune` or `length` (the run folders stay between
-    them)."""
-    start = time.time()
-    spec = stage_spec(name)
-    deadline = start + (deadline or spec["deadline_seconds"])
+def run(name, out, tiny=False, deadline=None, started=None, folder=None, phases=PHASES,
+        parallel=None):
+    """Runs the stage's `phases` until `deadline` seconds after `started` (epoch seconds,
+    default now), streaming its records into `out`. Returns the stage record."""
+    machine, spec = load_stages()["machine"], stage_spec(name)
+    started = started or time.time()
+    deadline = deadline or machine["call_seconds"] - 15
+    stop = started + deadline - STOP_RESERVE
+    if stop - time.time() < MIN_RUN_SECONDS:
+        raise StudyError(f"--deadline {deadline:g} s from --started leaves "
+                         f"{stop - time.time():.0f} s once the install ({time.time() - started:.0f}"
+                         f" s so far) and the stop ({STOP_RESERVE} s) are counted: a run needs "
+                         f"{MIN_RUN_SECONDS} s. Give a longer --deadline.")
     folder = folder or os.path.join(STAGE_DIR, name + ("_tiny" if tiny else ""))
+    # Before anything imports Keras: a fresh HOME has no keras.json, and Keras's default
+    # backend is TensorFlow, which the lent machine lacks.
+    os.environ.setdefault("KERAS_BACKEND", "jax")
     _check_packages(folder)
-    _unpack_data(folder)
     work = os.path.join(folder, "work")
     if tiny and "pretrain" in phases:  # a rehearsal starts from nothing, as the lent machine
         for made in ("runs", "results", "logs"):
             shutil.rmtree(os.path.join(work, made), ignore_errors=True)
+    if not os.path.exists(os.path.join(folder, "vocab.txt")):
+        with tarfile.open(os.path.join(folder, "data.tar.xz")) as archive:
+            archive.extractall(folder, filter="data")
     pretrain, then = stage_configs(spec, tiny, work)
-    phases = [p for p in phases if p in spec] or ["command"]
-    finetune = then if "finetune" in phases else None
-    os.makedirs(os.path.join(work, "logs"), exist_ok=True)
-    stage = {"stage": name, "tiny": tiny, "phases": phases,
-             "command": records.command_line(sys.argv[1:]),
-             "card": _card(), "versions": records.machine(), "started": records.now(),
-             "processes": []}
-    if "command" in spec:  # its report (and, if stopped, its rows so far) packed as logs
-        command = [sys.executable, "-m", *spec["command"], "--out",
-                   os.path.join(work, "logs", "benchmark"), "--overwrite",
-                   *(TINY_BENCHMARK if tiny else [])]
-        stage["processes"] += _run_all([command], ["benchmark"],
-                                       deadline - PACK_RESERVE_SECONDS, work)
+    logs = os.path.join(work, "logs")
+    os.makedirs(os.path.join(out, ENCODERS), exist_ok=True)
+    stage = {"stage": name, "tiny": tiny, "phases": list(phases), "card": _card(),
+             "command": records.command_line(sys.argv[1:]), "versions": records.machine(),
+             "pip_list": _pip_list(), "started": records.now(),
+             "install_seconds": round(time.time() - started, 1), "processes": [],
+             "encoders": {}}
+    jobs = _jobs(name, spec, pretrain, then, phases, tiny, work, out, stage)
+    stream = Stream(out, [(c["study"], records.record_dir(c)) for c in (pretrain, then) if c]
+                    + [("logs", logs)] + ([stage.pop("stream")] if "stream" in stage else []),
+                    stage, logs)
     if pretrain:
-        _lay_out(pretrain, then, folder, tiny)
-        names = spec.get("variants") or list(pretrain["variants"])
-    if pretrain and "pretrain" in phases:
-        stop = deadline - PACK_RESERVE_SECONDS  # a rehearsal's pace is the CPU's
-        if not tiny and len(phases) > 1:
-            stop = min(start + spec["pretrain_seconds"], stop)
-        stage["processes"] += _run_all(
-            [_experiment("pretrain", pretrain, ["--variants", v]) for v in names],
-            [f"pretrain {v}" for v in names], stop, work, progress=_pretrain_progress(pretrain))
-    if "length" in phases:  # one process: one unigram reference, one report
-        from experiments.config import variants
+        _lay_out(pretrain, then, folder)
+    env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false", "PYTHONUNBUFFERED": "1",
+           "TF_CPP_MIN_LOG_LEVEL": "2",  # one compilation cache for every process
+           "JAX_COMPILATION_CACHE_DIR": os.path.abspath(os.path.join(work, "xla_cache")),
+           "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
+    if "calibrate" in spec:  # its rounds need their processes at once
+        parallel = max(spec["calibrate"]["processes"])
+    _schedule(jobs, parallel or max(1, (os.cpu_count() or 2) // 2), stop, logs, env, stage,
+              stream)
+    stage["seconds"] = round(time.time() - started, 1)
+    stream(force=True)
+    print(f"stage {name}: {stage['seconds']:.0f} s; in {out}: "
+          f"{', '.join(sorted(os.listdir(out)))}", flush=True)
+    return stage
 
-        done = [v.name for v in variants(pretrain) if v.name in names and v.is_finished]
-        stage["processes"] += _run_all(
-            [_experiment("length", then, ["--variants", *done])] if done else [], ["length"],
-            deadline - PACK_RESERVE_SECONDS, work)
-    if finetune:
+
+def _jobs(name, spec, pretrain, then, phases, tiny, work, out, stage):
+    """Every process of the stage: `(label, command, ready)`, in priority order; `ready`
+    says, once a second, whether it may start now (a checkpoint it needs exists)."""
+    jobs = []
+    if "command" in spec:
+        jobs.append(("benchmark", [sys.executable, "-m", *spec["command"], "--out",
+                                   os.path.join(work, "logs", "benchmark"), "--overwrite",
+                                   *(TINY["benchmark"] if tiny else [])], None))
+    if "calibrate" in spec:
+        from experiments.calibrate import calibration_jobs
+
+        calibration, stage["ended"], folder = calibration_jobs(spec["calibrate"], tiny, work,
+                                                               pretrain, then)
+        stage["stream"] = ("calibration", folder)
+        return jobs + calibration
+    if not pretrain:
+        return jobs
+    from experiments import pretrain_study
+    from experiments.config import variants
+
+    chosen = [v for v in variants(pretrain) if v.name in (spec.get("variants") or [
+        v.name for v in variants(pretrain)])]
+    ended = {}  # label -> True once the process ended (the scheduler sets it)
+    stage["ended"] = ended
+    # Keras's steps_per_execution, a divisor of eval_every and the save steps (5 at --tiny).
+    speed = ["--steps-per-execution", str(math.gcd(spec.get("steps_per_execution", 1),
+                                                   pretrain["settings"]["eval_every"],
+                                                   *pretrain["settings"]["save_steps"]))]
+    if "pretrain" in phases:
+        jobs += [(f"pretrain {v.name}", _experiment("pretrain", pretrain, [
+            "--variants", v.name, *speed]), None) for v in chosen]
+    jobs += [(f"encoder {v.name}", [  # each final encoder home as soon as its run finished
+        sys.executable, "-m", "experiments.stage", "encoder", v.run_dir,
+        os.path.join(out, ENCODERS, f"{pretrain['study']}_{v.name}.safetensors")],
+        lambda v=v: ended.get(f"pretrain {v.name}") and v.is_finished) for v in chosen]
+    if "length" in phases and then and then["kind"] == "length":
+        jobs.append(("length", _experiment("length", then, [
+            "--variants", *[v.name for v in chosen]]),
+            lambda: all(ended.get(f"pretrain {v.name}") for v in chosen)))
+    if "finetune" in phases and then and then["kind"] == "finetune":
         from experiments.finetune_study import plan
 
-        jobs = [job for job in plan(finetune) if job["variant"] in names]
-        steps = pretrain["settings"]["steps"]
-        fraction = {round(f * steps): f for f in finetune["checkpoints"]}
-        commands = [_experiment("finetune", finetune, [
-            "--variants", job["variant"], "--checkpoints", repr(fraction[job["step"]])])
-            for job in jobs]
-        labels = [f"finetune {job['variant']} step {job['step']}" for job in jobs]
-        stage["processes"] += _run_all(commands, labels, deadline - PACK_RESERVE_SECONDS, work)
-    stage["seconds"] = round(time.time() - start, 1)
-    records.write_json(os.path.join(work, "logs", f"stage_{'_'.join(phases)}.json"), stage)
-    stage["packed"] = pack([c for c in (pretrain, then) if c], work, out)
-    print(f"stage {name}: {stage['seconds']:.0f} s, packed {stage['packed']}", flush=True)
-    return stage
+        fraction = {round(f * pretrain["settings"]["steps"]): f for f in then["checkpoints"]}
+        for job in plan(then):
+            if job["variant"] in [v.name for v in chosen]:
+                jobs.append((f"finetune {job['variant']} step {job['step']}", _experiment(
+                    "finetune", then, ["--variants", job["variant"], "--checkpoints",
+                                       repr(fraction[job["step"]]), *speed]),
+                    lambda init=job["init"], v=job["variant"], final=fraction[job["step"]] == 1:
+                    os.path.exists(init) and (not final or ended.get(f"pretrain {v}"))))
+    seen = {}
+
+    def write_records():  # from the run folders: also a run killed mid-block
+        for v in chosen:
+            metrics = os.path.join(v.run_dir, "metrics.csv")
+            mark = os.path.exists(metrics) and os.stat(metrics).st_mtime_ns, v.is_finished
+            if seen.get(v.name) != mark:
+                seen[v.name] = mark
+                pretrain_study.write_record(pretrain, v)
+    stage["pretrain_records"] = write_records
+    return jobs
 
 
 def _experiment(command, config, extra):
     return [sys.executable, "-m", "experiments.run", command, *config["_flag"], *extra]
 
 
+def _schedule(jobs, parallel, stop, logs, env, stage, stream):
+    """Starts each job once it is ready, `parallel` at a time, in order; at `stop`, SIGTERM,
+    then SIGKILL after `STOP_GRACE`. Every second: the records of what changed, streamed."""
+    os.makedirs(logs, exist_ok=True)
+    waiting, running = list(jobs), {}
+    ended, last_line, begun = stage.get("ended", {}), time.time(), time.time()
+    while time.time() < stop and (running or any(r is None or r() for _, _, r in waiting)):
+        for job in [j for j in waiting if j[2] is None or j[2]()]:
+            if len(running) >= parallel:
+                break
+            label, command, _ = job
+            waiting.remove(job)
+            log = open(os.path.join(logs, label.replace(" ", "_") + ".log"), "w")
+            running[label] = (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                               env=env, start_new_session=True), log,
+                              time.time())
+        time.sleep(1)
+        for label, (process, log, at) in list(running.items()):
+            if process.poll() is not None:
+                _ended(stage, running.pop(label), label, stop=False)
+                ended[label] = True
+        if "pretrain_records" in stage:
+            stage["pretrain_records"]()
+        stream()
+        if time.time() - last_line >= 60:
+            last_line = time.time()
+            print(f"{last_line - begun:.0f} s: running {', '.join(running) or 'nothing'}; "
+                  f"{len(waiting)} waiting", flush=True)
+    for process, _, _ in running.values():
+        os.killpg(process.pid, signal.SIGTERM)
+    grace = time.time() + STOP_GRACE
+    for label, entry in running.items():
+        try:
+            entry[0].wait(max(0.1, grace - time.time()))
+        except subprocess.TimeoutExpired:
+            os.killpg(entry[0].pid, signal.SIGKILL)
+            entry[0].wait()
+        _ended(stage, entry, label, stop=True)
+    stage["processes"] += [{"run": label, "exit": None, "stopped": "not started"}
+                           for label, _, _ in waiting]
+    if "pretrain_records" in stage:  # a run killed mid-block: recorded where it stopped
+        stage["pretrain_records"]()
+
+
+def _ended(stage, entry, label, stop):
+    process, log, at = entry
+    log.close()
+    if label.startswith("encoder ") and process.returncode == 0:
+        with open(log.name) as f:  # its last line: name, sha256, bytes
+            written = json.loads(f.read().strip().splitlines()[-1])
+        stage["encoders"][written.pop("encoder")] = written
+    stage["processes"].append({"run": label, "exit": process.returncode, "stopped": stop,
+                               "seconds": round(time.time() - at, 1)})
+    print(f"{label}: exit {process.returncode}{' (stopped at the deadline)' if stop else ''}",
+          flush=True)
+
+
+class Stream:
+    """Packs the record folders, the logs and the stage record into `out/records.tar.gz`
+    whenever a file in them changed: written aside, then renamed, so a kill at any moment
+    leaves the last whole pack; encoders are written into `out/encoders/` by their jobs."""
+
+    def __init__(self, out, folders, stage, logs):
+        self.out, self.folders, self.stage, self.logs = out, folders, stage, logs
+        self.signature = self.text = None
+
+    def __call__(self, force=False):
+        text = json.dumps({k: v for k, v in self.stage.items()
+                           if not callable(v) and k != "ended"}, indent=2) + "\n"
+        if text != self.text:
+            self.text = records.write_text(os.path.join(self.logs, "stage.json"), text) and text
+        files = sorted(os.path.join(root, name) for _, folder in self.folders
+                       for root, _, names in os.walk(folder) for name in names)
+        signature = [(path, os.stat(path).st_mtime_ns, os.stat(path).st_size)
+                     for path in files if os.path.exists(path)]
+        if signature == self.signature and not force:
+            return
+        self.signature = signature
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+            for arcname, folder in self.folders:
+                if os.path.isdir(folder):
+                    archive.add(folder, arcname=arcname)
+        if len(buffer.getvalue()) > load_stages()["machine"]["back_file_bytes"]:
+            raise StudyError(f"The records pack to {len(buffer.getvalue()) / 2**20:.1f} MiB, "
+                             "more than one file that comes back.")
+        with open(os.path.join(self.out, PACK + ".partial"), "wb") as f:
+            f.write(buffer.getvalue())
+        os.replace(os.path.join(self.out, PACK + ".partial"), os.path.join(self.out, PACK))
+
+
+def write_encoder(run_dir, path):
+    """The final encoder of a pre-training run as bfloat16 safetensors (its config in the
+    metadata), written aside then renamed; prints its sha256 and size."""
+    import keras
+    import keras_hub
+    import ml_dtypes
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    import keras_tupe.models  # noqa: F401  (registers the classes for loading)
+    from keras_tupe.finetuning.loading import run_model
+
+    backbone = keras_hub.models.Backbone.from_preset(run_model(run_dir))
+    weights = {w.path: np.asarray(w.numpy()).astype(ml_dtypes.bfloat16 if np.issubdtype(
+        w.numpy().dtype, np.floating) else w.numpy().dtype) for w in backbone.weights}
+    save_file(weights, path + ".partial", metadata={"config": json.dumps(
+        keras.saving.serialize_keras_object(backbone))})  # deserialize_keras_object builds it
+    os.replace(path + ".partial", path)
+    with open(path, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+    print(json.dumps({"encoder": os.path.basename(path), "sha256": digest,
+                      "bytes": os.path.getsize(path)}), flush=True)
+
+
 def _check_packages(folder):
+    """Names each module the run path needs that this machine lacks, with the real error."""
     missing = []
-    for module, wheel in (("keras", "keras"), ("keras_hub", "keras-hub"), ("jax", "jax")):
+    for module, wheel in (("keras", "keras"), ("keras_hub", "keras-hub"), ("jax", "jax"),
+                          ("grain", "grain"), ("subword_nmt", "subword-nmt"),
+                          ("safetensors", "safetensors")):
         try:
             __import__(module)
-        except ImportError:
-            missing.append(wheel)
-    try:
-        import tensorflow  # noqa: F401  (tf.data feeds fine-tuning where it is)
-    except ImportError:
-        try:
-            import grain  # noqa: F401  (keras-hub's loader without TensorFlow)
-        except ImportError:
-            missing.append("grain")
+        except ImportError as error:
+            missing.append(f"{wheel} ({type(error).__name__}: {error})")
     if missing:
-        raise StudyError(f"This machine lacks {', '.join(missing)}: carry their wheels "
-                         f"({folder}/wheels/, made by `python -m experiments.stage prepare`) "
-                         "and install them first (the command prepare printed).")
+        raise StudyError(f"This machine cannot import: {'; '.join(missing)}. Carry the "
+                         f"wheels ({folder}/wheels/, made by `prepare`) and install them "
+                         "first: run the command prepare printed, as it is.")
 
 
 def _card():
@@ -447,18 +578,24 @@ def _card():
                                "--format=csv,noheader"], capture_output=True, text=True,
                               timeout=30).stdout.strip() or "no GPU"
     except (OSError, subprocess.SubprocessError):
-        return f"no GPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
+        return f"no GPU ({os.cpu_count()} cores)"
 
 
-def _lay_out(pretrain, then, folder, tiny):
+def _pip_list():
+    """The machine's packages and versions, so that gpu_image.txt can be checked."""
+    from importlib.metadata import distributions
+
+    return sorted(f"{d.metadata['Name']}=={d.version}" for d in distributions())
+
+
+def _lay_out(pretrain, then, folder):
     """Puts the carried shards, vocabulary, GLUE files and length batches where the configs
     name them."""
-    settings = pretrain["settings"]
-    for key, part in (("shards", "train"), ("valid_shards", "valid")):
-        _link(os.path.join(folder, "shards", part), settings[key])
     from experiments.config import vocabulary_record_path
 
-    vocab = pretrain["vocabulary"]
+    settings, vocab = pretrain["settings"], pretrain["vocabulary"]
+    for key, part in (("shards", "train"), ("valid_shards", "valid")):
+        _link(os.path.join(folder, "shards", part), settings[key])
     if not os.path.exists(vocab["file"]):
         os.makedirs(os.path.dirname(vocab["file"]), exist_ok=True)
         shutil.copy(os.path.join(folder, "vocab.json"), vocabulary_record_path(vocab))
@@ -480,117 +617,32 @@ def _link(source, target):
     os.symlink(os.path.abspath(source), target)
 
 
-def _pretrain_progress(config):
-    from experiments.config import variants
-
-    def line():
-        rows = []
-        for variant in variants(config):
-            logged, _ = records.read_metrics(variant.run_dir)
-            last = logged[-1] if logged else None
-            rows.append(f"{variant.name} " + (
-                f"step {last['step']}, val_loss {last['val_loss']:.3f}" if last else "starting"))
-        return "; ".join(rows)
-    return line
-
-
-def _run_all(commands, labels, stop, work, progress=None):
-    """Runs `commands`, `PARALLEL` at a time, until each ends or `stop` (then SIGTERM, a
-    grace, SIGKILL); prints where they are every minute. Returns what each did."""
-    env = {**os.environ, "KERAS_BACKEND": os.environ.get("KERAS_BACKEND", "jax"),
-           "XLA_PYTHON_CLIENT_PREALLOCATE": "false", "PYTHONUNBUFFERED": "1",
-           "TF_CPP_MIN_LOG_LEVEL": "2"}
-    started = time.time()
-    waiting, procs = list(zip(commands, labels)), []
-    last_print = started
-    while time.time() < stop and (waiting or any(p.poll() is None for p, _, _ in procs)):
-        while waiting and sum(p.poll() is None for p, _, _ in procs) < PARALLEL:
-            command, label = waiting.pop(0)
-            log = open(os.path.join(work, "logs", label.replace(" ", "_") + ".log"), "w")
-            procs.append((subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                                           env=env), label, log))
-        time.sleep(1)
-        if time.time() - last_print >= 60:
-            last_print = time.time()
-            running = sum(p.poll() is None for p, _, _ in procs)
-            print(f"{last_print - started:.0f} s: {running} running, {len(waiting)} waiting, "
-                  f"{len(procs) - running} done" + (f"; {progress()}" if progress else ""),
-                  flush=True)
-    stopped = [p for p, _, _ in procs if p.poll() is None]
-    for p in stopped:
-        p.send_signal(signal.SIGTERM)
-    for p in stopped:
-        try:
-            p.wait(STOP_GRACE_SECONDS)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-    done = [{"run": label, "exit": None, "stopped": True, "seconds": 0}
-            for _, label in waiting]
-    for p, label, log in procs:
-        log.close()
-        done.append({"run": label, "exit": p.returncode, "stopped": p in stopped,
-                     "seconds": round(time.time() - started, 1)})
-        print(f"{label}: exit {p.returncode}{' (stopped at the deadline)' if p in stopped else ''}",
-              flush=True)
-    return done
-
-
-def pack(configs, work, out):
-    """The configs' record folders, the logs and the stage record as xz tar parts in `out`
-    (at most `back_files` files of `back_file_bytes`). Returns the file names."""
-    limits = load_stages()["limits"]
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:xz") as archive:
-        for config in configs:
-            folder = records.record_dir(config)
-            if os.path.isdir(folder):
-                archive.add(folder, arcname=config["study"])
-        archive.add(os.path.join(work, "logs"), arcname="logs")
-    data = buffer.getvalue()
-    part = limits["back_file_bytes"] - 2**20
-    parts = [data[i:i + part] for i in range(0, len(data), part)] or [b""]
-    if len(parts) > limits["back_files"]:
-        raise StudyError(f"The records pack to {len(data) / 2**20:.1f} MiB, more than "
-                         f"{limits['back_files']} files of {part / 2**20:.0f} MiB.")
-    os.makedirs(out, exist_ok=True)
-    names = [PACK if len(parts) == 1 else f"{PACK}.{i:02d}" for i in range(len(parts))]
-    for name, chunk in zip(names, parts):
-        with open(os.path.join(out, name), "wb") as f:
-            f.write(chunk)
-    return names
-
-
 # === collect (here) ===
 
 def collect(name, folder, results_dir="docs/results"):
-    """Unpacks what `run` packed into `results_dir/records/`; refuses to replace a record
-    that differs (nothing committed is overwritten silently), but takes a `.jsonl` record
-    that grew (the rows here, then new ones: the three S5 stages append to one length
-    record, each collected before the next runs). Returns the files written."""
-    parts = sorted(glob.glob(os.path.join(folder, PACK + "*")))
-    if not parts:
+    """Unpacks what came back into `results_dir/records/` (the logs under `stages/NAME/`);
+    refuses to replace a record that differs (nothing committed is overwritten silently),
+    but takes a `.jsonl` record that grew. Returns the files written."""
+    path = os.path.join(folder, PACK)
+    if not os.path.exists(path):
         raise StudyError(f"{folder} holds no {PACK}: nothing came back from stage {name}.")
-    data = b"".join(open(path, "rb").read() for path in parts)
-    target = os.path.join(results_dir, "records")
-    written = []
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:xz") as archive:
-        members = [m for m in archive.getmembers() if m.isfile()]
-        for member in members:
-            path = os.path.join(target if not member.name.startswith("logs/") else
-                                os.path.join(target, "stages", name), member.name)
+    target, written = os.path.join(results_dir, "records"), []
+    with tarfile.open(path, mode="r:gz") as archive:
+        for member in (m for m in archive.getmembers() if m.isfile()):
+            where = os.path.join(target, *(("stages", name) if member.name.startswith(
+                "logs/") else ()), member.name)
             content = archive.extractfile(member).read()
-            here = open(path, "rb").read() if os.path.exists(path) else None
+            here = open(where, "rb").read() if os.path.exists(where) else None
             if here not in (None, content) and not (
-                    path.endswith(".jsonl") and content.startswith(here)):
-                raise StudyError(f"{path} exists with other content: move it away first "
+                    where.endswith(".jsonl") and content.startswith(here)):
+                raise StudyError(f"{where} exists with other content: move it away first "
                                  f"(stage {name} brought another version back).")
-            written.append((path, content))
-    for path, content in written:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "wb") as f:
+            written.append((where, content))
+    for where, content in written:
+        os.makedirs(os.path.dirname(where), exist_ok=True)
+        with open(where, "wb") as f:
             f.write(content)
-    return [path for path, _ in written]
+    return [where for where, _ in written]
 
 
 def main(argv=None):
@@ -601,24 +653,29 @@ def main(argv=None):
                                          formatter_class=argparse.RawDescriptionHelpFormatter)
         one_line_errors(parser)
         commands = parser.add_subparsers(dest="command", required=True)
+        for command in ("prepare", "run", "collect"):
+            commands.add_parser(command).add_argument("stage")
         for command in ("prepare", "run"):
-            sub = commands.add_parser(command)
-            sub.add_argument("stage")
-            sub.add_argument("--tiny", action="store_true", help="the tiny rehearsal")
-        commands.choices["run"].add_argument("--out", default=os.environ.get("OUT", "stage_out"))
-        commands.choices["run"].add_argument("--deadline", type=float,
-                                             help="seconds from now (default: the stage's)")
-        commands.choices["run"].add_argument(
-            "--phases", nargs="+", choices=PHASES, default=list(PHASES),
-            help="pretrain, then finetune or length in a second call on the same warm machine")
-        sub = commands.add_parser("collect")
-        sub.add_argument("stage")
-        sub.add_argument("folder", help="where the packed records came back")
+            commands.choices[command].add_argument("--tiny", action="store_true",
+                                                   help="the tiny rehearsal")
+        sub = commands.choices["run"]
+        sub.add_argument("--out", default=os.environ.get("OUT", "stage_out"))
+        sub.add_argument("--started", type=float, help="when the command started (epoch s)")
+        sub.add_argument("--deadline", type=float, help="seconds after --started")
+        sub.add_argument("--parallel", type=int, help="processes at once (default: cores / 2)")
+        sub.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES))
+        commands.choices["collect"].add_argument("folder", help="what came back")
+        sub = commands.add_parser("encoder")  # run's own: one encoder in bfloat16
+        sub.add_argument("run_dir")
+        sub.add_argument("path")
         args = parser.parse_args(argv)
         if args.command == "prepare":
             print("\n".join(prepare(args.stage, args.tiny)))
         elif args.command == "run":
-            run(args.stage, args.out, args.tiny, args.deadline, phases=tuple(args.phases))
+            run(args.stage, args.out, args.tiny, args.deadline, args.started,
+                phases=tuple(args.phases), parallel=args.parallel)
+        elif args.command == "encoder":
+            write_encoder(args.run_dir, args.path)
         else:
             for path in collect(args.stage, args.folder):
                 print(f"wrote {path}")

@@ -1,0 +1,158 @@
+"""A stand-in of the lent GPU machine, to rehearse a stage as it will run there.
+
+    .venv/bin/python -m tests.gpu_standin [--stage S1] [--kill-after S] [--command CMD]
+
+The lent machine has CPython 3.12 with its image's packages (experiments/gpu_image.txt)
+and no TensorFlow, no network, a fresh HOME and no KERAS_BACKEND; the repository arrives
+as a copy of its tracked and untracked-not-ignored files plus what a call carries. This
+builds that here: a virtual environment of CPython 3.12 holding only those packages, and a
+copy of the tree with the stage prepared at the tiny size (`experiments.stage prepare
+--tiny`, which also downloads the stage's wheels); then runs the command `prepare` printed,
+verbatim, in that copy with only the venv's `python3` on PATH, and collects what came back
+in `$OUT` into records. `--kill-after S` kills the command's whole process group S seconds
+in, then checks that every record written in the copy at least `TICK` seconds before the
+kill came back whole. `--command` runs another command in the same place (e.g. an older
+stage's). Exits 1 with the reason when the stage fails; `make test-stage` runs S1.
+"""
+
+import argparse
+import glob
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+IMAGE = os.path.join(REPO, "experiments", "gpu_image.txt")
+TICK = 3  # a record reaches $OUT within a second of being written; this leaves room
+
+
+def python312():
+    """A CPython 3.12 here, or exit naming where it was looked for."""
+    candidates = [os.environ.get("STANDIN_PYTHON"), shutil.which("python3.12"),
+                  *sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.12*/bin/python3.12")),
+                          reverse=True)]
+    for candidate in filter(None, candidates):
+        if subprocess.run([candidate, "-c", "import sys; assert sys.version_info[:2] == (3, 12)"],
+                          capture_output=True).returncode == 0:
+            return candidate
+    sys.exit("error: no CPython 3.12 here (looked at $STANDIN_PYTHON, python3.12 on PATH and "
+             "~/.pyenv/versions/3.12*): the stand-in of the GPU machine needs one; install "
+             "it, e.g. `pyenv install 3.12`, or set STANDIN_PYTHON.")
+
+
+def build(root):
+    """A fresh virtual environment with the image's packages alone."""
+    venv = os.path.join(root, "venv")
+    subprocess.run([python312(), "-m", "venv", venv], check=True)
+    subprocess.run([os.path.join(venv, "bin", "python"), "-m", "pip", "install", "-q",
+                    "--disable-pip-version-check", "-r", IMAGE], check=True,
+                   env={**os.environ, "PIP_CONFIG_FILE": os.devnull})  # PyPI alone
+    return venv
+
+
+def copy_tree(root, carried, repo=REPO):
+    """The repository as the lent machine receives it, with the carried folder."""
+    copy = os.path.join(root, "repo")
+    names = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                           cwd=repo, capture_output=True, check=True).stdout.split(b"\0")
+    for name in (n.decode() for n in names if n):
+        if os.path.isfile(os.path.join(repo, name)):
+            os.makedirs(os.path.dirname(os.path.join(copy, name)), exist_ok=True)
+            shutil.copy2(os.path.join(repo, name), os.path.join(copy, name))
+    shutil.copytree(os.path.join(repo, carried), os.path.join(copy, carried), symlinks=True)
+    return copy
+
+
+def run_there(command, copy, venv, root, kill_after=None, timeout=1800):
+    """`command` in `copy` as the lent machine runs it; returns (exit code, $OUT, kill time)."""
+    out, home, tmp = (os.path.join(root, name) for name in ("out", "home", "tmp"))
+    for folder in (out, home, tmp):
+        os.makedirs(folder)
+    env = {"PATH": f"{os.path.join(venv, 'bin')}:/usr/local/bin:/usr/bin:/bin", "HOME": home,
+           "OUT": out, "TMPDIR": tmp, "LANG": "C.UTF-8"}
+    print(f"$ {command}", flush=True)
+    process = subprocess.Popen(["bash", "-c", command], cwd=copy, env=env,
+                               start_new_session=True)
+    try:
+        code = process.wait(timeout=kill_after or timeout)
+        return code, out, None
+    except subprocess.TimeoutExpired:
+        killed = time.time()
+        os.killpg(process.pid, signal.SIGKILL)
+        return process.wait(), out, killed
+
+
+def check_kill(copy, back, killed):
+    """Every record file in the copy written `TICK` s before the kill came back whole."""
+    missing = []
+    for path in glob.glob(os.path.join(copy, ".stage", "*", "work", "results", "records", "**",
+                                       "*"), recursive=True):
+        if os.path.isfile(path) and os.path.getmtime(path) < killed - TICK:
+            name = path.split(os.sep + "records" + os.sep, 1)[1]
+            here = os.path.join(back, "records", name)
+            if not os.path.exists(here) or open(here, "rb").read() != open(path, "rb").read():
+                missing.append(name)
+    return missing
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m tests.gpu_standin", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--stage", default="S1")
+    parser.add_argument("--kill-after", type=float, help="kill the command after S seconds")
+    parser.add_argument("--command", help="run this instead of the printed command")
+    parser.add_argument("--keep", help="a folder to work in and keep (default: a temporary one)")
+    parser.add_argument("--repo", default=REPO, help="another checkout (e.g. an older commit)")
+    args = parser.parse_args(argv)
+    root = args.keep or tempfile.mkdtemp(prefix="gpu_standin_")
+    start = time.time()
+    venv = build(root)
+    print(f"stand-in venv: {time.time() - start:.0f} s", flush=True)
+    lines = subprocess.run([sys.executable, "-m", "experiments.stage", "prepare", args.stage,
+                            "--tiny"], cwd=args.repo, check=True, capture_output=True,
+                           text=True).stdout.strip().splitlines()
+    print("\n".join(lines), flush=True)
+    command = args.command or lines[-1].split("): ", 1)[1]
+    copy = copy_tree(root, os.path.join(".stage", f"{args.stage}_tiny"), args.repo)
+    code, out, killed = run_there(command, copy, venv, root, args.kill_after)
+    print(f"exit {code} after {time.time() - start:.0f} s; came back: {sorted(os.listdir(out))}",
+          flush=True)
+    back = os.path.join(root, "back")
+    if os.path.exists(os.path.join(out, "records.tar.gz")):
+        collected = subprocess.run([sys.executable, "-c", (
+            "import sys; from experiments import stage; print('\\n'.join(stage.collect("
+            f"{args.stage!r}, {out!r}, results_dir={back!r})))")], cwd=REPO, check=True,
+            capture_output=True, text=True).stdout.split()
+        print(f"collected {len(collected)} files:", *sorted(
+            os.path.relpath(p, back) for p in collected), sep="\n  ")
+    if killed:
+        missing = check_kill(copy, back, killed)
+        print(f"killed at {killed - start:.0f} s; records written {TICK} s before the kill "
+              f"and not back: {missing or 'none'}", flush=True)
+        return 1 if missing else 0
+    if code != 0:
+        print(f"error: the stage's command exited {code} on the stand-in", file=sys.stderr)
+        return 1
+    return verify(args.stage, back)
+
+
+def verify(stage, back):
+    """What a finished tiny stage brings back: every process ended well, every record."""
+    import json
+
+    log = json.load(open(os.path.join(back, "records", "stages", stage, "logs", "stage.json")))
+    bad = [p for p in log["processes"] if p["exit"] != 0 or p["stopped"]]
+    if bad or not log["processes"]:
+        print(f"error: processes that did not end well: {bad or 'none ran'}", file=sys.stderr)
+        return 1
+    print(f"every process ended well: {[p['run'] for p in log['processes']]}; encoders "
+          f"{log['encoders']}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
