@@ -12,6 +12,12 @@ a process that locked a file deleted meanwhile tries again, so two processes nev
 "the" lock on two different files. Re-entrant within a process (an entry point, then its
 library code); lock-file parents it created are removed again on release when empty.
 POSIX only (`fcntl`), as TensorFlow Text is.
+
+Every writer of a folder takes this lock first, so the lock is also where a folder that
+cannot be written is refused (`OutputNotWritableError`): a read-only or immutable place,
+or a path through a regular file. The refusal names the folder as the caller gave it
+(`--out`, or an argument such as `` `out=` ``) and the fix, not the lock file or a
+writer's staging folder, and comes before any work.
 """
 
 import contextlib
@@ -30,6 +36,21 @@ _HELD = set()
 
 class OutputLockedError(BlockingIOError):
     """Another process is writing the output folder; the message names it (one line)."""
+
+
+class OutputNotWritableError(OSError):
+    """The output folder cannot be written here; the message names it and the fix (one line).
+
+    `errno` is the operating system's (`EROFS`, `EPERM`, `EACCES` or `ENOTDIR`).
+    """
+
+    def __str__(self):
+        return self.strerror
+
+
+# What creating a file says where this process may not write: a read-only file system,
+# an immutable folder (`chattr +i`), a forbidden one, a path through a regular file.
+_UNWRITABLE_ERRNOS = frozenset({errno.EROFS, errno.EPERM, errno.EACCES, errno.ENOTDIR})
 
 
 def lock_path(out):
@@ -85,14 +106,23 @@ def output_lock(out, command=None, flag="--out"):
     Raises:
         OutputLockedError: another live process holds the lock. Its message is one line:
             the folder, the holder's pid, host, start time and command, and what to do.
+        OutputNotWritableError: `out`, or the folder it would be made in, cannot be
+            written by this process (one line: `out` as `flag` names it, why, the fix).
     """
     path = lock_path(out)
     if path in _HELD:  # held already: an entry point, then its library
         yield path
         return
-    made = _make_parents(os.path.dirname(path))
+    made = []
     try:
+        _check_writable(out)
+        made = _make_parents(os.path.dirname(path))
         fd = _acquire(path, out, flag)
+    except OSError as error:
+        _remove_empty(made)
+        if error.errno not in _UNWRITABLE_ERRNOS:
+            raise
+        raise OutputNotWritableError(error.errno, _not_writable(out, flag, error)) from error
     except BaseException:
         _remove_empty(made)
         raise
@@ -142,6 +172,41 @@ def _acquire(path, out, flag):
                             "another process is starting and stopping on it.")
 
 
+def _check_writable(out):
+    """Raises the error of creating a file in `out`, where it is a folder that refuses.
+
+    The file is unnamed (`O_TMPFILE`), so nothing is left to remove; where the system
+    has none, `os.access` decides. A folder `out` that does not exist yet is made in its
+    parent, which the lock file (created there next) tests.
+    """
+    if not os.path.isdir(out):
+        return
+    tmpfile = getattr(os, "O_TMPFILE", None)
+    if tmpfile is None:
+        if not os.access(out, os.W_OK | os.X_OK):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), os.fspath(out))
+        return
+    try:
+        os.close(os.open(out, tmpfile | os.O_WRONLY, 0o600))
+    except OSError as error:
+        if error.errno in _UNWRITABLE_ERRNOS:
+            raise
+        # EOPNOTSUPP, EISDIR: a file system without unnamed files; the writer will see.
+
+
+def _not_writable(out, flag, error):
+    """`OutputNotWritableError`'s message: `out` as `flag` names it, the folder, the fix."""
+    place = os.path.abspath(os.fspath(out))
+    while not os.path.exists(place):
+        place = os.path.dirname(place)
+    if not os.path.isdir(place):
+        why = f"{place} is a file, not a folder"
+    else:
+        why = f"this process cannot create files in {place} ({error.strerror})"
+    return f"{flag} {out} cannot be written: {why}. Choose another {flag}, in a folder " \
+           "this process can write."
+
+
 def _refusal(out, flag, record):
     if not record:  # the holder has not written its record yet (it has just started)
         who = "another process (it has just started)"
@@ -179,12 +244,16 @@ def _make_parents(folder):
     while not os.path.isdir(folder):
         missing.append(folder)
         folder = os.path.dirname(folder)
-    for folder in reversed(missing):
-        try:
-            os.mkdir(folder)
-        except FileExistsError:  # another process made it meanwhile: its, not ours
-            continue
-        made.insert(0, folder)
+    try:
+        for folder in reversed(missing):
+            try:
+                os.mkdir(folder)
+            except FileExistsError:  # another process made it meanwhile: its, not ours
+                continue
+            made.insert(0, folder)
+    except BaseException:  # a read-only or immutable folder, a file on the way
+        _remove_empty(made)
+        raise
     return made
 
 

@@ -1262,3 +1262,107 @@ def test_a_write_error_of_a_forbidden_or_full_folder_is_one_line(code, capsys):
 
     assert run_main(lambda argv: cli.run(writes, argv), [], capsys)[1:] == (
         "", "error: could not write /runs/x: the reason\n")
+
+
+# --- issue 59: refusals in the user's terms -----------------------------------------------
+
+
+@pytest.fixture(params=["read-only", "immutable", "a file"])
+def unwritable(request, tmp_path):
+    """(kind, folder, why): a place this process cannot create files in, as a user meets one.
+
+    Read-only: a tmpfs mounted read-only where this process may mount (root), else a
+    folder without write permission; immutable: `chattr +i` (root, a file system that has
+    the flag); a file: `--out` under a regular file. Skipped where the machine cannot make it.
+    """
+    kind, folder = request.param, tmp_path / "place"
+    if kind == "a file":
+        folder.write_text("a regular file\n")
+        yield kind, folder, f"{folder} is a file, not a folder"
+        return
+    folder.mkdir()
+    if kind == "read-only" and os.geteuid() != 0:
+        folder.chmod(0o555)
+        yield kind, folder, f"this process cannot create files in {folder} (Permission denied)"
+        folder.chmod(0o755)
+        return
+    make, undo, why = {
+        "read-only": (["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(folder)],
+                      ["umount", str(folder)], "Read-only file system"),
+        "immutable": (["chattr", "+i", str(folder)], ["chattr", "-i", str(folder)],
+                      "Operation not permitted"),
+    }[kind]
+    if os.geteuid() != 0 or subprocess.run(make, capture_output=True).returncode != 0:
+        pytest.skip(f"this machine cannot make a {kind} folder here")
+    try:
+        yield kind, folder, f"this process cannot create files in {folder} ({why})"
+    finally:
+        subprocess.run(undo, check=True)
+
+
+@pytest.fixture(scope="module")
+def tiny_preset(tmp_path_factory):
+    """A preset folder an encoder export reads (the old code got as far as its writing)."""
+    from keras_tupe.models import TupeBackbone
+
+    folder = tmp_path_factory.mktemp("encoder") / "preset"
+    TupeBackbone.from_preset("tupe_r_tiny", vocabulary_size=64).save_to_preset(str(folder))
+    return folder
+
+
+def unwritable_out_argv(command, tmp_path, out, request, monkeypatch):
+    """The command line of `command` writing `out`, everything else fine up to the writing."""
+    if command == "export":
+        preset = request.getfixturevalue("tiny_preset")
+        return ["encoder", "--init", str(preset), "--out", str(out)]
+    if command == "convert":
+        return ["huggingface", str(tmp_path), "--out", str(out)]
+    if command == "pretrain":
+        corpus = tmp_path / "c.txt"
+        corpus.write_text("some text\n")
+        return ["--preset", "tupe_r_tiny", "--corpus", str(corpus), "--out", str(out),
+                "--steps", "10", "--verbose", "0"]
+    from keras_tupe.finetuning import glue as protocol
+
+    monkeypatch.setattr(protocol, "_preflight", lambda *args: None)  # an encoder and data
+    return ["--init", str(tmp_path), "--tasks", "sst2", "--out", str(out)]
+
+
+@pytest.mark.parametrize("command", ["export", "convert", "pretrain", "finetune_glue"])
+@pytest.mark.parametrize("where", ["inside", "itself"])
+def test_an_out_that_cannot_be_written_is_named_as_given_with_the_fix(
+        command, where, unwritable, tmp_path, request, monkeypatch, capsys):
+    """Was `Read-only file system: .../.out.lock` (the hidden lock file), `Operation not
+    permitted: ...` or `Not a directory: ...`, or for an unwritable --out itself the export's
+    staging folder `.../1.partial`: never --out, never the fix."""
+    import importlib
+
+    kind, folder, why = unwritable
+    if where == "itself" and kind == "a file":
+        pytest.skip("an --out that is a file is refused by each command as such")
+    out = folder / "out" if where == "inside" else folder
+    if command == "convert" and where == "itself":
+        pytest.skip("convert takes an empty --out folder only; a read-only one stays empty")
+    main = importlib.import_module(f"training.{command}").main
+    argv = unwritable_out_argv(command, tmp_path, out, request, monkeypatch)
+    code, _, err = run_main(main, argv, capsys)
+    assert code == 2, err
+    assert err.splitlines()[-1] == (
+        f"error: --out {out} cannot be written: {why}. Choose another --out, in a folder this "
+        "process can write."), err
+    assert err.count("error:") == 1 and ".lock" not in err and ".partial" not in err
+    assert not (folder.is_dir() and where == "inside" and out.exists())
+    assert not list(tmp_path.glob("*.lock")) and not list(tmp_path.glob(".*.lock"))
+
+
+def test_the_python_api_names_the_argument_of_an_out_that_cannot_be_written(tmp_path):
+    from keras_tupe.convert import convert
+    from keras_tupe.output_lock import OutputNotWritableError
+
+    (tmp_path / "file").write_text("x")
+    out = tmp_path / "file" / "preset"
+    with pytest.raises(OutputNotWritableError) as refused:
+        convert("huggingface", str(tmp_path), str(out))
+    assert str(refused.value) == (
+        f"`out=` {out} cannot be written: {tmp_path / 'file'} is a file, not a folder. Choose "
+        "another `out=`, in a folder this process can write.")

@@ -27,6 +27,7 @@ import signal
 import sys
 
 from keras_tupe.extras import tensorflow_missing
+from keras_tupe.output_lock import OutputNotWritableError
 # The place written to failed, not the program: no space, a file-size limit, a quota,
 # a read-only or forbidden folder (also a `staging.WriteError` of those).
 from keras_tupe.staging import SPACE_ERRNOS
@@ -36,9 +37,11 @@ TRACEBACK_FLAG = "--traceback"
 
 # Mistakes a user can make in flags and files; everything else is ours.
 # ConnectionError: a download that cannot start offline (keras_tupe.data.network).
-# BlockingIOError: `keras_tupe.output_lock.OutputLockedError`, another process writes --out.
+# BlockingIOError: `keras_tupe.output_lock.OutputLockedError`, another process writes --out;
+# OutputNotWritableError: --out lies where this process cannot write.
 USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError,
-               IsADirectoryError, PermissionError, ConnectionError, BlockingIOError)
+               IsADirectoryError, PermissionError, ConnectionError, BlockingIOError,
+               OutputNotWritableError)
 
 
 def quiet_tensorflow(verbose=None):
