@@ -37,6 +37,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 STAGES_FILE = os.path.join(HERE, "stages.json")
 IMAGE_FILE = os.path.join(HERE, "gpu_image.txt")
 STAGE_DIR = ".stage"
+# S0's calibration: made on this machine in the same window, else the record that came back.
+CALIBRATIONS = (os.path.join(STAGE_DIR, "S0", "work", "logs", "calibration.json"),
+                os.path.join("docs", "results", "records", "stages", "S0", "logs",
+                             "calibration.json"))
 PACK, ENCODERS = "records.tar.gz", "encoders"
 # Seconds before the deadline: the processes get SIGTERM, then SIGKILL after the grace;
 # then the last records are written and packed.
@@ -175,45 +179,63 @@ def device_command(name, folder, tiny, deadline):
             f"{' --tiny' if tiny else ''} --started $T0 --deadline {deadline} --out $OUT")
 
 
-def estimate(name, spec):
-    """The stage's time on the card, with its basis; refuses one that would not fit."""
-    machine, pace = load_stages()["machine"], gpu_pace()
+def estimate(name, spec, pace=None, configs=None):
+    """The stage's time on the card, with its basis (`pace`: `gpu_pace()`'s); refuses a
+    stage that would not fit. The fine-tuning past the call's end is said, not refused: it
+    goes on in a later call from the encoders that came home."""
+    machine, pace = load_stages()["machine"], pace or gpu_pace()
     limit = machine["call_seconds"] - STOP_RESERVE - pace["install_seconds"]
-    if "command" in spec:
+    lines = []
+    needed, what = 0, "no benchmark rows"
+    if "command" in spec or spec.get("calibrate", {}).get("benchmark"):
         from benchmarks.encoders.cli import parse_args
 
-        args = parse_args(spec["command"][1:])
+        command = spec.get("command") or (load_stages()["benchmark"]
+                                          + spec["calibrate"]["benchmark"].split())
+        args = parse_args(command[1:])
         rows = (len(set(args.variants)) * len(set(args.precisions)) * len(set(args.seq_lens))
                 * (2 if args.flash == "both" else 1))
         needed = sum(rows * pace["benchmark_row_seconds"][mode] for mode in set(args.modes))
         what = f"{rows * len(set(args.modes))} benchmark rows"
-    elif "calibrate" in spec:
-        needed, what = spec["calibrate"]["seconds"], "the calibration"
-    else:
-        pretrain, then = stage_configs(spec)
+    if "calibrate" in spec:  # each round and the fine-tuning: a start and a few blocks
+        calibrate, pretrain = spec["calibrate"], (configs or stage_configs(spec))[0]
+        rounds = len(calibrate["processes"])
+        needed += (rounds + 1) * pace["finetune_start_seconds"] + rounds * calibrate[
+            "blocks"] * pretrain["settings"]["eval_every"] * pace["pretrain_step_seconds"]
+        what = f"{rounds} pre-training rounds, fine-tuning, {what}"
+    elif "command" not in spec:
+        pretrain, then = configs or stage_configs(spec)
         runs = len(spec.get("variants") or pretrain["variants"])
         steps = pretrain["settings"]["steps"]
         needed = -(-runs // pace["at_once"]) * steps * pace["pretrain_step_seconds"]
         what = f"{runs} pre-training runs of {steps} steps, {pace['at_once']} at once"
         if then and then["kind"] == "finetune" and not then.get("squad_file"):
-            first = _first_finetune_steps(then)  # its protocol on one encoder's first task
+            from experiments.finetune_study import plan
+
+            tasks = _finetune_steps(then)  # a task's steps, its protocol on one encoder
+            first = tasks[then["tasks"][0]]
             needed += first * pace["finetune_step_seconds"] + pace["finetune_start_seconds"]
             what += (f", then {then['tasks'][0]} on the first two final encoders at once "
                      f"({first} steps each)")
+            jobs, total = len(plan(then)), sum(tasks.values())
+            lines.append(f"{name} fine-tuning in all: {jobs} encoders x {total} steps, about "
+                         f"{jobs * total * pace['finetune_step_seconds'] / pace['at_once']:.0f}"
+                         f" s at {pace['at_once']} at once, beside and after pre-training")
     line = (f"{name}: {what}: about {needed:.0f} s of {limit:.0f} s (the call's "
             f"{machine['call_seconds']} s less the install and the stop); basis: {pace['basis']}")
     if needed > limit:
         raise StudyError(f"Stage {name} does not fit: {line}. Split it.")
-    return [line]
+    return [line, *lines]
 
 
 def gpu_pace():
-    """Seconds a step and a start on the card: the calibration record where one came back
-    (S0), else the recorded GPU pre-training runs and stated estimates."""
-    calibration = records.read_json(os.path.join(
-        "docs", "results", "records", "stages", "S0", "logs", "calibration.json"))
-    if calibration:
-        return {**calibration["pace"], "basis": "the S0 calibration record"}
+    """Seconds a step and a start on the card: S0's calibration (`CALIBRATIONS`), else the
+    recorded GPU pre-training runs and stated estimates."""
+    for path in CALIBRATIONS:
+        calibration = records.read_json(path)
+        if calibration:
+            return {**calibration["pace"], "calibrated": True,
+                    "basis": f"the S0 calibration ({path})"}
     times = []
     for path in glob.glob(os.path.join("docs", "results", "records", "*", "*",
                                        "run_config.json")):
@@ -223,7 +245,7 @@ def gpu_pace():
     if not times:
         raise StudyError("No recorded GPU run to time a stage by (docs/results/records).")
     step = max(times)
-    return {"pretrain_step_seconds": step, "at_once": 4, "finetune_step_seconds": step,
+    return {"pretrain_step_seconds": step, "at_once": 4, "calibrated": False, "finetune_step_seconds": step,
             "finetune_start_seconds": 60, "benchmark_row_seconds": {"train": 60, "infer": 25},
             "install_seconds": 15,
             "basis": f"the recorded GPU pre-training runs ({step * 1000:.1f} ms a step, four "
@@ -233,16 +255,23 @@ def gpu_pace():
                      "estimates until S0's calibration comes back"}
 
 
-def _first_finetune_steps(config):
+def _finetune_steps(config):
+    """Per task, the steps of its protocol on one encoder (with a selection seed: each rate
+    with it, then the other seeds at the chosen rate; no edge widened)."""
     from keras_tupe.data.glue import get_task
 
-    task = config["tasks"][0]
-    cap = (config.get("task_settings") or {}).get(task, {}).get("max_train_examples")
-    with open(os.path.join(config["data_dir"], get_task(task).directory,
-                           get_task(task).split_files["train"]), encoding="utf-8") as f:
-        examples = min(sum(1 for _ in f) - 1, cap or float("inf"))
-    runs = len(config["learning_rates"]) + len(config["seeds"]) - 1
-    return runs * config["settings"]["epochs"] * -(-examples // config["settings"]["batch_size"])
+    steps, settings = {}, config["settings"]
+    runs = (len(config["learning_rates"]) + len(config["seeds"]) - 1
+            if config.get("selection_seed") is not None
+            else len(config["learning_rates"]) * len(config["seeds"]))
+    for name in config["tasks"]:
+        task = get_task(name)
+        cap = (config.get("task_settings") or {}).get(name, {}).get("max_train_examples")
+        with open(os.path.join(config["data_dir"], task.directory, task.split_files["train"]),
+                  encoding="utf-8") as f:
+            examples = min(sum(1 for _ in f) - 1, cap or float("inf"))  # less the header
+        steps[name] = runs * settings["epochs"] * -(-examples // settings["batch_size"])
+    return steps
 
 
 def _prepare_pretraining(config, spec, staging, tiny):
@@ -365,8 +394,12 @@ def run(name, out, tiny=False, deadline=None, started=None, folder=None, phases=
            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
     if "calibrate" in spec:  # its rounds need their processes at once
         parallel = max(spec["calibrate"]["processes"])
-    _schedule(jobs, parallel or max(1, (os.cpu_count() or 2) // 2), stop, logs, env, stage,
-              stream)
+    elif not parallel:  # as many as served the card best, where S0 measured it
+        pace = gpu_pace()
+        parallel = (pace["at_once"] if pace["calibrated"] and not tiny
+                    else max(1, (os.cpu_count() or 2) // 2))
+    stage["parallel"] = parallel
+    _schedule(jobs, parallel, stop, logs, env, stage, stream)
     stage["seconds"] = round(time.time() - started, 1)
     stream(force=True)
     print(f"stage {name}: {stage['seconds']:.0f} s; in {out}: "

@@ -442,3 +442,26 @@ def test_prepared_length_batches_are_read_back_as_made_and_refused_for_other_set
             assert a.dtype == b.dtype and np.array_equal(a, b)
     with pytest.raises(StudyError, match="was prepared for .* prepare it again"):
         length_study._prepared(config, "length_3.npz", {**key, "length": 4}, None)
+
+
+def test_the_stages_plan_from_the_calibration_once_it_came_back(tmp_path, monkeypatch):
+    """S0's record replaces the estimates: a card twice as slow as recorded refuses S1."""
+    configs = stage.stage_configs(stage.stage_spec("S1"))
+    recorded = stage.gpu_pace()
+    assert not recorded["calibrated"]
+    pace = {k: v for k, v in recorded.items() if k not in ("basis", "calibrated")}
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    monkeypatch.setattr(stage, "CALIBRATIONS", ("nowhere.json", str(folder / "calibration.json")))
+    for factor, fits in ((1.0, True), (2.0, False)):
+        slower = {**pace, "pretrain_step_seconds": pace["pretrain_step_seconds"] * factor}
+        (folder / "calibration.json").write_text(json.dumps({"pace": slower}))
+        assert stage.gpu_pace() == {**slower, "calibrated": True,
+                                    "basis": f"the S0 calibration ({folder}/calibration.json)"}
+        if fits:
+            assert "basis: the S0 calibration" in stage.estimate(
+                "S1", stage.stage_spec("S1"), configs=configs)[0]
+        else:
+            with pytest.raises(StudyError, match="Stage S1 does not fit: .* basis: the S0 "
+                                                 "calibration"):
+                stage.estimate("S1", stage.stage_spec("S1"), configs=configs)
