@@ -397,7 +397,7 @@ def pretrain(config, until_step=None):
     """
 
     # One writer per run folder, from the first check to the last file.
-    with output_lock(config.out, flag="--out"):
+    with output_lock(config.out, flag="`out=`"):
         return _pretrain(config, until_step)
 
 

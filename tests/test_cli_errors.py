@@ -928,13 +928,15 @@ def test_the_parsers_choices_are_the_librarys(tmp_path):
     import dataclasses
 
     from keras_tupe import pretraining
-    from keras_tupe.finetuning import SquadConfig
+    from keras_tupe.finetuning import PAPER_LEARNING_RATES, PAPER_SEEDS, SquadConfig
     from keras_tupe.models.presets import SIZES
-    from training import finetune_squad, presets
+    from training import finetune_glue, finetune_squad, presets
 
     assert (pretrain_cli.PRECISIONS, pretrain_cli.STRATEGIES) == (
         pretraining.PRECISIONS, pretraining.STRATEGIES)
     assert presets.SIZES == tuple(SIZES)
+    assert (finetune_glue.PAPER_LEARNING_RATES, finetune_glue.PAPER_SEEDS) == (
+        PAPER_LEARNING_RATES, PAPER_SEEDS)
     fields = {field.name: field.type for field in dataclasses.fields(SquadConfig)}
     assert set(fields) == set(finetune_squad.FLAG_TYPES) | {"init", "xla", "lowercase"}
     # The defaults come from the dataclasses, filled in after parsing.
@@ -1150,6 +1152,38 @@ def test_a_second_command_on_a_held_out_is_refused_naming_the_holder(
     assert not out.exists()
 
 
+KERAS_AT_EXIT = ("import atexit, os\n"  # after the entry point's exit: was Keras imported?
+                 "atexit.register(lambda: sys.stdout.write(str('keras' in sys.modules)))\n"
+                 # As in a user's shell (export asks Keras for the backend where it is unset).
+                 "os.environ.pop('KERAS_BACKEND', None)\n")
+
+
+@pytest.mark.parametrize("module, argv", [
+    ("pretrain", ["--preset", "tupe_r_tiny", "--corpus", "README.md", "--out", "{out}"]),
+    ("finetune_glue", ["--init", "{tmp}", "--tasks", "sst2", "--out", "{out}"]),
+    ("finetune_squad", ["--init", "{tmp}", "--out", "{out}"]),
+    ("export", ["encoder", "--init", "{tmp}", "--out", "{out}"]),
+    ("convert", ["huggingface", "{tmp}", "--out", "{out}"]),
+    ("shard_corpus", ["--corpus", "README.md", "--out", "{out}"]),
+])
+def test_a_held_out_is_refused_before_keras_is_imported(tmp_path, module, argv):
+    """Issue 59, item 5: was refused only after Keras's import (5.6 s on an idle machine,
+    35 s on a busy one; finetune-glue after loading the encoder and the data, finetune-squad
+    after the whole training)."""
+    out = tmp_path / "out"
+    argv = [a.format(tmp=tmp_path, out=out) for a in argv]
+    holder = _held_by_another_process(out)
+    try:
+        result = run_entry_point(f"training.{module}", argv, KERAS_AT_EXIT)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(
+        f"error: --out {out} is being written by process {holder.pid} on "), result.stderr
+    assert result.stdout == "False"  # Keras (and with it TensorFlow or JAX) never imported
+
+
 def test_convert_without_dict_txt_names_the_flag_not_the_argument(tmp_path, capsys):
     from training import convert as convert_cli
 
@@ -1358,6 +1392,7 @@ def test_an_out_that_cannot_be_written_is_named_as_given_with_the_fix(
 def test_the_python_api_names_the_argument_of_an_out_that_cannot_be_written(tmp_path):
     from keras_tupe.convert import convert
     from keras_tupe.output_lock import OutputNotWritableError
+    from keras_tupe.pretraining import PretrainConfig, pretrain
 
     (tmp_path / "file").write_text("x")
     out = tmp_path / "file" / "preset"
@@ -1366,3 +1401,7 @@ def test_the_python_api_names_the_argument_of_an_out_that_cannot_be_written(tmp_
     assert str(refused.value) == (
         f"`out=` {out} cannot be written: {tmp_path / 'file'} is a file, not a folder. Choose "
         "another `out=`, in a folder this process can write.")
+    # Was "--out ...", a flag the Python caller never gave.
+    with pytest.raises(OutputNotWritableError, match=r"^`out=` .* Choose another `out=`, "):
+        pretrain(PretrainConfig(preset="tupe_r_tiny", corpus=[str(tmp_path / "file")],
+                                out=str(out)))

@@ -15,6 +15,7 @@ TUPE authors' fairseq fork (TUPE-R or TUPE-A; `dict.txt` beside it unless
 import os
 
 from keras_tupe.cli.common import command_parser, entry_point
+from keras_tupe.output_lock import output_lock
 
 KINDS = ("huggingface", "fairseq")
 # The library's arguments, as this command's flags (messages speak the command line).
@@ -56,13 +57,13 @@ def check_paths(args):
 def main(argv=None):
     args = parse_args(argv)  # usage errors return before TensorFlow is imported
     check_paths(args)
-    from keras_tupe.convert import convert
-    from keras_tupe.output_lock import output_lock
-
     kwargs = {}
     if args.kind == "fairseq":
         kwargs = {"dictionary": args.dictionary, "bpe_codes": args.bpe_codes}
+    # Held before Keras is imported: a second conversion to --out is refused at once.
     with output_lock(args.out, command=f"convert {args.kind} {args.source}"):
+        from keras_tupe.convert import convert
+
         out = convert(args.kind, args.source, args.out, **kwargs)
     print(f"Wrote the keras_tupe preset {out} (keras_hub.models.Backbone.from_preset({out!r}))")
     return 0

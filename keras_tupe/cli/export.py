@@ -21,6 +21,7 @@ import os
 import sys
 
 from keras_tupe.cli.common import INIT_FLAGS, add_common_flags, entry_point, one_line_errors
+from keras_tupe.output_lock import output_lock
 
 PROG = "keras-tupe-export"
 
@@ -106,14 +107,18 @@ def export(args):
         label_names=info["label_names"] or None, **versioning)
 
 
-def check_before_import(args, argv=None):
-    """What needs no TensorFlow, before its seconds-long import: the paths, the backend."""
+def check_paths(args):
+    """The paths given, checked before Keras and TensorFlow are imported."""
     for flag, path in (("--init", args.init), ("--vocab", getattr(args, "vocab", None))):
         if path is not None and not os.path.exists(path):
             raise FileNotFoundError(f"{flag} {path} does not exist.")
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         raise NotADirectoryError(f"--out {args.out} is a file; exports go into a folder "
                                  "(OUT/<version>/).")
+
+
+def check_backend(argv=None):
+    """The TensorFlow backend, before TensorFlow's seconds-long import (Keras's may come)."""
     backend = os.environ.get("KERAS_BACKEND")
     if backend is None:  # keras.json decides, read as Keras reads it
         import keras
@@ -131,14 +136,16 @@ def check_before_import(args, argv=None):
               **INIT_FLAGS})
 def main(argv=None):
     args = parse_args(argv)
-    check_before_import(args, argv)
-    from keras_tupe.output_lock import output_lock
-    from keras_tupe.progress import Heartbeat
+    check_paths(args)
+    # Held before Keras is imported (`check_backend` may): a second export to --out is
+    # refused at once.
+    with output_lock(args.out, command=f"export {args.command}"):
+        check_backend(argv)
+        from keras_tupe.progress import Heartbeat
 
-    print(f"Exporting the {args.command} to {args.out}/<version> ...", flush=True)
-    with output_lock(args.out, command=f"export {args.command}"), Heartbeat(
-            f"  exporting the {args.command}"):  # loading, tracing, saving: silent
-        path = export(args)
+        print(f"Exporting the {args.command} to {args.out}/<version> ...", flush=True)
+        with Heartbeat(f"  exporting the {args.command}"):  # loading, tracing, saving: silent
+            path = export(args)
     print(f"Saved the {args.command} to {path}.\nNext: {next_step(args.command, path)}",
           flush=True)
     return 0

@@ -15,6 +15,13 @@ lacks) the data come from tensorflow-datasets (online).
 import sys
 
 from keras_tupe.cli.common import INIT_FLAGS, add_init_flag, command_parser, entry_point
+from keras_tupe.output_lock import output_lock
+
+# The papers' grid (`keras_tupe.finetuning.PAPER_LEARNING_RATES`, `PAPER_SEEDS`; a test
+# checks they agree), listed here so that the flags parse, and --out is held, before Keras's
+# seconds-long import.
+PAPER_LEARNING_RATES = (2e-5, 3e-5, 4e-5, 5e-5)
+PAPER_SEEDS = (0, 1, 2, 3, 4)
 
 
 def parse_args(argv=None):
@@ -23,11 +30,11 @@ def parse_args(argv=None):
     p.add_argument("--out", required=True, help="results directory (resumed if it exists)")
     p.add_argument("--data-dir", help="folder with the glue_data TSV layout (or its parent)")
     p.add_argument("--vocab", help="vocabulary (default: the run directory's vocab.txt)")
-    # Defaults: the papers' (keras_tupe.finetuning.PAPER_*), filled in after parsing so
-    # that a usage error comes before TensorFlow's import.
     p.add_argument("--learning-rates", nargs="+", type=float,
+                   default=list(PAPER_LEARNING_RATES),
                    help="default: the papers' 2e-5 3e-5 4e-5 5e-5")
-    p.add_argument("--seeds", nargs="+", type=int, help="default: the papers' 0 1 2 3 4")
+    p.add_argument("--seeds", nargs="+", type=int, default=list(PAPER_SEEDS),
+                   help="default: the papers' 0 1 2 3 4")
     p.add_argument("--selection-seed", type=int,
                    help="choose each task's learning rate with this seed (one of --seeds) "
                         "alone, then run the other seeds at the chosen rate only (default: "
@@ -61,11 +68,6 @@ def parse_args(argv=None):
                         "tf.data where TensorFlow imports, else Grain)")
     p.add_argument("--verbose", type=int, default=0, choices=(0, 1, 2))
     args = p.parse_args(argv)
-    if args.learning_rates is None or args.seeds is None:
-        from keras_tupe.finetuning import PAPER_LEARNING_RATES, PAPER_SEEDS
-
-        args.learning_rates = args.learning_rates or list(PAPER_LEARNING_RATES)
-        args.seeds = args.seeds or list(PAPER_SEEDS)
     if args.selection_seed is not None and args.selection_seed not in args.seeds:
         p.error(f"--selection-seed {args.selection_seed} is not one of --seeds "
                 f"{' '.join(map(str, args.seeds))}: the chosen rate's score is their median")
@@ -111,13 +113,15 @@ def main(argv=None):
         values[:], note = merge_repeats(flag, values)
         if note:
             print(note, file=sys.stderr, flush=True)
-    from keras_tupe.finetuning import Protocol, run_protocol
+    # Held before Keras is imported: a second protocol on --out is refused at once.
+    with output_lock(out):
+        from keras_tupe.finetuning import Protocol, run_protocol
 
-    protocol = Protocol(learning_rates, seeds, args.pop("selection_seed"),
-                        args.pop("edge_learning_rates"))
-    # Progress lines (steps, metrics, time left, evaluation) unless Keras's own (--verbose).
-    args["progress"] = args["verbose"] == 0
-    table = run_protocol(tasks, init, out, protocol=protocol, **args)
+        protocol = Protocol(learning_rates, seeds, args.pop("selection_seed"),
+                            args.pop("edge_learning_rates"))
+        # Progress lines (steps, metrics, time left, evaluation) unless Keras's (--verbose).
+        args["progress"] = args["verbose"] == 0
+        table = run_protocol(tasks, init, out, protocol=protocol, **args)
     for row in table:
         print(f"{row['task']}: {row['score']:.2f} (lr {row['best_learning_rate']:g}, "
               f"{row['seeds']} seeds)")

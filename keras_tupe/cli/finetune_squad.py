@@ -9,11 +9,13 @@ train/eval, for small experiments only (clearly NOT the official split):
         --offline-split ../shared/data/squad/dev-v1.1.json --out runs/squad_m4
 """
 
+import contextlib
 import dataclasses
 import json
 import sys
 
 from keras_tupe.cli.common import INIT_FLAGS, add_init_flag, command_parser, entry_point
+from keras_tupe.output_lock import output_lock
 
 # `keras_tupe.finetuning.SquadConfig`'s fields (but init, xla, lowercase) and their types,
 # listed here so the parser needs no keras_tupe import (a usage error comes before
@@ -28,15 +30,24 @@ FLAG_TYPES = {"out": str, "train": str, "eval": str, "offline_split": str,
 FLAGS = {**INIT_FLAGS, **{name: "--" + name.replace("_", "-") for name in FLAG_TYPES}}
 
 
-def parse_args(argv=None):
+def parse_flags(argv=None):
+    """The flags as given (None: `SquadConfig`'s default); imports no Keras."""
     p = add_init_flag(command_parser("keras-tupe-finetune-squad", __doc__))
     for name, kind in FLAG_TYPES.items():
         choices = ("tf.data", "grain") if name == "data_loader" else None
-        p.add_argument("--" + name.replace("_", "-"), type=kind,
-                       choices=choices)  # None: SquadConfig's default
+        p.add_argument("--" + name.replace("_", "-"), type=kind, choices=choices)
     p.add_argument("--no-xla", dest="xla", action="store_false")
     p.add_argument("--cased", dest="lowercase", action="store_false")
-    args = p.parse_args(argv)
+    return p.parse_args(argv)
+
+
+def parse_args(argv=None):
+    """The flags, with `SquadConfig`'s defaults for those left out."""
+    return with_defaults(parse_flags(argv))
+
+
+def with_defaults(args):
+    """`args` with `SquadConfig`'s defaults filled in (this imports Keras: seconds)."""
     from keras_tupe.finetuning import SquadConfig
 
     defaults = SquadConfig(init="")
@@ -48,11 +59,14 @@ def parse_args(argv=None):
 
 @entry_point(FLAGS)
 def main(argv=None):
-    args = vars(parse_args(argv))
-    del args["tf_logs"], args["traceback"]
-    from keras_tupe.finetuning import SquadConfig, finetune_squad
+    args = parse_flags(argv)
+    # Held before Keras is imported: a second run on --out is refused at once.
+    with output_lock(args.out) if args.out else contextlib.nullcontext():
+        args = vars(with_defaults(args))
+        del args["tf_logs"], args["traceback"]
+        from keras_tupe.finetuning import SquadConfig, finetune_squad
 
-    result = finetune_squad(SquadConfig(**args))
+        result = finetune_squad(SquadConfig(**args))
     print(json.dumps(result, indent=2))
     return 0
 

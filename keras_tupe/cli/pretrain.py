@@ -19,6 +19,7 @@ import os
 import sys
 
 from keras_tupe.cli.common import command_parser, entry_point
+from keras_tupe.output_lock import output_lock
 
 # The choices of `keras_tupe.pretraining` (a test checks they agree): the parser knows them
 # without importing keras_tupe, so a usage error comes before TensorFlow's seconds-long import.
@@ -40,7 +41,8 @@ def _int_list(text):
         raise argparse.ArgumentTypeError(f"expected comma-separated step numbers, got {text!r}")
 
 
-def parse_args(argv=None):
+def parse_flags(argv=None):
+    """The flags as given and their paths checked; imports no Keras (a fraction of a second)."""
     p = command_parser("keras-tupe-pretrain", __doc__)
     # Defaults left out (None) are `PretrainConfig`'s, filled in after parsing.
     p.add_argument("--preset", required=True, help="backbone preset, e.g. tupe_r_mini")
@@ -86,7 +88,17 @@ def parse_args(argv=None):
     p.add_argument("--verbose", type=int, choices=(0, 1, 2),
                    help="0: silent, 1: a progress bar of steps (default), 2: a line per block")
     args = p.parse_args(argv)
-    check_paths(args)  # before TensorFlow's seconds-long import (`_defaults`)
+    check_paths(args)
+    return args
+
+
+def parse_args(argv=None):
+    """The flags, with `PretrainConfig`'s defaults for those left out."""
+    return with_defaults(parse_flags(argv))
+
+
+def with_defaults(args):
+    """`args` with `PretrainConfig`'s defaults filled in (this imports Keras: seconds)."""
     defaults = _defaults()
     for name, value in vars(args).items():
         # seq_len, eval_every: fit_to_preset's; corpus: no default (`_defaults`' [] is a
@@ -162,7 +174,12 @@ def settings_line(config):
 
 def parse_config(argv=None):
     """The run's `PretrainConfig` from the command line, defaults fitted to the preset."""
-    args = fit_to_preset(vars(parse_args(argv)))
+    return run_config(parse_args(argv))
+
+
+def run_config(args):
+    """The `PretrainConfig` of parsed flags with their defaults, fitted to the preset."""
+    args = fit_to_preset(vars(args))
     from keras_tupe.pretraining import PretrainConfig
 
     del args["tf_logs"], args["traceback"]  # the entry point's own flags, not the run's
@@ -171,12 +188,15 @@ def parse_config(argv=None):
 
 @entry_point()
 def main(argv=None):
-    config = parse_config(argv)
-    if config.verbose:
-        print(settings_line(config), flush=True)
-    from keras_tupe.pretraining import pretrain
+    args = parse_flags(argv)
+    # Held before Keras is imported: a second run on --out is refused at once.
+    with output_lock(args.out):
+        config = run_config(with_defaults(args))
+        if config.verbose:
+            print(settings_line(config), flush=True)
+        from keras_tupe.pretraining import pretrain
 
-    pretrain(config)
+        pretrain(config)
     return 0
 
 

@@ -20,11 +20,13 @@ import sys
 import tempfile
 
 from keras_tupe.cli.common import command_parser, entry_point
+from keras_tupe.output_lock import output_lock
 
 DEFAULT_SEQUENCES_PER_SHARD = 100_000
 
 
-def parse_args(argv=None):
+def parse_flags(argv=None):
+    """The flags as given and their paths checked; imports no Keras (a fraction of a second)."""
     p = command_parser("keras-tupe-shard-corpus", __doc__)
     p.add_argument("--corpus", required=True, nargs="+",
                    help="text files, directories of .txt files, or tfds:NAME[:SPLIT]")
@@ -41,7 +43,17 @@ def parse_args(argv=None):
     p.add_argument("--sequences-per-shard", type=int, default=DEFAULT_SEQUENCES_PER_SHARD)
     p.add_argument("--max-lines", type=int, help="read at most this many corpus lines")
     args = p.parse_args(argv)
-    check_paths(args)  # before TensorFlow's seconds-long import
+    check_paths(args)
+    return args
+
+
+def parse_args(argv=None):
+    """The flags, with keras-tupe-pretrain's defaults for those left out."""
+    return with_defaults(parse_flags(argv))
+
+
+def with_defaults(args):
+    """`args` with `PretrainConfig`'s defaults filled in (this imports Keras: seconds)."""
     from keras_tupe.pretraining import PretrainConfig
 
     defaults = PretrainConfig(preset="", corpus=[], out="")
@@ -68,13 +80,14 @@ def check_paths(args):
 
 @entry_point({"out": "--out", "overwrite": "--overwrite"})
 def main(argv=None):
-    args = parse_args(argv)
-    from keras_tupe import data
-    from keras_tupe.data.sharding import shard_corpus
-    from keras_tupe.output_lock import output_lock
-
+    args = parse_flags(argv)
     out = os.path.normpath(args.out)
+    # Held before Keras is imported: a second command on --out is refused at once.
     with output_lock(out, command="shard_corpus"), tempfile.TemporaryDirectory() as scratch:
+        args = with_defaults(args)
+        from keras_tupe import data
+        from keras_tupe.data.sharding import shard_corpus
+
         vocab = args.vocab
         if vocab is None:
             print(f"Training a {args.vocabulary_size}-token WordPiece vocabulary on "

@@ -364,7 +364,7 @@ def run_protocol(tasks, init, out_dir, learning_rates=PAPER_LEARNING_RATES, seed
     _preflight(tasks, init, config_kwargs, task_settings)
     # An interruption before the first finished run leaves no folder it made; after it,
     # results.jsonl stays, to resume from.
-    with output_lock(out_dir, command="finetune_glue"), \
+    with output_lock(out_dir, command="finetune_glue", flag="`out_dir=`"), \
             made_folder(out_dir, keep=lambda: bool(read_results(out_dir)[1])):
         results_path, rows = read_results(out_dir)
         for task, rate, seed in protocol.runs(rows, tasks):

@@ -135,7 +135,7 @@ def finetune_squad(config):
                             {"task": "squad", "config": dataclasses.asdict(config),
                              "result": result})
     if config.out:
-        with output_lock(config.out, command="finetune_squad"):
+        with output_lock(config.out, command="finetune_squad", flag="`out=`"):
             os.makedirs(config.out, exist_ok=True)
             write_json(os.path.join(config.out, "squad_results.json"),
                        {"config": dataclasses.asdict(config), "result": result})
@@ -158,7 +158,7 @@ def run_squad_protocol(init, out_dir, learning_rates=None, seeds=None, selection
             raise ValueError("run_squad_protocol needs a `protocol` or `learning_rates` and "
                              "`seeds`.")
         protocol = Protocol(learning_rates, seeds, selection_seed, edge_learning_rates)
-    with output_lock(out_dir, command="finetune_squad"):
+    with output_lock(out_dir, command="finetune_squad", flag="`out_dir=`"):
         os.makedirs(out_dir, exist_ok=True)
         results_path, rows = read_results(out_dir)
         for _, rate, seed in protocol.runs(rows, ["squad"]):
