@@ -350,9 +350,11 @@ MIN_RUN_SECONDS = 30  # less than this after the install: no run could end, so n
 
 
 def run(name, out, tiny=False, deadline=None, started=None, folder=None, phases=PHASES,
-        parallel=None):
+        parallel=None, encoders=None):
     """Runs the stage's `phases` until `deadline` seconds after `started` (epoch seconds,
-    default now), streaming its records into `out`. Returns the stage record."""
+    default now), streaming its records into `out`; `encoders`: a folder of what an earlier
+    call brought home (`ENCODERS`), fine-tuned without pre-training again. Returns the
+    stage record."""
     machine, spec = load_stages()["machine"], stage_spec(name)
     started = started or time.time()
     deadline = deadline or machine["call_seconds"] - 15
@@ -376,13 +378,14 @@ def run(name, out, tiny=False, deadline=None, started=None, folder=None, phases=
             archive.extractall(folder, filter="data")
     pretrain, then = stage_configs(spec, tiny, work)
     logs = os.path.join(work, "logs")
-    os.makedirs(os.path.join(out, ENCODERS), exist_ok=True)
+    os.makedirs(os.path.join(out, ENCODERS, pretrain["study"] if pretrain else ""),
+                exist_ok=True)
     stage = {"stage": name, "tiny": tiny, "phases": list(phases), "card": _card(),
              "command": records.command_line(sys.argv[1:]), "versions": records.machine(),
              "pip_list": _pip_list(), "started": records.now(),
              "install_seconds": round(time.time() - started, 1), "processes": [],
              "encoders": {}}
-    jobs = _jobs(name, spec, pretrain, then, phases, tiny, work, out, stage)
+    jobs = _jobs(name, spec, pretrain, then, phases, tiny, work, out, stage, encoders)
     stream = Stream(out, [(c["study"], records.record_dir(c)) for c in (pretrain, then) if c]
                     + [("logs", logs)] + ([stage.pop("stream")] if "stream" in stage else []),
                     stage, logs)
@@ -394,9 +397,10 @@ def run(name, out, tiny=False, deadline=None, started=None, folder=None, phases=
            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
     if "calibrate" in spec:  # its rounds need their processes at once
         parallel = max(spec["calibrate"]["processes"])
-    elif not parallel:  # as many as served the card best, where S0 measured it
-        pace = gpu_pace()
-        parallel = (pace["at_once"] if pace["calibrated"] and not tiny
+    elif not parallel:  # as many as served the card best where S0 measured it, and one
+        pace = gpu_pace()  # fine-tuning process beside the pre-training runs
+        parallel = (max(pace["at_once"], sum(label.startswith("pretrain ") for label, _, _ in
+                                             jobs) + 1) if pace["calibrated"] and not tiny
                     else max(1, (os.cpu_count() or 2) // 2))
     stage["parallel"] = parallel
     _schedule(jobs, parallel, stop, logs, env, stage, stream)
@@ -407,9 +411,11 @@ def run(name, out, tiny=False, deadline=None, started=None, folder=None, phases=
     return stage
 
 
-def _jobs(name, spec, pretrain, then, phases, tiny, work, out, stage):
+def _jobs(name, spec, pretrain, then, phases, tiny, work, out, stage, carried=None):
     """Every process of the stage: `(label, command, ready)`, in priority order; `ready`
-    says, once a second, whether it may start now (a checkpoint it needs exists)."""
+    says, once a second, whether it may start now (a checkpoint it needs exists). The
+    encoders in `carried` (what `write_encoder` brought home) are laid where their runs
+    kept them, and their variants are not pre-trained again."""
     jobs = []
     if "command" in spec:
         jobs.append(("benchmark", [sys.executable, "-m", *spec["command"], "--out",
@@ -435,13 +441,13 @@ def _jobs(name, spec, pretrain, then, phases, tiny, work, out, stage):
     speed = ["--steps-per-execution", str(math.gcd(spec.get("steps_per_execution", 1),
                                                    pretrain["settings"]["eval_every"],
                                                    *pretrain["settings"]["save_steps"]))]
+    labels = []  # pre-training that runs here (a variant brought home is not trained again)
     if "pretrain" in phases:
+        labels = [f"pretrain {v.name}" for v in chosen if not (
+            carried and os.path.exists(os.path.join(carried, pretrain["study"],
+                                                    f"{v.name}__step{pretrain['settings']['steps']:07d}.tar")))]
         jobs += [(f"pretrain {v.name}", _experiment("pretrain", pretrain, [
-            "--variants", v.name, *speed]), None) for v in chosen]
-    jobs += [(f"encoder {v.name}", [  # each final encoder home as soon as its run finished
-        sys.executable, "-m", "experiments.stage", "encoder", v.run_dir,
-        os.path.join(out, ENCODERS, f"{pretrain['study']}_{v.name}.safetensors")],
-        lambda v=v: ended.get(f"pretrain {v.name}") and v.is_finished) for v in chosen]
+            "--variants", v.name, *speed]), None) for v in chosen if f"pretrain {v.name}" in labels]
     if "length" in phases and then and then["kind"] == "length":
         jobs.append(("length", _experiment("length", then, [
             "--variants", *[v.name for v in chosen]]),
@@ -450,13 +456,22 @@ def _jobs(name, spec, pretrain, then, phases, tiny, work, out, stage):
         from experiments.finetune_study import plan
 
         fraction = {round(f * pretrain["settings"]["steps"]): f for f in then["checkpoints"]}
-        for job in plan(then):
-            if job["variant"] in [v.name for v in chosen]:
-                jobs.append((f"finetune {job['variant']} step {job['step']}", _experiment(
-                    "finetune", then, ["--variants", job["variant"], "--checkpoints",
-                                       repr(fraction[job["step"]]), *speed]),
-                    lambda init=job["init"], v=job["variant"], final=fraction[job["step"]] == 1:
-                    os.path.exists(init) and (not final or ended.get(f"pretrain {v}"))))
+        encoders, tuning = {True: [], False: []}, []
+        for job in (j for j in plan(then) if j["variant"] in [v.name for v in chosen]):
+            # ready once its checkpoint is written (the final model: once its run ended)
+            ready = (lambda init=job["init"], v=job["variant"], final=fraction[job["step"]] == 1:
+                     os.path.exists(init) and (not final or f"pretrain {v}" not in labels
+                                               or ended.get(f"pretrain {v}")))
+            label = f"{job['variant']} step {job['step']}"
+            encoders[fraction[job["step"]] == 1].append((f"encoder {label}", [
+                sys.executable, "-m", "experiments.stage", "encoder", job["init"],
+                os.path.join(out, ENCODERS, _encoder_name(job))], ready))
+            tuning.append((f"finetune {label}", _experiment("finetune", then, [
+                "--variants", job["variant"], "--checkpoints", repr(fraction[job["step"]]),
+                *speed]), ready))
+            if carried and os.path.exists(os.path.join(carried, _encoder_name(job))):
+                read_encoder(os.path.join(carried, _encoder_name(job)), job["init"])
+        jobs += encoders[True] + encoders[False] + tuning  # the final encoders first
     seen = {}
 
     def write_records():  # from the run folders: also a run killed mid-block
@@ -565,28 +580,61 @@ class Stream:
         os.replace(os.path.join(self.out, PACK + ".partial"), os.path.join(self.out, PACK))
 
 
-def write_encoder(run_dir, path):
-    """The final encoder of a pre-training run as bfloat16 safetensors (its config in the
-    metadata), written aside then renamed; prints its sha256 and size."""
-    import keras
+def write_encoder(init, path):
+    """A pre-trained masked LM (a run's final preset or checkpoint) in bfloat16: its preset
+    folder (config, tokenizer, weights) as one tar, written aside then renamed. Prints its
+    name, sha256 and size; refuses (nothing left) one that would pass the limits
+    of what comes back (`path`: `--out`/encoders/<study>/<name>.tar)."""
+    import tempfile
+
     import keras_hub
-    import ml_dtypes
-    import numpy as np
-    from safetensors.numpy import save_file
 
     import keras_tupe.models  # noqa: F401  (registers the classes for loading)
-    from keras_tupe.finetuning.loading import run_model
 
-    backbone = keras_hub.models.Backbone.from_preset(run_model(run_dir))
-    weights = {w.path: np.asarray(w.numpy()).astype(ml_dtypes.bfloat16 if np.issubdtype(
-        w.numpy().dtype, np.floating) else w.numpy().dtype) for w in backbone.weights}
-    save_file(weights, path + ".partial", metadata={"config": json.dumps(
-        keras.saving.serialize_keras_object(backbone))})  # deserialize_keras_object builds it
+    with tempfile.TemporaryDirectory() as folder:
+        keras_hub.models.MaskedLM.from_preset(init, dtype="bfloat16").save_to_preset(folder)
+        with tarfile.open(path + ".partial", "w") as archive:
+            archive.add(folder, arcname="preset")
+    machine, out = load_stages()["machine"], os.path.dirname(os.path.dirname(
+        os.path.dirname(os.path.abspath(path))))
+    files = [os.path.join(root, n) for root, _, names in os.walk(out) for n in names]
+    if len(files) > machine["back_files"] or sum(map(os.path.getsize, files)) > (
+            machine["back_bytes"] - 2**20 * 2) or os.path.getsize(path + ".partial") > (
+            machine["back_file_bytes"]):
+        os.remove(path + ".partial")
+        raise StudyError(f"{os.path.basename(path)} would pass the limits of what comes back "
+                         f"({machine['back_files']} files, {machine['back_bytes']} bytes): "
+                         "not kept")
     os.replace(path + ".partial", path)
     with open(path, "rb") as f:
         digest = hashlib.sha256(f.read()).hexdigest()
-    print(json.dumps({"encoder": os.path.basename(path), "sha256": digest,
+    print(json.dumps({"encoder": os.path.relpath(path, out), "sha256": digest,
                       "bytes": os.path.getsize(path)}), flush=True)
+
+
+def read_encoder(path, init):
+    """The masked LM that `write_encoder` brought home, as a float32 preset folder at
+    `init` (where its run kept it), so that a later stage fine-tunes it without
+    pre-training again."""
+    import tempfile
+
+    import keras_hub
+
+    import keras_tupe.models  # noqa: F401  (registers the classes for loading)
+    from keras_tupe.models.preset_folders import write_preset_folder
+
+    with tempfile.TemporaryDirectory() as folder, open(path, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+        with tarfile.open(path) as archive:
+            archive.extractall(folder, filter="data")
+        model = keras_hub.models.MaskedLM.from_preset(os.path.join(folder, "preset"),
+                                                      dtype="float32")
+        write_preset_folder(model, init, "keras_tupe_encoder", {
+            "from": os.path.basename(path), "sha256": digest, "dtype": "bfloat16, cast back"})
+
+
+def _encoder_name(job):
+    return os.path.join(job["pretrain_study"], f"{job['variant']}__step{job['step']:07d}.tar")
 
 
 def _check_packages(folder):
@@ -697,18 +745,19 @@ def main(argv=None):
         sub.add_argument("--deadline", type=float, help="seconds after --started")
         sub.add_argument("--parallel", type=int, help="processes at once (default: cores / 2)")
         sub.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES))
+        sub.add_argument("--encoders", help="the encoders folder an earlier call brought home")
         commands.choices["collect"].add_argument("folder", help="what came back")
         sub = commands.add_parser("encoder")  # run's own: one encoder in bfloat16
-        sub.add_argument("run_dir")
+        sub.add_argument("init", help="a run's final preset or checkpoint")
         sub.add_argument("path")
         args = parser.parse_args(argv)
         if args.command == "prepare":
             print("\n".join(prepare(args.stage, args.tiny)))
         elif args.command == "run":
             run(args.stage, args.out, args.tiny, args.deadline, args.started,
-                phases=tuple(args.phases), parallel=args.parallel)
+                phases=tuple(args.phases), parallel=args.parallel, encoders=args.encoders)
         elif args.command == "encoder":
-            write_encoder(args.run_dir, args.path)
+            write_encoder(args.init, args.path)
         else:
             for path in collect(args.stage, args.folder):
                 print(f"wrote {path}")

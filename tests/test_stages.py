@@ -30,8 +30,11 @@ def test_every_stage_names_configs_that_load_and_fit_its_window():
     assert {"S0", "S1", "S2a", "S3", "S4", "S5a", "S5b", "S5c", "S6"} <= set(stages)
     for name in stages:
         spec = stage.stage_spec(name)
-        (line,) = stage.estimate(name, spec)  # raises when it would not fit
+        line, *more = stage.estimate(name, spec)  # raises when it would not fit
         assert re.search(r"about \d+ s of \d+ s .* basis: ", line), line
+        if name in ("S1", "S3", "S4"):  # the study's own count of S1's fine-tuning steps
+            assert re.fullmatch(rf"{name} fine-tuning in all: 5 encoders x 14310 steps, about "
+                                r"\d+ s at \d+ at once, beside and after pre-training", *more)
         pretrain, then = stage.stage_configs(spec)
         if then:
             assert then["pretrain_configs"] == [spec["pretrain"]]
@@ -301,35 +304,41 @@ def _missing_on_the_machine(folder):
         canonicalize_name(d) in there for d in by_module[m])}
 
 
-def test_write_encoder_keeps_every_weight_in_bfloat16_with_its_config(tmp_path):
-    """The encoder that comes home: each weight the trained one's, rounded to bfloat16,
-    the config to build it again, and the sha256 printed for the stage record."""
-    import keras
+def test_an_encoder_comes_home_in_bfloat16_and_is_fine_tuned_from_there(tmp_path):
+    """`write_encoder` packs a run's masked LM in bfloat16 (one tar, its sha256 printed for
+    the stage record); `read_encoder` lays it where the run kept it, in float32: every
+    weight the trained one's rounded to bfloat16, and it reads text as before."""
+    import keras_hub
     import ml_dtypes
-    from safetensors import safe_open
 
     import keras_tupe.models  # noqa: F401  (registers the classes for loading)
-    from keras_tupe import TupeBackbone
+    from keras_tupe import TupeBackbone, TupeMaskedLM, TupeMaskedLMPreprocessor, TupeTokenizer
     from tests.reference_params import randomize_weights
 
-    backbone = TupeBackbone.from_preset("tupe_r_tiny", vocabulary_size=50)
+    vocabulary = ["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]", "a", "fine", "film"]
+    backbone = TupeBackbone.from_preset("tupe_r_tiny", vocabulary_size=len(vocabulary))
     randomize_weights(backbone, seed=1)
-    run_dir = tmp_path / "run"
-    backbone.save_to_preset(str(run_dir / "preset"))
-    path = str(tmp_path / "encoder.safetensors")
+    model = TupeMaskedLM(backbone, preprocessor=TupeMaskedLMPreprocessor(
+        TupeTokenizer(vocabulary=vocabulary), sequence_length=8))
+    model.save_to_preset(str(tmp_path / "run" / "preset"))
+    path = tmp_path / "out" / stage.ENCODERS / "study" / "tupe_r__step0000050.tar"
+    path.parent.mkdir(parents=True)
     printed = subprocess.run([sys.executable, "-m", "experiments.stage", "encoder",
-                              str(run_dir), path], cwd=REPO, capture_output=True, text=True)
+                              str(tmp_path / "run" / "preset"), str(path)], cwd=REPO,
+                             capture_output=True, text=True)
     assert printed.returncode == 0, printed.stderr[-2000:]
     line = json.loads(printed.stdout.strip().splitlines()[-1])
-    assert line["sha256"] == hashlib.sha256(open(path, "rb").read()).hexdigest()
-    with safe_open(path, "numpy") as f:
-        config = json.loads(f.metadata()["config"])
-        again = keras.saving.deserialize_keras_object(config)
-        assert type(again) is TupeBackbone and again.count_params() == backbone.count_params()
-        for weight in backbone.weights:
-            got = f.get_tensor(weight.path)
-            assert got.dtype == ml_dtypes.bfloat16, weight.path
-            assert np.array_equal(got, np.asarray(weight.numpy()).astype(ml_dtypes.bfloat16))
+    assert line == {"encoder": "encoders/study/tupe_r__step0000050.tar", "bytes": os.path.getsize(
+        path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+    assert os.listdir(path.parent) == [path.name]  # nothing half-written beside it
+    stage.read_encoder(str(path), str(tmp_path / "again" / "preset"))
+    again = keras_hub.models.MaskedLM.from_preset(str(tmp_path / "again" / "preset"))
+    assert [w.path for w in again.weights] == [w.path for w in model.weights]
+    for got, want in zip(again.weights, model.weights):
+        assert got.dtype == "float32", got.path
+        rounded = np.asarray(want.numpy()).astype(ml_dtypes.bfloat16).astype("float32")
+        assert np.array_equal(got.numpy(), rounded), got.path
+    assert again.preprocessor.tokenizer.get_vocabulary() == vocabulary
 
 
 @pytest.mark.slow
@@ -465,3 +474,34 @@ def test_the_stages_plan_from_the_calibration_once_it_came_back(tmp_path, monkey
             with pytest.raises(StudyError, match="Stage S1 does not fit: .* basis: the S0 "
                                                  "calibration"):
                 stage.estimate("S1", stage.stage_spec("S1"), configs=configs)
+
+
+def test_a_later_call_fine_tunes_the_encoders_brought_home_without_pre_training(tmp_path):
+    """With `--encoders`, a carried final encoder is laid where its run kept it: its
+    variant is not pre-trained again and its fine-tuning may start at once."""
+    import keras_tupe.models  # noqa: F401  (registers the classes for loading)
+    from keras_tupe import TupeBackbone, TupeMaskedLM, TupeMaskedLMPreprocessor, TupeTokenizer
+
+    spec = stage.stage_spec("S1")
+    work = str(tmp_path / "work")
+    pretrain, then = stage.stage_configs(spec, tiny=True, work=work)
+    vocabulary = ["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]", "a", "film"]
+    model = TupeMaskedLM(TupeBackbone.from_preset("bert_a_tiny", vocabulary_size=7),
+                         preprocessor=TupeMaskedLMPreprocessor(TupeTokenizer(
+                             vocabulary=vocabulary), sequence_length=8))
+    model.save_to_preset(str(tmp_path / "trained"))
+    carried = tmp_path / "home" / stage.ENCODERS  # what came back: nothing else beside it
+    name = f"bert_a__step{stage.TINY['pretrain']['steps']:07d}.tar"
+    (carried / pretrain["study"]).mkdir(parents=True)
+    subprocess.run([sys.executable, "-m", "experiments.stage", "encoder", str(tmp_path / "trained"),
+                    str(carried / pretrain["study"] / name)], cwd=REPO, check=True,
+                   capture_output=True)
+    record = {"processes": []}
+    jobs = {label: ready for label, _, ready in stage._jobs(
+        "S1", spec, pretrain, then, stage.PHASES, True, work, str(tmp_path / "out"), record,
+        str(carried))}
+    assert "pretrain bert_a" not in jobs and "pretrain tupe_a" in jobs
+    assert jobs["finetune bert_a step 50"]()  # its encoder is laid out: ready at once
+    assert not jobs["finetune tupe_a step 50"]()  # trained here: after its run
+    assert os.path.isdir(os.path.join(pretrain["runs_dir"], pretrain["study"], "bert_a",
+                                      "preset"))
