@@ -417,6 +417,34 @@ def test_training_features_locate_misplaced_answers_and_skip_missing_ones(vocabu
     assert evaluation.example_ids == ["moved", "absent", "padded"]
 
 
+def test_shifted_answer_offsets_are_moved_and_counted_in_one_line(tmp_path, caplog):
+    """Issue 59, table row 9: every `answer_start` shifted by 7 was repaired silently (the
+    same features as the clean file, no line saying so)."""
+    vocabulary = tmp_path / "vocab.txt"
+    vocabulary.write_text("\n".join(["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]", "the", "cat",
+                                     "sat", "on", "mat", "dog", "ran", ".", "where", "?"]) + "\n")
+    context = "the cat sat on the mat . the dog ran ."
+    answers = ["mat", "dog", "cat", "ran"]
+
+    def articles(shift):
+        qas = [{"id": f"q{i}", "question": "where ?",
+                "answers": [{"text": text, "answer_start": context.index(text) + shift}]}
+               for i, text in enumerate(answers)]
+        return [{"title": "t", "paragraphs": [{"context": context, "qas": qas}]}]
+
+    with caplog.at_level("WARNING", logger=squad.logger.name):
+        clean = squad.featurize(articles(0), vocabulary, 32, 8, 8)
+        assert caplog.records == []
+        shifted = squad.featurize(articles(7), vocabulary, 32, 8, 8)
+    assert [r.getMessage() for r in caplog.records] == [
+        "featurize: moved 4 answer offset(s) to where their text is (the occurrence in the "
+        "context nearest to an answer_start that does not point at it; e.g. ['q0', 'q1', "
+        "'q2']).",
+    ]
+    for name in ("token_ids", "start_positions", "end_positions"):
+        np.testing.assert_array_equal(getattr(shifted, name), getattr(clean, name))
+
+
 # Answers --------------------------------------------------------------------------------
 
 

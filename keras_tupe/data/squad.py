@@ -309,17 +309,22 @@ def featurize(articles, tokenizer, sequence_length=384, doc_stride=128, max_quer
     # One per window: (ids, first context position, window length, start chars, end
     # chars, is max context, window start, (start, end) label, example index).
     rows = []
-    example_ids, skipped, q = [], [], 0
+    example_ids, skipped, moved, q = [], [], [], 0
     for paragraph, (context_ids, context_starts, context_ends) in zip(paragraphs, contexts):
         for qa in paragraph["qas"]:
             question_ids = questions[q][0][:max_query_length]
             q += 1
             answer = None
             if training:
-                answer = _answer_tokens(paragraph["context"], qa, context_starts, context_ends)
+                char_start = _answer_start(paragraph["context"], qa)
+                if char_start is not None:
+                    answer = _answer_tokens(qa["answers"][0]["text"], char_start,
+                                            context_starts, context_ends)
                 if answer is None:
                     skipped.append(qa["id"])
                     continue
+                if char_start != qa["answers"][0]["answer_start"]:
+                    moved.append(qa["id"])
             example = len(example_ids)
             example_ids.append(qa["id"])
             window_length = sequence_length - len(question_ids) - 3
@@ -338,6 +343,11 @@ def featurize(articles, tokenizer, sequence_length=384, doc_stride=128, max_quer
                     best_window[start:start + length] == w,
                     start, label, example,
                 ))
+    if moved:  # repaired, but the file's offsets are wrong (shifted?): said, and counted
+        logger.warning(
+            "featurize: moved %d answer offset(s) to where their text is (the occurrence in "
+            "the context nearest to an answer_start that does not point at it; e.g. %s).",
+            len(moved), moved[:3])
     if skipped:
         logger.warning(
             "featurize: left out %d question(s) whose first answer is not found in its "
@@ -345,17 +355,21 @@ def featurize(articles, tokenizer, sequence_length=384, doc_stride=128, max_quer
     return _stack(rows, sequence_length, pad_id, example_ids, training)
 
 
-def _answer_tokens(context, qa, context_starts, context_ends):
-    """(first, last) context token of the first answer, or None if it cannot be located."""
+def _answer_start(context, qa):
+    """The first answer's character offset in `context`: its `answer_start`, or where its
+    offset is misplaced the occurrence of its text nearest to it; None if there is none."""
     if not qa["answers"]:
         return None
     text, char_start = qa["answers"][0]["text"], qa["answers"][0]["answer_start"]
-    if context[char_start:char_start + len(text)] != text:
-        # A misplaced offset: take the occurrence nearest to it, if any.
-        found = [i for i in range(len(context)) if context.startswith(text, i)] if text else []
-        if not found:
-            return None
-        char_start = min(found, key=lambda i: abs(i - char_start))
+    if context[char_start:char_start + len(text)] == text:
+        return char_start
+    found = [i for i in range(len(context)) if context.startswith(text, i)] if text else []
+    return min(found, key=lambda i: abs(i - char_start)) if found else None
+
+
+def _answer_tokens(text, char_start, context_starts, context_ends):
+    """(first, last) context token of the answer `text` at `char_start`, or None if no
+    token overlaps it."""
     char_end = char_start + len(text.rstrip())
     char_start += len(text) - len(text.lstrip())
     # Tokens overlapping [char_start, char_end).
