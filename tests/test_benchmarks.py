@@ -376,9 +376,11 @@ def test_variants_and_sizes_are_the_presets_with_no_copy():
 
 def test_the_gpu_stage_commands_parse():
     """experiments/stages.json runs these commands on a GPU machine (the parts of stage S2)."""
-    stages = json.loads((REPO_ROOT / "experiments" / "stages.json").read_text())
+    from experiments.stage import load_stages, stage_spec
+
     seq_lens = set()
-    for stage in stages["stages"].values():
+    for name in load_stages()["stages"]:
+        stage = stage_spec(name)
         if stage.get("command", [None])[0] == "benchmarks.encoders":
             settings, _, _ = cli.resolve_settings(cli.parse_args(stage["command"][1:]),
                                                   dict(PROBE, gpus=[dict(name="NVIDIA H100")]))
