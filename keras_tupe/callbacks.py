@@ -11,7 +11,7 @@ import numpy as np
 
 from keras_tupe.files import read_json
 from keras_tupe.progress import Heartbeat
-from keras_tupe.staging import arrays_bytes, staged, write_text
+from keras_tupe.staging import arrays_bytes, staged, write_text, write_weights
 
 WEIGHTS = "model.weights.h5"
 SEEDS = "seed_states.npz"
@@ -64,10 +64,9 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         self._remove_all_but(name)
 
     def _write(self, folder, step):
-        # Size checked first (`staged(needed=)`): HDF5 failing half-way kills the process.
         variables = [*self.model.weights, *self.model.optimizer.variables]
         with staged(folder, folder=True, needed=arrays_bytes(variables)) as partial:
-            self.model.save_weights(os.path.join(partial, WEIGHTS))
+            write_weights(self.model, os.path.join(partial, WEIGHTS))
             np.savez(os.path.join(partial, SEEDS), step=step, **{
                 f"state_{i}": keras.ops.convert_to_numpy(v)
                 for i, v in enumerate(self._seed_states())})

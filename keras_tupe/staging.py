@@ -3,13 +3,14 @@
 `staged(path)` yields `<path>.partial` beside the target and renames it over `path` once the
 block has finished, so a reader (or a resumed run) never finds half a file, whatever stopped
 the writer. A write that cannot happen raises `WriteError`, one line: what, why, how much is
-free there. With `needed=` that check comes before any byte is written: HDF5 (Keras's weights
-files) does not fail cleanly half-way (it reports through destructors and can crash the
-process). On failure only what the block staged is removed; an existing `path` stays.
+free there. With `needed=` that check comes before any byte is written. On failure only
+what the block staged is removed; an existing `path` stays.
+Keras's weights files go through `write_weights`, which makes them in memory first.
 """
 
 import contextlib
 import errno
+import io
 import json
 import os
 import re
@@ -171,10 +172,27 @@ def staged(path, folder=False, needed=None, overwrite=True):
     except BaseException as error:
         _remove(staging)
         found = space_error(error)
-        if found and not isinstance(error, WriteError):
-            code, reason = found
-            raise WriteError(path, f"{reason} ({space_note(path)})", code) from error
-        raise
+        if not found:
+            raise
+        code, reason = found
+        # A file of the folder is named where it would have been, not in the staging copy.
+        where = _as_written(getattr(error, "path", None) or getattr(error, "filename", None),
+                            staging, path)
+        if not isinstance(error, WriteError):
+            reason = f"{reason} ({space_note(path)})"
+        elif where == error.path:
+            raise
+        raise WriteError(where, reason, code) from error
+
+
+def _as_written(name, staging, path):
+    """`name`, a path inside `staging`, as it would be under `path`; else `path`."""
+    if name is None or not isinstance(name, (str, os.PathLike)):
+        return path
+    inside = os.path.relpath(os.path.abspath(name), os.path.abspath(staging))
+    if inside == os.curdir or inside.startswith(os.pardir):
+        return path
+    return os.path.join(path, inside)
 
 
 def _replace(staging, path):
@@ -205,6 +223,50 @@ def write_text(path, text, sync=True):
                 f.flush()
                 os.fsync(f.fileno())
     return path
+
+
+def write_bytes(path, data):
+    """Writes `data` (bytes or a buffer) to `path` as a whole by ordinary file writes,
+    which fail with the C library's errno; its size is checked first (`staged`)."""
+    data = memoryview(data)
+    with staged(path, needed=data.nbytes) as staging:
+        with open(staging, "wb") as f:
+            f.write(data)
+    return path
+
+
+def write_weights(model, path, objects_to_skip=()):
+    """`model.save_weights(path)` (Keras's `.weights.h5` file), written as a whole.
+
+    HDF5 reports a full disk or a file-size limit met half-way through its writes, then
+    again from h5py's destructors, and can crash the process (a segmentation fault): so
+    the file is made in memory, where its writes cannot fail, and then written by
+    `write_bytes`. Keras saves to memory only inside `.keras` archives; its `H5IOStore`
+    (which takes an `io.BytesIO`) and `_save_state` are what `save_weights` itself calls.
+
+    Args:
+        model: a built Keras model or layer.
+        path: str. The file to write; its name ends in `.weights.h5`.
+        objects_to_skip: layers whose weights are left out (keras-hub's task weights
+            leave out the backbone's).
+    """
+    # Here, not above: the commands import this module before Keras (flags parse first).
+    from keras.src.saving import saving_lib
+
+    path = os.fspath(path)
+    if not path.endswith(".weights.h5"):
+        raise ValueError(f"The filename must end in `.weights.h5`. Received: filepath={path}")
+    if not model.built:
+        raise ValueError(f"{model.name} is not built: it has no weights to save yet. Build it "
+                         "first (call it on some data, or `build()`).")
+    image = io.BytesIO()
+    store = saving_lib.H5IOStore(image, mode="w")
+    try:
+        saving_lib._save_state(model, weights_store=store, assets_store=None, inner_path="",
+                               visited_saveables={id(o) for o in objects_to_skip})
+    finally:
+        store.close()
+    return write_bytes(path, image.getbuffer())
 
 
 def write_json(path, value, sync=True):

@@ -7,6 +7,8 @@ import zipfile
 
 import keras
 
+from keras_tupe.staging import write_weights
+
 
 @contextlib.contextmanager
 def without_training_state(model):
@@ -58,3 +60,21 @@ def absent_optimizer_state_expected():
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Skipping variable loading for optimizer")
         yield
+
+
+class WholeWeightsFiles:
+    """Mixed in before a Keras model class: `save_weights` writes through `write_weights`.
+
+    The file is made in memory and written whole, so a full disk or a file-size limit
+    is one `keras_tupe.staging.WriteError` instead of HDF5's half-way failure (h5py's
+    destructors, then a crash). keras-hub's preset saver calls this method for a
+    backbone's `model.weights.h5`; a task's `task.weights.h5` is `TupeTask`'s.
+    """
+
+    def save_weights(self, filepath, overwrite=True, max_shard_size=None):
+        """Keras's `save_weights`; sharded files (`max_shard_size`, which keras-hub
+        passes for a backbone over 10 GB) and the question before overwriting
+        (`overwrite=False`) stay Keras's own."""
+        if max_shard_size is not None or not overwrite:
+            return super().save_weights(filepath, overwrite, max_shard_size)
+        write_weights(self, filepath)

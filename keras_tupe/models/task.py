@@ -8,10 +8,12 @@ from keras_tupe.models.preset_folders import StagedPresetSaving
 # `without_training_state` and `load_saved_model` were imported from here before
 # `keras_tupe.models.saving` held them; both still are, for one release.
 from keras_tupe.models.saving import (  # noqa: F401
+    WholeWeightsFiles,
     absent_optimizer_state_expected,
     load_saved_model,
     without_training_state,
 )
+from keras_tupe.staging import write_weights
 
 _TENSORFLOW = keras.backend.backend() == "tensorflow"
 
@@ -135,12 +137,14 @@ class PerReplicaXLATrainStep:
             return loss, y_pred, tape.gradient(scaled, self.trainable_weights)
 
 
-class TupeTask(PerReplicaXLATrainStep, StagedPresetSaving):
+class TupeTask(PerReplicaXLATrainStep, WholeWeightsFiles, StagedPresetSaving):
     """Mixed in before a keras-hub task class: what every keras_tupe task adds to it.
 
     - its training step is XLA-compiled per replica (`PerReplicaXLATrainStep`);
     - `save_to_preset` writes through `write_preset_folder` (`StagedPresetSaving`)
       and leaves the optimizer's state out (`without_training_state`);
+    - its weights files are made in memory and written whole (`WholeWeightsFiles`,
+      and `save_task_weights`);
     - `load_task_weights` does not warn about that absent state;
     - `check_preprocessor_length` (called by each task's `__init__`) refuses a
       preprocessor whose `sequence_length` exceeds an absolute encoder's
@@ -171,6 +175,14 @@ class TupeTask(PerReplicaXLATrainStep, StagedPresetSaving):
         with without_training_state(self):
             return super().save_to_preset(preset_dir, max_shard_size=max_shard_size,
                                           overwrite=overwrite)
+
+    def save_task_weights(self, filepath):
+        """keras-hub's: the weights outside the backbone, written by `write_weights`."""
+        if not self.has_task_weights():
+            raise ValueError(f"Task {self.name} has no weights outside its backbone; "
+                             "`save_task_weights()` has nothing to save.")
+        # `_flatten_layers`, as keras-hub's own `save_task_weights` skips the backbone.
+        write_weights(self, filepath, objects_to_skip=list(self.backbone._flatten_layers()))
 
     def load_task_weights(self, filepath):
         """keras-hub's, without the optimizer warning of `load_saved_model` (same cause)."""

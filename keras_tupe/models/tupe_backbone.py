@@ -32,6 +32,7 @@ from keras_tupe.models.preset_folders import (
     classproperty,
 )
 from keras_tupe.models.presets import PRESETS, preset_description
+from keras_tupe.models.saving import WholeWeightsFiles
 
 ABSOLUTE_POSITIONS = ("none", "added")
 # Beyond the papers (issue 37): ALiBi (bidirectional), RoFormer's rotary
@@ -80,7 +81,7 @@ def _choice(name, value, choices):
 
 
 @keras.saving.register_keras_serializable(package="keras_tupe")
-class TupeBackbone(StagedPresetSaving, keras_hub.models.Backbone):
+class TupeBackbone(WholeWeightsFiles, StagedPresetSaving, keras_hub.models.Backbone):
     """A BERT-style encoder whose positional encoding is a set of choices.
 
     Four orthogonal fields make every variant of TUPE (Ke et al., ICLR 2021)
