@@ -9,6 +9,7 @@ child by `preexec_fn` (Python ignores SIGXFSZ, so a write past it fails with EFB
 
 import os
 import re
+import resource
 import subprocess
 import sys
 
@@ -17,7 +18,7 @@ import numpy as np
 import pytest
 
 from keras_tupe import staging
-from tests.test_pretrain import REPO, tiny_args, vocab  # noqa: F401
+from tests.test_pretrain import ENWIKI_TRAIN, REPO, tiny_args, vocab  # noqa: F401
 
 # `training.pretrain` in which the disk fills right after the space check of a write whose
 # path matches argv[1] has passed: the file argv[2] takes all but argv[3] bytes of it, so
@@ -79,6 +80,10 @@ def _pretrain_filled_during(pattern, filler, argv, room=200_000):
     return subprocess.run([sys.executable, "-c", FILLED_DURING, pattern, str(filler),
                            str(room), *argv],
                           cwd=REPO, capture_output=True, text=True, env=_env(), timeout=900)
+
+
+def _file_size_limit(limit):
+    return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
 
 
 def _one_error_line(done):
@@ -163,4 +168,30 @@ def test_a_disk_that_fills_during_a_weights_write_ends_in_one_error_line(
     assert sorted(p.name for p in (out / "backup").iterdir()) == [
         "step_000000002", "training_metadata.json"]
     assert not (out / "preset").exists()
+    _nothing_half_made(disk)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("limit", ["full_tmpfs", "ulimit"])
+def test_shard_corpus_at_a_full_disk_or_a_file_size_limit_ends_in_one_error_line(
+        tmp_path, tmpfs, vocab, limit):  # noqa: F811
+    """Row 3: a real 64 KB tmpfs (full after a few 6.5 KB shards), or RLIMIT_FSIZE of 4 KB
+    set by `preexec_fn` (less than one shard): numpy's `tofile` ended the command in a
+    traceback, `OSError: ... requested and ... written`."""
+    disk = tmpfs(64 << 10) if limit == "full_tmpfs" else tmp_path
+    out = disk / "shards"
+    done = subprocess.run(
+        [sys.executable, "-m", "training.shard_corpus", "--corpus", str(ENWIKI_TRAIN),
+         "--vocab", str(vocab), "--seq-len", "32", "--max-lines", "300",
+         "--sequences-per-shard", "100", "--out", str(out)],
+        cwd=REPO, capture_output=True, text=True, env=_env(), timeout=600,
+        preexec_fn=_file_size_limit(4000) if limit == "ulimit" else None)
+    line = _one_error_line(done)
+    assert re.search(rf"could not write {re.escape(str(out))}/shard_\d{{5}}\.npy: ", line), line
+    if limit == "ulimit":
+        assert "file-size limit (ulimit -f) of 4.0 KB" in line
+    else:
+        _out_of_space(line)
+    assert "Nothing was kept" in line and "run the same command again" in line
+    assert not out.exists()
     _nothing_half_made(disk)

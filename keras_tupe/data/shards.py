@@ -13,6 +13,7 @@ TensorFlow (`keras-tupe-shard-corpus`); this module reads it with NumPy only:
 """
 
 import concurrent.futures
+import io
 import json
 import os
 import shutil
@@ -31,7 +32,7 @@ from keras_tupe.data.masking import (
 from keras_tupe.files import file_sha256
 from keras_tupe.folders import made_folder
 from keras_tupe.output_lock import output_lock
-from keras_tupe.staging import staged, write_json
+from keras_tupe.staging import WriteError, staged, write_bytes, write_json
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -109,11 +110,26 @@ def write_shard_folder(out, batches, vocabulary_file, lowercase, sequence_length
     Raises:
         FileExistsError: `out` is not empty and `overwrite` is false.
         ValueError: a batch has the wrong length or an id outside the vocabulary.
+        keras_tupe.staging.WriteError: no room, a file-size limit, a read-only folder;
+            nothing is written and an existing `out` is as it was.
     """
     out = os.path.normpath(out)
     if os.path.isdir(out) and os.listdir(out) and not overwrite:
         raise FileExistsError(f"--out {out} is not empty; refusing to write into it. Choose "
                               "another --out, or pass --overwrite to replace it.")
+    kept = f"Kept: {out} as it was" if os.path.exists(out) else "Nothing was kept"
+    try:
+        return _write_shard_folder(out, batches, vocabulary_file, lowercase, sequence_length,
+                                   sequences_per_shard, record)
+    except WriteError as error:
+        raise error.with_note(
+            f"{kept} (a shard folder is written whole or not at all); free some space, or "
+            "raise the file-size limit (ulimit -f), and run the same command again.") from None
+
+
+def _write_shard_folder(out, batches, vocabulary_file, lowercase, sequence_length,
+                        sequences_per_shard, record):
+    """`write_shard_folder` of an `out` it may write."""
     with open(vocabulary_file, encoding="utf-8") as f:
         vocabulary_size = sum(1 for _ in f)  # a token a line, as keras-hub reads it
     dtype = shard_dtype(vocabulary_size)
@@ -127,7 +143,11 @@ def write_shard_folder(out, batches, vocabulary_file, lowercase, sequence_length
 
         def flush(rows):
             block = np.concatenate(pending)
-            np.save(os.path.join(staging, shard_name(len(shards))), block[:rows].astype(dtype))
+            # Saved to memory, then written: numpy's own file writes report a full disk
+            # or a file-size limit without the errno ("N requested and M written").
+            npy = io.BytesIO()
+            np.save(npy, block[:rows].astype(dtype))
+            write_bytes(os.path.join(staging, shard_name(len(shards))), npy.getbuffer())
             shards.append({"file": shard_name(len(shards)), "sequences": rows})
             return [block[rows:]] if rows < len(block) else []
 
