@@ -3,8 +3,9 @@
 `staged(path)` yields `<path>.partial` beside the target and renames it over `path` once the
 block has finished, so a reader (or a resumed run) never finds half a file, whatever stopped
 the writer. A write that cannot happen raises `WriteError`, one line: what, why, how much is
-free there. With `needed=` that check comes before any byte is written. On failure only
-what the block staged is removed; an existing `path` stays.
+free there. With `needed=` that check comes before any byte is written: the whole against
+the free space, each file against the file-size limit (`ulimit -f` limits files, not
+folders). On failure only what the block staged is removed; an existing `path` stays.
 Keras's weights files go through `write_weights`, which makes them in memory first.
 """
 
@@ -93,11 +94,13 @@ def arrays_bytes(variables):
     return total + _OVERHEAD_BYTES + _PER_ARRAY_BYTES * len(variables)
 
 
-def check_space(path, needed):
-    """Raises `WriteError` unless a file of `needed` bytes fits at `path` (disk and limit)."""
+def check_space(path, needed, largest=None):
+    """Raises `WriteError` unless `needed` bytes fit on `path`'s disk and a file of
+    `largest` bytes (None: not known yet, checked as each file is written) under this
+    process's file-size limit."""
     limit = file_size_limit()
-    if limit is not None and needed > limit:
-        raise WriteError(path, f"it needs about {human(needed)}, more than this process's "
+    if limit is not None and largest is not None and largest > limit:
+        raise WriteError(path, f"it needs about {human(largest)}, more than this process's "
                                f"file-size limit (ulimit -f) of {human(limit)}", errno.EFBIG)
     free = free_bytes(path)
     if needed > free:
@@ -139,17 +142,19 @@ def partial_path(path):
 
 
 @contextlib.contextmanager
-def staged(path, folder=False, needed=None, overwrite=True):
+def staged(path, folder=False, needed=None, overwrite=True, largest=None):
     """Yields a staging path for `path`; renames it to `path` when the block completes.
 
     Args:
         path: str. The file or folder to write.
         folder: bool. Stage a folder (created empty) instead of a file.
         needed: int or None. Bytes the write needs (e.g. `arrays_bytes(weights)`):
-            checked against the free space and the file-size limit before anything is
-            written.
+            checked against the free space before anything is written, and, for a
+            file, against the file-size limit.
         overwrite: bool. Replace an existing `path` (the old one is removed only after
             the new one is complete). `False` raises `FileExistsError` instead.
+        largest: int or None. A folder's largest file, when known beforehand: checked
+            against the file-size limit first. Defaults to `needed` for a file.
 
     Raises:
         WriteError: no room, a file-size limit, a read-only or forbidden folder. The
@@ -163,7 +168,7 @@ def staged(path, folder=False, needed=None, overwrite=True):
     _remove(staging)  # left by a writer that was killed: never complete, never read
     try:
         if needed:
-            check_space(path, needed)
+            check_space(path, needed, needed if largest is None and not folder else largest)
         os.makedirs(os.path.dirname(staging) or ".", exist_ok=True)
         if folder:
             os.mkdir(staging)

@@ -146,6 +146,23 @@ def test_weights_meeting_a_full_disk_half_way_raise_one_write_error(tmpfs, monke
     assert "free on its disk" in str(caught.value) and not list(disk.iterdir())
 
 
+def test_the_file_size_limit_is_compared_with_each_file_not_the_whole(tmp_path, monkeypatch):
+    monkeypatch.setattr(staging, "file_size_limit", lambda: 2_000_000)
+    with staging.staged(tmp_path / "backup", folder=True, needed=3_000_000) as partial:
+        staging.write_bytes(os.path.join(partial, "a"), bytes(1_500_000))
+        staging.write_bytes(os.path.join(partial, "b"), bytes(1_500_000))
+    with pytest.raises(staging.WriteError, match=r"could not write .*backup/c: it needs "
+                                                 r"about 2\.5 MB, more than .* 2\.0 MB"):
+        with staging.staged(tmp_path / "backup", folder=True, needed=3_000_000) as partial:
+            staging.write_bytes(os.path.join(partial, "c"), bytes(2_500_000))
+    with pytest.raises(staging.WriteError, match="file-size limit"):
+        with staging.staged(tmp_path / "export", folder=True, needed=3_000_000,
+                            largest=3_000_000):
+            pass
+    assert sorted(os.listdir(tmp_path / "backup")) == ["a", "b"]
+    assert sorted(os.listdir(tmp_path)) == ["backup"]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("filled_at, steps, written, finishes", [
     (r"backup/step_0+4$", "4", "backup/step_000000004", "the run"),
@@ -195,3 +212,17 @@ def test_shard_corpus_at_a_full_disk_or_a_file_size_limit_ends_in_one_error_line
     assert "Nothing was kept" in line and "run the same command again" in line
     assert not out.exists()
     _nothing_half_made(disk)
+
+
+@pytest.mark.slow
+def test_pretrain_under_a_file_size_limit_above_each_file_finishes(tmp_path, vocab):  # noqa: F811
+    """Row 8: RLIMIT_FSIZE of 2 MB set by `preexec_fn`. Each file fits (the largest, a
+    backup's weights with the optimizer's state, is 1.5 MB), though the estimate of the
+    whole backup (3.1 MB) does not: the run was refused at its first backup."""
+    out = tmp_path / "run"
+    done = subprocess.run(
+        [sys.executable, "-m", "training.pretrain", *tiny_args(out, vocab, "--steps", "2")],
+        cwd=REPO, capture_output=True, text=True, env=_env(), timeout=900,
+        preexec_fn=_file_size_limit(2_000_000))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (out / "preset" / "model.weights.h5").is_file() and not (out / "backup").exists()

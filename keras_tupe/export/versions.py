@@ -40,7 +40,8 @@ def write_version(base_dir, write, version=None, overwrite=False, metadata=None,
         metadata: dict or None. Written as `assets.extra/keras_tupe.json` (the
             SavedModel convention for files TensorFlow does not read).
         needed: int or None. Bytes the export needs (`staging.arrays_bytes` of the
-            weights): checked against the free space and the file-size limit first.
+            weights): checked against the free space and, as TensorFlow writes every
+            variable into one file, against the file-size limit first.
 
     Raises:
         FileExistsError: `version` exists and `overwrite` is False.
@@ -61,7 +62,7 @@ def write_version(base_dir, write, version=None, overwrite=False, metadata=None,
         )
     # One writer per model folder; a new one goes again if its first export fails.
     with output_lock(base_dir, command="export", flag="`export_dir=`"), made_folder(base_dir):
-        with staged(final, folder=True, needed=needed) as staging:
+        with staged(final, folder=True, needed=needed, largest=needed) as staging:
             write(staging)
             if metadata is not None:
                 write_json(os.path.join(staging, "assets.extra", "keras_tupe.json"),
