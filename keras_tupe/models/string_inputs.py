@@ -1,5 +1,6 @@
 """What keras_tupe's raw-text preprocessors add to keras-hub's."""
 
+import keras
 import numpy as np
 
 from keras_tupe.models.preset_folders import StagedPresetSaving, preset_sequence_length
@@ -85,7 +86,13 @@ def check_text_batch(owner, x):
 
 
 class TextPreprocessorMixin(StagedPresetSaving):
-    """Mixed in before a keras-hub text preprocessor: preset length, safe saving, text check."""
+    """Mixed in before a keras-hub text preprocessor: preset length, safe saving, text check,
+    and `segment_ids`: whether `x` holds them (`False` for a backbone without a segment
+    embedding, as keras-hub's RoBERTa preprocessors; the task sets it from its backbone)."""
+
+    def __init__(self, *args, segment_ids=True, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.segment_ids = segment_ids
 
     @classmethod
     def _add_missing_kwargs(cls, loader, kwargs):
@@ -98,4 +105,12 @@ class TextPreprocessorMixin(StagedPresetSaving):
 
     def call(self, x, y=None, sample_weight=None):
         check_string_inputs(type(self).__name__, x)
-        return super().call(x, y=y, sample_weight=sample_weight)
+        outputs = super().call(x, y=y, sample_weight=sample_weight)
+        if self.segment_ids:
+            return outputs
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(outputs)
+        x = {key: value for key, value in x.items() if key != "segment_ids"}
+        return keras.utils.pack_x_y_sample_weight(x, y, sample_weight)
+
+    def get_config(self):
+        return {**super().get_config(), "segment_ids": self.segment_ids}

@@ -13,6 +13,7 @@ from keras_tupe.models.saving import (  # noqa: F401
     load_saved_model,
     without_training_state,
 )
+from keras_tupe.models.tupe_backbone import without_unused_segment_ids
 from keras_tupe.staging import write_weights
 
 _TENSORFLOW = keras.backend.backend() == "tensorflow"
@@ -146,10 +147,25 @@ class TupeTask(PerReplicaXLATrainStep, WholeWeightsFiles, StagedPresetSaving):
     - its weights files are made in memory and written whole (`WholeWeightsFiles`,
       and `save_task_weights`);
     - `load_task_weights` does not warn about that absent state;
-    - `check_preprocessor_length` (called by each task's `__init__`) refuses a
-      preprocessor whose `sequence_length` exceeds an absolute encoder's
-      position table.
+    - `fit_preprocessor` (called by each text task's `__init__`) gives a backbone
+      without a segment embedding a preprocessor without `segment_ids`, and refuses
+      a preprocessor whose `sequence_length` exceeds an absolute encoder's position
+      table (`check_preprocessor_length`);
+    - a batch holding `segment_ids` is taken by a task whose backbone has no
+      segment embedding, the values ignored (`without_unused_segment_ids`).
     """
+
+    def call(self, inputs, training=None, mask=None):
+        return super().call(without_unused_segment_ids(self, inputs), training=training,
+                            mask=mask)
+
+    def fit_preprocessor(self):
+        """The preprocessor made to fit the backbone: no `segment_ids` where it takes none
+        (a preset written before that flag existed too); its length checked."""
+        preprocessor = getattr(self, "preprocessor", None)
+        if preprocessor is not None and not self.backbone.num_segments:
+            preprocessor.segment_ids = False
+        self.check_preprocessor_length()
 
     def check_preprocessor_length(self):
         preprocessor = getattr(self, "preprocessor", None)

@@ -68,6 +68,21 @@ def absolute_length_limit(
     return None
 
 
+def without_unused_segment_ids(model, inputs):
+    """`inputs` less `segment_ids` where `model` takes none (no segment embedding).
+
+    A backbone with `num_segments=0` takes `token_ids` and `padding_mask` only, as
+    keras-hub's RoBERTa does; the batches keras_tupe's pipelines make for every preset
+    (pre-training, GLUE packing, SQuAD windows) hold `segment_ids`, so a model without
+    that input drops them, values ignored. Never pass them on: a functional model given a
+    dict with a key it lacks warns, then matches the values by position, not by name
+    (`token_ids` would get the segment ids).
+    """
+    if isinstance(inputs, dict) and "segment_ids" in inputs and "segment_ids" not in model.input:
+        return {name: value for name, value in inputs.items() if name != "segment_ids"}
+    return inputs
+
+
 def _ints(minimum, **values):
     for name, value in values.items():
         if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < minimum:
@@ -98,6 +113,9 @@ class TupeBackbone(WholeWeightsFiles, StagedPresetSaving, keras_hub.models.Backb
     dict of int32 `token_ids`, `padding_mask` (1 or True = token) and
     `segment_ids`, each `(batch, seq)`; out comes a dict of `sequence_output`
     `(batch, seq, d)` and `pooled_output` `(batch, d)` (tanh dense on [CLS]).
+    Without a segment embedding (`num_segments=0`: the fairseq-fork presets) the
+    inputs are `token_ids` and `padding_mask` only, as keras-hub's
+    `RobertaBackbone` (given `segment_ids` too, it ignores them).
     `from_preset` takes a preset folder (`save_to_preset`) or the name of a
     built-in architecture (`TupeBackbone.presets`, freshly initialized).
 
@@ -296,7 +314,7 @@ class TupeBackbone(WholeWeightsFiles, StagedPresetSaving, keras_hub.models.Backb
 
         # === Functional Model ===
         inputs = {name: keras.Input(shape=(None,), dtype="int32", name=name)
-                  for name in INPUT_NAMES}
+                  for name in INPUT_NAMES if name != "segment_ids" or num_segments}
         padding_mask = inputs["padding_mask"]
         x = self.token_embedding(inputs["token_ids"])
         if self.position_embedding is not None:
@@ -391,18 +409,20 @@ class TupeBackbone(WholeWeightsFiles, StagedPresetSaving, keras_hub.models.Backb
         return self._positional_terms(x, schemes)["attention_bias"][0]
 
     def call(self, inputs, training=None, mask=None):
+        inputs = without_unused_segment_ids(self, inputs)
         self._validate_inputs(inputs)
         return super().call(inputs, training=training, mask=mask)
 
     def _validate_inputs(self, inputs):
-        if not isinstance(inputs, dict) or set(inputs) != set(INPUT_NAMES):
+        names = list(self.input)
+        if not isinstance(inputs, dict) or set(inputs) != set(names):
             received = sorted(inputs) if isinstance(inputs, dict) else type(inputs).__name__
             raise ValueError(
-                f"TupeBackbone takes a dict with exactly the keys {list(INPUT_NAMES)}. "
+                f"TupeBackbone takes a dict with exactly the keys {names}. "
                 f"Received: {received}"
             )
         shapes = {}
-        for name in INPUT_NAMES:
+        for name in names:
             value = inputs[name]
             dtype = keras.backend.standardize_dtype(getattr(value, "dtype", type(value)))
             # keras-hub's preprocessors give a boolean `padding_mask`.
@@ -414,8 +434,8 @@ class TupeBackbone(WholeWeightsFiles, StagedPresetSaving, keras_hub.models.Backb
             shapes[name] = tuple(value.shape)
         if len(set(shapes.values())) > 1 or len(shapes["token_ids"]) != 2:
             raise ValueError(
-                "`token_ids`, `padding_mask` and `segment_ids` must all have the "
-                f"same shape (batch, seq). Received: {shapes}"
+                f"The inputs {names} must all have the same shape (batch, seq). "
+                f"Received: {shapes}"
             )
         length = shapes["token_ids"][1]
         self.check_sequence_length(
@@ -433,7 +453,7 @@ class TupeBackbone(WholeWeightsFiles, StagedPresetSaving, keras_hub.models.Backb
         """
         outputs = {key: self.output[key] for key in ("sequence_output", "pooled_output")}
         outputs["encoder_outputs"] = [layer.output for layer in self.transformer_layers]
-        return keras.Model(self.input, outputs, name=f"{self.name}_layer_outputs")
+        return _LayerOutputs(self.input, outputs, name=f"{self.name}_layer_outputs")
 
     @classproperty
     def presets(cls):
@@ -480,3 +500,12 @@ class TupeBackbone(WholeWeightsFiles, StagedPresetSaving, keras_hub.models.Backb
 
     def get_config(self):
         return {**super().get_config(), **{key: getattr(self, key) for key in CONFIG_KEYS}}
+
+
+class _LayerOutputs(keras.Model):
+    """`TupeBackbone.layer_outputs()`'s functional model: given `segment_ids` where the
+    backbone takes none, it ignores them, as the backbone does (`without_unused_segment_ids`)."""
+
+    def call(self, inputs, training=None, mask=None):
+        return super().call(without_unused_segment_ids(self, inputs), training=training,
+                            mask=mask)

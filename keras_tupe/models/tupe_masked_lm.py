@@ -20,8 +20,8 @@ class TupeMaskedLM(TupeTask, keras_hub.models.MaskedLM):
     Inputs: the backbone's inputs and `mask_positions`, int32 `(batch, P)`;
     without a segment embedding (`num_segments=0`: the fairseq-fork presets)
     no `segment_ids`, as keras-hub's `RobertaMaskedLM` (a batch that holds them
-    is accepted, the values ignored). Output: logits `(batch, P, vocabulary_size)`,
-    float32.
+    is accepted, the values ignored: `TupeTask`). Output: logits
+    `(batch, P, vocabulary_size)`, float32.
     Train with targets `(batch, P)` (the original ids) and sample weights
     `(batch, P)` (0 for padded slots); `compile()` defaults to the weighted
     sparse cross-entropy and accuracy. With a `TupeMaskedLMPreprocessor` it
@@ -61,36 +61,19 @@ class TupeMaskedLM(TupeTask, keras_hub.models.MaskedLM):
             dtype=backbone.dtype_policy,
             name="mlm_head",
         )
-        if preprocessor is not None and not backbone.num_segments:
-            preprocessor.segment_ids = False  # a preset written before the flag existed
         # === Functional Model ===
         inputs = {name: keras.Input(shape=(None,), dtype="int32", name=name)
                   for name in self.input_names_for(backbone)}
-        backbone_inputs = {name: inputs[name] for name in backbone.input if name in inputs}
-        if "segment_ids" not in inputs:  # read by no layer: zeros of the right shape
-            backbone_inputs["segment_ids"] = keras.ops.zeros_like(inputs["token_ids"])
-        encoded = backbone(backbone_inputs)
+        encoded = backbone({name: inputs[name] for name in backbone.input})
         logits = self.mlm_head(encoded["sequence_output"], mask_positions=inputs["mask_positions"])
         logits = keras.layers.Activation("linear", dtype="float32", name="logits")(logits)
         super().__init__(inputs=inputs, outputs=logits, **kwargs)
-        self.check_preprocessor_length()
+        self.fit_preprocessor()
 
     @staticmethod
     def input_names_for(backbone):
-        """The task's inputs: the backbone's (less `segment_ids` without segments) and
-        `mask_positions`."""
-        names = [name for name in backbone.input
-                 if name != "segment_ids" or backbone.num_segments]
-        return [*names, "mask_positions"]
-
-    def call(self, inputs, training=None, mask=None):
-        # Batches made for every preset (the pre-training pipeline, an older
-        # preprocessor) hold `segment_ids`; a model without that input drops them
-        # here, before Keras warns that the structure does not match.
-        if isinstance(inputs, dict) and "segment_ids" in inputs and (
-                "segment_ids" not in self.input):
-            inputs = {k: v for k, v in inputs.items() if k != "segment_ids"}
-        return super().call(inputs, training=training, mask=mask)
+        """The task's inputs: the backbone's and `mask_positions`."""
+        return [*backbone.input, "mask_positions"]
 
     def compile(self, optimizer="auto", loss="auto", *, weighted_metrics="auto", **kwargs):
         if weighted_metrics == "auto":

@@ -60,17 +60,6 @@ class TupeMaskedLMPreprocessor(TextPreprocessorMixin, keras_hub.models.MaskedLMP
             sequence_length=sequence_length,
             mask_selection_length=mask_selection_length,
             mask_selection_rate=mask_selection_rate,
+            segment_ids=segment_ids,
             **kwargs,
         )
-        self.segment_ids = segment_ids
-
-    def call(self, x, y=None, sample_weight=None):
-        outputs = super().call(x, y, sample_weight)
-        if self.segment_ids:
-            return outputs
-        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(outputs)
-        x = {key: value for key, value in x.items() if key != "segment_ids"}
-        return keras.utils.pack_x_y_sample_weight(x, y, sample_weight)
-
-    def get_config(self):
-        return {**super().get_config(), "segment_ids": self.segment_ids}

@@ -67,7 +67,7 @@ class TupeTextClassifier(TupeTask, keras_hub.models.TextClassifier):
         self.num_classes = num_classes
         self.dropout = dropout
         super().__init__(inputs=inputs, outputs=logits, **kwargs)
-        self.check_preprocessor_length()
+        self.fit_preprocessor()
 
     def compile(self, optimizer="auto", loss="auto", *, metrics="auto", **kwargs):
         regression = self.num_classes == 1

@@ -18,7 +18,8 @@ class TupeTextClassifierPreprocessor(TextPreprocessorMixin,
     authors fine-tuned. keras-hub's `TextClassifierPreprocessor` with a `TupeTokenizer`: its
     `MultiSegmentPacker` packs exactly as `keras_tupe.data.packing.pack_segments`
     (the exported preprocessor SavedModel), which the tests check. Outputs
-    `token_ids`, `padding_mask` and `segment_ids` `(batch, sequence_length)`,
+    `token_ids`, `padding_mask` and `segment_ids` (unless `segment_ids=False`)
+    `(batch, sequence_length)`,
     on tf.data (traced) and on the pure-Python path keras-hub takes eagerly
     and in Grain pipelines (no TensorFlow needed).
 
@@ -33,6 +34,10 @@ class TupeTextClassifierPreprocessor(TextPreprocessorMixin,
             real tokens with less work on padding, at the cost of one compiled
             step per length (at most `sequence_length / pad_to_multiple_of`).
             Defaults to `None`: every batch is `sequence_length` long.
+        segment_ids: bool. Whether the outputs hold `segment_ids`: `False` for a
+            backbone without a segment embedding (`num_segments=0`), as keras-hub's
+            RoBERTa preprocessor. Defaults to `True`; `TupeTextClassifier` sets it
+            from its backbone.
 
     Example:
     >>> preprocessor = TupeTextClassifierPreprocessor.from_preset(
