@@ -641,8 +641,7 @@ def _check_packages(folder):
     """Names each module the run path needs that this machine lacks, with the real error."""
     missing = []
     for module, wheel in (("keras", "keras"), ("keras_hub", "keras-hub"), ("jax", "jax"),
-                          ("grain", "grain"), ("subword_nmt", "subword-nmt"),
-                          ("safetensors", "safetensors")):
+                          ("grain", "grain"), ("subword_nmt", "subword-nmt")):
         try:
             __import__(module)
         except ImportError as error:
