@@ -29,8 +29,10 @@ import sys
 
 from keras_tupe.cli.common import command_parser, entry_point
 
-# What this command imports of keras_tupe (whose __init__ imports nothing in a command).
-COMMAND_MODULES = ("keras_tupe.cli", "keras_tupe.extras", "keras_tupe.staging")
+# What this command imports of keras_tupe (whose __init__ imports nothing in a command): the
+# command, and its standard-library-only plumbing (errors, staging, the --out lock's errors).
+COMMAND_MODULES = ("keras_tupe.cli", "keras_tupe.extras", "keras_tupe.output_lock",
+                   "keras_tupe.staging")
 
 DEFAULT_BATCH_SIZE = 64
 
