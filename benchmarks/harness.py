@@ -28,7 +28,7 @@ MiB = 1024 * 1024
 def parser(module, doc):
     """A benchmark's parser: `--help` shows `doc`, errors are one line, and the hidden
     `--worker SPEC --worker-out FILE` of its fresh processes (`run_fresh`)."""
-    from keras_tupe.cli.common import one_line_errors  # no framework: a command's import
+    from keras_tupe_cli.common import one_line_errors  # no framework: a command's import
 
     p = one_line_errors(argparse.ArgumentParser(
         prog=f"python -m {module}", description=doc,

@@ -2,7 +2,7 @@
 
 `import keras_tupe` imports the model family, which registers its classes with Keras and
 keras-hub, so `keras_hub.models.Backbone.from_preset(folder)` finds them. A process that runs
-one of keras_tupe's commands (`keras_tupe.cli`) imports the family where it is first used
+one of keras_tupe's commands (`keras_tupe_cli`) imports the family where it is first used
 instead: the command reads its flags and starts TensorFlow quietly before Keras (and with it
 TensorFlow) is imported, so a usage error takes a fraction of a second.
 """
@@ -50,14 +50,14 @@ def __dir__():
 
 def _runs_a_command():
     """Whether this process runs a command: a `keras-tupe-<name>` console script, `python -m
-    keras_tupe.cli.<name>`, or the repository's `training` package (which says so before it
+    keras_tupe_cli.<name>`, or the repository's `training` package (which says so before it
     imports keras_tupe: `python -m training.<name>`, the studies, the benchmarks)."""
     started_as = os.path.basename(sys.argv[0]) if getattr(sys, "argv", None) else ""
     arguments = getattr(sys, "orig_argv", [])
     # `python -m MODULE`: sys.argv[0] is "-m" while MODULE's packages are imported.
     run_module = (arguments[arguments.index("-m") + 1]
                   if started_as == "-m" and "-m" in arguments[:-1] else "")
-    return (started_as.startswith("keras-tupe-") or run_module.startswith("keras_tupe.cli.")
+    return (started_as.startswith("keras-tupe-") or run_module.startswith("keras_tupe_cli.")
             or getattr(sys.modules.get("training"), "RUNS_KERAS_TUPE_COMMANDS", False))
 
 

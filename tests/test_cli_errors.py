@@ -152,7 +152,7 @@ def test_quiet_tensorflow_filters_the_jax_profiler_warning_once(monkeypatch):
     """Called again, the absl logger keeps one filter, which drops only that warning."""
     import logging
 
-    from keras_tupe.cli import common
+    from keras_tupe_cli import common
 
     absl = logging.getLogger("absl")
     monkeypatch.setattr(absl, "filters", [])
@@ -175,7 +175,7 @@ def test_the_quiet_import_hook_runs_the_loader_once_and_leaves_it_as_it_was(monk
     import importlib.machinery
     import importlib.util
 
-    from keras_tupe.cli import common
+    from keras_tupe_cli import common
 
     calls = []
 

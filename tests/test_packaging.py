@@ -1,11 +1,11 @@
-"""The wheel: the library alone, its commands in `keras_tupe.cli`, TensorFlow an extra.
+"""The wheel: the library alone, its commands in `keras_tupe_cli`, TensorFlow an extra.
 
-- pyproject.toml packages `keras_tupe*` only; every console script is a `keras_tupe.cli`
+- pyproject.toml packages `keras_tupe*` only; every console script is a `keras_tupe_cli`
   command, and `training/` keeps a thin script of each for the checkout.
 - TensorFlow and the packages that only its routes use are the `tensorflow` extra, and a
   route that needs it where it is missing says so in one error naming the extra.
 - `import keras_tupe` registers the model family with Keras; a command's process defers it,
-  so `python -m keras_tupe.cli.<name>` reads its flags before TensorFlow's import.
+  so `python -m keras_tupe_cli.<name>` reads its flags before TensorFlow's import.
 
 The jax-only install itself needs the package index, so it is not a test here. keras-hub 0.32
 declares tensorflow-text (and so TensorFlow) on Linux, so keras-hub and the wheel go in with
@@ -53,8 +53,8 @@ def test_the_wheel_packages_the_library_only():
 @pytest.mark.parametrize("script,target", sorted(PROJECT["project"]["scripts"].items()))
 def test_every_console_script_is_a_command_with_its_thin_script(script, target):
     module, _, function = target.partition(":")
-    name = module.removeprefix("keras_tupe.cli.")
-    assert (module, function, script) == (f"keras_tupe.cli.{name}", "main",
+    name = module.removeprefix("keras_tupe_cli.")
+    assert (module, function, script) == (f"keras_tupe_cli.{name}", "main",
                                           f"keras-tupe-{name.replace('_', '-')}")
     command = importlib.import_module(module)
     assert callable(command.main)
@@ -99,7 +99,7 @@ def run_python(argv, **env):
 
 def test_a_command_without_tensorflow_says_which_extra_to_install():
     """`tests/no_tensorflow` makes `import tensorflow` fail, as on a machine without it."""
-    result = run_python(["-m", "keras_tupe.cli.export", "preprocessor", "--vocab",
+    result = run_python(["-m", "keras_tupe_cli.export", "preprocessor", "--vocab",
                          "pyproject.toml", "--out", "o"],
                         PYTHONPATH=os.pathsep.join([str(REPO / "tests" / "no_tensorflow"),
                                                     str(REPO)]),
@@ -111,7 +111,7 @@ def test_a_command_without_tensorflow_says_which_extra_to_install():
     assert not (REPO / "o").exists()
 
 
-@pytest.mark.parametrize("module", ["keras_tupe.cli.presets", "training.presets"])
+@pytest.mark.parametrize("module", ["keras_tupe_cli.presets", "training.presets"])
 def test_a_command_reads_its_flags_before_tensorflow_but_the_library_registers_at_import(
         module):
     result = run_python(["-X", "importtime", "-m", module, "--sizes", "huge"])
@@ -119,7 +119,7 @@ def test_a_command_reads_its_flags_before_tensorflow_but_the_library_registers_a
                 if line.startswith("import time:")}
     assert result.returncode == 2 and result.stderr.splitlines()[-1].startswith(
         "error: argument --sizes")
-    assert {"keras_tupe", "keras_tupe.cli.common"} <= imported
+    assert {"keras_tupe", "keras_tupe_cli.common"} <= imported
     assert not imported & {"keras", "tensorflow", "keras_tupe.models"}
 
     script = ("import keras_tupe, keras\n"
@@ -154,7 +154,7 @@ def test_one_fine_tuning_step_through_the_command_without_tensorflow(tmp_path):
     encoder = str(tmp_path / "encoder.keras")
     built = run_python(["-c", ENCODER, encoder, str(len(vocabulary))], **env)
     assert (built.returncode, built.stdout) == (0, "False\n"), built.stderr[-3000:]
-    tuned = run_python(["-m", "keras_tupe.cli.finetune_glue", "--init", encoder, "--vocab",
+    tuned = run_python(["-m", "keras_tupe_cli.finetune_glue", "--init", encoder, "--vocab",
                         str(tmp_path / "vocab.txt"), "--tasks", "sst2", "--data-dir",
                         str(tmp_path / "glue"), "--out", str(tmp_path / "ft"), "--batch-size",
                         "8", "--epochs", "1", "--learning-rates", "1e-3", "--seeds", "0",

@@ -1,4 +1,4 @@
-"""`python -m training.demo` runs the command `keras_tupe.cli.demo`."""
+"""`python -m training.demo` runs the command `keras_tupe_cli.demo`."""
 from training import thin_script
 
 thin_script(__name__, "demo")

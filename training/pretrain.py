@@ -1,4 +1,4 @@
-"""`python -m training.pretrain` runs the command `keras_tupe.cli.pretrain`."""
+"""`python -m training.pretrain` runs the command `keras_tupe_cli.pretrain`."""
 from training import thin_script
 
 thin_script(__name__, "pretrain")

@@ -4,6 +4,6 @@ import sys
 
 import training  # noqa: F401  (first: keras_tupe defers its models, TensorFlow starts quietly)
 from benchmarks.encoders.cli import main
-from keras_tupe.cli.common import run
+from keras_tupe_cli.common import run
 
 sys.exit(run(main))

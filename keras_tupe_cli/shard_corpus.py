@@ -19,7 +19,7 @@ import os
 import sys
 import tempfile
 
-from keras_tupe.cli.common import command_parser, entry_point
+from keras_tupe_cli.common import command_parser, entry_point
 from keras_tupe.output_lock import output_lock
 
 DEFAULT_SEQUENCES_PER_SHARD = 100_000

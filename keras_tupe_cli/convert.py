@@ -14,7 +14,7 @@ TUPE authors' fairseq fork (TUPE-R or TUPE-A; `dict.txt` beside it unless
 
 import os
 
-from keras_tupe.cli.common import command_parser, entry_point
+from keras_tupe_cli.common import command_parser, entry_point
 from keras_tupe.output_lock import output_lock
 
 KINDS = ("huggingface", "fairseq")

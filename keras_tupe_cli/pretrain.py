@@ -18,7 +18,7 @@ import argparse
 import os
 import sys
 
-from keras_tupe.cli.common import command_parser, entry_point
+from keras_tupe_cli.common import command_parser, entry_point
 from keras_tupe.output_lock import output_lock
 
 # The choices of `keras_tupe.pretraining` (a test checks they agree): the parser knows them

@@ -1,10 +1,10 @@
-"""The commands: `keras-tupe-<name>` runs `keras_tupe.cli.<name>.main` (so do `python -m
-keras_tupe.cli.<name>` and, in a checkout, `python -m training.<name>`); what they share is
+"""The commands: `keras-tupe-<name>` runs `keras_tupe_cli.<name>.main` (so do `python -m
+keras_tupe_cli.<name>` and, in a checkout, `python -m training.<name>`); what they share is
 `common`. Importing the package prepares TensorFlow's quiet start without importing it, and
 makes Ctrl-C while a command still imports one line, not a traceback.
 """
 
-from keras_tupe.cli.common import one_line_interrupts, quiet_tensorflow
+from keras_tupe_cli.common import one_line_interrupts, quiet_tensorflow
 
 one_line_interrupts()  # first: the sooner Ctrl-C is one line, the better
 quiet_tensorflow()

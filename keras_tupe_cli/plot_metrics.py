@@ -7,7 +7,7 @@ import csv
 import os
 import sys
 
-from keras_tupe.cli.common import command_parser, entry_point
+from keras_tupe_cli.common import command_parser, entry_point
 
 
 def read_metrics(run_dir):

@@ -9,7 +9,7 @@ outputs of one forward pass of the tiny models.
 import sys
 import time
 
-from keras_tupe.cli.common import command_parser, entry_point
+from keras_tupe_cli.common import command_parser, entry_point
 
 # `keras_tupe.models.presets.SIZES` (a test checks they agree): the parser knows them
 # without importing keras_tupe, so a usage error comes before TensorFlow's import.

@@ -16,7 +16,7 @@ newer version without its saved_model.pb or variables/variables.index (a copy cu
 skipped with a note naming it, and one TensorFlow cannot read is refused as corrupt.
 
 Only TensorFlow and tensorflow-text (whose WordPiece ops the SavedModel uses) are
-imported, and of keras_tupe only this command (`keras_tupe.cli`; in a command's process
+imported, and of keras_tupe only this command (`keras_tupe_cli`; in a command's process
 `import keras_tupe` defers the model family): this is what a serving client of an exported
 model needs.
 """
@@ -27,11 +27,11 @@ import json
 import os
 import sys
 
-from keras_tupe.cli.common import command_parser, entry_point
+from keras_tupe_cli.common import command_parser, entry_point
 
 # What this command imports of keras_tupe (whose __init__ imports nothing in a command): the
 # command, and its standard-library-only plumbing (errors, staging, the --out lock's errors).
-COMMAND_MODULES = ("keras_tupe.cli", "keras_tupe.extras", "keras_tupe.output_lock",
+COMMAND_MODULES = ("keras_tupe_cli", "keras_tupe.extras", "keras_tupe.output_lock",
                    "keras_tupe.staging")
 
 DEFAULT_BATCH_SIZE = 64

@@ -20,7 +20,7 @@ import argparse
 import os
 import sys
 
-from keras_tupe.cli.common import INIT_FLAGS, add_common_flags, entry_point, one_line_errors
+from keras_tupe_cli.common import INIT_FLAGS, add_common_flags, entry_point, one_line_errors
 from keras_tupe.output_lock import output_lock
 
 PROG = "keras-tupe-export"

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 
-from keras_tupe.cli.common import command_parser, entry_point
+from keras_tupe_cli.common import command_parser, entry_point
 
 SENTENCES = [
     "a gripping , beautifully acted film that stays with you .",
@@ -120,7 +120,7 @@ def main(argv=None):
 
     began = step("4. The classifier SavedModel in a fresh process (no keras_tupe model)")
     with Heartbeat("  loading the SavedModel in a new process"):
-        answer = subprocess.run([sys.executable, "-m", "keras_tupe.cli.predict", served,
+        answer = subprocess.run([sys.executable, "-m", "keras_tupe_cli.predict", served,
                                  *SENTENCES],
                                 capture_output=True, text=True)
     print(answer.stdout, end="")

@@ -1,6 +1,6 @@
 """What every command shares: a quiet TensorFlow start, one-line errors, clean stops.
 
-`quiet_tensorflow()` runs when `keras_tupe.cli` is imported, before a command imports Keras
+`quiet_tensorflow()` runs when `keras_tupe_cli` is imported, before a command imports Keras
 or TensorFlow, and imports neither (flags parse first: a usage error takes a fraction of a
 second). It hides TensorFlow's C++ log lines (`TF_CPP_MIN_LOG_LEVEL=3`), the CUDA probe of a
 machine with no GPU device node (`CUDA_VISIBLE_DEVICES=""`, only where unset, so a real GPU is

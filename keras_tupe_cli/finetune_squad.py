@@ -14,7 +14,7 @@ import dataclasses
 import json
 import sys
 
-from keras_tupe.cli.common import INIT_FLAGS, add_init_flag, command_parser, entry_point
+from keras_tupe_cli.common import INIT_FLAGS, add_init_flag, command_parser, entry_point
 from keras_tupe.output_lock import output_lock
 
 # `keras_tupe.finetuning.SquadConfig`'s fields (but init, xla, lowercase) and their types,

@@ -14,7 +14,7 @@ lacks) the data come from tensorflow-datasets (online).
 
 import sys
 
-from keras_tupe.cli.common import INIT_FLAGS, add_init_flag, command_parser, entry_point
+from keras_tupe_cli.common import INIT_FLAGS, add_init_flag, command_parser, entry_point
 from keras_tupe.output_lock import output_lock
 
 # The papers' grid (`keras_tupe.finetuning.PAPER_LEARNING_RATES`, `PAPER_SEEDS`; a test
