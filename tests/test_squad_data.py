@@ -532,33 +532,3 @@ def test_postprocess_judges_a_start_in_its_max_context_window_only(features, art
     with pytest.raises(ValueError, match="not in `articles`"):
         squad.postprocess(features, start_logits, end_logits, articles[:1])
 
-
-def test_the_deprecated_squad_dataset_and_offsets_class_still_work(tmp_path):
-    vocabulary = tmp_path / "vocab.txt"
-    vocabulary.write_text("\n".join(["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]", "the", "cat",
-                                     "sat", "##s", ".", "dog"]) + "\n")
-    with pytest.warns(DeprecationWarning, match=r"squad\.WordPieceWithOffsets is deprecated"):
-        offsets = squad.WordPieceWithOffsets(vocabulary, lowercase=True)
-    assert (offsets.cls_id, offsets.sep_id, offsets.pad_id) == (1, 2, 0)
-    [(ids, starts, ends)] = offsets.tokenize(["The cats sat."])
-    assert ids.tolist() == [5, 6, 8, 7, 9]  # the cat ##s sat .
-    assert list(zip(starts.tolist(), ends.tolist())) == [(0, 3), (4, 7), (7, 8), (9, 12),
-                                                         (12, 13)]
-    articles = [{"title": "t", "paragraphs": [{"context": "the cat sat . the dog sat .", "qas": [
-        {"id": f"q{i}", "question": "the cat", "answers": [{"text": "dog", "answer_start": 18}]}
-        for i in range(3)]}]}]
-    features = squad.featurize(articles, vocabulary, 16, 8, 8, training=True)
-    with pytest.warns(DeprecationWarning, match=r"squad\.squad_dataset is deprecated"):
-        [(x, y), (x2, _)] = list(squad.squad_dataset(features, 2, training=True))
-    assert sorted(x) == ["padding_mask", "segment_ids", "token_ids"]
-    assert x["token_ids"].shape == (2, 16)
-    assert x2["token_ids"].shape == (1, 16)
-    assert y["start_positions"].numpy().tolist() == features.start_positions[:2].tolist()
-    with pytest.warns(DeprecationWarning):
-        [x] = list(squad.squad_dataset(features, 3, training=False))
-    assert np.array_equal(x["token_ids"].numpy(), features.token_ids)
-    eval_features = squad.featurize(articles, vocabulary, 16, 8, 8, training=False)
-    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="no answer positions"):
-        squad.squad_dataset(eval_features, 2, training=True)
-    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="`batch_size` must"):
-        squad.squad_dataset(features, 0, training=False)

@@ -18,8 +18,7 @@ import numpy as np
 
 from keras_tupe.data.masking import check_int
 from keras_tupe.data.network import load_tfds
-from keras_tupe.data.wordpiece_offsets import TfWordPieceOffsets, wordpiece_offsets
-from keras_tupe.deprecation import warn_deprecated
+from keras_tupe.data.wordpiece_offsets import wordpiece_offsets
 
 SPLITS = {"train": "train-v1.1.json", "validation": "dev-v1.1.json"}
 TFDS_NAME = "squad/v1.1"
@@ -498,41 +497,3 @@ def postprocess(features, start_logits, end_logits, articles, n_best=20, max_ans
             answers[qid] = (text, best_score[f])
     return {qid: text for qid, (text, _) in answers.items()}
 
-
-# Deprecated (kept one release): the task owns its data path (`TupeSpanQAPreprocessor`,
-# `keras_tupe.finetuning.batches`), and offsets are `data.wordpiece_offsets`'.
-
-
-class WordPieceWithOffsets(TfWordPieceOffsets):
-    """Deprecated: `wordpiece_offsets(load_tokenizer(vocabulary_file, lowercase))`, whose
-    `tokenize(texts)` gives `[(ids, start_chars, end_chars)]` as this class does."""
-
-    def __init__(self, vocabulary_file, lowercase=True):
-        from keras_tupe.data.vocabulary import load_tokenizer
-
-        warn_deprecated("keras_tupe.data.squad.WordPieceWithOffsets",
-                        "use keras_tupe.data.wordpiece_offsets.")
-        super().__init__(load_tokenizer(vocabulary_file, lowercase=lowercase))
-        self.vocabulary_file, self.lowercase = str(vocabulary_file), lowercase
-        self.keras_tokenizer = self.tokenizer
-        self.cls_id, self.sep_id, self.pad_id = self.special_ids()
-
-
-def squad_dataset(features, batch_size, training, shuffle=False, seed=0):
-    """Deprecated: the `SquadFeatures` as a batched `tf.data.Dataset`, `(x, {"start_positions",
-    "end_positions"})` when `training`, else `x` (`features.inputs`); reshuffled every epoch
-    with `shuffle`. Use `keras_tupe.finetuning.batches`."""
-    import tensorflow as tf
-
-    warn_deprecated("keras_tupe.data.squad.squad_dataset", "use keras_tupe.finetuning.batches.")
-    check_int("batch_size", batch_size, 1)
-    if training and features.start_positions is None:
-        raise ValueError("These features have no answer positions: featurize them "
-                         "with `training=True` for a training dataset.")
-    elements = ((features.inputs, {"start_positions": features.start_positions,
-                                   "end_positions": features.end_positions})
-                if training else features.inputs)
-    dataset = tf.data.Dataset.from_tensor_slices(elements)
-    if shuffle:
-        dataset = dataset.shuffle(len(features), seed=seed, reshuffle_each_iteration=True)
-    return dataset.batch(batch_size).prefetch(tf.data.AUTOTUNE)
