@@ -29,7 +29,6 @@ import numpy as np
 from experiments import config as study_config
 from experiments import records
 from experiments.config import StudyError
-from experiments.report import beyond_seed_spread
 
 TASK_NAMES = {"squad": "SQuAD F1 (EM)",
               "cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "stsb": "STS-B", "rte": "RTE",
@@ -407,7 +406,7 @@ def _seed_spread(config, table_rows):
                            for s in sorted(groups[a])]
                 diffs = [x - y for x, y in by_seed]
                 spread = max(max(v) - min(v) for v in zip(*by_seed))
-                beyond = beyond_seed_spread(diffs, spread)
+                beyond = records.beyond_seed_spread(diffs, spread)
                 cells.append(f"{np.mean(diffs):+.2f}" + (" !" if beyond else ""))
             lines.append(f"| {a[0]} − {b[0]} | {a[1]} | " + " | ".join(cells) + " |")
     return lines

@@ -40,7 +40,6 @@ import numpy as np
 from experiments import config as study_config
 from experiments import records
 from experiments.config import StudyError
-from experiments.report import write_pages
 from keras_tupe.files import file_sha256
 
 
@@ -346,7 +345,7 @@ def report(config, command):
               f"{config['valid_corpus']}, masking seed {config['seed']}")]
     columns = ("pretrain_study", "variant", "preset", "step", "trained_seq_len", "length",
                "batch_size", "batches", "masked_tokens", "loss", "accuracy", "seconds", "note")
-    paths = write_pages(out_dir, f"{study}_loss.csv", columns, rows, header,
+    paths = records.write_pages(out_dir, f"{study}_loss.csv", columns, rows, header,
                         f"{study}_loss.png", lambda path: _plot(config, jobs, by_key, path),
                         f"{study}_table.md", _table(config, jobs, by_key, command))
     paths["config"] = records.write_json(os.path.join(out_dir, f"{study}_config.json"), {

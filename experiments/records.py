@@ -156,6 +156,19 @@ def write_text(path, text):
     return path
 
 
+def write_pages(out_dir, csv_name, columns, rows, header, png_name, draw, md_name, table):
+    """Writes a page's CSV, figure (`draw(path)`) and Markdown table; returns their paths."""
+    return {"csv": write_csv(os.path.join(out_dir, csv_name), columns, rows, header),
+            "png": draw(os.path.join(out_dir, png_name)),
+            "table": write_text(os.path.join(out_dir, md_name), table)}
+
+
+def beyond_seed_spread(diffs, spread):
+    """Whether seed-by-seed differences decide a gap: every one has the same sign and their
+    mean is larger than `spread` (the widest range across seeds of either side)."""
+    return len({d > 0 for d in diffs}) == 1 and abs(statistics.fmean(diffs)) > spread
+
+
 def pyplot():
     """matplotlib's pyplot on the Agg backend (no display needed)."""
     import matplotlib

@@ -23,8 +23,9 @@ import os
 import statistics
 
 from experiments import config as study_config
-from experiments import records
+from experiments import finetune_study, length_study, records
 from experiments.config import StudyError
+from experiments.maps import redraw_maps
 from experiments.pretrain_study import RECORD
 
 # Fractions of the budget: the columns of a study's table (each saved checkpoint's own
@@ -169,13 +170,6 @@ def _machines(runs):
 
 # === Shared writers ===
 
-def write_pages(out_dir, csv_name, columns, rows, header, png_name, draw, md_name, table):
-    """Writes a page's CSV, figure (`draw(path)`) and Markdown table; returns their paths."""
-    return {"csv": records.write_csv(os.path.join(out_dir, csv_name), columns, rows, header),
-            "png": draw(os.path.join(out_dir, png_name)),
-            "table": records.write_text(os.path.join(out_dir, md_name), table)}
-
-
 def _finish(figure, axis, path, xlabel, title, tight=False):
     axis.set_xlabel(xlabel)
     axis.set_ylabel(LOSS_LABEL)
@@ -212,7 +206,7 @@ def study_pages(config, command):
     rows = [{"variant": run["variant"].name, "preset": run["variant"].preset,
              "tokens": row["step"] * _tokens_per_step(config), **row}
             for run in started for row in run["rows"]]
-    paths = write_pages(
+    paths = records.write_pages(
         out_dir, f"{study}_loss.csv",
         ("variant", "preset", "step", "tokens") + records.METRIC_COLUMNS[1:], rows, header,
         f"{study}_val_loss.png", lambda path: _study_plot(config, started, path, references),
@@ -398,7 +392,7 @@ def seed_pages(configs, name, command, only=None):
             for v in variants for step, s in summaries[v].items()]
     header = [f"command: {command}", "studies (seed): " + "; ".join(
         f"{c['study']} ({c['settings']['seed']})" for c in configs)]
-    return write_pages(
+    return records.write_pages(
         configs[0]["results_dir"], f"{name}_seeds.csv", SEED_COLUMNS, rows, header,
         f"{name}_seeds.png", lambda path: _seed_plot(variants, summaries, configs, path),
         f"{name}_seeds.md", _seed_table(configs, variants, curves, summaries, name, command))
@@ -508,12 +502,6 @@ def _seed_table(configs, variants, curves, summaries, name, command):
     return "\n".join(lines)
 
 
-def beyond_seed_spread(diffs, spread):
-    """Whether seed-by-seed differences decide a gap: every one has the same sign and their
-    mean is larger than `spread` (the widest range across seeds of either side)."""
-    return len({d > 0 for d in diffs}) == 1 and abs(statistics.fmean(diffs)) > spread
-
-
 def _gap_row(curves, summaries, a, step_a, b, step_b, label, steps):
     mean, diffs = _gap(curves, a, step_a, b, step_b)
     # Judged only where every seed of both sides has logged the step (the spread is theirs).
@@ -521,7 +509,7 @@ def _gap_row(curves, summaries, a, step_a, b, step_b, label, steps):
         return f"| {label} | {steps} | – | – | – |"
     ranges = [summaries[a][step_a]["highest"] - summaries[a][step_a]["lowest"],
               summaries[b][step_b]["highest"] - summaries[b][step_b]["lowest"]]
-    beyond = len(diffs) > 1 and beyond_seed_spread(diffs, max(ranges))
+    beyond = len(diffs) > 1 and records.beyond_seed_spread(diffs, max(ranges))
     verdict = ("yes" if beyond else "no") if len(diffs) > 1 else "one seed"
     return (f"| {label} | {steps} | {mean:+.3f} | "
             + ", ".join(f"{d:+.3f}" for d in diffs) + f" | {verdict} |")
@@ -607,7 +595,7 @@ def compare_pages(configs, name, command):
     rows = [{"study": study, "overrides": _describe(config), "variant": variant, **row}
             for config in configs for study in [config["study"]] for variant in variants
             for row in runs.get((study, variant), {"rows": []})["rows"]]
-    return write_pages(
+    return records.write_pages(
         configs[0]["results_dir"], f"{name}_compare.csv", COMPARE_COLUMNS, rows, header,
         f"{name}_compare.png", lambda path: _compare_plot(configs, variants, runs, path),
         f"{name}_compare.md", _compare_table(configs, variants, runs, name, command))
@@ -971,10 +959,6 @@ def report(reference=None):
     `.json` file; default: every study of `experiments/studies.json` that has records, and
     the positional maps again from their arrays), and the seed and comparison pages each
     of them is part of; returns `{what: path}`."""
-    # Imported here: they import `beyond_seed_spread` and `write_pages` from this module.
-    from experiments import finetune_study, length_study
-    from experiments.maps import redraw_maps
-
     if reference and reference.endswith(".json"):  # a study in a file, among its folder's
         folder = os.path.dirname(reference)
         every = [study_config.load_config(p)
