@@ -18,7 +18,7 @@ import argparse
 import sys
 import time
 
-from training.cli import add_common_flags, one_line_errors, run  # importing `training` quiets TensorFlow
+from keras_tupe_cli.common import add_common_flags, one_line_errors, run  # quiets TensorFlow
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(
@@ -72,7 +72,7 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
-    """`training.cli.run`: a study's, a flag's or a path's error is one line, exit 2."""
+    """`keras_tupe_cli.common.run`: a study's, a flag's or a path's error is one line, exit 2."""
     return run(_main, argv)
 
 

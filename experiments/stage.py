@@ -726,7 +726,7 @@ def collect(name, folder, results_dir="docs/results"):
 
 
 def main(argv=None):
-    from training.cli import one_line_errors, run as run_cli
+    from keras_tupe_cli.common import one_line_errors, run as run_cli
 
     def _main(argv):
         parser = argparse.ArgumentParser(prog="python -m experiments.stage", description=__doc__,
