@@ -27,6 +27,7 @@ from keras_tupe.export import (
 from keras_tupe.hub import load_encoder, load_saved_model
 from keras_tupe.export.tfhub_names import from_tfhub
 from keras_tupe.models import TupeMaskedLM, TupeBackbone, TupeTextClassifier
+from tests.packing_oracle import pack_texts, packed_batches
 from training import export as export_cli
 
 REPO = Path(__file__).resolve().parents[1]
@@ -269,11 +270,11 @@ def test_preprocessor_gives_the_training_pipelines_ids(sst2_vocab, tmp_path):
     tokenizer = data.load_tokenizer(sst2_vocab)
     path = export_preprocessor(sst2_vocab, str(tmp_path / "pre"), seq_length=32)
     preprocessor = load_saved_model(path)
-    # Single sentences: the default call against glue_dataset's batches.
+    # Single sentences: the default call against the packing oracle's batches.
     examples = glue.load_glue("sst2", "validation", DATA_DIR)
     examples = dataclasses.replace(examples, sentence1=examples.sentence1[:200],
                                    labels=examples.labels[:200])
-    dataset = glue.glue_dataset("sst2", "validation", tokenizer, 32, 200, examples=examples)
+    dataset = packed_batches(examples, tokenizer, 32, 200)
     features, _ = next(iter(dataset))
     packed = from_tfhub(preprocessor(tf.constant(examples.sentence1[:200])))
     assert set(packed) == set(features) == {"token_ids", "padding_mask", "segment_ids"}
@@ -284,12 +285,12 @@ def test_preprocessor_gives_the_training_pipelines_ids(sst2_vocab, tmp_path):
     first, second = mrpc.sentence1[:100], mrpc.sentence2[:100]
     segments = [preprocessor.tokenize(tf.constant(first)), preprocessor.tokenize(tf.constant(second))]
     packed = from_tfhub(preprocessor.bert_pack_inputs(segments, seq_length=24))
-    expected = glue.pack_inputs(tokenizer, 24, first, second)
+    expected = pack_texts(tokenizer, 24, first, second)
     for key in expected:
         np.testing.assert_array_equal(packed[key].numpy(), expected[key].numpy())
     # Empty, very long and non-ASCII text: the same ids, truncated, never a crash.
     packed = from_tfhub(preprocessor(tf.constant(SPECIAL_TEXTS)))
-    expected = glue.pack_inputs(tokenizer, 32, SPECIAL_TEXTS)
+    expected = pack_texts(tokenizer, 32, SPECIAL_TEXTS)
     for key in expected:
         np.testing.assert_array_equal(packed[key].numpy(), expected[key].numpy())
     assert packed["padding_mask"].numpy()[0].sum() == 2  # [CLS] [SEP] for ""
@@ -317,7 +318,7 @@ def sst2_classifier(sst2_vocab):
 
 
 def keras_probabilities(classifier, tokenizer, first, second=None, seq_length=32):
-    logits = classifier(glue.pack_inputs(tokenizer, seq_length, first, second), training=False)
+    logits = classifier(pack_texts(tokenizer, seq_length, first, second), training=False)
     return keras.ops.convert_to_numpy(keras.ops.softmax(logits, axis=-1))
 
 
@@ -337,7 +338,7 @@ def test_serving_model_answers_saved_model_cli(sst2_vocab, sst2_classifier, tmp_
         assert text in shown.stdout
     texts = SPECIAL_TEXTS + ["a gorgeous , witty , seductive movie .", "dull and lifeless"]
     answer = subprocess.run(
-        [sys.executable, "-m", "keras_tupe.export.saved_model_cli", "run", "--dir", path,
+        [sys.executable, "-m", "keras_tupe_cli.saved_model_cli", "run", "--dir", path,
          "--tag_set", "serve", "--signature_def", "serving_default",
          "--input_exprs", f"sentence={json.dumps(texts, ensure_ascii=False)}", "--outdir", str(tmp_path / "answer")],
         capture_output=True, text=True, cwd=tmp_path)
@@ -434,7 +435,7 @@ def test_serving_export_rejects_bad_settings(sst2_vocab, sst2_classifier, tmp_pa
 def sst2_batches(vocab, count=256, seq_length=32, batch_size=32):
     tokenizer = data.load_tokenizer(vocab)
     examples = glue.load_glue("sst2", "train", DATA_DIR)
-    features = glue.pack_inputs(tokenizer, seq_length, examples.sentence1[:count])
+    features = pack_texts(tokenizer, seq_length, examples.sentence1[:count])
     features = {k: v.numpy() for k, v in features.items()}
     return features, np.asarray(examples.labels[:count])
 
@@ -640,7 +641,7 @@ def test_save_classifier_never_replaces_a_directory(sst2_vocab, sst2_classifier,
     path = save_classifier(sst2_classifier, str(tmp_path / "clf"), sst2_vocab, info)
     model, vocab, loaded_info = load_classifier(path)
     assert loaded_info == info and Path(vocab).read_bytes() == Path(sst2_vocab).read_bytes()
-    inputs = glue.pack_inputs(data.load_tokenizer(vocab), 32, ["a fine film"])
+    inputs = pack_texts(data.load_tokenizer(vocab), 32, ["a fine film"])
     np.testing.assert_allclose(keras.ops.convert_to_numpy(model(inputs)),
                                keras.ops.convert_to_numpy(sst2_classifier(inputs)), atol=1e-6)
     with pytest.raises(FileExistsError, match="already exists"):

@@ -2,16 +2,12 @@
 readers used to disagree (the converter skipped blank lines, read `#fairseq:overwrite`,
 negative counts and empty tokens, and always added a `<mask>` row)."""
 
-import warnings
-
 import pytest
 
 from keras_tupe.convert.common import ConversionError
 from keras_tupe.convert.fairseq import read_dictionary
 from keras_tupe.models.tupe_bpe_tokenizer import (
     TupeBpeTokenizer,
-    apply_bpe,
-    parse_bpe_codes,
     read_fairseq_dictionary,
     read_fairseq_dictionary_words,
 )
@@ -62,13 +58,3 @@ def test_mask_repeats_and_line_endings(tmp_path):
     path = write(tmp_path, "the 10\n<mask> 0\nfilm 7\n")
     assert read_fairseq_dictionary(path) == SPECIALS + ["the", "<mask>", "film"]
     assert TupeBpeTokenizer(str(path), ["t h"]).mask_token_id == 8
-
-
-def test_apply_bpe_is_deprecated_and_still_answers():
-    ranks, version, _ = parse_bpe_codes(["#version: 0.2", "t h", "th e</w>"])
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        assert apply_bpe("the", ranks, version) == ("the",)
-        assert apply_bpe("then", ranks, version) == ("th", "e", "n")
-        assert apply_bpe("a", ranks, version) == ("a",)
-    assert all(issubclass(w.category, DeprecationWarning) for w in caught) and len(caught) == 3

@@ -13,6 +13,7 @@ from keras_tupe.finetuning import FinetuneConfig, finetune_glue
 from keras_tupe.finetuning.glue import longest_packed_length
 from keras_tupe.models import TupeBackbone
 from training import finetune_glue as cli
+from tests.packing_oracle import pack_texts, packed_batches
 
 REPO = Path(__file__).resolve().parents[1]
 DATA_DIR = Path(os.environ.get("KERAS_TUPE_DATA_DIR") or REPO.parent / "shared" / "data")
@@ -74,7 +75,7 @@ def test_pad_to_longest_pads_each_split_to_its_longest_example(encoder_dir):
     dev = glue.load_glue("cola", "validation", DATA_DIR)
 
     def padded(sentences):  # independent of the code under test: the packer's own mask
-        real = glue.pack_inputs(tokenizer, 512, sentences)["padding_mask"].numpy().sum(axis=1)
+        real = pack_texts(tokenizer, 512, sentences)["padding_mask"].numpy().sum(axis=1)
         return 8 * -(-int(real.max()) // 8)
 
     common = dict(task="cola", init=str(encoder_dir / "backbone.keras"), epochs=1,
@@ -103,8 +104,7 @@ def test_trimmed_padding_gives_the_classifier_the_same_outputs(encoder_dir):
     assert longest < 120
     for name in ("backbone.keras", "m4.keras"):  # absolute TUPE-R and relative method 4
         model = TupeTextClassifier(load_backbone(str(encoder_dir / name)), num_classes=1)
-        outputs = [model.predict(glue.glue_dataset("stsb", "validation", tokenizer, length, 100,
-                                                   examples=dev), verbose=0)
+        outputs = [model.predict(packed_batches(dev, tokenizer, length, 100), verbose=0)
                    for length in (longest, 128)]
         np.testing.assert_allclose(outputs[0], outputs[1], rtol=1e-4, atol=1e-5)
 
@@ -120,9 +120,8 @@ def test_pad_each_batch_trims_every_batch_to_its_longest_example(encoder_dir, mo
     full = glue.load_glue("stsb", "validation", DATA_DIR)  # pairs of varied lengths
     dev = glue.GlueExamples(full.sentence1[:200], full.sentence2[:200], full.labels[:200],
                             "stsb", "validation")
-    fixed = list(glue.glue_dataset("stsb", "validation", tokenizer, 128, 32, examples=dev))
-    trimmed = list(glue.glue_dataset("stsb", "validation", tokenizer, 128, 32, examples=dev,
-                                     pad_multiple=16))
+    fixed = list(packed_batches(dev, tokenizer, 128, 32))
+    trimmed = list(packed_batches(dev, tokenizer, 128, 32, pad_multiple=16))
     assert len(fixed) == len(trimmed) == 7
     widths = []
     for (x, y), (x_trim, y_trim) in zip(fixed, trimmed):
@@ -135,8 +134,7 @@ def test_pad_each_batch_trims_every_batch_to_its_longest_example(encoder_dir, mo
             np.testing.assert_array_equal(x_trim[name], x[name][:, :width])
             assert not x[name].numpy()[:, width:].any()  # only padding was cut
     assert len(set(widths)) > 1 and max(widths) < 128  # the batches really differ
-    capped = list(glue.glue_dataset("stsb", "validation", tokenizer, 24, 32, examples=dev,
-                                    pad_multiple=16))
+    capped = list(packed_batches(dev, tokenizer, 24, 32, pad_multiple=16))
     assert {x["token_ids"].shape[1] for x, _ in capped} == {24}
     for name in ("backbone.keras", "m4.keras"):  # absolute TUPE-R and relative method 4
         model = TupeTextClassifier(load_backbone(str(encoder_dir / name)), num_classes=1)
@@ -158,8 +156,6 @@ def test_pad_each_batch_trims_every_batch_to_its_longest_example(encoder_dir, mo
     assert calls[0] is None and 16 in calls and calls[-1] is None  # check, train, evaluate
     assert result["train_lengths_compiled_at_most"] == list(range(16, 129, 16))
     assert -1.0 <= result["dev"]["validation"]["pearson"] <= 1.0
-    with pytest.raises(ValueError, match="pad_multiple"):
-        glue.glue_dataset("stsb", "validation", tokenizer, 128, 32, examples=dev, pad_multiple=0)
 
 
 @pytest.mark.slow
@@ -334,24 +330,3 @@ def test_cli_refuses_a_bad_selection_in_one_line(flags, message, capsys):
         cli.parse_args(["--init", "run", "--tasks", "rte", "--out", "o"] + flags)
     err = capsys.readouterr().err
     assert stop.value.code == 2 and message in err and len(err.strip().splitlines()) == 1
-
-
-def test_the_deprecated_protocol_functions_still_answer_and_warn():
-    from keras_tupe.finetuning import summary
-
-    rows = [{"task": "rte", "learning_rate": rate, "seed": 0} for rate in (1e-4, 3e-4, 1e-3)]
-    grid = dict(learning_rates=[1e-4, 3e-4, 1e-3], seeds=[0, 1, 2])
-    with pytest.warns(DeprecationWarning, match=r"summary\.run_number is deprecated and will be "
-                  r"removed in the next release; use keras_tupe\.finetuning\.Protocol"):
-        assert summary.run_number(rows, ["rte"], **grid) == "run 4 of 9"
-    with pytest.warns(DeprecationWarning, match=r"Protocol\(\.\.\.\)\.size"):
-        assert summary.protocol_size(rows, ["rte", "mrpc"], **grid) == 18
-        assert summary.protocol_size(rows, ["rte"], **grid, selection_seed=0,
-                                     edge_learning_rates=[3e-3]) == 5  # 3 rates + 2 seeds
-    with pytest.warns(DeprecationWarning, match=r"Protocol\(\.\.\.\)\.rates"):
-        assert summary.protocol_rates([1e-4], None, [3e-3]) == {1e-4}  # no edges without one
-        assert summary.protocol_rates([1e-4], 0, [3e-3]) == {1e-4, 3e-3}
-        assert summary.protocol_rates([], None) == set()  # accepted as before, no Protocol
-    with pytest.warns(DeprecationWarning, match=r"Protocol\(\.\.\.\)\.runs"):
-        runs = summary.protocol_runs([], ["rte"], [1e-4], [0], None, ())
-        assert next(runs) == ("rte", 1e-4, 0)

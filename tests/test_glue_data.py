@@ -11,6 +11,7 @@ import tensorflow as tf
 from keras_tupe.data import glue, network
 from keras_tupe.data.vocabulary import load_tokenizer, train_vocabulary
 from keras_tupe.finetuning.glue import longest_packed_length
+from tests.packing_oracle import pack_texts, packed_batches
 
 DATA_DIR = Path(
     os.environ.get("KERAS_TUPE_DATA_DIR")
@@ -342,7 +343,7 @@ def test_tfds_examples_come_back_in_file_order(monkeypatch):
 
 
 def test_pair_packing_by_hand(tiny_tokenizer):
-    x = glue.pack_inputs(tiny_tokenizer, 12, ["the cat sat"], ["a dog"])
+    x = pack_texts(tiny_tokenizer, 12, ["the cat sat"], ["a dog"])
     x = {key: value.numpy().tolist() for key, value in x.items()}
     assert x["token_ids"] == [[CLS, THE, CAT, SAT, SEP, A, DOG, SEP, PAD, PAD, PAD, PAD]]
     assert x["segment_ids"] == [[0, 0, 0, 0, 0, 1, 1, 1, 0, 0, 0, 0]]
@@ -350,7 +351,7 @@ def test_pair_packing_by_hand(tiny_tokenizer):
 
 
 def test_single_sentence_packing_and_input_forms(tiny_tokenizer):
-    batch = glue.pack_inputs(tiny_tokenizer, 8, ["the cat", "dog ran fast home"])
+    batch = pack_texts(tiny_tokenizer, 8, ["the cat", "dog ran fast home"])
     assert batch["token_ids"].numpy().tolist() == [
         [CLS, THE, CAT, SEP, PAD, PAD, PAD, PAD],
         [CLS, DOG, RAN, FAST, HOME, SEP, PAD, PAD],
@@ -360,8 +361,8 @@ def test_single_sentence_packing_and_input_forms(tiny_tokenizer):
     for value in batch.values():
         assert value.dtype == tf.int32 and value.shape == (2, 8)
     # A tensor and a single string pack the same way.
-    from_tensor = glue.pack_inputs(tiny_tokenizer, 8, tf.constant(["the cat", "dog ran fast home"]))
-    one = glue.pack_inputs(tiny_tokenizer, 8, "dog ran fast home")
+    from_tensor = pack_texts(tiny_tokenizer, 8, tf.constant(["the cat", "dog ran fast home"]))
+    one = pack_texts(tiny_tokenizer, 8, "dog ran fast home")
     for key in batch:
         np.testing.assert_array_equal(from_tensor[key], batch[key])
         np.testing.assert_array_equal(one[key], batch[key][1])
@@ -375,7 +376,7 @@ def test_single_sentence_packing_and_input_forms(tiny_tokenizer):
     ("the cat", "a dog ran fast home a dog", 10, [THE, CAT], [A, DOG, RAN, FAST, HOME]),
 ])
 def test_round_robin_truncation(tiny_tokenizer, first, second, length, first_kept, second_kept):
-    x = glue.pack_inputs(tiny_tokenizer, length, [first], [second])
+    x = pack_texts(tiny_tokenizer, length, [first], [second])
     ids = x["token_ids"].numpy()[0].tolist()
     assert ids == [CLS, *first_kept, SEP, *second_kept, SEP]
     assert ids[-1] == SEP and len(ids) == length
@@ -384,145 +385,15 @@ def test_round_robin_truncation(tiny_tokenizer, first, second, length, first_kep
     assert x["padding_mask"].numpy()[0].tolist() == [1] * length
 
 
-def test_the_packed_route_warns_that_it_is_deprecated(tiny_tokenizer):
-    examples = glue.GlueExamples(["the cat", "a dog"], None, np.array([0, 1]), "sst2", "train")
-    with pytest.warns(DeprecationWarning, match="pack_inputs is deprecated"):
-        glue.pack_inputs(tiny_tokenizer, 8, ["the cat"])
-    with pytest.warns(DeprecationWarning, match="glue_dataset is deprecated") as caught:
-        [(x, y)] = numpy_batches(glue.glue_dataset("sst2", "train", tiny_tokenizer, 8, 2,
-                                                   examples=examples))
-    ours = [w for w in caught if str(w.message).startswith("keras_tupe.data.glue.")]
-    assert len(ours) == 1  # its own packing does not warn again
-    assert x["token_ids"].tolist() == [[CLS, THE, CAT, SEP, PAD, PAD, PAD, PAD],
-                                       [CLS, A, DOG, SEP, PAD, PAD, PAD, PAD]]
-    assert y.tolist() == [0, 1]
-
-
-def test_the_moved_longest_packed_length_still_answers_from_data_glue(tiny_tokenizer):
-    pairs = glue.GlueExamples(["the cat sat", "a dog"], ["a dog", "the cat sat on the mat"],
-                              np.array([0, 1]), "rte", "train")
-    with pytest.warns(DeprecationWarning, match=r"longest_packed_length is deprecated .*; use "
-                                                r"keras_tupe\.finetuning\.glue"):
-        assert glue.longest_packed_length(tiny_tokenizer, pairs, batch_size=1) == 2 + 6 + 3
-        single = glue.GlueExamples(["the cat", "dog ran fast home"], None, np.array([0, 1]),
-                                   "sst2", "train")
-        assert glue.longest_packed_length(tiny_tokenizer, single) == 4 + 2
-        with pytest.raises(ValueError, match="No examples in 'sst2' 'train'"):
-            glue.longest_packed_length(tiny_tokenizer, glue.GlueExamples(
-                [], None, np.array([], int), "sst2", "train"))
-
-
-def test_packing_argument_errors(tiny_tokenizer, tmp_path):
-    with pytest.raises(ValueError, match="sequence_length=7"):
-        glue.pack_inputs(tiny_tokenizer, 7, ["the cat"])
-    with pytest.raises(ValueError, match="batch_size=0"):
-        glue.glue_dataset("rte", "validation", tiny_tokenizer, 16, 0, data_dir=tmp_path)
-    with pytest.raises(ValueError, match="sequence_length=4"):
-        glue.glue_dataset("rte", "validation", tiny_tokenizer, 4, 8, data_dir=tmp_path)
-
-
 # Datasets -----------------------------------------------------------------------------
-
-
-@needs_data
-def test_sst2_dev_batches(glue_tokenizer):
-    examples = glue.load_glue("sst2", "validation", GLUE_DIR)
-    dataset = glue.glue_dataset("sst2", "validation", glue_tokenizer, 32, 100, data_dir=GLUE_DIR)
-    x_spec, y_spec = dataset.element_spec
-    assert set(x_spec) == {"token_ids", "padding_mask", "segment_ids"}
-    assert all(s.dtype == tf.int32 and s.shape.as_list() == [None, 32] for s in x_spec.values())
-    assert y_spec.dtype == tf.int32 and y_spec.shape.as_list() == [None]
-
-    batches = numpy_batches(dataset)
-    assert [len(y) for _, y in batches] == [100] * 8 + [72]  # 872, nothing dropped
-    labels = np.concatenate([y for _, y in batches])
-    np.testing.assert_array_equal(labels, examples.labels)  # file order
-    ids = np.concatenate([x["token_ids"] for x, _ in batches])
-    mask = np.concatenate([x["padding_mask"] for x, _ in batches])
-    assert (ids[:, 0] == CLS).all() and not np.concatenate(
-        [x["segment_ids"] for x, _ in batches]).any()
-    np.testing.assert_array_equal(mask, (ids != PAD).astype(np.int32))
-    lengths = mask.sum(axis=1)
-    assert (ids[np.arange(len(ids)), lengths - 1] == SEP).all()
-    # The same packing as `pack_inputs` on the raw strings (what serving will use).
-    direct = glue.pack_inputs(glue_tokenizer, 32, examples.sentence1[:100])
-    for key, value in batches[0][0].items():
-        np.testing.assert_array_equal(value, direct[key])
-
-
-@needs_data
-def test_stsb_batches_have_float_labels_and_pairs(glue_tokenizer):
-    examples = glue.load_glue("stsb", "validation", GLUE_DIR)
-    dataset = glue.glue_dataset("stsb", "validation", glue_tokenizer, 24, 512,
-                                examples=examples)
-    assert dataset.element_spec[1].dtype == tf.float32
-    batches = numpy_batches(dataset)
-    np.testing.assert_array_equal(np.concatenate([y for _, y in batches]), examples.labels)
-    x = batches[0][0]
-    direct = glue.pack_inputs(glue_tokenizer, 24, examples.sentence1[:512],
-                              examples.sentence2[:512])
-    for key in x:
-        np.testing.assert_array_equal(x[key], direct[key])
-    assert x["segment_ids"].any(axis=1).all()  # every pair has a second segment
-    with pytest.raises(ValueError, match="expected task 'rte'"):
-        glue.glue_dataset("rte", "validation", glue_tokenizer, 24, 8, examples=examples)
-
-
-@needs_data
-def test_shuffle_is_seeded_and_reshuffled_each_epoch(glue_tokenizer):
-    examples = glue.load_glue("sst2", "validation", GLUE_DIR)
-
-    def epoch(dataset):
-        return np.concatenate([x["token_ids"] for x, _ in numpy_batches(dataset)])
-
-    def shuffled(seed):
-        return glue.glue_dataset("sst2", "validation", glue_tokenizer, 16, 128, shuffle=True,
-                                 seed=seed, examples=examples)
-
-    in_order = epoch(glue.glue_dataset("sst2", "validation", glue_tokenizer, 16, 128,
-                                       examples=examples))
-    dataset = shuffled(0)
-    first, second = epoch(dataset), epoch(dataset)
-    assert len(first) == 872
-    np.testing.assert_array_equal(first, epoch(shuffled(0)))  # same seed, same order
-    assert not np.array_equal(first, epoch(shuffled(1)))
-    assert not np.array_equal(first, second)  # a new order each epoch
-    assert not np.array_equal(first, in_order)
-    # The same examples, only reordered.
-    def sorted_rows(rows):
-        return rows[np.lexsort(rows.T[::-1])]
-
-    for order in (first, second):
-        np.testing.assert_array_equal(sorted_rows(order), sorted_rows(in_order))
-
-
-@needs_data
-def test_shuffled_batches_are_the_sentences_in_a_shuffled_order(glue_tokenizer):
-    """Examples are packed once and cached; the batches must still be the sentences in the
-    order that the same seeded shuffle gives their indices, epoch after epoch."""
-    examples = glue.load_glue("stsb", "validation", GLUE_DIR)  # 1,500 pairs
-    dataset = glue.glue_dataset("stsb", "validation", glue_tokenizer, 40, 64, shuffle=True,
-                                seed=7, examples=examples)
-    order = tf.data.Dataset.range(len(examples)).shuffle(
-        len(examples), seed=7, reshuffle_each_iteration=True)
-    packed = glue.pack_inputs(glue_tokenizer, 40, examples.sentence1, examples.sentence2)
-    for _ in range(2):  # the second epoch comes from the cache
-        indices = np.fromiter(iter(order.as_numpy_iterator()), np.int64)
-        batches = numpy_batches(dataset)
-        np.testing.assert_array_equal(np.concatenate([y for _, y in batches]),
-                                      examples.labels[indices])
-        for key in packed:
-            np.testing.assert_array_equal(np.concatenate([x[key] for x, _ in batches]),
-                                          packed[key].numpy()[indices])
 
 
 @needs_data
 def test_fill_last_batch_gives_one_shape_and_weighs_only_the_real_rows(glue_tokenizer):
     examples = glue.load_glue("sst2", "validation", GLUE_DIR)  # 872 = 27 x 32 + 8
-    plain = numpy_batches(glue.glue_dataset("sst2", "validation", glue_tokenizer, 32, 32,
-                                            examples=examples))
-    filled = numpy_batches(glue.glue_dataset("sst2", "validation", glue_tokenizer, 32, 32,
-                                             examples=examples, fill_last_batch=True))
+    plain = numpy_batches(packed_batches(examples, glue_tokenizer, 32, 32))
+    filled = numpy_batches(packed_batches(examples, glue_tokenizer, 32, 32,
+                                          fill_last_batch=True))
     assert len(plain) == len(filled) == 28
     assert all(x["token_ids"].shape == (32, 32) and len(w) == 32 for x, _, w in filled)
     for (x, y), (x_filled, y_filled, w) in zip(plain[:-1], filled[:-1]):
@@ -564,13 +435,13 @@ def test_longest_packed_length_is_the_longest_packing(glue_tokenizer, task):
     segments = examples.sentence1 if examples.sentence2 is None else (
         examples.sentence1, examples.sentence2)
     longest = longest_packed_length(glue_tokenizer, segments, chunk=100)
-    packed = glue.pack_inputs(glue_tokenizer, 512, examples.sentence1, examples.sentence2)
+    packed = pack_texts(glue_tokenizer, 512, examples.sentence1, examples.sentence2)
     real = packed["padding_mask"].numpy().sum(axis=1)
     assert real.max() < 512 and longest == real.max()
     # Packing at that length truncates nothing; one token shorter truncates the longest.
-    at_longest = glue.pack_inputs(glue_tokenizer, longest, examples.sentence1, examples.sentence2)
+    at_longest = pack_texts(glue_tokenizer, longest, examples.sentence1, examples.sentence2)
     for key, value in at_longest.items():
         np.testing.assert_array_equal(value.numpy(), packed[key].numpy()[:, :longest])
-    shorter = glue.pack_inputs(glue_tokenizer, longest - 1, examples.sentence1,
+    shorter = pack_texts(glue_tokenizer, longest - 1, examples.sentence1,
                                examples.sentence2)
     assert shorter["padding_mask"].numpy().sum(axis=1).max() == longest - 1

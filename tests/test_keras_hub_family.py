@@ -30,7 +30,7 @@ import tensorflow as tf
 from keras_hub.src.tests import test_case
 
 from keras_tupe.data import load_tokenizer
-from keras_tupe.data.glue import pack_inputs
+from tests.packing_oracle import pack_texts
 from keras_tupe.models import (
     PRESETS,
     VARIANTS,
@@ -344,7 +344,7 @@ def test_classifier_preprocessor_matches_glue_packing(tokenizer, vocab_file):
     glue_tokenizer = load_tokenizer(vocab_file)
     for pair in (None, second):
         got = to_numpy(preprocessor(first) if pair is None else preprocessor(x=(first, pair)))
-        want = to_numpy(pack_inputs(glue_tokenizer, 16, first, pair))
+        want = to_numpy(pack_texts(glue_tokenizer, 16, first, pair))
         for key in ("token_ids", "padding_mask", "segment_ids"):
             np.testing.assert_array_equal(got[key].astype("int32"), want[key], err_msg=key)
     # Round robin on the long pair: 13 slots, 7 from the first segment and 6 from the second.
@@ -837,42 +837,16 @@ def test_saved_models_and_presets_carry_no_optimizer_state(tokenizer, tmp_path):
 
 
 def test_tasks_run_the_per_replica_step_before_keras_hubs_class():
-    """Issue 51: the step is its own mixin, `TupeTask` the tasks' base, and the old name
-    (`ReplicaXLAStep`) and import paths keep working for one release, the class with a
-    DeprecationWarning when it is mixed in."""
-    import warnings
-
-    from keras_tupe.models import ReplicaXLAStep, TupeSpanQA, TupeTask, saving, task
-    from keras_tupe.models.task import PerReplicaXLATrainStep
+    """Issue 51: the step is its own mixin, `TupeTask` the tasks' base."""
+    from keras_tupe.models import PerReplicaXLATrainStep, TupeSpanQA, TupeTask
 
     for cls in (TupeMaskedLM, TupeTextClassifier, TupeSpanQA):
         mro = cls.__mro__
         assert mro[1] is TupeTask
         assert mro.index(PerReplicaXLATrainStep) < mro.index(keras_hub.models.Task)
-    assert task.without_training_state is saving.without_training_state
-    assert task.load_saved_model is saving.load_saved_model
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-
-        class OldTask(ReplicaXLAStep, keras_hub.models.Task):
-            pass
-
-    assert issubclass(OldTask, TupeTask)
-    assert [w.category for w in caught] == [DeprecationWarning]
-    assert "ReplicaXLAStep` is deprecated" in str(caught[0].message)
 
 
 def _vocab(tmp_path):
     path = tmp_path / "vocab.txt"
     path.write_text("".join(token + "\n" for token in VOCABULARY), encoding="utf-8")
     return str(path)
-
-
-def test_the_deprecated_write_vocabulary_writes_the_tokenizer_vocabulary(tmp_path):
-    from keras_tupe.models import TupeSpanQAPreprocessor
-
-    preprocessor = TupeSpanQAPreprocessor(TupeTokenizer(vocabulary=QA_VOCABULARY))
-    with pytest.warns(DeprecationWarning, match="write_vocabulary is deprecated"):
-        path = preprocessor.write_vocabulary(str(tmp_path))
-    assert path == str(tmp_path / "vocabulary.txt")
-    assert (tmp_path / "vocabulary.txt").read_text(encoding="utf-8").splitlines() == QA_VOCABULARY

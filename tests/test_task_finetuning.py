@@ -2,8 +2,8 @@
 
 The route `finetune_glue` takes: raw sentences (pairs: a tuple of two lists) batched
 by `keras_tupe.finetuning.batches`, packed by `TupeTextClassifierPreprocessor` inside
-keras-hub's `fit`. Checked against the route it replaced (`data.glue.pack_inputs`,
-i.e. `data.packing.pack_segments` on the tokenizer's ids, and `glue_dataset`): the
+keras-hub's `fit`. Checked against the route it replaced (`data.packing.pack_segments` on the tokenizer's
+ids, batched by `batches`: tests/packing_oracle.py): the
 same token ids on every GLUE format, the same first-step loss; the BPE pair rule on
 both loaders; and one epoch under JAX in a process where TensorFlow cannot import.
 """
@@ -22,6 +22,7 @@ import pytest
 from keras_tupe import data
 from keras_tupe.data import glue
 from keras_tupe.finetuning.batches import batches
+from tests.packing_oracle import pack_texts, packed_batches
 from keras_tupe.models import (
     TupeBackbone,
     TupeBpeTokenizer,
@@ -76,7 +77,7 @@ def segments(examples, count):
                                          ("stsb", 128), ("rte", 24)])
 def test_the_task_route_packs_as_pack_segments(vocabulary, task, length, loader):
     """Single sentences (SST-2, CoLA) and pairs (MRPC, STS-B, RTE), truncated round-robin
-    at 16 and 24 tokens: the ids, segments and mask of `pack_inputs` (pack_segments on
+    at 16 and 24 tokens: the ids, segments and mask of `pack_texts` (pack_segments on
     the WordPiece ids), batch for batch, labels and weights included."""
     examples = glue.load_glue(task, "validation", GLUE_DIR)
     count = 70  # 3 batches of 32, the last filled with copies
@@ -87,7 +88,7 @@ def test_the_task_route_packs_as_pack_segments(vocabulary, task, length, loader)
     got = fit_batches(preprocessor, dataset)
     assert steps == len(got) == 3
     first, second = x if isinstance(x, tuple) else (x, None)
-    want = glue.pack_inputs(data.load_tokenizer(vocabulary), length, first, second)
+    want = pack_texts(data.load_tokenizer(vocabulary), length, first, second)
     rows = np.concatenate([np.arange(64), 64 + np.arange(32) % 6])  # 6 real rows, copies
     for name in INPUTS:
         merged = np.concatenate([batch[0][name] for batch in got]).astype(np.int32)
@@ -101,9 +102,9 @@ def test_the_task_route_packs_as_pack_segments(vocabulary, task, length, loader)
 
 
 @pytest.mark.parametrize("loader", LOADERS)
-def test_pad_to_multiple_of_trims_as_glue_dataset_did(vocabulary, loader):
+def test_pad_to_multiple_of_trims_as_the_packed_route_did(vocabulary, loader):
     """`pad_each_batch`: each batch cut after its longest example, rounded up to 16, as
-    `glue_dataset(pad_multiple=16)`; at `sequence_length` 24 every batch stays 24."""
+    `packed_batches(pad_multiple=16)`; at `sequence_length` 24 every batch stays 24."""
     examples = glue.load_glue("stsb", "validation", GLUE_DIR)
     examples = glue.GlueExamples(examples.sentence1[:200], examples.sentence2[:200],
                                  examples.labels[:200], "stsb", "validation")
@@ -113,8 +114,7 @@ def test_pad_to_multiple_of_trims_as_glue_dataset_did(vocabulary, loader):
             TupeTokenizer(vocabulary), sequence_length=length, pad_to_multiple_of=16)
         dataset, _ = batches(segments(examples, 200), examples.labels, 32, loader=loader)
         got = fit_batches(preprocessor, dataset)
-        want = list(glue.glue_dataset("stsb", "validation", tokenizer, length, 32,
-                                      examples=examples, pad_multiple=16))
+        want = list(packed_batches(examples, tokenizer, length, 32, pad_multiple=16))
         assert len(got) == len(want) == 7
         widths = set()
         for (x, y), (x_want, y_want) in zip(got, want):
@@ -155,8 +155,8 @@ def test_the_bpe_pair_rule_on_both_loaders(loader):
 
 def test_the_first_step_loss_is_the_one_of_the_old_route(vocabulary):
     """A tiny classifier, same seed: one training step on the new route's first batch
-    (tf.data, shuffled with the seed) and on `glue_dataset`'s (shuffled, filled) gives
-    the same loss; Grain (its own shuffle) matches `glue_dataset` unshuffled."""
+    (tf.data, shuffled with the seed) and on `packed_batches`' (shuffled, filled) gives
+    the same loss; Grain (its own shuffle) matches `packed_batches` unshuffled."""
     examples = glue.load_glue("mrpc", "validation", GLUE_DIR)
     tokenizer = TupeTokenizer(vocabulary)
     size = tokenizer.vocabulary_size()
@@ -169,8 +169,8 @@ def test_the_first_step_loss_is_the_one_of_the_old_route(vocabulary):
         return model.fit(dataset, epochs=1, steps_per_epoch=1, verbose=0).history["loss"][0]
 
     for shuffle, loader in ((True, "tf.data"), (False, "grain")):
-        old = glue.glue_dataset("mrpc", "validation", data.load_tokenizer(vocabulary), 32, 16,
-                                examples=examples, shuffle=shuffle, seed=5, fill_last_batch=True)
+        old = packed_batches(examples, data.load_tokenizer(vocabulary), 32, 16, shuffle=shuffle,
+                             seed=5, fill_last_batch=True)
         new, _ = batches(segments(examples, len(examples)), examples.labels.astype(np.int32), 16,
                          shuffle=shuffle, seed=5, fill_last_batch=True, loader=loader)
         old_loss = first_step(old, None)

@@ -30,17 +30,14 @@ import csv
 import dataclasses
 import logging
 import math
-import warnings
 from pathlib import Path
 
 import numpy as np
 
-from keras_tupe.data.masking import check_int
 from keras_tupe.data.network import load_tfds
-from keras_tupe.deprecation import warn_deprecated
 
-# TensorFlow is imported where it is used (tfds, packing into tensors, tf.data): loading
-# the TSV files needs none, so fine-tuning runs where TensorFlow is absent (Grain).
+# TensorFlow is imported only by tensorflow-datasets (`load_tfds`): loading the TSV files
+# needs none, so fine-tuning runs where TensorFlow is absent (Grain).
 
 logger = logging.getLogger(__name__)
 
@@ -368,114 +365,3 @@ def _read_tfds(task, split, searched=()):
     texts = [[text.decode("utf-8") for text in columns[key][order]] for key in task.text_keys]
     return _examples(task, split, texts, columns["label"][order])
 
-
-# The packed route fine-tuning replaced: raw sentences now go to the task, whose
-# preprocessor packs (`keras_tupe.finetuning.batches`, `TupeTextClassifierPreprocessor`).
-# Kept for one release, warning, as the tests' oracle of the ids it gave.
-
-
-def pack_inputs(tokenizer, sequence_length, first, second=None):
-    """Deprecated: sentences (or pairs) packed with `keras_tupe.data.packing.pack_segments`.
-
-    Use the task's `TupeTextClassifierPreprocessor`, which packs the same ids.
-
-    Args:
-        tokenizer: a keras-hub WordPiece tokenizer with ragged outputs
-            (`keras_tupe.data.load_tokenizer`).
-        sequence_length: int >= 8.
-        first: strings (a list, a 1-D `tf.string` tensor, or one string).
-        second: the second sentences, like `first`, or None.
-
-    Returns:
-        A dict of int32 tensors `(B, L)` (`(L,)` for one string): `token_ids`,
-        `padding_mask`, `segment_ids`.
-    """
-    warn_deprecated("keras_tupe.data.glue.pack_inputs", "use TupeTextClassifierPreprocessor.")
-    import tensorflow as tf
-
-    from keras_tupe.data.packing import pack_segments, ragged_ids, special_ids
-
-    check_int("sequence_length", sequence_length, 8)
-    if getattr(tokenizer, "sequence_length", None) is not None:
-        raise ValueError(
-            "pack_inputs needs a tokenizer with ragged outputs (sequence_length=None): the "
-            f"packer pads. Received a tokenizer with sequence_length={tokenizer.sequence_length}.")
-    texts = [tf.convert_to_tensor(text, tf.string) for text in (first, second) if text is not None]
-    unbatched = texts[0].shape.rank == 0
-    segments = [ragged_ids(tokenizer(text[tf.newaxis] if unbatched else text)) for text in texts]
-    outputs = pack_segments(segments, sequence_length, *special_ids(tokenizer))
-    return {key: value[0] for key, value in outputs.items()} if unbatched else outputs
-
-
-def glue_dataset(task, split, tokenizer, sequence_length, batch_size, data_dir=None,
-                 shuffle=False, seed=0, examples=None, pad_multiple=None, fill_last_batch=False):
-    """Deprecated: packed `(x, y)` batches of one GLUE split on tf.data.
-
-    Give the raw sentences to the task instead (`keras_tupe.finetuning.batches`).
-
-    Args:
-        task, split, data_dir: as for `load_glue`; `examples` (`GlueExamples`) skips it.
-        tokenizer, sequence_length: as for `pack_inputs`.
-        batch_size, shuffle, seed, fill_last_batch: as for `keras_tupe.finetuning.batches`.
-        pad_multiple: int or None. Cut each batch after its longest example, rounded up
-            to a multiple of this.
-
-    Returns:
-        A `tf.data.Dataset` of `(x, y)` (`(x, y, sample_weight)` with `fill_last_batch`):
-        `x` as `pack_inputs` gives it, `y` int32 class ids or float32 STS-B scores.
-    """
-    warn_deprecated("keras_tupe.data.glue.glue_dataset",
-                    "give the raw sentences to the task (keras_tupe.finetuning.batches).")
-    import tensorflow as tf
-
-    from keras_tupe.finetuning.batches import batches
-
-    task = get_task(task)
-    _check_split(task, split)
-    check_int("sequence_length", sequence_length, 8)
-    check_int("batch_size", batch_size, 1)
-    if pad_multiple is not None:
-        check_int("pad_multiple", pad_multiple, 1)
-    if examples is None:
-        examples = load_glue(task.name, split, data_dir=data_dir)
-    elif (examples.task, examples.split) != (task.name, split):
-        raise ValueError(
-            f"`examples` are of task {examples.task!r}, split {examples.split!r}; expected "
-            f"task {task.name!r}, split {split!r}.")
-    if (examples.sentence2 is not None) != task.is_pair:
-        raise ValueError(
-            f"GLUE task {task.name!r} has {len(task.text_keys)} sentence(s) an example; "
-            f"`examples.sentence2` is {'set' if examples.sentence2 is not None else 'None'}.")
-    texts = tuple(column for column in (examples.sentence1, examples.sentence2)
-                  if column is not None)
-    labels = np.asarray(examples.labels, np.float32 if task.is_regression else np.int32)
-    dataset, _ = batches(texts if task.is_pair else texts[0], labels, batch_size, shuffle=shuffle,
-                         seed=seed, fill_last_batch=fill_last_batch, loader="tf.data")
-
-    def pack(x, *rest):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            x = pack_inputs(tokenizer, sequence_length, *(x if task.is_pair else (x,)))
-        if pad_multiple is not None:
-            longest = tf.reduce_max(tf.reduce_sum(x["padding_mask"], axis=1))
-            length = tf.minimum(sequence_length, -(-longest // pad_multiple) * pad_multiple)
-            x = {name: value[:, :length] for name, value in x.items()}
-        return (x, *rest)
-
-    return dataset.map(pack, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).prefetch(
-        tf.data.AUTOTUNE)
-
-
-def longest_packed_length(tokenizer, examples, batch_size=1024):
-    """Deprecated: `keras_tupe.finetuning.glue.longest_packed_length` of the examples'
-    sentences (`len(first) + 2`, or `len(first) + len(second) + 3` for pairs, at most)."""
-    from keras_tupe.finetuning.glue import longest_packed_length as packed_length
-
-    warn_deprecated("keras_tupe.data.glue.longest_packed_length",
-                    "use keras_tupe.finetuning.glue.longest_packed_length.")
-    check_int("batch_size", batch_size, 1)
-    if not len(examples):
-        raise ValueError(
-            f"No examples in {examples.task!r} {examples.split!r}: nothing to measure.")
-    columns = tuple(c for c in (examples.sentence1, examples.sentence2) if c is not None)
-    return packed_length(tokenizer, columns if len(columns) == 2 else columns[0], batch_size)

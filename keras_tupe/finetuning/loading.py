@@ -87,7 +87,7 @@ def load_backbone(init):
     kind, path = resolve_init(init)
     if kind == "preset":
         return TupeBackbone.from_preset(path)
-    from keras_tupe.models.task import load_saved_model
+    from keras_tupe.models.saving import load_saved_model
 
     model = load_saved_model(path)
     backbone = model if isinstance(model, TupeBackbone) else getattr(model, "backbone", None)
@@ -225,7 +225,7 @@ def load_classifier(save_dir):
                                 "fine-tuning with --save-models (or save_classifier).")
     with open(os.path.join(save_dir, CLASSIFIER_INFO)) as f:
         info = json.load(f)
-    from keras_tupe.models.task import load_saved_model
+    from keras_tupe.models.saving import load_saved_model
 
     return load_saved_model(path), os.path.join(save_dir, "vocab.txt"), info
 

@@ -9,7 +9,6 @@ import statistics
 
 import numpy as np
 
-from keras_tupe.deprecation import warn_deprecated
 from keras_tupe.jsonl import append_jsonl, read_jsonl
 from keras_tupe.staging import write_text
 
@@ -149,41 +148,3 @@ def write_tables(table, out_dir, title):
            + [f"average,{average:.4f},,,,"])
     write_text(os.path.join(out_dir, "summary.csv"), "\n".join(csv) + "\n")
     return average
-
-
-# Deprecated (kept one release): the protocol's plan is `finetuning.protocol.Protocol`'s.
-
-
-def _protocol(name, learning_rates, seeds, selection_seed, edge_learning_rates):
-    from keras_tupe.finetuning.protocol import Protocol
-
-    warn_deprecated(f"keras_tupe.finetuning.summary.{name}", "use keras_tupe.finetuning."
-                    f"Protocol(...).{name.removeprefix('protocol_')}.", stacklevel=3)
-    return Protocol(learning_rates, seeds, selection_seed, edge_learning_rates)
-
-
-def protocol_rates(learning_rates, selection_seed=None, edge_learning_rates=()):
-    """Deprecated: `Protocol.rates` (the grid, and the edges with a selection seed)."""
-    warn_deprecated("keras_tupe.finetuning.summary.protocol_rates",
-                    "use keras_tupe.finetuning.Protocol(...).rates.")
-    return set(learning_rates) | set(edge_learning_rates if selection_seed is not None else ())
-
-
-def protocol_runs(rows, tasks, learning_rates, seeds, selection_seed, edge_learning_rates):
-    """Deprecated: `Protocol.runs`."""
-    return _protocol("protocol_runs", learning_rates, seeds, selection_seed,
-                     edge_learning_rates).runs(rows, tasks)
-
-
-def protocol_size(rows, tasks, learning_rates, seeds, selection_seed=None,
-                  edge_learning_rates=()):
-    """Deprecated: `Protocol.size`."""
-    return _protocol("protocol_size", learning_rates, seeds, selection_seed,
-                     edge_learning_rates).size(rows, tasks)
-
-
-def run_number(rows, tasks, learning_rates, seeds, selection_seed=None,
-               edge_learning_rates=()):
-    """Deprecated: `Protocol.run_number`."""
-    return _protocol("run_number", learning_rates, seeds, selection_seed,
-                     edge_learning_rates).run_number(rows, tasks)

@@ -1,8 +1,7 @@
 """keras_tupe's keras-hub model family: backbone, tokenizer, preprocessors, tasks, presets."""
 
 from keras_tupe.models.presets import PRESETS, SIZES, VARIANTS
-# ReplicaXLAStep: deprecated (subclassing it warns), TupeTask's old name; kept one release.
-from keras_tupe.models.task import PerReplicaXLATrainStep, ReplicaXLAStep, TupeTask
+from keras_tupe.models.task import PerReplicaXLATrainStep, TupeTask
 from keras_tupe.models.tupe_backbone import TupeBackbone
 from keras_tupe.models.tupe_bpe_tokenizer import TupeBpeTokenizer
 from keras_tupe.models.tupe_masked_lm import TupeMaskedLM
@@ -16,7 +15,6 @@ from keras_tupe.models.tupe_tokenizer import TupeTokenizer
 __all__ = [
     "PRESETS",
     "PerReplicaXLATrainStep",
-    "ReplicaXLAStep",
     "SIZES",
     "TupeBackbone",
     "TupeBpeTokenizer",

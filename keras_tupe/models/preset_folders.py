@@ -12,7 +12,6 @@ import difflib
 import os
 import shutil
 
-from keras_tupe.deprecation import warn_deprecated
 from keras_tupe.files import read_json
 from keras_tupe.staging import arrays_bytes, staged, write_json
 
@@ -286,23 +285,3 @@ def preset_sequence_length(loader):
     if length:
         return int(length)
     return min(512, int(loader.config["config"].get("max_sequence_length", 512)))
-
-
-def refuse_overwrite(preset_dir, files, overwrite):
-    """Deprecated (kept one release): refuses `files` in `preset_dir` unless `overwrite`,
-    which first removes every file keras-hub writes there. Use `write_preset_folder`."""
-    warn_deprecated("keras_tupe.models.preset_folders.refuse_overwrite", "save_to_preset "
-                    "goes through write_preset_folder (StagedPresetSaving).")
-    present = [f for f in files if os.path.exists(os.path.join(preset_dir, f))]
-    if present and not overwrite:
-        raise FileExistsError(f"Preset folder {preset_dir} already holds {present}; refusing "
-                              "to overwrite a saved model. Choose another folder, or pass "
-                              "overwrite=True.")
-    for f in (("config.json", "model.weights.h5", "model.weights.json", "metadata.json",
-               "task.json", "task.weights.h5", "preprocessor.json", "tokenizer.json", "assets")
-              if present else ()):
-        path = os.path.join(preset_dir, f)
-        if os.path.isdir(path):
-            shutil.rmtree(path)
-        elif os.path.exists(path):
-            os.remove(path)

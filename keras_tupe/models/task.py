@@ -3,14 +3,10 @@
 
 import keras
 
-from keras_tupe.deprecation import warn_deprecated
 from keras_tupe.models.preset_folders import StagedPresetSaving
-# `without_training_state` and `load_saved_model` were imported from here before
-# `keras_tupe.models.saving` held them; both still are, for one release.
-from keras_tupe.models.saving import (  # noqa: F401
+from keras_tupe.models.saving import (
     WholeWeightsFiles,
     absent_optimizer_state_expected,
-    load_saved_model,
     without_training_state,
 )
 from keras_tupe.models.tupe_backbone import without_unused_segment_ids
@@ -204,13 +200,3 @@ class TupeTask(PerReplicaXLATrainStep, WholeWeightsFiles, StagedPresetSaving):
         """keras-hub's, without the optimizer warning of `load_saved_model` (same cause)."""
         with absent_optimizer_state_expected():
             super().load_task_weights(filepath)
-
-
-class ReplicaXLAStep(TupeTask):
-    """Deprecated (kept one release; subclassing it warns): `TupeTask`, the same mixin."""
-
-    def __init_subclass__(cls, **kwargs):
-        warn_deprecated(f"{cls.__name__}: `ReplicaXLAStep`", "mix in "
-                        "`keras_tupe.models.task.TupeTask` (the same behaviour), or "
-                        "`PerReplicaXLATrainStep` for the training step alone.", stacklevel=1)
-        super().__init_subclass__(**kwargs)

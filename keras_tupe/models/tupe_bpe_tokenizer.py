@@ -8,11 +8,9 @@ import sys
 import keras
 import numpy as np
 from subword_nmt.apply_bpe import BPE
-from subword_nmt.apply_bpe import encode as subword_nmt_encode
 
 import keras_hub
 
-from keras_tupe.deprecation import warn_deprecated
 from keras_tupe.models.preset_folders import StagedPresetSaving, check_backbone_vocabulary_size
 from keras_tupe.models.tupe_backbone import TupeBackbone
 from keras_tupe.models.tupe_tokenizer import add_special_tokens
@@ -149,16 +147,6 @@ def read_bpe_codes(path):
         raise ValueError(f"BPE codes file {path} is not UTF-8 text ({error}); it is not a "
                          "subword-nmt or fastBPE codes file.") from None
     return parse_bpe_codes(lines, source=f"file {path}")
-
-
-def apply_bpe(word, ranks, version):
-    """Deprecated: the BPE pieces of one word, subword-nmt's `apply_bpe.encode`.
-
-    `TupeBpeTokenizer.bpe` calls subword-nmt itself; this name stays for one release.
-    """
-    warn_deprecated("keras_tupe.models.tupe_bpe_tokenizer.apply_bpe",
-                    "call subword_nmt.apply_bpe.encode (or TupeBpeTokenizer.bpe).")
-    return tuple(subword_nmt_encode(word, ranks, None, None, BPE_SEPARATOR, version, {}))
 
 
 def _to_python_strings(inputs):

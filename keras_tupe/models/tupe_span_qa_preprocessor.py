@@ -3,7 +3,6 @@
 import keras
 import keras_hub
 
-from keras_tupe.deprecation import warn_deprecated
 from keras_tupe.models.preset_folders import StagedPresetSaving, preset_sequence_length
 from keras_tupe.models.tupe_backbone import TupeBackbone
 from keras_tupe.models.tupe_tokenizer import TupeTokenizer
@@ -79,18 +78,6 @@ class TupeSpanQAPreprocessor(StagedPresetSaving, keras_hub.models.Preprocessor):
         kwargs = super()._add_missing_kwargs(loader, kwargs)
         kwargs.setdefault("sequence_length", min(384, preset_sequence_length(loader)))
         return kwargs
-
-    def write_vocabulary(self, directory):
-        """Deprecated (kept one release; `featurize` takes the tokenizer itself): the
-        tokenizer's vocabulary as `directory/vocabulary.txt`; returns its path."""
-        import os
-
-        from keras_tupe.staging import write_text
-
-        warn_deprecated("TupeSpanQAPreprocessor.write_vocabulary",
-                        "featurize takes the tokenizer itself.")
-        return write_text(os.path.join(directory, "vocabulary.txt"),
-                          "".join(token + "\n" for token in self.tokenizer.get_vocabulary()))
 
     @staticmethod
     def articles(questions, contexts, answers=None, answer_starts=None):
