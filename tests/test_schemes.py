@@ -37,8 +37,12 @@ def test_every_value_has_one_row():
     # The reference's own lists (written from the papers) against the table's keys.
     assert tuple(ABSOLUTE_CORRELATION_SCHEMES) == ABSOLUTE_CORRELATIONS
     assert tuple(RELATIVE_POSITION_SCHEMES) == RELATIVE_POSITIONS
-    assert tupe_backbone.RELATIVE_POSITIONS == RELATIVE_POSITIONS
-    assert tupe_backbone.ABSOLUTE_CORRELATIONS == ABSOLUTE_CORRELATIONS
+    assert schemes.RELATIVE_POSITIONS == RELATIVE_POSITIONS
+    assert schemes.ABSOLUTE_CORRELATIONS == ABSOLUTE_CORRELATIONS
+    # The papers' relative schemes are the reference's; the column marks the others.
+    beyond = {name for name, row in RELATIVE_POSITION_SCHEMES.items() if row.beyond_papers}
+    assert beyond == set(RELATIVE_POSITIONS) - {"none", "t5_bias"} - set(
+        schemes.METHODS) == {"alibi", "rotary", "disentangled"}
     for scheme in RELATIVE_POSITION_SCHEMES.values():
         assert scheme.attention is not None
         assert set(scheme.needed_inputs) <= set(scheme.attention_inputs)

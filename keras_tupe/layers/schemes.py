@@ -5,7 +5,9 @@ value: the attention layer of every block and which block settings it takes, the
 backbone computes once per forward pass and hands to every block, whether the logits can run
 through the fused `keras.ops.dot_product_attention`, what the value composes with, and whether
 its shared term is position-only (what `cls_reset` resets and `positional_bias` returns). The
-backbone and the block validate and build by looking rows up; neither names a scheme.
+backbone and the block validate and build by looking rows up; neither names a scheme:
+`BackbonePositions` takes the backbone's positional arguments, checks them against the table
+and says what they build.
 
 A new encoding is one layer file and one row: the rotary scheme, for instance, is
 `rotary_positional_attention.py` plus the `"rotary"` row of `RELATIVE_POSITION_SCHEMES`.
@@ -17,8 +19,10 @@ import dataclasses
 from typing import Callable, Optional
 
 import keras
+from keras_hub.layers import PositionEmbedding
 
 from keras_tupe.layers.bidirectional_alibi_bias import BidirectionalAlibiBias
+from keras_tupe.layers.cls_reset import CLS_RESET_STYLES, ClsReset
 from keras_tupe.layers.disentangled_attention import DisentangledAttention, check_bucket_size
 from keras_tupe.layers.disentangled_relative_embedding import DisentangledRelativeEmbedding
 from keras_tupe.layers.qkr_multiplicative_attention import METHODS, QKRMultiplicativeAttention
@@ -27,10 +31,15 @@ from keras_tupe.layers.rotary_positional_attention import (
     RotaryPositionalAttention,
     check_rotary_head_dim,
 )
-from keras_tupe.layers.untied_positional_attention import UntiedPositionalAttention
+from keras_tupe.layers.untied_positional_attention import (
+    UntiedPositionalAttention,
+    check_attention_implementation,
+)
 from keras_tupe.layers.untied_positional_correlation import UntiedPositionalCorrelation
 from keras_tupe.layers.utils import clone_initializer
 
+# `absolute_position`: positions added to the token embeddings, or none.
+ABSOLUTE_POSITIONS = ("none", "added")
 # What the backbone computes once per pass and gives every block (its call arguments).
 SHARED_INPUTS = ("attention_bias", "position_query", "position_key", "relative_embeddings")
 
@@ -93,6 +102,8 @@ class PositionalScheme:
         untied_scaling: correlation rows: content logits scaled by `1/sqrt(2 d_h)`.
         distance_divisor: relative rows: `max_relative_distance` defaults to
             `max_sequence_length // distance_divisor`.
+        beyond_papers: relative rows: a scheme from neither TUPE nor Huang et al.
+            (issue 37: ALiBi, rotary, DeBERTa).
         check: further checks of the backbone values (keyword arguments), raising a
             one-line `ValueError`.
     """
@@ -109,6 +120,7 @@ class PositionalScheme:
     fairseq_cls_reset: bool = False
     untied_scaling: bool = False
     distance_divisor: int = 1
+    beyond_papers: bool = False
     check: Optional[Callable] = None
 
     @property
@@ -217,6 +229,7 @@ RELATIVE_POSITION_SCHEMES = {
             BidirectionalAlibiBias, "alibi_bias", "alibi_bias", _same("num_heads")
         ),
         position_only=True,
+        beyond_papers=True,
     ),
     "rotary": PositionalScheme(
         "rotary position embeddings of the queries and keys (RoFormer)",
@@ -226,6 +239,7 @@ RELATIVE_POSITION_SCHEMES = {
         composes_with=("none", "untied"),
         why_not="BERT-A^d adds position projections to the rotated queries and keys, and "
         "neither paper says whether before or after the rotation",
+        beyond_papers=True,
         check=_check_rotary,
     ),
     "disentangled": PositionalScheme(
@@ -251,6 +265,7 @@ RELATIVE_POSITION_SCHEMES = {
         why_not="DeBERTa's logits have position terms of their own and the scale "
         "1/sqrt(3 d_h), which leave no place for TUPE's 1/sqrt(2 d_h) terms",
         distance_divisor=2,  # DeBERTa's bucket_size 256 for 512 positions.
+        beyond_papers=True,
         check=_check_disentangled,
     ),
 }
@@ -403,3 +418,121 @@ def check_schemes(
         if scheme.check is not None:
             scheme.check(**values)
     return correlation, relative
+
+
+def check_choice(name, value, choices):
+    """Refuses a `value` of the argument `name` that is not one of `choices`."""
+    if value not in choices:
+        raise ValueError(f"`{name}` must be one of {choices}. Received: {name}={value!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class BackbonePositions:
+    """A `TupeBackbone`'s positional arguments, checked against the table, and what they build.
+
+    `TupeBackbone` hands over its scheme-specific arguments and the sizes the rows
+    need; `BackbonePositions.check` refuses what the table does not allow (one line
+    naming the valid choices) and resolves the defaults. The backbone then builds
+    the position table, the shared terms, the [CLS] reset and the blocks from it
+    without naming a scheme.
+
+    Attributes:
+        rows: the `absolute_correlation` and `relative_position` rows.
+        arguments: the backbone's scheme-specific constructor arguments
+            (`absolute_position` ... `attention_implementation`), with
+            `max_relative_distance` resolved; the backbone stores and returns them.
+        values: what the rows' shared terms and checks are built from: the sizes
+            (`hidden_dim`, `num_heads`, `max_sequence_length`, `layer_norm_epsilon`),
+            `num_buckets`, `max_distance`, `max_relative_distance`, `fairseq_reset`
+            and the `initializer`.
+    """
+
+    rows: tuple
+    arguments: dict
+    values: dict
+
+    @classmethod
+    def check(
+        cls,
+        absolute_position,
+        absolute_correlation,
+        relative_position,
+        cls_reset,
+        cls_reset_style,
+        attention_implementation,
+        num_buckets,
+        max_distance,
+        max_relative_distance,
+        zero_init_relative_tables,
+        **sizes,
+    ):
+        """The positions of a backbone whose arguments the table allows.
+
+        `sizes` are the backbone's `hidden_dim`, `num_heads`, `max_sequence_length`,
+        `layer_norm_epsilon` and `initializer`.
+        """
+        check_choice("absolute_position", absolute_position, ABSOLUTE_POSITIONS)
+        # Read at each call: a row added to a table (a test's) is a valid choice.
+        check_choice("absolute_correlation", absolute_correlation,
+                     tuple(ABSOLUTE_CORRELATION_SCHEMES))
+        check_choice("relative_position", relative_position, tuple(RELATIVE_POSITION_SCHEMES))
+        check_attention_implementation(attention_implementation)
+        check_choice("cls_reset_style", cls_reset_style, CLS_RESET_STYLES)
+        if max_relative_distance is None:
+            divisor = RELATIVE_POSITION_SCHEMES[relative_position].distance_divisor
+            max_relative_distance = sizes["max_sequence_length"] // divisor
+        values = dict(
+            sizes, num_buckets=num_buckets, max_distance=max_distance,
+            max_relative_distance=max_relative_distance,
+            fairseq_reset=cls_reset and cls_reset_style == "fairseq",
+        )
+        rows = check_schemes(
+            absolute_correlation, relative_position, attention_implementation, cls_reset,
+            cls_reset_style, **values,
+        )
+        arguments = dict(
+            absolute_position=absolute_position,
+            absolute_correlation=absolute_correlation,
+            relative_position=relative_position,
+            cls_reset=cls_reset,
+            cls_reset_style=cls_reset_style,
+            num_buckets=num_buckets,
+            max_distance=max_distance,
+            max_relative_distance=max_relative_distance,
+            zero_init_relative_tables=zero_init_relative_tables,
+            attention_implementation=attention_implementation,
+        )
+        return cls(rows, arguments, values)
+
+    @property
+    def block_arguments(self):
+        """The positional arguments of every `TransformerEncoderBlock`."""
+        return dict(
+            untied_scaling=self.rows[0].untied_scaling,
+            relative_method=block_relative_method(self.arguments["relative_position"]),
+            max_relative_distance=self.arguments["max_relative_distance"],
+            zero_init_tables=self.arguments["zero_init_relative_tables"],
+            attention_implementation=self.arguments["attention_implementation"],
+        )
+
+    def position_embedding(self, dtype):
+        """The learned absolute positions added to the token embeddings, or `None`."""
+        if self.arguments["absolute_position"] == "none":
+            return None
+        return PositionEmbedding(
+            self.values["max_sequence_length"],
+            initializer=clone_initializer(self.values["initializer"]),
+            dtype=dtype,
+            name="position_embedding",
+        )
+
+    def shared_terms(self, dtype):
+        """`{attribute: layer}` for every `SHARED_TERMS` attribute (`None`: unused)."""
+        return build_shared_terms(self.rows, self.values, dtype)
+
+    def cls_reset_layer(self, dtype):
+        """The paper's [CLS] reset (`ClsReset`, learned θ), or `None`: none asked for, or
+        the fairseq style, which resets inside the untied table and the T5 buckets."""
+        if not self.arguments["cls_reset"] or self.values["fairseq_reset"]:
+            return None
+        return ClsReset(self.values["num_heads"], dtype=dtype, name="cls_reset")

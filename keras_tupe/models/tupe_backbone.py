@@ -7,23 +7,16 @@ import keras
 import keras_hub
 from keras import ops
 
-from keras_tupe.layers.cls_reset import CLS_RESET_STYLES, ClsReset
-from keras_tupe.layers.schemes import (  # noqa: F401 (the two tuples are public here)
-    ABSOLUTE_CORRELATION_SCHEMES,
-    ABSOLUTE_CORRELATIONS,
-    RELATIVE_POSITION_SCHEMES,
-    RELATIVE_POSITIONS,
+from keras_tupe.layers.schemes import (
     SHARED_INPUTS,
-    block_relative_method,
-    build_shared_terms,
+    BackbonePositions,
+    check_choice,
     check_content_free,
-    check_schemes,
 )
 from keras_tupe.layers.transformer_encoder_block import (
     LAYER_NORM_POSITIONS,
     TransformerEncoderBlock,
 )
-from keras_tupe.layers.untied_positional_attention import ATTENTION_IMPLEMENTATIONS
 from keras_tupe.layers.utils import check_sequence_length, clone_initializer
 from keras_tupe.models.preset_folders import (
     StagedPresetSaving,
@@ -34,16 +27,6 @@ from keras_tupe.models.preset_folders import (
 from keras_tupe.models.presets import PRESETS, preset_description
 from keras_tupe.models.saving import WholeWeightsFiles
 
-ABSOLUTE_POSITIONS = ("none", "added")
-# Beyond the papers (issue 37): ALiBi (bidirectional), RoFormer's rotary
-# embeddings, DeBERTa's disentangled attention. Their rows in
-# `keras_tupe.layers.schemes` say what they compose with; kept here as they were.
-BEYOND_RELATIVE_POSITIONS = ("alibi", "rotary", "disentangled")
-BEYOND_CORRELATIONS = {
-    name: (RELATIVE_POSITION_SCHEMES[name].composes_with or ABSOLUTE_CORRELATIONS,
-           RELATIVE_POSITION_SCHEMES[name].why_not)
-    for name in BEYOND_RELATIVE_POSITIONS
-}
 INPUT_NAMES = ("token_ids", "padding_mask", "segment_ids")
 # The constructor arguments `get_config` returns, each stored under its own name.
 CONFIG_KEYS = (
@@ -83,16 +66,19 @@ def without_unused_segment_ids(model, inputs):
     return inputs
 
 
-def _ints(minimum, **values):
-    for name, value in values.items():
+def _check_arguments(layer_norm_position, num_segments, **sizes):
+    """Refuses the non-positional arguments the encoder cannot take, naming the problem."""
+    check_choice("layer_norm_position", layer_norm_position, LAYER_NORM_POSITIONS)
+    for name, value in {**sizes, "num_segments": num_segments}.items():
+        minimum = 0 if name == "num_segments" else 1
         if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < minimum:
             what = "a positive int" if minimum == 1 else "an int >= 0 (0: no segment embedding)"
             raise ValueError(f"`{name}` must be {what}. Received: {name}={value!r}")
-
-
-def _choice(name, value, choices):
-    if value not in choices:
-        raise ValueError(f"`{name}` must be one of {choices}. Received: {name}={value!r}")
+    if sizes["hidden_dim"] % sizes["num_heads"]:
+        raise ValueError(
+            "`hidden_dim` must be divisible by `num_heads`. Received: "
+            f"hidden_dim={sizes['hidden_dim']}, num_heads={sizes['num_heads']}"
+        )
 
 
 @keras.saving.register_keras_serializable(package="keras_tupe")
@@ -207,38 +193,19 @@ class TupeBackbone(WholeWeightsFiles, StagedPresetSaving, keras_hub.models.Backb
         dtype=None,
         **kwargs,
     ):
-        _choice("absolute_position", absolute_position, ABSOLUTE_POSITIONS)
-        _choice("absolute_correlation", absolute_correlation, tuple(ABSOLUTE_CORRELATION_SCHEMES))
-        _choice("relative_position", relative_position, tuple(RELATIVE_POSITION_SCHEMES))
-        _choice("attention_implementation", attention_implementation, ATTENTION_IMPLEMENTATIONS)
-        _choice("cls_reset_style", cls_reset_style, CLS_RESET_STYLES)
-        _choice("layer_norm_position", layer_norm_position, LAYER_NORM_POSITIONS)
-        _ints(1, vocabulary_size=vocabulary_size, num_layers=num_layers, num_heads=num_heads,
-              hidden_dim=hidden_dim, intermediate_dim=intermediate_dim,
-              max_sequence_length=max_sequence_length)
-        _ints(0, num_segments=num_segments)
-        if hidden_dim % num_heads:
-            raise ValueError(
-                "`hidden_dim` must be divisible by `num_heads`. Received: "
-                f"hidden_dim={hidden_dim}, num_heads={num_heads}"
-            )
-        if max_relative_distance is None:
-            divisor = RELATIVE_POSITION_SCHEMES[relative_position].distance_divisor
-            max_relative_distance = max_sequence_length // divisor
-        fairseq_reset = cls_reset and cls_reset_style == "fairseq"
+        _check_arguments(layer_norm_position, num_segments, vocabulary_size=vocabulary_size,
+                         num_layers=num_layers, num_heads=num_heads, hidden_dim=hidden_dim,
+                         intermediate_dim=intermediate_dim, max_sequence_length=max_sequence_length)
         # Every weight gets its own clone (`clone_initializer`): one shared
         # unseeded initializer would give them all the same numbers.
         initializer = keras.initializers.TruncatedNormal(stddev=0.02)
-        # What the rows' shared terms and checks are built from.
-        values = dict(
-            hidden_dim=hidden_dim, num_heads=num_heads, max_sequence_length=max_sequence_length,
-            layer_norm_epsilon=layer_norm_epsilon, num_buckets=num_buckets,
-            max_distance=max_distance, max_relative_distance=max_relative_distance,
-            fairseq_reset=fairseq_reset, initializer=initializer,
-        )
-        correlation, relative = check_schemes(
-            absolute_correlation, relative_position, attention_implementation, cls_reset,
-            cls_reset_style, **values,
+        # The table checks the positional arguments and says what they build.
+        positions = BackbonePositions.check(
+            absolute_position, absolute_correlation, relative_position, cls_reset,
+            cls_reset_style, attention_implementation, num_buckets, max_distance,
+            max_relative_distance, zero_init_relative_tables, hidden_dim=hidden_dim,
+            num_heads=num_heads, max_sequence_length=max_sequence_length,
+            layer_norm_epsilon=layer_norm_epsilon, initializer=initializer,
         )
 
         # === Layers ===
@@ -249,14 +216,7 @@ class TupeBackbone(WholeWeightsFiles, StagedPresetSaving, keras_hub.models.Backb
             dtype=dtype,
             name="token_embedding",
         )
-        self.position_embedding = None
-        if absolute_position == "added":
-            self.position_embedding = keras_hub.layers.PositionEmbedding(
-                max_sequence_length,
-                initializer=clone_initializer(initializer),
-                dtype=dtype,
-                name="position_embedding",
-            )
+        self.position_embedding = positions.position_embedding(dtype)
         self.segment_embedding = None
         if num_segments:
             self.segment_embedding = keras.layers.Embedding(
@@ -269,15 +229,12 @@ class TupeBackbone(WholeWeightsFiles, StagedPresetSaving, keras_hub.models.Backb
         self.embeddings_layer_norm = keras.layers.LayerNormalization(
             epsilon=layer_norm_epsilon, dtype=dtype, name="embeddings_layer_norm"
         )
-        self.embeddings_dropout = keras.layers.Dropout(dropout, dtype=dtype,
-                                                       name="embeddings_dropout")
+        self.embeddings_dropout = keras.layers.Dropout(dropout, dtype=dtype, name="embeddings_dropout")
         # The schemes' terms computed once per pass (`untied_correlation`,
         # `relative_bias`, `alibi_bias`, `disentangled_embedding`; `None` if unused).
-        for attribute, layer in build_shared_terms((correlation, relative), values, dtype).items():
+        for attribute, layer in positions.shared_terms(dtype).items():
             setattr(self, attribute, layer)
-        # The fairseq-style reset happens inside the untied table and the T5 buckets.
-        self.cls_reset_layer = (ClsReset(num_heads, dtype=dtype, name="cls_reset")
-                                if cls_reset and not fairseq_reset else None)
+        self.cls_reset_layer = positions.cls_reset_layer(dtype)
         self.transformer_layers = [
             TransformerEncoderBlock(
                 num_heads,
@@ -285,14 +242,10 @@ class TupeBackbone(WholeWeightsFiles, StagedPresetSaving, keras_hub.models.Backb
                 dropout=dropout,
                 activation=activation,
                 layer_norm_epsilon=layer_norm_epsilon,
-                untied_scaling=correlation.untied_scaling,
-                relative_method=block_relative_method(relative_position),
-                max_relative_distance=max_relative_distance,
-                zero_init_tables=zero_init_relative_tables,
-                attention_implementation=attention_implementation,
                 kernel_initializer=clone_initializer(initializer),
                 max_sequence_length=max_sequence_length,
                 layer_norm_position=layer_norm_position,
+                **positions.block_arguments,
                 dtype=dtype,
                 name=f"transformer_layer_{i}",
             )
@@ -324,7 +277,7 @@ class TupeBackbone(WholeWeightsFiles, StagedPresetSaving, keras_hub.models.Backb
         x = self.embeddings_dropout(self.embeddings_layer_norm(x))
         if mask_padding_embeddings:
             x = x * ops.cast(padding_mask, x.dtype)[:, :, None]  # (B, n, d)
-        shared_inputs = self._positional_terms(x, (correlation, relative))
+        shared_inputs = self._positional_terms(x, positions.rows)
         for layer in self.transformer_layers:
             x = layer(x, padding_mask=padding_mask, **shared_inputs)
         if self.final_layer_norm is not None:
@@ -346,20 +299,13 @@ class TupeBackbone(WholeWeightsFiles, StagedPresetSaving, keras_hub.models.Backb
         self.dropout = dropout
         self.max_sequence_length = max_sequence_length
         self.num_segments = num_segments
-        self.absolute_position = absolute_position
-        self.absolute_correlation = absolute_correlation
-        self.relative_position = relative_position
-        self.cls_reset = cls_reset
-        self.cls_reset_style = cls_reset_style
         self.mask_padding_embeddings = mask_padding_embeddings
-        self.num_buckets = num_buckets
-        self.max_distance = max_distance
-        self.max_relative_distance = max_relative_distance  # as resolved above
-        self.zero_init_relative_tables = zero_init_relative_tables
         self.layer_norm_epsilon = layer_norm_epsilon
         self.activation = activation
-        self.attention_implementation = attention_implementation
         self.layer_norm_position = layer_norm_position
+        # `absolute_position` ... `attention_implementation`, `max_relative_distance` resolved.
+        for name, value in positions.arguments.items():
+            setattr(self, name, value)
 
     def _positional_terms(self, x, schemes):
         """The block inputs (`SHARED_INPUTS`) the `schemes` compute once per pass.
