@@ -7,7 +7,6 @@ repository root; `base`, `references` and `pretrain_configs` name studies (a `.j
 relative to the naming one).
 """
 
-import contextlib
 import copy
 import dataclasses
 import json
@@ -399,37 +398,6 @@ def expected_backbone(variant):
     return {**PRESETS[variant.base_preset], **variant.overrides}
 
 
-@contextlib.contextmanager
-def registered_presets(config):
-    """Adds the presets of variants with structural overrides to the registry, meanwhile.
-
-    `PretrainConfig` names its encoder by preset, so a variant such as
-    `huang_m4` with `max_relative_distance=8` becomes the preset
-    `huang_m4_k8_mini` (the library preset plus the override) while the study
-    trains; the registry is restored afterwards. The saved models carry their
-    full config, so loading them needs nothing.
-    """
-    from keras_tupe.models.presets import PRESETS
-
-    added = {}
-    for variant in variants(config):
-        if not variant.overrides:
-            continue
-        wanted = expected_backbone(variant)
-        existing = PRESETS.get(variant.preset)
-        if existing is not None and existing != wanted:
-            raise StudyError(f"Variant {variant.name!r} would define preset {variant.preset!r}, "
-                             "which exists with another config; rename the variant.")
-        if existing is None:
-            added[variant.preset] = wanted
-    PRESETS.update(added)
-    try:
-        yield
-    finally:
-        for name in added:
-            PRESETS.pop(name, None)
-
-
 def pretrain_config(config, variant, verbose=2):
     """The exact `PretrainConfig` of one variant: the study's settings, nothing else."""
     from keras_tupe.pretraining import PretrainConfig
@@ -440,7 +408,8 @@ def pretrain_config(config, variant, verbose=2):
         if isinstance(settings.get(key), str):
             settings[key] = [settings[key]]
     return PretrainConfig(
-        preset=variant.preset,
+        preset=variant.base_preset,
+        backbone_overrides=variant.overrides or None,
         out=variant.run_dir,
         vocab=vocabulary["file"],
         **{field: vocabulary[key] for key, field in VOCABULARY_FIELDS.items()},

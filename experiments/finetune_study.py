@@ -20,7 +20,6 @@ fine-tuned before runs were recorded one by one (`finetune`, `finetune_intermedi
 keep each job's summary in `summary.json` instead.
 """
 
-import dataclasses
 import json
 import os
 
@@ -105,7 +104,6 @@ def run_study(config, command, report_command, only_variants=None, only_checkpoi
     jobs = [job for job in plan(config, only_variants, only_checkpoints) if any(
         protocol.runs_to_do(records.read_jsonl(os.path.join(job["out"], "results.jsonl")), task)
         for task in config["tasks"])]
-    print(cost(config, jobs), flush=True)
     study_config.require_models(job["init"] for job in jobs)
     for job in jobs:
         settings = _settings(config, job)
@@ -137,47 +135,6 @@ def run_study(config, command, report_command, only_variants=None, only_checkpoi
                          steps_per_execution=steps_per_execution)
     record_floors([config], missing_only=True)  # the data is here; `report` reads only records
     return report(config, report_command)
-
-
-def cost(config, jobs):
-    """What fine-tuning `jobs` costs: the runs left (with a selection seed, at least: the
-    grid may widen at an edge) and their training steps."""
-    from keras_tupe.data import glue
-    from keras_tupe.finetuning import FinetuneConfig, paper_epochs
-
-    study = f"[{config['study']}]"
-    if not jobs:
-        return f"{study} nothing left to fine-tune: every job's protocol has run."
-    rows = {job["out"]: records.read_jsonl(os.path.join(job["out"], "results.jsonl"))
-            for job in jobs}
-    left = {task: sum(_runs_left(config, rows[job["out"]], task) for job in jobs)
-            for task in config["tasks"]}
-    line = (f"{study} {len(jobs)} checkpoint(s) to fine-tune: {sum(left.values()):,} runs"
-            + (" at least" if config.get("selection_seed") is not None else ""))
-    if is_squad(config):
-        return line + " (SQuAD: steps depend on the features)."
-    settings = {f.name: f.default for f in dataclasses.fields(FinetuneConfig)}
-    settings.update(config["settings"])
-    parts = []
-    for task in config["tasks"]:
-        task_settings = {**settings, **config.get("task_settings", {}).get(task, {})}
-        examples = len(glue.load_glue(task, "train", config.get("data_dir")).labels)
-        examples = min(examples, task_settings["max_train_examples"] or examples)
-        steps = ((task_settings["epochs"] or paper_epochs(task))
-                 * -(-examples // task_settings["batch_size"]))
-        parts.append((task, left[task], steps))
-    return (line + f", {sum(n * steps for _, n, steps in parts):,} training steps: "
-            + "; ".join(f"{task} {n} x {steps:,} steps" for task, n, steps in parts) + ".")
-
-
-def _runs_left(config, rows, task):
-    """The runs of `task` still to do: the protocol's known next runs, and with a selection
-    seed not yet decided, the other seeds at the rate it will choose."""
-    todo = _protocol(config).runs_to_do(rows, task)
-    selection_seed = config.get("selection_seed")
-    if selection_seed is not None and todo and all(seed == selection_seed for _, seed in todo):
-        return len(todo) + len(config["seeds"]) - 1
-    return len(todo)
 
 
 def is_squad(config):

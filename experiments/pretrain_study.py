@@ -40,30 +40,28 @@ def run_study(config, command, only=None, verbose=2, until_step=None, record_onl
             print(f"[{config['study']}] {variant.name}: "
                   + (f"{written['status']}, recorded" if written else "no run folder"), flush=True)
         return
-    print(cost(config, selected, until_step), flush=True)
-    with study_config.registered_presets(config):
-        for variant in selected:
-            prefix = f"[{config['study']}] {variant.name}"
-            record = os.path.join(records.record_dir(config, variant.name), RECORD)
-            if os.path.exists(record) and not os.path.exists(variant.run_dir):
-                print(f"{prefix}: recorded in {record}, its run folder is not here: skipped "
-                      "(delete the record's folder to train it again)", flush=True)
-                continue
-            try:
-                if variant.is_finished:
-                    print(f"{prefix}: finished, skipped ({variant.run_dir})", flush=True)
-                else:
-                    print(f"{prefix}: pre-training {variant.preset} -> {variant.run_dir}",
-                          flush=True)
-                    keras.backend.clear_session()
-                    pretrain(dataclasses.replace(
-                        study_config.pretrain_config(config, variant, verbose=verbose),
-                        steps_per_execution=steps_per_execution), until_step=until_step)
-            finally:  # also when stopped: the record is always there to commit
-                written = write_record(config, variant)
-                if written:
-                    print(f"{prefix}: {written['status']}, recorded in "
-                          f"{os.path.dirname(record)}", flush=True)
+    for variant in selected:
+        prefix = f"[{config['study']}] {variant.name}"
+        record = os.path.join(records.record_dir(config, variant.name), RECORD)
+        if os.path.exists(record) and not os.path.exists(variant.run_dir):
+            print(f"{prefix}: recorded in {record}, its run folder is not here: skipped "
+                  "(delete the record's folder to train it again)", flush=True)
+            continue
+        try:
+            if variant.is_finished:
+                print(f"{prefix}: finished, skipped ({variant.run_dir})", flush=True)
+            else:
+                print(f"{prefix}: pre-training {variant.preset} -> {variant.run_dir}",
+                      flush=True)
+                keras.backend.clear_session()
+                pretrain(dataclasses.replace(
+                    study_config.pretrain_config(config, variant, verbose=verbose),
+                    steps_per_execution=steps_per_execution), until_step=until_step)
+        finally:  # also when stopped: the record is always there to commit
+            written = write_record(config, variant)
+            if written:
+                print(f"{prefix}: {written['status']}, recorded in "
+                      f"{os.path.dirname(record)}", flush=True)
 
 
 def _select(config, only):
@@ -103,10 +101,3 @@ def _status(config, variant, step):
     if step == config["settings"]["steps"]:  # trained elsewhere; its models did not come back
         return "trained all its steps; the final model is not in its run folder"
     return f"stopped at step {step}"
-
-
-def cost(config, selected, until_step=None):
-    """What the selected runs cost at most, in steps (times: the records' `wall_seconds`)."""
-    steps = until_step or config["settings"]["steps"]
-    return (f"[{config['study']}] {len(selected)} run(s) x {steps:,} steps = "
-            f"{len(selected) * steps:,} steps at most")

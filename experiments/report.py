@@ -33,7 +33,7 @@ from experiments.pretrain_study import RECORD
 FRACTIONS = (0.25, 0.5, 1.0)
 SEED_FRACTIONS = (0.3, 0.5, 1.0)
 # Fields of `run_config.json` that may differ between the runs of a study.
-FREE_FIELDS = ("preset", "out")
+FREE_FIELDS = ("preset", "out", "backbone_overrides")
 LOSS_LABEL = "validation masked-LM loss"
 
 
@@ -59,9 +59,13 @@ def read_runs(config):
         name, saved, where = variant.name, record["config"], os.path.join(folder, RECORD)
         expected = json.loads(json.dumps(
             study_config.pretrain_config(config, variant).resume_key()))
+        # With its encoder's config recorded, a run is checked by that encoder (below), not by
+        # how the preset was named: `huang_m4_mini` with overrides, or a preset of their own.
+        free = ("out", "preset", "backbone_overrides") if record.get("backbone_config") else (
+            "out",)
         problems += [f"{name}: {key} is {saved.get(key)!r} in {where}, the config says "
                      f"{expected.get(key)!r}" for key in sorted(set(saved) | set(expected))
-                     if key != "out" and saved.get(key) != expected.get(key)]
+                     if key not in free and saved.get(key) != expected.get(key)]
         shared = {k: v for k, v in saved.items() if k not in FREE_FIELDS}
         shared.update(replicas=record.get("replicas"), vocabulary=record["vocabulary_sha256"],
                       initialization=record.get("initialization"))

@@ -17,9 +17,9 @@ for `--save-steps`, `vocab.txt`, `metrics.csv`, `run_config.json` and `tensorboa
 
 import contextlib
 import dataclasses
+import inspect
 import json
 import os
-import platform
 import shutil
 import sys
 
@@ -27,16 +27,17 @@ import keras
 
 from keras_tupe.callbacks import (AtomicBackupAndRestore, StepCheckpoint, StepLogger,
                                   StepProgress, backup_metadata)
-from keras_tupe.finetuning.loading import RUN_CHECKPOINTS, RUN_PRESET, run_model
 from keras_tupe.files import file_sha256
 from keras_tupe.folders import made_folder
 from keras_tupe.layers.utils import INITIALIZATION
+from keras_tupe.models.preset_folders import RUN_CHECKPOINTS, RUN_PRESET, run_model
 from keras_tupe.output_lock import output_lock
 from keras_tupe.progress import Heartbeat
+from keras_tupe.provenance import versions
 from keras_tupe.staging import WriteError, copy_file, space_error, staged, write_json
 
 RUN_CONFIG = "run_config.json"
-PRESET_DIR = RUN_PRESET  # the run's preset folder; finetuning.loading.RUN_PRESET names it
+PRESET_DIR = RUN_PRESET  # the run's preset folder; models.preset_folders.RUN_PRESET names it
 STRATEGIES = ("default", "mirrored", "multiworker")
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 # Fields that may differ when a killed run is started again.
@@ -51,6 +52,9 @@ class PretrainConfig:
     preset: str
     corpus: list
     out: str
+    # Backbone config fields that differ from the preset's for this run, e.g.
+    # `{"max_relative_distance": 8}` (as `TupeBackbone.from_preset(preset, **overrides)`).
+    backbone_overrides: dict = None
     valid_corpus: list = None
     # Token-id shard folders (`keras-tupe-shard-corpus`), read with NumPy, instead of
     # `corpus` / `valid_corpus`: exactly one of `corpus` and `shards`.
@@ -91,8 +95,16 @@ class PretrainConfig:
 
     def resume_key(self):
         """The fields that must match for a run directory to be resumed."""
+        # No overrides is the preset itself: such a run's key is the same without the field.
         return {k: v for k, v in dataclasses.asdict(self).items()
-                if k not in RESUME_FREE_FIELDS}
+                if k not in RESUME_FREE_FIELDS and (k != "backbone_overrides" or v)}
+
+    def backbone_config(self):
+        """The preset's backbone config with the run's overrides (the vocabulary size and
+        dropout aside, which the run sets)."""
+        from keras_tupe.models.presets import PRESETS
+
+        return {**PRESETS[self.preset], **(self.backbone_overrides or {})}
 
 
 class PretrainError(ValueError):
@@ -159,14 +171,23 @@ def validate(config, num_replicas):
     All the conflicts are reported at once, one a line of the `PretrainError`.
     """
     from keras_tupe.models.presets import PRESETS
-    from keras_tupe.models.tupe_backbone import absolute_length_limit
+    from keras_tupe.models.tupe_backbone import TupeBackbone, absolute_length_limit
 
     if config.preset not in PRESETS:
         raise PretrainError(f"Unknown preset {config.preset!r}. Valid presets: {sorted(PRESETS)}")
+    # The backbone's own arguments but those the run sets (vocabulary_size, dropout).
+    fields = sorted(name for name, parameter in
+                    inspect.signature(TupeBackbone.__init__).parameters.items()
+                    if parameter.kind is parameter.POSITIONAL_OR_KEYWORD
+                    and name not in ("self", "vocabulary_size", "dropout", "dtype"))
+    unknown = sorted(set(config.backbone_overrides or {}) - set(fields))
+    if unknown:
+        raise PretrainError(f"backbone_overrides {unknown} are not TupeBackbone arguments a run "
+                            f"may set (it sets vocabulary_size and dropout). Valid: {fields}")
     problems = [problem for problem in (_not_one_of("precision", config.precision, PRECISIONS),
                                         _not_one_of("strategy", config.strategy, STRATEGIES))
                 if problem]
-    limit = absolute_length_limit(**PRESETS[config.preset])
+    limit = absolute_length_limit(**config.backbone_config())
     if limit is not None and config.seq_len > limit:
         problems.append(
             f"--seq-len {config.seq_len} is longer than the absolute position table of "
@@ -198,25 +219,6 @@ def validate(config, num_replicas):
         problems.append(f"--warmup-ratio must be in [0, 1). Received: {config.warmup_ratio}")
     if problems:
         raise PretrainError("\n".join(problems))
-
-
-def versions():
-    """The versions and the machine, as `run_config.json` records them."""
-    import keras_hub
-    import numpy
-
-    try:
-        import tensorflow as tf
-    except ImportError:  # a JAX machine training from shards
-        tf = None
-    return {
-        "python": platform.python_version(),
-        "tensorflow": tf.__version__ if tf else None,
-        "keras": keras.__version__,
-        "keras_hub": keras_hub.__version__,
-        "numpy": numpy.__version__,
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.platform()}",
-    }
 
 
 def prepare_run_dir(config):
@@ -527,7 +529,8 @@ def _compiled_model(config, strategy, vocabulary_size):
 
     with strategy.scope():
         backbone = TupeBackbone.from_preset(
-            config.preset, vocabulary_size=vocabulary_size, dropout=config.dropout
+            config.preset, vocabulary_size=vocabulary_size, dropout=config.dropout,
+            **(config.backbone_overrides or {}),
         )
         model = TupeMaskedLM(backbone)
         optimizer = create_optimizer(

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from keras_tupe import data
-from keras_tupe.finetuning.loading import run_checkpoint, run_model
+from keras_tupe.models.preset_folders import run_checkpoint, run_model
 from training import pretrain as cli
 
 REPO = Path(__file__).resolve().parents[1]
@@ -79,6 +79,28 @@ def test_a_bad_until_step_fails_before_anything_is_written(tmp_path, vocab, unti
     assert not out.exists()
 
 
+@pytest.mark.parametrize("overrides, message", [
+    # A misspelt field is named with the valid ones, before anything is written.
+    ({"num_bucket": 8}, r"backbone_overrides \['num_bucket'\] are not TupeBackbone arguments.*"
+                        r"Valid: \[.*'num_buckets'"),
+    # The overrides are the run's backbone: the length check reads them, not the preset alone.
+    ({"max_sequence_length": 16}, r"--seq-len 32 is longer than the absolute position table "
+                                  r"of tupe_r_tiny \(max_sequence_length=16\)"),
+])
+def test_backbone_overrides_are_checked_before_anything_is_written(tmp_path, vocab, overrides,
+                                                                   message):
+    import dataclasses
+
+    from keras_tupe.pretraining import PretrainError, pretrain
+
+    out = tmp_path / "run"
+    config = dataclasses.replace(cli.parse_config(tiny_args(out, vocab)),
+                                 backbone_overrides=overrides)
+    with pytest.raises(PretrainError, match=message):
+        pretrain(config)
+    assert not out.exists()
+
+
 def test_empty_corpus_is_refused(tmp_path, vocab, capsys):
     empty = tmp_path / "empty.txt"
     empty.write_text("\n\n")
@@ -95,11 +117,6 @@ def test_foreign_or_finished_directories_are_not_overwritten(tmp_path, vocab, ca
     assert code == 2 and "not a keras_tupe run directory" in err and "--overwrite" in err
     assert (out / "notes.txt").read_text() == "mine" and len(os.listdir(out)) == 1
     (out / "run_config.json").write_text("{}")
-    (out / "mlm.keras").write_text("a finished run of an older version")
-    code, err = run_cli(tiny_args(out, vocab), capsys)
-    assert code == 2 and "finished run" in err
-    assert (out / "mlm.keras").read_text() == "a finished run of an older version"
-    (out / "mlm.keras").unlink()
     (out / "preset").mkdir()
     (out / "preset" / "config.json").write_text("{}")
     code, err = run_cli(tiny_args(out, vocab), capsys)
