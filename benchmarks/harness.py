@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from keras_tupe_cli.common import one_line_errors  # no framework: the commands' helpers
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 MiB = 1024 * 1024
 
@@ -28,8 +30,6 @@ MiB = 1024 * 1024
 def parser(module, doc):
     """A benchmark's parser: `--help` shows `doc`, errors are one line, and the hidden
     `--worker SPEC --worker-out FILE` of its fresh processes (`run_fresh`)."""
-    from keras_tupe_cli.common import one_line_errors  # no framework: a command's import
-
     p = one_line_errors(argparse.ArgumentParser(
         prog=f"python -m {module}", description=doc,
         formatter_class=argparse.RawDescriptionHelpFormatter))

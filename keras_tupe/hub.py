@@ -46,7 +46,7 @@ class SavedModelEncoder(keras.layers.Layer):
     """
 
     def __init__(self, handle, trainable=True, output_key=None, **kwargs):
-        import tensorflow as tf
+        import tensorflow as tf  # optional (the `tensorflow` extra): where a SavedModel runs
 
         if keras.backend.backend() != "tensorflow":
             raise RuntimeError("SavedModelEncoder needs the TensorFlow backend (KERAS_BACKEND="
@@ -77,7 +77,7 @@ class SavedModelEncoder(keras.layers.Layer):
         self.built = True
 
     def call(self, inputs, training=False):
-        import tensorflow as tf
+        import tensorflow as tf  # optional, as above; so is keras_tupe.export, which needs it
 
         from keras_tupe.export.tfhub_names import ENCODER_INPUTS, to_tfhub
 
@@ -114,7 +114,7 @@ def load_encoder(handle, trainable=True, output_key=None, name="encoder"):
 def load_saved_model(handle):
     """`tf.saved_model.load` after registering the tensorflow-text ops that the
     preprocessor and classifier SavedModels use."""
-    import tensorflow as tf
+    import tensorflow as tf  # optional (the `tensorflow` extra), as tensorflow-text
     import tensorflow_text  # noqa: F401  (registers the WordPiece ops)
 
     return tf.saved_model.load(handle)

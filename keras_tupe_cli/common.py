@@ -15,33 +15,32 @@ argparse's status 2; any other exception is a bug and keeps its traceback (`--tr
 `KERAS_TUPE_TRACEBACK=1` shows it for user errors too). Ctrl-C prints `interrupted` (status
 130), SIGTERM `terminated` (143), after the cleanups of the code they stopped
 (`keras_tupe.folders.made_folder`).
+
+This module never imports keras_tupe itself (`import keras_tupe` imports Keras and registers
+the model family: seconds); `plumbing` loads the library's standard-library modules alone.
 """
 
 import argparse
 import contextlib
 import functools
 import glob
+import importlib
+import importlib.util
 import logging
 import os
 import signal
 import sys
-
-from keras_tupe.extras import tensorflow_missing
-from keras_tupe.output_lock import OutputNotWritableError
-# The place written to failed, not the program: no space, a file-size limit, a quota,
-# a read-only or forbidden folder (also a `staging.WriteError` of those).
-from keras_tupe.staging import SPACE_ERRNOS
 
 TF_LOGS_FLAG = "--tf-logs"
 TRACEBACK_FLAG = "--traceback"
 
 # Mistakes a user can make in flags and files; everything else is ours.
 # ConnectionError: a download that cannot start offline (keras_tupe.data.network).
-# BlockingIOError: `keras_tupe.output_lock.OutputLockedError`, another process writes --out;
-# OutputNotWritableError: --out lies where this process cannot write.
+# BlockingIOError: `keras_tupe.output_lock.OutputLockedError`, another process writes --out.
+# The library's own (`_library_user_error`): `OutputNotWritableError`, a missing TensorFlow
+# extra, a full disk.
 USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError,
-               IsADirectoryError, PermissionError, ConnectionError, BlockingIOError,
-               OutputNotWritableError)
+               IsADirectoryError, PermissionError, ConnectionError, BlockingIOError)
 
 
 def quiet_tensorflow(verbose=None):
@@ -106,8 +105,6 @@ class _QuietTensorFlowImport:
             return None
         if self in sys.meta_path:
             sys.meta_path.remove(self)  # once; the search below must not find us again
-        import importlib.util
-
         spec = importlib.util.find_spec(name)
         loader = spec and spec.loader
         exec_module = getattr(loader, "exec_module", None)
@@ -206,11 +203,8 @@ def run(main, argv=None, flags=None):
         with _sigterm_raises():
             return main(argv)
     except (*USER_ERRORS, OSError, ImportError) as error:
-        if isinstance(error, ImportError):
-            if tensorflow_missing(error) is None:
-                raise  # an import of ours
-        elif not isinstance(error, USER_ERRORS) and error.errno not in SPACE_ERRNOS:
-            raise  # an OSError of ours
+        if not isinstance(error, USER_ERRORS) and not _library_user_error(error):
+            raise  # an import or an OSError of ours
         if _wants_traceback(args):
             raise
         for line in error_lines(error, flags):
@@ -230,6 +224,47 @@ def run(main, argv=None, flags=None):
         return 2
 
 
+def _library_user_error(error):
+    """Whether an ImportError or OSError is the user's by the library's rules: a missing
+    TensorFlow extra, an `--out` this process cannot write, a full disk or read-only folder."""
+    if isinstance(error, ImportError):
+        return plumbing("extras").tensorflow_missing(error) is not None
+    lock = sys.modules.get("keras_tupe.output_lock")  # loaded, if it raised
+    # The place written to failed, not the program: no space, a file-size limit, a quota, a
+    # read-only or forbidden folder (also a `staging.WriteError` of those).
+    return ((lock is not None and isinstance(error, lock.OutputNotWritableError))
+            or error.errno in plumbing("staging").SPACE_ERRNOS)
+
+
+# keras_tupe's modules of the standard library alone, which a command uses before Keras.
+PLUMBING = ("extras", "output_lock", "staging")
+
+
+def plumbing(name):
+    """keras_tupe's standard-library module `name` (of `PLUMBING`), without `import
+    keras_tupe` (which imports Keras: seconds): so a command holds its `--out` lock, and says
+    a user error, before Keras is imported.
+
+    The module is loaded from its file under its own name, `keras_tupe.<name>`, so the
+    library, imported after, holds this same module (one lock registry, one error class).
+    """
+    if name not in PLUMBING:
+        raise ValueError(f"Unknown plumbing module {name!r}. Valid names: {list(PLUMBING)}")
+    full_name = f"keras_tupe.{name}"
+    if full_name in sys.modules or "keras_tupe" in sys.modules:
+        return importlib.import_module(full_name)
+    folder, = importlib.util.find_spec("keras_tupe").submodule_search_locations
+    spec = importlib.util.spec_from_file_location(full_name, os.path.join(folder, f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[full_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[full_name]
+        raise
+    return module
+
+
 def _wants_traceback(args):
     return TRACEBACK_FLAG in args or os.environ.get("KERAS_TUPE_TRACEBACK") == "1"
 
@@ -241,8 +276,10 @@ def error_lines(error, flags=None):
     """
     if isinstance(error, OSError) and error.strerror and error.filename:
         message = f"{error.strerror}: {error.filename}"
+    elif isinstance(error, ImportError):  # a missing extra's (`_library_user_error`)
+        message = plumbing("extras").tensorflow_missing(error, "This command") or str(error)
     else:
-        message = tensorflow_missing(error, "This command") or str(error)
+        message = str(error)
     for name, flag in (flags or {}).items():
         message = message.replace(f"`{name}=`", f"`{flag}`")
     return [" ".join(line.split()) for line in message.splitlines() if line.strip()]

@@ -20,8 +20,13 @@ import argparse
 import os
 import sys
 
-from keras_tupe_cli.common import INIT_FLAGS, add_common_flags, entry_point, one_line_errors
-from keras_tupe.output_lock import output_lock
+from keras_tupe_cli.common import (
+    INIT_FLAGS,
+    add_common_flags,
+    entry_point,
+    one_line_errors,
+    plumbing,
+)
 
 PROG = "keras-tupe-export"
 
@@ -139,7 +144,7 @@ def main(argv=None):
     check_paths(args)
     # Held before Keras is imported (`check_backend` may): a second export to --out is
     # refused at once.
-    with output_lock(args.out, command=f"export {args.command}"):
+    with plumbing("output_lock").output_lock(args.out, command=f"export {args.command}"):
         check_backend(argv)
         from keras_tupe.progress import Heartbeat
 

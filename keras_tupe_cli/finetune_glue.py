@@ -14,8 +14,7 @@ lacks) the data come from tensorflow-datasets (online).
 
 import sys
 
-from keras_tupe_cli.common import INIT_FLAGS, add_init_flag, command_parser, entry_point
-from keras_tupe.output_lock import output_lock
+from keras_tupe_cli.common import INIT_FLAGS, add_init_flag, command_parser, entry_point, plumbing
 
 # The papers' grid (`keras_tupe.finetuning.PAPER_LEARNING_RATES`, `PAPER_SEEDS`; a test
 # checks they agree), listed here so that the flags parse, and --out is held, before Keras's
@@ -114,7 +113,7 @@ def main(argv=None):
         if note:
             print(note, file=sys.stderr, flush=True)
     # Held before Keras is imported: a second protocol on --out is refused at once.
-    with output_lock(out):
+    with plumbing("output_lock").output_lock(out):
         from keras_tupe.finetuning import Protocol, run_protocol
 
         protocol = Protocol(learning_rates, seeds, args.pop("selection_seed"),

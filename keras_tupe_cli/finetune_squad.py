@@ -14,8 +14,7 @@ import dataclasses
 import json
 import sys
 
-from keras_tupe_cli.common import INIT_FLAGS, add_init_flag, command_parser, entry_point
-from keras_tupe.output_lock import output_lock
+from keras_tupe_cli.common import INIT_FLAGS, add_init_flag, command_parser, entry_point, plumbing
 
 # `keras_tupe.finetuning.SquadConfig`'s fields (but init, xla, lowercase) and their types,
 # listed here so the parser needs no keras_tupe import (a usage error comes before
@@ -61,7 +60,7 @@ def with_defaults(args):
 def main(argv=None):
     args = parse_flags(argv)
     # Held before Keras is imported: a second run on --out is refused at once.
-    with output_lock(args.out) if args.out else contextlib.nullcontext():
+    with plumbing("output_lock").output_lock(args.out) if args.out else contextlib.nullcontext():
         args = vars(with_defaults(args))
         del args["tf_logs"], args["traceback"]
         from keras_tupe.finetuning import SquadConfig, finetune_squad

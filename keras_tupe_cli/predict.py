@@ -16,9 +16,9 @@ newer version without its saved_model.pb or variables/variables.index (a copy cu
 skipped with a note naming it, and one TensorFlow cannot read is refused as corrupt.
 
 Only TensorFlow and tensorflow-text (whose WordPiece ops the SavedModel uses) are
-imported, and of keras_tupe only this command (`keras_tupe_cli`; in a command's process
-`import keras_tupe` defers the model family): this is what a serving client of an exported
-model needs.
+imported, and no module of keras_tupe (`import keras_tupe` imports Keras and the model
+family): this is what a serving client of an exported model needs. The command is
+`keras_tupe_cli`, which imports keras_tupe only inside the other commands' functions.
 """
 
 import contextlib
@@ -28,11 +28,6 @@ import os
 import sys
 
 from keras_tupe_cli.common import command_parser, entry_point
-
-# What this command imports of keras_tupe (whose __init__ imports nothing in a command): the
-# command, and its standard-library-only plumbing (errors, staging, the --out lock's errors).
-COMMAND_MODULES = ("keras_tupe_cli", "keras_tupe.extras", "keras_tupe.output_lock",
-                   "keras_tupe.staging")
 
 DEFAULT_BATCH_SIZE = 64
 
@@ -230,8 +225,8 @@ def main(argv=None):
             print(_result_line(example, outputs, index, args.json), flush=index == len(batch) - 1)
         count += len(batch)
     if not args.json:
-        imported = sorted(m for m in sys.modules if m.startswith("keras_tupe.") and
-                          not m.startswith(COMMAND_MODULES))
+        imported = sorted(m for m in sys.modules
+                          if m == "keras_tupe" or m.startswith("keras_tupe."))
         print(f"({count} sentence{'s' if count != 1 else ''} in batches of {args.batch_size}; "
               f"this process imported TensorFlow and tensorflow-text only; the command aside, "
               f"keras_tupe modules loaded: {imported or 'none'})")

@@ -18,8 +18,7 @@ import argparse
 import os
 import sys
 
-from keras_tupe_cli.common import command_parser, entry_point
-from keras_tupe.output_lock import output_lock
+from keras_tupe_cli.common import command_parser, entry_point, plumbing
 
 # The choices of `keras_tupe.pretraining` (a test checks they agree): the parser knows them
 # without importing keras_tupe, so a usage error comes before TensorFlow's seconds-long import.
@@ -190,7 +189,7 @@ def run_config(args):
 def main(argv=None):
     args = parse_flags(argv)
     # Held before Keras is imported: a second run on --out is refused at once.
-    with output_lock(args.out):
+    with plumbing("output_lock").output_lock(args.out):
         config = run_config(with_defaults(args))
         if config.verbose:
             print(settings_line(config), flush=True)

@@ -1,7 +1,6 @@
 """`keras-tupe-saved-model-cli`: TensorFlow's `saved_model_cli` with the WordPiece ops loaded.
 
-The same tool as `keras_tupe.export.saved_model_cli`, started through `keras_tupe_cli` so
-TensorFlow's start-up lines are quiet (`keras_tupe_cli.common`), and without importing a
+Started through `keras_tupe_cli` so TensorFlow's start-up lines are quiet (`keras_tupe_cli.common`), and without importing a
 keras_tupe model (a serving client needs only TensorFlow and tensorflow-text):
 
     .venv/bin/keras-tupe-saved-model-cli run --dir saved_models/sst2/1 --tag_set serve \\

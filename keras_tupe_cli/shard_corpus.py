@@ -19,8 +19,7 @@ import os
 import sys
 import tempfile
 
-from keras_tupe_cli.common import command_parser, entry_point
-from keras_tupe.output_lock import output_lock
+from keras_tupe_cli.common import command_parser, entry_point, plumbing
 
 DEFAULT_SEQUENCES_PER_SHARD = 100_000
 
@@ -83,7 +82,7 @@ def main(argv=None):
     args = parse_flags(argv)
     out = os.path.normpath(args.out)
     # Held before Keras is imported: a second command on --out is refused at once.
-    with output_lock(out, command="shard_corpus"), tempfile.TemporaryDirectory() as scratch:
+    with plumbing("output_lock").output_lock(out, command="shard_corpus"), tempfile.TemporaryDirectory() as scratch:
         args = with_defaults(args)
         from keras_tupe import data
         from keras_tupe.data.sharding import shard_corpus

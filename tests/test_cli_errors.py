@@ -44,7 +44,8 @@ from pathlib import Path
 import pytest
 
 from keras_tupe import data
-from training import cli, predict
+from keras_tupe_cli import common as cli
+from training import predict
 from training import pretrain as pretrain_cli
 
 REPO = Path(__file__).resolve().parents[1]
@@ -58,7 +59,7 @@ def run_main(main, argv, capsys):
     return code, captured.out, captured.err
 
 
-# --- training.cli -------------------------------------------------------------------------
+# --- keras_tupe_cli.common--------------------------------------------------------------------
 
 
 def test_user_errors_are_one_line_and_exit_2(capsys):

@@ -1,7 +1,7 @@
 """One writer per output folder, end to end: commands started together on one `--out`.
 
 The twenty pairs run a stand-in command (`WRITER`: the entry-point wrapper
-`training.cli.run`, the output lock, `made_folder` and staged writes, as `pretrain` uses
+`keras_tupe_cli.common.run`, the output lock, `made_folder` and staged writes, as `pretrain` uses
 them, writing a few small files), so each pair takes a fraction of a second; the slow
 test runs two real `pretrain`s.
 """
@@ -24,7 +24,7 @@ KERAS_TUPE = REPO / "keras_tupe"
 # cleanups as `pretrain`. Loads keras_tupe's standard-library modules by path (no TensorFlow).
 WRITER = f"""
 import importlib.util, os, sys, time
-from training.cli import run
+from keras_tupe_cli.common import run
 
 def load(name):
     spec = importlib.util.spec_from_file_location(name, os.path.join({str(KERAS_TUPE)!r}, name + ".py"))

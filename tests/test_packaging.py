@@ -4,8 +4,9 @@
   command, and `training/` keeps a thin script of each for the checkout.
 - TensorFlow and the packages that only its routes use are the `tensorflow` extra, and a
   route that needs it where it is missing says so in one error naming the extra.
-- `import keras_tupe` registers the model family with Keras; a command's process defers it,
-  so `python -m keras_tupe_cli.<name>` reads its flags before TensorFlow's import.
+- `import keras_tupe` registers the model family with Keras in every process, commands'
+  included; a command reads its flags before it imports the library (and Keras), so a usage
+  error imports neither.
 
 The jax-only install itself needs the package index, so it is not a test here. keras-hub 0.32
 declares tensorflow-text (and so TensorFlow) on Linux, so keras-hub and the wheel go in with
@@ -98,40 +99,73 @@ def run_python(argv, **env):
 
 
 def test_a_command_without_tensorflow_says_which_extra_to_install():
-    """`tests/no_tensorflow` makes `import tensorflow` fail, as on a machine without it."""
+    """`tests/no_tensorflow` makes `import tensorflow` fail, as on a machine without it; under
+    Keras's TensorFlow backend `import keras_tupe` (Keras's import) says so."""
     result = run_python(["-m", "keras_tupe_cli.export", "preprocessor", "--vocab",
                          "pyproject.toml", "--out", "o"],
                         PYTHONPATH=os.pathsep.join([str(REPO / "tests" / "no_tensorflow"),
                                                     str(REPO)]),
                         KERAS_BACKEND="tensorflow")
     assert result.returncode == 2
-    assert result.stderr.startswith("error: SavedModel export (keras_tupe.export) needs "
+    assert result.stderr.startswith("error: Keras's TensorFlow backend (KERAS_BACKEND) needs "
                                     "TensorFlow (tensorflow does not import here")
     assert len(result.stderr.splitlines()) == 1 and TENSORFLOW_EXTRA in result.stderr
+    assert result.stderr.rstrip().endswith("Or run with KERAS_BACKEND=jax.")
     assert not (REPO / "o").exists()
 
 
-@pytest.mark.parametrize("module", ["keras_tupe_cli.presets", "training.presets"])
-def test_a_command_reads_its_flags_before_tensorflow_but_the_library_registers_at_import(
-        module):
-    result = run_python(["-X", "importtime", "-m", module, "--sizes", "huge"])
-    imported = {line.split("|")[-1].strip() for line in result.stderr.splitlines()
-                if line.startswith("import time:")}
-    assert result.returncode == 2 and result.stderr.splitlines()[-1].startswith(
-        "error: argument --sizes")
-    assert {"keras_tupe", "keras_tupe_cli.common"} <= imported
-    assert not imported & {"keras", "tensorflow", "keras_tupe.models"}
+def imported_modules(argv, **env):
+    """The process's result and the modules it imported (`-X importtime`'s list)."""
+    result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "PYTHONPROFILEIMPORTTIME": "1", **env})
+    return result, {line.split("|")[-1].strip() for line in result.stderr.splitlines()
+                    if line.startswith("import time:")}
 
-    script = ("import keras_tupe, keras\n"
-              "print('keras_tupe>TupeBackbone' in keras.saving.get_custom_objects())\n")
-    assert run_python(["-c", script]).stdout == "True\n"
+
+COMMAND = str(Path(sys.executable).parent / "keras-tupe-finetune-glue")
+
+
+@pytest.mark.parametrize("argv", [
+    [COMMAND, "--bogus"],
+    [sys.executable, "-m", "keras_tupe_cli.finetune_glue", "--bogus"],
+    [sys.executable, "-m", "training.finetune_glue", "--bogus"],
+    [sys.executable, "-m", "keras_tupe_cli.presets", "--sizes", "huge"],
+], ids=["console-script", "keras_tupe_cli", "training", "presets"])
+def test_a_usage_error_imports_neither_keras_nor_the_library(argv):
+    result, imported = imported_modules(argv)
+    errors = [line for line in result.stderr.splitlines() if not line.startswith("import time")]
+    assert result.returncode == 2 and len(errors) == 1 and errors[0].startswith("error: ")
+    assert "keras_tupe_cli.common" in imported
+    assert not imported & {"keras", "tensorflow", "jax", "keras_hub", "keras_tupe"}
+
+
+# Started as a console script is (`keras-tupe-*`, argv[0]) or after `import training`: where
+# keras_tupe once deferred its family. The object must be registered at `import keras_tupe`.
+PROBE = """
+import keras
+import keras_tupe
+registered = keras.saving.get_registered_object("keras_tupe>TupeBackbone")
+print(registered is not None and registered.__name__ == "TupeBackbone")
+"""
+
+
+@pytest.mark.parametrize("started_as", ["console-script", "training"])
+def test_import_keras_tupe_registers_the_family_in_a_command_process(started_as, tmp_path):
+    if started_as == "console-script":
+        script = tmp_path / "keras-tupe-probe"
+        script.write_text(PROBE)
+        argv = [sys.executable, str(script)]
+    else:
+        argv = [sys.executable, "-c", "import training\n" + PROBE]
+    result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert (result.returncode, result.stdout) == (0, "True\n"), result.stderr[-3000:]
 
 
 ENCODER = """
 import sys
 import keras_tupe
-keras_tupe.TupeBackbone.from_preset("tupe_r_tiny", vocabulary_size=int(sys.argv[2])).save(
-    sys.argv[1])
+keras_tupe.TupeBackbone.from_preset("tupe_r_tiny", vocabulary_size=int(sys.argv[2])
+                                    ).save_to_preset(sys.argv[1])
 print(sys.modules.get("tensorflow") is not None)  # tests/no_tensorflow puts None there
 """
 
@@ -151,7 +185,7 @@ def test_one_fine_tuning_step_through_the_command_without_tensorflow(tmp_path):
     (tmp_path / "vocab.txt").write_text("\n".join(vocabulary) + "\n")
     env = {"KERAS_BACKEND": "jax",
            "PYTHONPATH": os.pathsep.join([str(REPO / "tests" / "no_tensorflow"), str(REPO)])}
-    encoder = str(tmp_path / "encoder.keras")
+    encoder = str(tmp_path / "encoder")  # a preset folder
     built = run_python(["-c", ENCODER, encoder, str(len(vocabulary))], **env)
     assert (built.returncode, built.stdout) == (0, "False\n"), built.stderr[-3000:]
     tuned = run_python(["-m", "keras_tupe_cli.finetune_glue", "--init", encoder, "--vocab",

@@ -1,17 +1,14 @@
 """Thin scripts: `python -m training.<name>` runs the command `keras_tupe_cli.<name>` (the
 console script `keras-tupe-<name>`); the code lives in `keras_tupe_cli/`.
 
-Importing the package makes this process a command's: `import keras_tupe` then defers the
-model family (and TensorFlow) to its first use, and `keras_tupe_cli` starts TensorFlow
-quietly and makes Ctrl-C one line. The studies and the benchmarks import it first for that.
+Importing the package imports `keras_tupe_cli`, which starts TensorFlow quietly and makes
+Ctrl-C one line; it sets nothing that `keras_tupe` reads.
 """
 
 import importlib
 import sys
 
-RUNS_KERAS_TUPE_COMMANDS = True  # read by keras_tupe/__init__.py, imported next
-
-import keras_tupe_cli  # noqa: E402,F401
+import keras_tupe_cli  # noqa: F401
 
 
 def thin_script(module_name, command_name):

@@ -2,7 +2,7 @@
 
 import sys
 
-import training  # noqa: F401  (first: keras_tupe defers its models, TensorFlow starts quietly)
+import keras_tupe_cli  # noqa: F401  (first: TensorFlow starts quietly, Ctrl-C is one line)
 from benchmarks.encoders.cli import main
 from keras_tupe_cli.common import run
 

@@ -14,6 +14,7 @@ written whole or not at all, never over one that holds anything
 import importlib
 
 from keras_tupe.convert.common import ConversionError
+from keras_tupe.output_lock import output_lock
 
 KINDS = ("huggingface", "fairseq")
 
@@ -25,8 +26,6 @@ def convert(kind, source, out, **kwargs):
     """
     if kind not in KINDS:
         raise ConversionError(f"Unknown checkpoint kind {kind!r}. Valid kinds: {list(KINDS)}")
-    from keras_tupe.output_lock import output_lock
-
     function = getattr(importlib.import_module(f"keras_tupe.convert.{kind}"), f"convert_{kind}")
     with output_lock(out, command=f"convert_{kind}({source!r})", flag="`out=`"):
         return function(source, out, **kwargs)

@@ -5,6 +5,7 @@ import os
 import numpy as np
 
 from keras_tupe.files import file_sha256
+from keras_tupe.models.preset_folders import refuse_existing_folder, write_preset_folder
 
 
 class ConversionError(ValueError):
@@ -25,8 +26,6 @@ def require_file(folder, names, what):
 def refuse_existing_output(out):
     """The one writer's rule (`preset_folders.refuse_existing_folder`) as a `ConversionError`:
     `out` must not exist, or be an empty folder; checked before a checkpoint is read."""
-    from keras_tupe.models.preset_folders import refuse_existing_folder
-
     refuse_existing_folder(out, ConversionError)
 
 
@@ -134,8 +133,6 @@ def write_preset(out, model, conversion, preprocessor=None):
     renamed; a folder that holds files is refused). `conversion` (source, kind, files
     with their sha256, ...) goes into `metadata.json` under `keras_tupe_conversion`.
     """
-    from keras_tupe.models.preset_folders import write_preset_folder
-
     refuse_existing_output(out)
     return write_preset_folder(model, out, "keras_tupe_conversion", conversion,
                                preprocessor=preprocessor)

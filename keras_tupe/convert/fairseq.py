@@ -34,11 +34,15 @@ from keras_tupe.convert.common import (
     write_preset,
 )
 from keras_tupe.convert.torch_files import TorchFileError, load_torch_file
+from keras_tupe.models.tupe_backbone import TupeBackbone
 from keras_tupe.models.tupe_bpe_tokenizer import (
     FAIRSEQ_SPECIAL_TOKENS as SPECIAL_SYMBOLS,
     MASK_TOKEN as MASK_SYMBOL,
+    TupeBpeTokenizer,
     read_fairseq_dictionary_words,
 )
+from keras_tupe.models.tupe_masked_lm import TupeMaskedLM
+from keras_tupe.models.tupe_masked_lm_preprocessor import TupeMaskedLMPreprocessor
 
 PAD_ID = SPECIAL_SYMBOLS.index("<pad>")
 # Checkpoint names looked for, in this order, when `source` is a folder.
@@ -326,16 +330,10 @@ def convert_fairseq(source, out, dictionary=None, bpe_codes=None):
             "was trained with."
         )
 
-    from keras_tupe.models.tupe_backbone import TupeBackbone
-    from keras_tupe.models.tupe_masked_lm import TupeMaskedLM
-
     config = _backbone_config(used, rows)
     backbone = TupeBackbone(**config)
     preprocessor = None
     if bpe_codes is not None:
-        from keras_tupe.models.tupe_bpe_tokenizer import TupeBpeTokenizer
-        from keras_tupe.models.tupe_masked_lm_preprocessor import TupeMaskedLMPreprocessor
-
         tokenizer = TupeBpeTokenizer(
             vocabulary=dictionary_path, bpe_codes=os.fspath(bpe_codes), lowercase=True
         )

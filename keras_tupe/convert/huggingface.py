@@ -27,6 +27,14 @@ from keras_tupe.convert.common import (
     require_file,
     write_preset,
 )
+from keras_tupe.convert.torch_files import TorchFileError, load_torch_file
+from keras_tupe.models import (
+    TupeBackbone,
+    TupeMaskedLM,
+    TupeMaskedLMPreprocessor,
+    TupeTextClassifierPreprocessor,
+    TupeTokenizer,
+)
 
 # position_embedding_type -> (keras_tupe variant, backbone fields).
 POSITION_EMBEDDING_TYPES = {
@@ -150,14 +158,6 @@ def build_model(checked):
     the two files as a task preset without `task.json`). `values` gains the head's weights
     and, where the checkpoint has no pooler, the fresh pooler's.
     """
-    from keras_tupe.models import (
-        TupeBackbone,
-        TupeMaskedLM,
-        TupeMaskedLMPreprocessor,
-        TupeTextClassifierPreprocessor,
-        TupeTokenizer,
-    )
-
     values, head = checked["values"], checked["head"]
     tokenizer = TupeTokenizer(vocabulary=checked["vocabulary"], **checked["tokenizer_args"])
     backbone = TupeBackbone(**checked["backbone_config"])
@@ -331,14 +331,12 @@ def weights_file(source, weights="auto"):
 def read_tensors(path):
     """`{name: numpy array}` of a `model.safetensors` or `pytorch_model.bin`."""
     if path.endswith(".safetensors"):
-        from safetensors.numpy import load_file
+        from safetensors.numpy import load_file  # optional: only a .safetensors file needs it
 
         try:
             return load_file(path)
         except Exception as error:  # safetensors raises its own error types
             raise ConversionError(f"{path}: not a readable safetensors file ({error}).") from error
-    from keras_tupe.convert.torch_files import TorchFileError, load_torch_file
-
     try:
         tensors = load_torch_file(path)
     except TorchFileError as error:

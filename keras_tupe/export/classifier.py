@@ -6,6 +6,7 @@ from keras_tupe.data.packing import pack_segments
 from keras_tupe.export.encoder import _jsonable
 from keras_tupe.export.preprocessor import _tokenizer_and_specials
 from keras_tupe.export.versions import save_version
+from keras_tupe.models.tupe_bpe_tokenizer import TupeBpeTokenizer
 from keras_tupe.staging import arrays_bytes
 
 
@@ -64,8 +65,6 @@ def export_classifier(classifier, vocabulary_file, export_dir, seq_length=128, n
     Returns:
         The path of the written version.
     """
-    from keras_tupe.models.tupe_bpe_tokenizer import TupeBpeTokenizer
-
     tokenizer = getattr(getattr(classifier, "preprocessor", None), "tokenizer", None)
     if isinstance(tokenizer, TupeBpeTokenizer):
         # Its Moses + BPE pipeline is Python (tf.py_function), which a SavedModel

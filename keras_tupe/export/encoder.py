@@ -6,6 +6,8 @@ import tensorflow as tf
 
 from keras_tupe.export.tfhub_names import ENCODER_INPUTS, from_tfhub
 from keras_tupe.export.versions import save_version
+from keras_tupe.layers.utils import length_error_message
+from keras_tupe.models import TupeBackbone, TupeMaskedLM
 from keras_tupe.staging import arrays_bytes
 
 
@@ -23,8 +25,6 @@ def _encoder_outputs(backbone, inputs, training, layer_outputs=None):
         # length assertion gates the inputs, and the length is hidden from shape
         # inference (a reloaded function is re-specialized to each input shape, where
         # a static 'position table vs input' mismatch would fail first, unclearly).
-        from keras_tupe.layers.utils import length_error_message
-
         check = tf.debugging.assert_less_equal(
             tf.shape(inputs["input_word_ids"])[1], limit,
             message=length_error_message(limit, "absolute position table"))
@@ -93,8 +93,6 @@ def export_encoder(model, export_dir, version=None, overwrite=False):
     Returns:
         The path of the written version.
     """
-    from keras_tupe.models import TupeBackbone, TupeMaskedLM
-
     if isinstance(model, TupeMaskedLM):
         backbone, masked_lm = model.backbone, model
     elif isinstance(model, TupeBackbone):

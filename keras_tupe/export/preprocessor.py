@@ -4,6 +4,7 @@ import os
 
 import tensorflow as tf
 
+from keras_tupe.data import load_tokenizer
 from keras_tupe.data.packing import pack_segments, ragged_ids, special_ids
 from keras_tupe.export.tfhub_names import to_tfhub
 from keras_tupe.export.versions import save_version
@@ -15,8 +16,6 @@ MAX_SEGMENTS = 2
 
 
 def _tokenizer_and_specials(vocabulary_file, lowercase):
-    from keras_tupe.data import load_tokenizer
-
     tokenizer = load_tokenizer(vocabulary_file, lowercase=lowercase)
 
     def tokenize(text):

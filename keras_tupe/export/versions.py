@@ -3,6 +3,9 @@
 import os
 import time
 
+import tensorflow as tf
+
+from keras_tupe import __version__
 from keras_tupe.folders import made_folder
 from keras_tupe.output_lock import output_lock
 from keras_tupe.staging import staged, write_json
@@ -75,10 +78,6 @@ def save_version(base_dir, root, signatures, kind, metadata, version=None, overw
                  needed=None):
     """`write_version` of `tf.saved_model.save(root, path, signatures)`, its metadata
     starting with `kind` and keras_tupe's version."""
-    import tensorflow as tf
-
-    from keras_tupe import __version__
-
     return write_version(base_dir, lambda path: tf.saved_model.save(root, path, signatures),
                          version=version, overwrite=overwrite, needed=needed,
                          metadata={"kind": kind, "keras_tupe_version": __version__, **metadata})
