@@ -10,6 +10,7 @@ import keras
 import numpy as np
 
 from keras_tupe.files import read_json
+from keras_tupe.models.preset_folders import checkpoint_name, write_preset_folder
 from keras_tupe.progress import Heartbeat
 from keras_tupe.staging import arrays_bytes, staged, write_text, write_weights
 
@@ -181,7 +182,7 @@ def _csv_value(value):
 class StepCheckpoint(keras.callbacks.Callback):
     """Saves the masked LM as a preset folder after the chosen optimizer steps.
 
-    `directory/step_NNNNNNN/` (`keras_tupe.finetuning.loading.checkpoint_name`), written
+    `directory/step_NNNNNNN/` (`keras_tupe.models.preset_folders.checkpoint_name`), written
     by `write_preset_folder` like the run's final preset, without the optimizer's state,
     with `preprocessor` as the task's and the step in `metadata.json`
     (`keras_tupe_checkpoint`). Step 0, the initialization, is saved before the first step
@@ -213,10 +214,6 @@ class StepCheckpoint(keras.callbacks.Callback):
             self._save(step)
 
     def _save(self, step):
-        # Imported here: keras_tupe.finetuning imports this module.
-        from keras_tupe.finetuning.loading import checkpoint_name
-        from keras_tupe.models.preset_folders import write_preset_folder
-
         path = os.path.join(self.directory, checkpoint_name(step))
         if os.path.exists(path):  # a resumed run keeps the first one
             return

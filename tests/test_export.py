@@ -26,7 +26,13 @@ from keras_tupe.export import (
 )
 from keras_tupe.hub import load_encoder, load_saved_model
 from keras_tupe.export.tfhub_names import from_tfhub
-from keras_tupe.models import TupeMaskedLM, TupeBackbone, TupeTextClassifier
+from keras_tupe.models import (
+    TupeBackbone,
+    TupeMaskedLM,
+    TupeMaskedLMPreprocessor,
+    TupeTextClassifier,
+    TupeTokenizer,
+)
 from tests.packing_oracle import pack_texts, packed_batches
 from training import export as export_cli
 
@@ -600,12 +606,11 @@ def test_export_cli_writes_all_three_and_refuses_overwrites(sst2_vocab, tmp_path
     from keras_tupe.finetuning import save_classifier
 
     size = data.load_tokenizer(sst2_vocab).vocabulary_size()
-    run = tmp_path / "run"
-    run.mkdir()
-    masked_lm = TupeMaskedLM(TupeBackbone.from_preset("huang_m4_tiny", vocabulary_size=size))
-    masked_lm.backbone.save(run / "backbone.keras")
-    masked_lm.save(run / "mlm.keras")
-    shutil.copyfile(sst2_vocab, run / "vocab.txt")
+    run = tmp_path / "run"  # a pre-training run folder: its model is its preset/
+    masked_lm = TupeMaskedLM(
+        TupeBackbone.from_preset("huang_m4_tiny", vocabulary_size=size),
+        preprocessor=TupeMaskedLMPreprocessor(TupeTokenizer(vocabulary=sst2_vocab)))
+    masked_lm.save_to_preset(str(run / "preset"))
     out = tmp_path / "saved_models"
     assert export_cli.main(["encoder", "--init", str(run), "--out", str(out / "enc"),
                             "--with-mlm"]) == 0
@@ -646,7 +651,7 @@ def test_save_classifier_never_replaces_a_directory(sst2_vocab, sst2_classifier,
                                keras.ops.convert_to_numpy(sst2_classifier(inputs)), atol=1e-6)
     with pytest.raises(FileExistsError, match="already exists"):
         save_classifier(sst2_classifier, path, sst2_vocab, info)
-    with pytest.raises(FileNotFoundError, match="classifier.keras"):
+    with pytest.raises(FileNotFoundError, match="holds no fine-tuned classifier"):
         load_classifier(str(tmp_path))
 
 

@@ -23,9 +23,10 @@ def test_offline_split_fine_tune_reports_labelled_official_metrics(tmp_path, cap
     corpus.write_text("\n".join(p["context"] for a in articles for p in a["paragraphs"]) + "\n")
     vocab = data.train_vocabulary(str(corpus), 2000, str(tmp_path / "vocab.txt"))
     size = data.load_tokenizer(vocab).vocabulary_size()
-    TupeBackbone.from_preset("huang_m4_tiny", vocabulary_size=size).save(tmp_path / "m4.keras")
+    TupeBackbone.from_preset("huang_m4_tiny", vocabulary_size=size).save_to_preset(
+        str(tmp_path / "m4"))
     out = tmp_path / "squad"
-    code = cli.main(["--init", str(tmp_path / "m4.keras"), "--vocab", vocab,
+    code = cli.main(["--init", str(tmp_path / "m4"), "--vocab", vocab,
                      "--offline-split", str(DEV), "--seq-len", "192", "--doc-stride", "64",
                      "--max-train-examples", "300", "--epochs", "1", "--batch-size", "16",
                      "--learning-rate", "1e-3", "--out", str(out),

@@ -28,8 +28,10 @@ def encoder_dir(tmp_path_factory):
     corpus.write_text("\n".join(sentences) + "\n")
     vocab = data.train_vocabulary(str(corpus), 3000, str(directory / "vocab.txt"))
     size = data.load_tokenizer(vocab).vocabulary_size()
-    TupeBackbone.from_preset("tupe_r_tiny", vocabulary_size=size).save(directory / "backbone.keras")
-    TupeBackbone.from_preset("huang_m4_tiny", vocabulary_size=size).save(directory / "m4.keras")
+    TupeBackbone.from_preset("tupe_r_tiny", vocabulary_size=size).save_to_preset(
+        str(directory / "backbone"))
+    TupeBackbone.from_preset("huang_m4_tiny", vocabulary_size=size).save_to_preset(
+        str(directory / "m4"))
     return directory
 
 
@@ -63,7 +65,7 @@ def test_absolute_encoder_refuses_longer_sequences(encoder_dir, tmp_path, capsys
 @pytest.mark.slow  # a fine-tuning run at length 192
 def test_relative_encoder_fine_tunes_beyond_its_pretraining_length(encoder_dir):
     result = finetune_glue(FinetuneConfig(
-        task="rte", init=str(encoder_dir / "m4.keras"), vocab=str(encoder_dir / "vocab.txt"),
+        task="rte", init=str(encoder_dir / "m4"), vocab=str(encoder_dir / "vocab.txt"),
         data_dir=str(DATA_DIR), seq_len=192, epochs=1, max_train_examples=64, batch_size=16,
         learning_rate=1e-3))
     assert 0.0 <= result["dev"]["validation"]["accuracy"] <= 1.0
@@ -78,7 +80,7 @@ def test_pad_to_longest_pads_each_split_to_its_longest_example(encoder_dir):
         real = pack_texts(tokenizer, 512, sentences)["padding_mask"].numpy().sum(axis=1)
         return 8 * -(-int(real.max()) // 8)
 
-    common = dict(task="cola", init=str(encoder_dir / "backbone.keras"), epochs=1,
+    common = dict(task="cola", init=str(encoder_dir / "backbone"), epochs=1,
                   vocab=str(encoder_dir / "vocab.txt"), data_dir=str(DATA_DIR), batch_size=32,
                   max_train_examples=64, learning_rate=1e-3, xla=False)
     trimmed = finetune_glue(FinetuneConfig(pad_to_longest=True, **common))
@@ -102,7 +104,7 @@ def test_trimmed_padding_gives_the_classifier_the_same_outputs(encoder_dir):
                             "stsb", "validation")
     longest = longest_packed_length(tokenizer, (dev.sentence1, dev.sentence2))
     assert longest < 120
-    for name in ("backbone.keras", "m4.keras"):  # absolute TUPE-R and relative method 4
+    for name in ("backbone", "m4"):  # absolute TUPE-R and relative method 4
         model = TupeTextClassifier(load_backbone(str(encoder_dir / name)), num_classes=1)
         outputs = [model.predict(packed_batches(dev, tokenizer, length, 100), verbose=0)
                    for length in (longest, 128)]
@@ -136,7 +138,7 @@ def test_pad_each_batch_trims_every_batch_to_its_longest_example(encoder_dir, mo
     assert len(set(widths)) > 1 and max(widths) < 128  # the batches really differ
     capped = list(packed_batches(dev, tokenizer, 24, 32, pad_multiple=16))
     assert {x["token_ids"].shape[1] for x, _ in capped} == {24}
-    for name in ("backbone.keras", "m4.keras"):  # absolute TUPE-R and relative method 4
+    for name in ("backbone", "m4"):  # absolute TUPE-R and relative method 4
         model = TupeTextClassifier(load_backbone(str(encoder_dir / name)), num_classes=1)
         outputs = [np.concatenate([model.predict_on_batch(x) for x, _ in batches])
                    for batches in (fixed, trimmed)]
@@ -150,7 +152,7 @@ def test_pad_each_batch_trims_every_batch_to_its_longest_example(encoder_dir, mo
     monkeypatch.setattr(TupeTextClassifierPreprocessor, "call", lambda self, *args, **kwargs: (
         calls.append(self.pad_to_multiple_of) or original(self, *args, **kwargs)))
     result = finetune_glue(FinetuneConfig(
-        task="stsb", init=str(encoder_dir / "backbone.keras"), vocab=str(encoder_dir / "vocab.txt"),
+        task="stsb", init=str(encoder_dir / "backbone"), vocab=str(encoder_dir / "vocab.txt"),
         data_dir=str(DATA_DIR), epochs=1, max_train_examples=96, batch_size=32,
         learning_rate=1e-3, pad_each_batch=True, xla=True))
     assert calls[0] is None and 16 in calls and calls[-1] is None  # check, train, evaluate
@@ -165,7 +167,7 @@ def test_a_seed_repeats_its_run_and_another_seed_does_not(encoder_dir):
 
     def pearson(seed):
         result = finetune_glue(FinetuneConfig(
-            task="stsb", init=str(encoder_dir / "backbone.keras"), seed=seed, epochs=1,
+            task="stsb", init=str(encoder_dir / "backbone"), seed=seed, epochs=1,
             vocab=str(encoder_dir / "vocab.txt"), data_dir=str(DATA_DIR), batch_size=16,
             max_train_examples=64, learning_rate=1e-3, pad_to_longest=True, xla=False))
         return result["dev"]["validation"]["pearson"]

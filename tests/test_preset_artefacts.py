@@ -182,7 +182,8 @@ np.savez(out, sequence=keras.ops.convert_to_numpy(backbone(packed)["sequence_out
 
 @pytest.mark.slow
 def test_pretraining_leaves_one_preset_that_keras_hub_reloads_in_a_fresh_process(tmp_path):
-    from keras_tupe.finetuning.loading import run_checkpoint, run_model, unfinished_run
+    from keras_tupe.finetuning.loading import unfinished_run
+    from keras_tupe.models.preset_folders import run_checkpoint, run_model
     from keras_tupe.pretraining import PretrainConfig, pretrain
 
     vocab = tmp_path / "vocab.txt"
@@ -202,7 +203,7 @@ def test_pretraining_leaves_one_preset_that_keras_hub_reloads_in_a_fresh_process
     assert not [p for p in run.rglob("*") if p.name.endswith((".keras", ".partial"))]
     assert run_model(run) == str(run / "preset")
     assert run_checkpoint(run, 2) == str(run / "checkpoints" / "step_0000002")
-    assert resolve_init(str(run)) == ("preset", str(run / "preset"))
+    assert resolve_init(str(run)) == str(run / "preset")
     assert unfinished_run(str(run)) is None  # finished: its preset is there
     assert default_vocabulary(str(run)) == str(run / "preset" / "assets" / "tokenizer" /
                                                "vocabulary.txt")
@@ -232,10 +233,10 @@ def test_pretraining_leaves_one_preset_that_keras_hub_reloads_in_a_fresh_process
         "keras_tupe_checkpoint"] == {"step": 0}
     assert not np.allclose(keras.ops.convert_to_numpy(step_0(masked)),
                            keras.ops.convert_to_numpy(model(masked)), atol=1e-3)
-    assert resolve_init(run_checkpoint(run, 2)) == ("preset", run_checkpoint(run, 2))
+    assert resolve_init(run_checkpoint(run, 2)) == run_checkpoint(run, 2)
 
 
-def test_init_takes_a_preset_a_run_folder_an_old_run_folder_or_a_keras_file(tmp_path):
+def test_init_takes_a_preset_folder_or_a_run_folder_holding_one(tmp_path):
     inputs = packed_inputs()
     backbone = small_backbone(3)
     reference = keras.ops.convert_to_numpy(backbone(inputs)["pooled_output"])
@@ -246,55 +247,31 @@ def test_init_takes_a_preset_a_run_folder_an_old_run_folder_or_a_keras_file(tmp_
     # A run folder means its preset/.
     run = tmp_path / "run"
     backbone.save_to_preset(str(run / "preset"))
-    assert resolve_init(str(run)) == ("preset", str(run / "preset"))
+    assert resolve_init(str(run)) == str(run / "preset")
     np.testing.assert_allclose(pooled(run), reference, atol=1e-6)
 
-    # An old run folder (backbone.keras, else mlm.keras) and .keras files, as input.
-    old = tmp_path / "old_run"
-    old.mkdir()
-    TupeMaskedLM(backbone).save(old / "mlm.keras")
-    (old / "vocab.txt").write_text("".join(t + "\n" for t in VOCABULARY))
-    assert resolve_init(str(old)) == ("keras", str(old / "mlm.keras"))
-    np.testing.assert_allclose(pooled(old), reference, atol=1e-6)
-    backbone.save(old / "backbone.keras")
-    assert resolve_init(str(old)) == ("keras", str(old / "backbone.keras"))
-    np.testing.assert_allclose(pooled(old / "backbone.keras"), reference, atol=1e-6)
-    assert default_vocabulary(str(old)) == str(old / "vocab.txt")
-    # An old run's step checkpoint (checkpoints/step_N.keras) and its vocabulary.
-    (old / "checkpoints").mkdir()
-    TupeMaskedLM(backbone).save(old / "checkpoints" / "step_0000002.keras")
-    assert resolve_init(str(old / "checkpoints" / "step_0000002.keras"))[0] == "keras"
-    assert default_vocabulary(str(old / "checkpoints" / "step_0000002.keras")) == str(
-        old / "vocab.txt")
     with pytest.raises(FileNotFoundError, match="No vocabulary"):
         default_vocabulary(str(run))  # a backbone-only preset has no tokenizer
-    # Anything else: one error that lists what is accepted.
+    # Anything else, a .keras file included: one error that lists what is accepted.
     (tmp_path / "empty").mkdir()
-    for wrong in (tmp_path / "empty", tmp_path / "missing", old / "vocab.txt"):
-        with pytest.raises(FileNotFoundError, match=r"give a preset folder .* a pre-training "
-                                                    r"run folder .* or a \.keras file"):
+    backbone.save(tmp_path / "backbone.keras")
+    for wrong, what in ((tmp_path / "empty", "is a folder without config.json"),
+                        (tmp_path / "missing", "does not exist"),
+                        (tmp_path / "backbone.keras", "is a file, not a preset folder")):
+        with pytest.raises(FileNotFoundError, match=rf"\({what}\): give a preset folder "
+                                                    r"\(with config\.json.*\) or a pre-training "
+                                                    r"run folder \(its preset/\)\.$"):
             resolve_init(str(wrong))
 
 
-def test_a_runs_model_and_checkpoints_are_named_in_one_place_old_names_as_fallback(tmp_path):
-    from keras_tupe.finetuning.loading import run_checkpoint, run_model, unfinished_run
+def test_a_runs_model_and_checkpoints_are_named_in_one_place(tmp_path):
+    from keras_tupe.finetuning.loading import unfinished_run
+    from keras_tupe.models.preset_folders import run_checkpoint, run_model
 
-    run, old, new = tmp_path / "run", tmp_path / "old", tmp_path / "new"
-    # Nothing yet: where the new layout will put them.
+    run, new = tmp_path / "run", tmp_path / "new"
+    # Nothing yet: where the layout will put them.
     assert run_model(run) == str(run / "preset")
     assert run_checkpoint(run, 30) == str(run / "checkpoints" / "step_0000030")
-    # An older version's run: its .keras files.
-    (old / "checkpoints").mkdir(parents=True)
-    for path in (old / "mlm.keras", old / "checkpoints" / "step_0000030.keras"):
-        path.write_bytes(b"")
-    assert run_model(old) == str(old / "mlm.keras")
-    assert run_checkpoint(old, 30) == str(old / "checkpoints" / "step_0000030.keras")
-    assert run_checkpoint(old, 3) == str(old / "checkpoints" / "step_0000003")
-    # Both: the preset folders win.
-    (old / "preset").mkdir()
-    (old / "checkpoints" / "step_0000030").mkdir()
-    assert run_model(old) == str(old / "preset")
-    assert run_checkpoint(old, 30) == str(old / "checkpoints" / "step_0000030")
     # A run is finished once its preset is there, unfinished before.
     (new / "checkpoints" / "step_0000010").mkdir(parents=True)
     (new / "checkpoints" / "step_0000010" / "config.json").write_text("{}")
@@ -303,7 +280,7 @@ def test_a_runs_model_and_checkpoints_are_named_in_one_place_old_names_as_fallba
     assert f"e.g. {new / 'checkpoints' / 'step_0000010'}." in unfinished_run(str(new))
     small_backbone(8).save_to_preset(str(new / "preset"))
     assert unfinished_run(str(new)) is None
-    assert resolve_init(str(new)) == ("preset", str(new / "preset"))
+    assert resolve_init(str(new)) == str(new / "preset")
 
 
 def test_one_policy_adds_beside_refuses_a_clash_and_overwrites_whole(tmp_path):

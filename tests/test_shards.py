@@ -323,7 +323,7 @@ def run_pretraining(backend, shard_dir, valid_dir, out, until_step=None, block_t
 
 def weights_of(run_dir):
     """The run's last step (its metrics.csv: the preset holds no optimizer state) and weights."""
-    from keras_tupe.finetuning.loading import run_model
+    from keras_tupe.models.preset_folders import run_model
     from keras_tupe.models import TupeMaskedLM
 
     rows = (Path(run_dir) / "metrics.csv").read_text().splitlines()[1:]

@@ -12,7 +12,7 @@ from keras_tupe.data import shards
 from keras_tupe.data.masking import check_int
 from keras_tupe.data.pretraining import packed_sequences
 from keras_tupe.data.vocabulary import load_tokenizer
-from keras_tupe.pretraining import versions
+from keras_tupe.provenance import versions
 
 # Sequences tokenized and written at a time: bounds the memory of the writer.
 _WRITE_BATCH = 4096

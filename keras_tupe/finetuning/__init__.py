@@ -15,8 +15,6 @@ from keras_tupe.finetuning.glue import (
     run_protocol,
 )
 from keras_tupe.finetuning.loading import (
-    CLASSIFIER_FILE,
-    CLASSIFIER_INFO,
     default_vocabulary,
     load_backbone,
     load_classifier,
@@ -34,8 +32,6 @@ from keras_tupe.finetuning.summary import (
 )
 
 __all__ = [
-    "CLASSIFIER_FILE",
-    "CLASSIFIER_INFO",
     "PAPER_LEARNING_RATES",
     "PAPER_SEEDS",
     "SHORT_TASKS",

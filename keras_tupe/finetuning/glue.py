@@ -15,14 +15,13 @@ import time
 from contextlib import nullcontext
 
 import keras
+import keras_hub
 import numpy as np
 
 from keras_tupe import files
 from keras_tupe.callbacks import StepProgress
-from keras_tupe.folders import made_folder
-from keras_tupe.output_lock import output_lock
-from keras_tupe.progress import Heartbeat
-
+from keras_tupe.data import glue
+from keras_tupe.finetuning.batches import batches, resolve_loader
 from keras_tupe.finetuning.loading import (
     check_tokenizer_size,
     default_vocabulary,
@@ -32,6 +31,18 @@ from keras_tupe.finetuning.loading import (
 )
 from keras_tupe.finetuning.protocol import PAPER_LEARNING_RATES, PAPER_SEEDS, Protocol
 from keras_tupe.finetuning.summary import append_result, read_results, write_tables
+from keras_tupe.folders import made_folder
+from keras_tupe.metrics import glue_metrics, glue_score
+from keras_tupe.models import (
+    TupeBackbone,
+    TupeTextClassifier,
+    TupeTextClassifierPreprocessor,
+    TupeTokenizer,
+)
+from keras_tupe.models.preset_folders import refuse_existing_folder
+from keras_tupe.optimization import create_optimizer
+from keras_tupe.output_lock import output_lock
+from keras_tupe.progress import Heartbeat
 
 SHORT_TASKS = ("mnli", "qqp", "qnli")  # 5 epochs instead of 10
 
@@ -76,20 +87,16 @@ class FinetuneConfig:
     data_loader: str = None  # "tf.data", "grain", or None (`batches.resolve_loader`)
 
 
-def finetune_glue(config):
+def finetune_glue(config, splits=None):
     """Fine-tunes `config.init` on one GLUE task; returns the dev metrics and timings.
 
     The task owns its data path: raw sentences (pairs: a tuple of two lists) go to a
     `TupeTextClassifier` whose `TupeTextClassifierPreprocessor` tokenizes and packs
     each batch inside `fit` and `predict`, on tf.data where TensorFlow imports and on
-    Grain where it does not (`config.data_loader`).
+    Grain where it does not (`config.data_loader`). `splits` (`{split: GlueExamples}`,
+    the task's train and evaluation splits) skips loading them: `run_protocol` loads
+    each split once for all its runs.
     """
-    from keras_tupe.data import glue
-    from keras_tupe.finetuning.batches import batches, resolve_loader
-    from keras_tupe.metrics import glue_metrics, glue_score
-    from keras_tupe.models import TupeTextClassifier, TupeTextClassifierPreprocessor
-    from keras_tupe.models.preset_folders import refuse_existing_folder
-
     spec = glue.get_task(config.task)
     loader = resolve_loader(config.data_loader)
     if config.save_dir:  # refused before anything is read, by save_classifier's own rule
@@ -98,18 +105,24 @@ def finetune_glue(config):
     backbone = load_backbone(config.init)
     backbone.check_sequence_length(config.seq_len)
     tokenizer = task_tokenizer(config.init, backbone, config.vocab, config.lowercase)
-    train_examples = glue.load_glue(config.task, "train", config.data_dir)
+    splits = splits or {split: glue.load_glue(config.task, split, config.data_dir)
+                        for split in ("train", *spec.eval_splits)}
+    train_examples = splits["train"]
     if config.max_train_examples:
         train_examples = _head(train_examples, config.max_train_examples)
     if not len(train_examples):
         raise ValueError(f"GLUE {config.task} train has no examples: nothing to fine-tune on.")
     epochs = config.epochs or paper_epochs(config.task)
+    # One preprocessor a sequence length: the saved one at `seq_len`, the training one
+    # (each batch cut after its longest example with `pad_each_batch`), one a split.
     preprocessor = TupeTextClassifierPreprocessor(tokenizer, sequence_length=config.seq_len)
     check_tokenizes(preprocessor, _segments(train_examples), config.init)
-    lengths = {"train": _padded_length(config, preprocessor, train_examples)}
+    lengths = {split: _padded_length(config, tokenizer, examples)
+               for split, examples in (("train", train_examples),
+                                       *((split, splits[split]) for split in spec.eval_splits))}
     pad_multiple = BATCH_PAD_MULTIPLE if config.pad_each_batch else None
-    preprocessor.sequence_length = lengths["train"]
-    preprocessor.pad_to_multiple_of = pad_multiple  # training batches only
+    train_preprocessor = TupeTextClassifierPreprocessor(
+        tokenizer, sequence_length=lengths["train"], pad_to_multiple_of=pad_multiple)
     # The last batch is filled to the batch size (its copies weigh 0): one batch shape.
     train, steps_per_epoch = batches(
         _segments(train_examples), _labels(spec, train_examples), config.batch_size,
@@ -117,19 +130,18 @@ def finetune_glue(config):
     # Dropout of the pre-trained encoder: the fine-tuning value.
     backbone = _with_dropout(backbone, config.dropout)
     model = TupeTextClassifier(backbone, num_classes=spec.num_classes, dropout=config.dropout,
-                               preprocessor=preprocessor)
+                               preprocessor=train_preprocessor)
     train_lengths = compiled_lengths(lengths["train"], pad_multiple)
     if config.progress:
         print(f"{config.task}: the training step compiles for at most {len(train_lengths)} "
               f"length(s) ({', '.join(map(str, train_lengths))}) at batch {config.batch_size}, "
               f"prediction for one length a split; data on {loader}.", flush=True)
     seconds = fit_task(model, train, config, epochs, steps_per_epoch, config.progress)
-    preprocessor.pad_to_multiple_of = None  # evaluation: one length a split
     results = {}
     for split in spec.eval_splits:
-        examples = glue.load_glue(config.task, split, config.data_dir)
-        lengths[split] = _padded_length(config, preprocessor, examples)
-        preprocessor.sequence_length = lengths[split]
+        examples = splits[split]
+        _use_preprocessor(model, TupeTextClassifierPreprocessor(  # one length a split
+            tokenizer, sequence_length=lengths[split]))
         dataset, _ = batches(_segments(examples), _labels(spec, examples), config.batch_size,
                              fill_last_batch=True, loader=loader)
         if config.progress:
@@ -140,7 +152,7 @@ def finetune_glue(config):
         predictions = outputs if spec.num_classes == 1 else np.argmax(outputs, axis=-1)
         metrics = glue_metrics(config.task, predictions, examples.labels)
         results[split] = {**metrics, "score": glue_score(config.task, metrics)}
-    preprocessor.sequence_length = config.seq_len
+    _use_preprocessor(model, preprocessor)
     if config.save_dir:
         save_classifier(model, config.save_dir, tokenizer, {
             "task": config.task, "seq_len": config.seq_len, "lowercase": config.lowercase,
@@ -153,12 +165,16 @@ def finetune_glue(config):
             "train_seconds": seconds, "data_loader": loader, "dev": results}
 
 
+def _use_preprocessor(model, preprocessor):
+    """`model` takes `preprocessor` from now on, fitted to its backbone (`fit_preprocessor`)."""
+    model.preprocessor = preprocessor
+    model.fit_preprocessor()
+
+
 def fit_task(model, train, config, epochs, steps_per_epoch, progress):
     """Compiles `model` with `create_optimizer` (warm-up over `config.warmup_ratio` of the
     steps, then linear decay) and fits it on `train`, with `StepProgress` lines when
     `progress`, else Keras's at `config.verbose`. Returns the seconds `fit` took."""
-    from keras_tupe.optimization import create_optimizer
-
     steps = epochs * steps_per_epoch
     model.compile(optimizer=create_optimizer(model, config.learning_rate, total_steps=steps,
                                              warmup_steps=int(config.warmup_ratio * steps),
@@ -194,12 +210,12 @@ def _labels(spec, examples):
     return np.asarray(examples.labels, np.float32 if spec.is_regression else np.int32)
 
 
-def _padded_length(config, preprocessor, examples):
+def _padded_length(config, tokenizer, examples):
     """The packed length of a split: `seq_len`, or with `pad_to_longest` its longest
     example rounded up to a multiple of 8, at most `seq_len`."""
     if not config.pad_to_longest:
         return config.seq_len
-    longest = longest_packed_length(preprocessor.tokenizer, _segments(examples))
+    longest = longest_packed_length(tokenizer, _segments(examples))
     return min(config.seq_len, 8 * math.ceil(longest / 8))
 
 
@@ -237,12 +253,8 @@ def task_tokenizer(init, backbone, vocab=None, lowercase=True):
     `TupeTokenizer` of the vocabulary beside `init` (`default_vocabulary`). Refused
     unless its size is the encoder's vocabulary size.
     """
-    import keras_hub
-
-    from keras_tupe.models import TupeTokenizer
-
-    kind, preset = resolve_init(init) if vocab is None else (None, None)
-    if kind == "preset" and os.path.isfile(os.path.join(preset, "tokenizer.json")):
+    preset = resolve_init(init) if vocab is None else None
+    if preset is not None and os.path.isfile(os.path.join(preset, "tokenizer.json")):
         tokenizer, source = keras_hub.tokenizers.Tokenizer.from_preset(preset), preset
     else:
         source = str(vocab or default_vocabulary(init))
@@ -288,8 +300,6 @@ def _head(examples, n):
 
 
 def _with_dropout(backbone, dropout):
-    from keras_tupe.models import TupeBackbone
-
     if backbone.dropout == dropout:
         return backbone
     config = {**backbone.get_config(), "dropout": dropout}
@@ -300,11 +310,8 @@ def _with_dropout(backbone, dropout):
 
 def _preflight(tasks, init, config_kwargs, task_settings):
     """Loads the encoder, tokenizer and every split once, and packs each task's first
-    example as training will: errors before any training."""
-    from keras_tupe.data import glue
-    from keras_tupe.finetuning.batches import resolve_loader
-    from keras_tupe.models import TupeTextClassifierPreprocessor
-
+    example as training will: errors before any training. Returns the splits,
+    `{task: {split: GlueExamples}}`, which every run of the task takes."""
     resolve_loader(config_kwargs.get("data_loader"))
     backbone = load_backbone(init)
     for task in tasks:
@@ -313,6 +320,7 @@ def _preflight(tasks, init, config_kwargs, task_settings):
     tokenizer = task_tokenizer(init, backbone, config_kwargs.get("vocab"),
                                config_kwargs.get("lowercase", True))
     preprocessor = TupeTextClassifierPreprocessor(tokenizer, sequence_length=16)
+    splits = {}
     for task in tasks:
         for split in ("train",) + tuple(glue.GLUE_TASKS[task].eval_splits):
             examples = glue.load_glue(task, split, config_kwargs.get("data_dir"))
@@ -321,6 +329,8 @@ def _preflight(tasks, init, config_kwargs, task_settings):
                                  f"{'fine-tune on' if split == 'train' else 'evaluate'}.")
             if split == "train":
                 check_tokenizes(preprocessor, _segments(examples), init)
+            splits.setdefault(task, {})[split] = examples
+    return splits
 
 
 TASK_SETTINGS = ("epochs", "batch_size", "seq_len", "max_train_examples", "warmup_ratio",
@@ -350,8 +360,6 @@ def run_protocol(tasks, init, out_dir, learning_rates=PAPER_LEARNING_RATES, seed
     as the preset folder `out_dir/models/<task>_lr<rate>_seed<seed>/`. Holds `out_dir`'s
     lock meanwhile: one writer per folder.
     """
-    from keras_tupe.data import glue
-
     protocol = protocol or Protocol(learning_rates, seeds, selection_seed, edge_learning_rates)
     # A repeated task is one point of the grid (run and counted once).
     tasks = list(dict.fromkeys(tasks))
@@ -361,7 +369,7 @@ def run_protocol(tasks, init, out_dir, learning_rates=PAPER_LEARNING_RATES, seed
     task_settings = task_settings or {}
     check_task_settings(tasks, task_settings)
     # every input checked before anything is written
-    _preflight(tasks, init, config_kwargs, task_settings)
+    splits = _preflight(tasks, init, config_kwargs, task_settings)
     # An interruption before the first finished run leaves no folder it made; after it,
     # results.jsonl stays, to resume from.
     with output_lock(out_dir, command="finetune_glue", flag="`out_dir=`"), \
@@ -376,7 +384,8 @@ def run_protocol(tasks, init, out_dir, learning_rates=PAPER_LEARNING_RATES, seed
             start = time.perf_counter()
             settings = {**config_kwargs, **task_settings.get(task, {})}
             row = finetune_glue(FinetuneConfig(task=task, init=init, learning_rate=rate,
-                                               seed=seed, save_dir=save_dir, **settings))
+                                               seed=seed, save_dir=save_dir, **settings),
+                                splits[task])
             row["wall_seconds"] = time.perf_counter() - start  # data, training, evaluation
             rows.append(row)
             append_result(results_path, row)

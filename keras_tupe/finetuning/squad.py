@@ -8,9 +8,16 @@ import time
 
 import keras
 
-from keras_tupe.finetuning.loading import load_backbone
+from keras_tupe.data import squad
+from keras_tupe.finetuning.batches import batches, resolve_loader
+from keras_tupe.finetuning.glue import fit_task, task_tokenizer
+from keras_tupe.finetuning.loading import FINETUNING_RECORD, load_backbone
 from keras_tupe.finetuning.protocol import Protocol
 from keras_tupe.finetuning.summary import append_result, read_results
+from keras_tupe.metrics import squad_evaluate
+from keras_tupe.models import TupeSpanQA, TupeSpanQAPreprocessor
+from keras_tupe.models.preset_folders import refuse_existing_folder, write_preset_folder
+from keras_tupe.models.tupe_span_qa_preprocessor import check_question_room
 from keras_tupe.output_lock import output_lock
 from keras_tupe.progress import Heartbeat
 from keras_tupe.staging import write_json, write_text
@@ -61,19 +68,10 @@ def finetune_squad(config):
     windows in batches on tf.data, or on Grain where TensorFlow is absent
     (`config.data_loader`). So it runs on a JAX machine without TensorFlow.
     """
-    from keras_tupe.data import squad
-    from keras_tupe.finetuning.batches import batches, resolve_loader
-    from keras_tupe.finetuning.glue import fit_task, task_tokenizer
-    from keras_tupe.metrics import squad_evaluate
-    from keras_tupe.models import TupeSpanQA, TupeSpanQAPreprocessor
-    from keras_tupe.models.tupe_span_qa_preprocessor import check_question_room
-
     # Before the encoder, the data and the windowing: a mistake in the settings alone.
     check_question_room(config.seq_len, config.max_query_length, ("seq_len", "max_query_length"))
     loader = resolve_loader(config.data_loader)
     if config.save_dir:  # refused before any training
-        from keras_tupe.models.preset_folders import refuse_existing_folder
-
         refuse_existing_folder(config.save_dir)
     keras.utils.set_random_seed(config.seed)
     backbone = load_backbone(config.init)
@@ -128,9 +126,6 @@ def finetune_squad(config):
               "train_seconds": train_seconds,
               "eval_questions": len(predictions), "data_loader": loader}
     if config.save_dir:
-        from keras_tupe.finetuning.loading import FINETUNING_RECORD
-        from keras_tupe.models.preset_folders import write_preset_folder
-
         write_preset_folder(model, config.save_dir, FINETUNING_RECORD,
                             {"task": "squad", "config": dataclasses.asdict(config),
                              "result": result})

@@ -12,11 +12,18 @@ import difflib
 import os
 import shutil
 
+import h5py
+import keras
+
 from keras_tupe.files import read_json
+from keras_tupe.models.presets import PRESETS
 from keras_tupe.staging import arrays_bytes, staged, write_json
 
 REGISTERED_BACKBONE = "keras_tupe>TupeBackbone"
 VOCABULARY_ASSET = os.path.join("assets", "tokenizer", "vocabulary.txt")
+# A pre-training run's folder: its final model and its step checkpoints, preset folders.
+RUN_PRESET = "preset"
+RUN_CHECKPOINTS = "checkpoints"
 
 
 class classproperty(property):
@@ -33,6 +40,22 @@ def is_preset_folder(path):
     )
 
 
+def checkpoint_name(step):
+    """The name of a run's checkpoint after `step` optimizer steps: `step_0000200`."""
+    return f"step_{int(step):07d}"
+
+
+def run_model(run_dir):
+    """Where the pre-training run `run_dir` keeps its final model: `RUN/preset/`."""
+    return os.path.join(os.fspath(run_dir), RUN_PRESET)
+
+
+def run_checkpoint(run_dir, step):
+    """Where the run `run_dir` keeps its checkpoint after `step` steps:
+    `RUN/checkpoints/step_NNNNNNN/`."""
+    return os.path.join(os.fspath(run_dir), RUN_CHECKPOINTS, checkpoint_name(step))
+
+
 def check_preset_folder(preset, cls=None, load_weights=True):
     """Raises a clear error unless `preset` is a keras_tupe preset folder.
 
@@ -44,8 +67,6 @@ def check_preset_folder(preset, cls=None, load_weights=True):
         cls: the calling class, for the message.
         load_weights: bool. Whether the weights file must be there.
     """
-    from keras_tupe.models.presets import PRESETS
-
     name = getattr(cls, "__name__", "TupeBackbone")
     if isinstance(preset, str) and "://" in preset:
         return
@@ -226,8 +247,6 @@ def _store_variable_dtype(preset_dir):
     policy = config.get("config", {}).get("dtype")
     name = policy.get("config", {}).get("name", "") if isinstance(policy, dict) else ""
     if name.startswith("mixed_"):
-        import keras
-
         policy["config"]["name"] = keras.DTypePolicy(name).variable_dtype
         write_json(path, config, sync=False)
 
@@ -256,8 +275,6 @@ def check_weights_file(path, read_data=False):
     superblock) in milliseconds; `read_data=True` also reads every array back (a
     writer checking what it has just written).
     """
-    import h5py
-
     def read(name, item):
         if read_data and isinstance(item, h5py.Dataset):
             item[()]

@@ -13,6 +13,10 @@ from keras_tupe.models.tupe_backbone import without_unused_segment_ids
 from keras_tupe.staging import write_weights
 
 _TENSORFLOW = keras.backend.backend() == "tensorflow"
+if _TENSORFLOW:  # TensorFlow is optional: the per-replica step is tf.distribute's alone
+    import tensorflow as tf
+    # Private: Keras has no public inverse of its per-replica loss scaling.
+    from keras.src.losses.loss import unscale_loss_for_distribution
 
 
 class PerReplicaXLATrainStep:
@@ -60,10 +64,6 @@ class PerReplicaXLATrainStep:
         def train_step(self, data):
             if not getattr(self, "xla_per_replica", False):
                 return self._multiworker_safe(super().train_step(data))
-            import tensorflow as tf
-            # Private: Keras has no public inverse of its per-replica loss scaling.
-            from keras.src.losses.loss import unscale_loss_for_distribution
-
             x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
             if self._replica_step is None:
                 self._replica_step = tf.function(
@@ -92,8 +92,6 @@ class PerReplicaXLATrainStep:
             # metric results ("Invalid reduction dimension 0 for input with 0
             # dimensions"). The results are already synchronized across replicas,
             # so shape (1,) makes that reduction return the same value.
-            import tensorflow as tf
-
             if not isinstance(self.distribute_strategy, tf.distribute.MultiWorkerMirroredStrategy):
                 return logs
             return {name: tf.reshape(value, [1]) for name, value in logs.items()}
@@ -107,8 +105,6 @@ class PerReplicaXLATrainStep:
             # Private: Keras's symbolic-build hook and the strategy it holds; no public
             # route lets a model choose the batch it is built from.
             if iterator is not None and self._distribute_strategy is not None:
-                import tensorflow as tf
-
                 for _, _, batches in iterator:
                     data_batch = tf.nest.map_structure(
                         lambda x: self.distribute_strategy.experimental_local_results(x)[0]
@@ -121,8 +117,6 @@ class PerReplicaXLATrainStep:
             return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
 
         def _forward_backward(self, x, y, sample_weight):
-            import tensorflow as tf
-
             with tf.GradientTape() as tape:
                 y_pred = self(x, training=True)
                 # Private: `compute_loss` with the trainer's bookkeeping (tracked
