@@ -19,8 +19,8 @@ import numpy as np
 
 import tensorflow as tf
 
-from keras_tupe.data.masking import check_int
 from keras_tupe.data.network import load_tfds
+from keras_tupe.layers.utils import check_int
 
 TFDS_PREFIX = "tfds:"
 

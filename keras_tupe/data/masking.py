@@ -1,12 +1,12 @@
 """Masked-LM masking in NumPy (`mask_batch`, the rule of tf-text's ops in `mlm_dataset`),
-the number of target slots (`mask_selection_length`), the special tokens' ids
-(`special_ids`) and the argument checks the data pipelines share. Nothing here imports TensorFlow.
+the special tokens' ids (`special_ids`) and the check of the masking rates. Nothing here
+imports TensorFlow. The number of target slots, which the masked-LM preprocessor needs too,
+is `keras_tupe.models.tupe_masked_lm_preprocessor.mask_selection_length`.
 """
 
-import math
-import numbers
-
 import numpy as np
+
+from keras_tupe.layers.utils import check_rate
 
 # Ids 0..4 of every vocabulary keras_tupe trains; both pipelines rely on them.
 SPECIAL_TOKENS = ["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"]
@@ -15,28 +15,6 @@ PAD_ID, CLS_ID, SEP_ID, UNK_ID, MASK_ID = range(len(SPECIAL_TOKENS))
 # BertMaskedLMPreprocessor do: it marks structure, and predicting it teaches little.
 UNSELECTABLE_IDS = (PAD_ID, CLS_ID, SEP_ID)
 assert UNSELECTABLE_IDS == tuple(range(3))  # `mask_batch` relies on it
-
-
-def mask_selection_length(sequence_length, mask_rate=0.15):
-    """P: the number of masked-position slots of a sequence (the MLM targets).
-
-    tf-text's `RandomItemSelector` (inside `keras_hub.layers.MaskedLMMaskGenerator`)
-    selects exactly `ceil(mask_rate * n)` of the `n` selectable tokens of each
-    sequence, not a binomial number. Packed sequences have `n <= sequence_length - 1`
-    selectable tokens ([CLS] is not), so
-
-        P = ceil(mask_rate * (sequence_length - 1))
-
-    (at least 1) is never truncated and wastes no slot on a sequence without
-    [SEP]: 20 for 128 (BERT used 20), 77 for 512 (BERT: 80). The product is also
-    taken in float32, as tf-text does, so rounding cannot make tf-text select one
-    more than P.
-    """
-    check_int("sequence_length", sequence_length, 2)
-    check_rate("mask_rate", mask_rate)
-    selectable = sequence_length - 1
-    in_float32 = float(np.ceil(np.float32(selectable) * np.float32(mask_rate)))
-    return max(1, math.ceil(selectable * mask_rate), int(in_float32))
 
 
 def mask_batch(ids, rng, vocabulary_size, num_slots, mask_rate=0.15, mask_token_rate=0.8,
@@ -120,16 +98,6 @@ def special_ids(tokenizer):
         raise ValueError(f"The tokenizer's vocabulary has no {', '.join(missing)} token, which "
                          "packing needs ([CLS], [SEP], [PAD]).")
     return tuple(ids)
-
-
-def check_int(name, value, minimum):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"`{name}` must be an int >= {minimum}. Received: {name}={value!r}")
-
-
-def check_rate(name, value):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value <= 1:
-        raise ValueError(f"`{name}` must be a number in [0, 1]. Received: {name}={value!r}")
 
 
 def check_mask_rates(mask_rate, mask_token_rate, random_token_rate):

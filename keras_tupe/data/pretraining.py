@@ -9,12 +9,7 @@ import keras_hub
 import tensorflow as tf
 
 from keras_tupe.data.corpus import line_batches, line_dataset
-from keras_tupe.data.masking import (
-    UNSELECTABLE_IDS,
-    check_int,
-    check_mask_rates,
-    mask_selection_length,
-)
+from keras_tupe.data.masking import UNSELECTABLE_IDS, check_mask_rates
 from keras_tupe.data.vocabulary import (
     SPECIAL_TOKENS,
     check_vocabulary,
@@ -22,6 +17,8 @@ from keras_tupe.data.vocabulary import (
     train_vocabulary,
     vocabulary_fingerprint,
 )
+from keras_tupe.layers.utils import check_int
+from keras_tupe.models.tupe_masked_lm_preprocessor import mask_selection_length
 
 __all__ = [
     "SPECIAL_TOKENS",

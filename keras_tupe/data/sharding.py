@@ -9,9 +9,9 @@ import sys
 import numpy as np
 
 from keras_tupe.data import shards
-from keras_tupe.data.masking import check_int
 from keras_tupe.data.pretraining import packed_sequences
 from keras_tupe.data.vocabulary import load_tokenizer
+from keras_tupe.layers.utils import check_int
 from keras_tupe.provenance import versions
 
 # Sequences tokenized and written at a time: bounds the memory of the writer.

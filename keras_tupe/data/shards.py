@@ -22,15 +22,11 @@ import threading
 import keras
 import numpy as np
 
-from keras_tupe.data.masking import (
-    SPECIAL_TOKENS,
-    check_int,
-    check_mask_rates,
-    mask_batch,
-    mask_selection_length,
-)
+from keras_tupe.data.masking import SPECIAL_TOKENS, check_mask_rates, mask_batch
 from keras_tupe.files import file_sha256
 from keras_tupe.folders import made_folder
+from keras_tupe.layers.utils import check_int
+from keras_tupe.models.tupe_masked_lm_preprocessor import mask_selection_length
 from keras_tupe.output_lock import output_lock
 from keras_tupe.staging import WriteError, staged, write_bytes, write_json
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from keras_tupe.data.masking import check_int
 from keras_tupe.data.network import load_tfds
 from keras_tupe.data.wordpiece_offsets import wordpiece_offsets
+from keras_tupe.layers.utils import check_int
 
 SPLITS = {"train": "train-v1.1.json", "validation": "dev-v1.1.json"}
 TFDS_NAME = "squad/v1.1"
@@ -295,6 +295,8 @@ def featurize(articles, tokenizer, sequence_length=384, doc_stride=128, max_quer
             f"Received: sequence_length={sequence_length}, max_query_length={max_query_length}"
         )
     if isinstance(tokenizer, (str, os.PathLike)):
+        # Here, not at the top: data.vocabulary imports TensorFlow (optional); a tokenizer
+        # object, the route where TensorFlow is absent, needs none.
         from keras_tupe.data.vocabulary import load_tokenizer
 
         tokenizer = load_tokenizer(tokenizer, lowercase=lowercase)

@@ -9,11 +9,9 @@ import keras_hub
 import tensorflow as tf
 
 from keras_tupe.data.corpus import _parts, line_batches, line_dataset
-from keras_tupe.data.masking import (  # ids 0..4; the MLM pipelines rely on them
-    SPECIAL_TOKENS,
-    check_int,
-)
+from keras_tupe.data.masking import SPECIAL_TOKENS  # ids 0..4; the MLM pipelines rely on them
 from keras_tupe.files import check_unique_tokens, file_sha256, vocabulary_tokens
+from keras_tupe.layers.utils import check_int
 from keras_tupe.progress import Heartbeat
 
 

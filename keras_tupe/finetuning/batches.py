@@ -10,7 +10,7 @@ import functools
 
 import numpy as np
 
-from keras_tupe.data.masking import check_int
+from keras_tupe.layers.utils import check_int
 
 LOADERS = ("tf.data", "grain")
 

@@ -1,17 +1,41 @@
 """Raw text to masked-LM training examples for a keras_tupe encoder."""
 
+import math
+
 import keras
 import keras_hub
+import numpy as np
 
+from keras_tupe.layers.utils import check_int, check_rate
 from keras_tupe.models.string_inputs import TextPreprocessorMixin
 from keras_tupe.models.tupe_backbone import TupeBackbone
 from keras_tupe.models.tupe_tokenizer import TupeTokenizer
 
 
+def mask_selection_length(sequence_length, mask_rate=0.15):
+    """P: the number of masked-position slots of a sequence (the MLM targets).
+
+    tf-text's `RandomItemSelector` (inside `keras_hub.layers.MaskedLMMaskGenerator`)
+    selects exactly `ceil(mask_rate * n)` of the `n` selectable tokens of each
+    sequence, not a binomial number. Packed sequences have `n <= sequence_length - 1`
+    selectable tokens ([CLS] is not), so
+
+        P = ceil(mask_rate * (sequence_length - 1))
+
+    (at least 1) is never truncated and wastes no slot on a sequence without
+    [SEP]: 20 for 128 (BERT used 20), 77 for 512 (BERT: 80). The product is also
+    taken in float32, as tf-text does, so rounding cannot make tf-text select one
+    more than P.
+    """
+    check_int("sequence_length", sequence_length, 2)
+    check_rate("mask_rate", mask_rate)
+    selectable = sequence_length - 1
+    in_float32 = float(np.ceil(np.float32(selectable) * np.float32(mask_rate)))
+    return max(1, math.ceil(selectable * mask_rate), int(in_float32))
+
+
 def default_mask_selection_length(sequence_length, mask_selection_rate=0.15):
     """`ceil(rate * (L - 1))`: every selected token gets a slot ([CLS] is never selected)."""
-    from keras_tupe.data.masking import mask_selection_length
-
     return mask_selection_length(sequence_length, mask_selection_rate)
 
 
