@@ -18,7 +18,7 @@ LOADERS = ("tf.data", "grain")
 @functools.cache
 def tensorflow_available():
     try:
-        import tensorflow  # noqa: F401
+        import tensorflow  # noqa: F401  (optional: Grain stands in where it is absent)
     except ImportError:
         return False
     return True
@@ -36,7 +36,7 @@ def resolve_loader(loader=None):
                          "use the grain loader (`pip install grain`).")
     if loader == "grain":
         try:
-            import grain  # noqa: F401
+            import grain  # noqa: F401  (optional: the `jax` extra installs it)
         except ImportError as error:
             raise ValueError("The grain loader needs Grain: `pip install grain` (keras-tupe's "
                              "`jax` extra installs it).") from error
@@ -77,7 +77,7 @@ def batches(x, y=None, batch_size=32, shuffle=False, seed=0, fill_last_batch=Fal
     steps = -(-count // batch_size)
     if resolve_loader(loader) == "tf.data":
         return _tf_batches(x, y, count, batch_size, shuffle, seed, fill_last_batch), steps
-    import grain
+    import grain  # optional: only the grain loader needs it
 
     source = _Batches(x, y, count, batch_size, shuffle, seed, fill_last_batch, epochs)
     return grain.MapDataset.source(source), steps
@@ -106,7 +106,7 @@ def _element(x, y, sample_weight=None):
 
 
 def _tf_batches(x, y, count, batch_size, shuffle, seed, fill_last_batch):
-    import tensorflow as tf
+    import tensorflow as tf  # optional: only the tf.data loader needs it
 
     def tensor(leaf):
         if isinstance(leaf, (list, tuple)) or getattr(leaf, "dtype", None) == object:
