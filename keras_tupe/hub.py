@@ -13,6 +13,10 @@ import os
 import re
 
 import keras
+import tensorflow as tf
+
+# A TensorFlow route: keras_tupe.export requires the `tensorflow` extra at its door.
+from keras_tupe.export.tfhub_names import ENCODER_INPUTS, to_tfhub
 
 ENCODER_OUTPUTS = ("sequence_output", "pooled_output", "default", "encoder_outputs")
 
@@ -46,8 +50,6 @@ class SavedModelEncoder(keras.layers.Layer):
     """
 
     def __init__(self, handle, trainable=True, output_key=None, **kwargs):
-        import tensorflow as tf  # optional (the `tensorflow` extra): where a SavedModel runs
-
         if keras.backend.backend() != "tensorflow":
             raise RuntimeError("SavedModelEncoder needs the TensorFlow backend (KERAS_BACKEND="
                                f"tensorflow); the backend is {keras.backend.backend()!r}.")
@@ -77,10 +79,6 @@ class SavedModelEncoder(keras.layers.Layer):
         self.built = True
 
     def call(self, inputs, training=False):
-        import tensorflow as tf  # optional, as above; so is keras_tupe.export, which needs it
-
-        from keras_tupe.export.tfhub_names import ENCODER_INPUTS, to_tfhub
-
         # Keras-side inputs carry keras-hub's names (keras_tupe's data pipelines);
         # TF-Hub's names are taken too. The SavedModel speaks TF-Hub's.
         inputs = to_tfhub(inputs)
@@ -114,7 +112,7 @@ def load_encoder(handle, trainable=True, output_key=None, name="encoder"):
 def load_saved_model(handle):
     """`tf.saved_model.load` after registering the tensorflow-text ops that the
     preprocessor and classifier SavedModels use."""
-    import tensorflow as tf  # optional (the `tensorflow` extra), as tensorflow-text
+    # Optional (the `tensorflow` extra); only the preprocessor and classifier need its ops.
     import tensorflow_text  # noqa: F401  (registers the WordPiece ops)
 
     return tf.saved_model.load(handle)
