@@ -11,7 +11,7 @@ from keras_tupe import data
 from keras_tupe.data import glue
 from keras_tupe.finetuning import FinetuneConfig, finetune_glue
 from keras_tupe.finetuning.glue import longest_packed_length
-from keras_tupe.models import TupeBackbone
+from keras_tupe.models import TupeBackbone, TupeTokenizer
 from training import finetune_glue as cli
 from tests.packing_oracle import pack_texts, packed_batches
 
@@ -28,8 +28,10 @@ def encoder_dir(tmp_path_factory):
     corpus.write_text("\n".join(sentences) + "\n")
     vocab = data.train_vocabulary(str(corpus), 3000, str(directory / "vocab.txt"))
     size = data.load_tokenizer(vocab).vocabulary_size()
+    # `directory` is a run folder: its preset/ holds the encoder and the tokenizer.
     TupeBackbone.from_preset("tupe_r_tiny", vocabulary_size=size).save_to_preset(
-        str(directory / "backbone"))
+        str(directory / "preset"))
+    TupeTokenizer(vocabulary=vocab).save_to_preset(str(directory / "preset"))
     TupeBackbone.from_preset("huang_m4_tiny", vocabulary_size=size).save_to_preset(
         str(directory / "m4"))
     return directory
@@ -80,7 +82,7 @@ def test_pad_to_longest_pads_each_split_to_its_longest_example(encoder_dir):
         real = pack_texts(tokenizer, 512, sentences)["padding_mask"].numpy().sum(axis=1)
         return 8 * -(-int(real.max()) // 8)
 
-    common = dict(task="cola", init=str(encoder_dir / "backbone"), epochs=1,
+    common = dict(task="cola", init=str(encoder_dir / "preset"), epochs=1,
                   vocab=str(encoder_dir / "vocab.txt"), data_dir=str(DATA_DIR), batch_size=32,
                   max_train_examples=64, learning_rate=1e-3, xla=False)
     trimmed = finetune_glue(FinetuneConfig(pad_to_longest=True, **common))
@@ -104,7 +106,7 @@ def test_trimmed_padding_gives_the_classifier_the_same_outputs(encoder_dir):
                             "stsb", "validation")
     longest = longest_packed_length(tokenizer, (dev.sentence1, dev.sentence2))
     assert longest < 120
-    for name in ("backbone", "m4"):  # absolute TUPE-R and relative method 4
+    for name in ("preset", "m4"):  # absolute TUPE-R and relative method 4
         model = TupeTextClassifier(load_backbone(str(encoder_dir / name)), num_classes=1)
         outputs = [model.predict(packed_batches(dev, tokenizer, length, 100), verbose=0)
                    for length in (longest, 128)]
@@ -138,7 +140,7 @@ def test_pad_each_batch_trims_every_batch_to_its_longest_example(encoder_dir, mo
     assert len(set(widths)) > 1 and max(widths) < 128  # the batches really differ
     capped = list(packed_batches(dev, tokenizer, 24, 32, pad_multiple=16))
     assert {x["token_ids"].shape[1] for x, _ in capped} == {24}
-    for name in ("backbone", "m4"):  # absolute TUPE-R and relative method 4
+    for name in ("preset", "m4"):  # absolute TUPE-R and relative method 4
         model = TupeTextClassifier(load_backbone(str(encoder_dir / name)), num_classes=1)
         outputs = [np.concatenate([model.predict_on_batch(x) for x, _ in batches])
                    for batches in (fixed, trimmed)]
@@ -152,7 +154,7 @@ def test_pad_each_batch_trims_every_batch_to_its_longest_example(encoder_dir, mo
     monkeypatch.setattr(TupeTextClassifierPreprocessor, "call", lambda self, *args, **kwargs: (
         calls.append(self.pad_to_multiple_of) or original(self, *args, **kwargs)))
     result = finetune_glue(FinetuneConfig(
-        task="stsb", init=str(encoder_dir / "backbone"), vocab=str(encoder_dir / "vocab.txt"),
+        task="stsb", init=str(encoder_dir / "preset"), vocab=str(encoder_dir / "vocab.txt"),
         data_dir=str(DATA_DIR), epochs=1, max_train_examples=96, batch_size=32,
         learning_rate=1e-3, pad_each_batch=True, xla=True))
     assert calls[0] is None and 16 in calls and calls[-1] is None  # check, train, evaluate
@@ -167,7 +169,7 @@ def test_a_seed_repeats_its_run_and_another_seed_does_not(encoder_dir):
 
     def pearson(seed):
         result = finetune_glue(FinetuneConfig(
-            task="stsb", init=str(encoder_dir / "backbone"), seed=seed, epochs=1,
+            task="stsb", init=str(encoder_dir / "preset"), seed=seed, epochs=1,
             vocab=str(encoder_dir / "vocab.txt"), data_dir=str(DATA_DIR), batch_size=16,
             max_train_examples=64, learning_rate=1e-3, pad_to_longest=True, xla=False))
         return result["dev"]["validation"]["pearson"]
@@ -207,14 +209,14 @@ def _fake_runs(monkeypatch, scores):
 
     calls = []
 
-    def finetune(config):
+    def finetune(config, splits):
         calls.append((config.learning_rate, config.seed))
         score = scores(config.learning_rate, config.seed)
         return {"task": config.task, "learning_rate": config.learning_rate, "seed": config.seed,
                 "dev": {"validation": {"accuracy": score, "score": score}}}
 
     monkeypatch.setattr(protocol, "finetune_glue", finetune)
-    monkeypatch.setattr(protocol, "_preflight", lambda *args: None)
+    monkeypatch.setattr(protocol, "_preflight", lambda tasks, *args: {t: {} for t in tasks})
     return calls
 
 
@@ -274,7 +276,7 @@ def test_a_results_line_cut_by_a_full_disk_is_named_and_its_run_done_again(tmp_p
 
 
 def test_the_chosen_rate_is_the_selection_seeds_not_the_best_median():
-    from keras_tupe.finetuning import summarize
+    from keras_tupe.finetuning import Protocol, summarize
 
     def row(rate, seed, score):
         return {"task": "rte", "learning_rate": rate, "seed": seed,
@@ -283,7 +285,7 @@ def test_the_chosen_rate_is_the_selection_seeds_not_the_best_median():
     # Seed 0 chose 1e-4 (0.9 against 0.8); its other seeds then scored 0.5. The single
     # seed-0 run at 3e-4 has the higher median, but it is not the rate the protocol chose.
     rows = [row(1e-4, 0, 0.9), row(3e-4, 0, 0.8), row(1e-4, 1, 0.5), row(1e-4, 2, 0.55)]
-    [chosen] = summarize(rows, ["rte"], selection_seed=0)
+    [chosen] = Protocol((1e-4, 3e-4), (0, 1, 2), selection_seed=0).summarize(rows, ["rte"])
     assert (chosen["best_learning_rate"], chosen["seeds"]) == (1e-4, 3)
     assert chosen["score"] == pytest.approx(55.0)
     [best_median] = summarize(rows, ["rte"])

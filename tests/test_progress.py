@@ -89,12 +89,12 @@ def test_finetune_glue_says_which_run_it_starts_and_turns_progress_on(tmp_path, 
 
     seen = []
 
-    def fake_run(config):
+    def fake_run(config, splits):
         seen.append(config)
         return {"task": config.task, "learning_rate": config.learning_rate, "seed": config.seed,
                 "dev": {"validation": {"accuracy": 0.5, "score": 0.5}}}
 
-    monkeypatch.setattr(protocol, "_preflight", lambda *args: None)
+    monkeypatch.setattr(protocol, "_preflight", lambda tasks, *args: {t: {} for t in tasks})
     monkeypatch.setattr(protocol, "finetune_glue", fake_run)
     out = tmp_path / "glue"
     assert finetune_glue.main(["--init", "run", "--tasks", "rte", "--out", str(out),

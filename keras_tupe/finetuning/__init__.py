@@ -24,12 +24,7 @@ from keras_tupe.finetuning.loading import (
 )
 from keras_tupe.finetuning.protocol import PAPER_LEARNING_RATES, PAPER_SEEDS, Protocol
 from keras_tupe.finetuning.squad import SquadConfig, finetune_squad, run_squad_protocol
-from keras_tupe.finetuning.summary import (
-    chosen_learning_rate,
-    runs_to_do,
-    summarize,
-    write_tables,
-)
+from keras_tupe.finetuning.summary import summarize, write_tables
 
 __all__ = [
     "PAPER_LEARNING_RATES",
@@ -39,7 +34,6 @@ __all__ = [
     "Protocol",
     "SquadConfig",
     "batches",
-    "chosen_learning_rate",
     "default_vocabulary",
     "finetune_glue",
     "finetune_squad",
@@ -51,7 +45,6 @@ __all__ = [
     "resolve_loader",
     "run_protocol",
     "run_squad_protocol",
-    "runs_to_do",
     "save_classifier",
     "summarize",
     "write_tables",

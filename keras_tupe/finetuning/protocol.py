@@ -1,12 +1,12 @@
 """The fine-tuning protocol as one object (`Protocol`), shared by the CLI, `run_protocol`
 and the studies: the grid of learning rates and seeds, how a task's rate is chosen, the
 plan, the choice and the table, all read from the rows of finished runs
-(`results.jsonl`, `keras_tupe.finetuning.summary`).
+(`results.jsonl`; the table's medians and files are `keras_tupe.finetuning.summary`'s).
 """
 
 import dataclasses
 
-from keras_tupe.finetuning import summary
+from keras_tupe.finetuning.summary import main_score, summarize
 
 PAPER_LEARNING_RATES = (2e-5, 3e-5, 4e-5, 5e-5)
 PAPER_SEEDS = (0, 1, 2, 3, 4)
@@ -47,8 +47,8 @@ class Protocol:
             raise ValueError("A protocol needs at least one learning rate and one seed. "
                              f"Received: learning_rates={list(self.learning_rates)}, "
                              f"seeds={list(self.seeds)}")
-        summary.check_selection(self.seeds, self.selection_seed, self.edge_learning_rates,
-                                self.learning_rates)
+        check_selection(self.seeds, self.selection_seed, self.edge_learning_rates,
+                        self.learning_rates)
 
     @classmethod
     def from_config(cls, config):
@@ -62,13 +62,33 @@ class Protocol:
         """Every rate the protocol may run: the grid and its edges (selection seed only)."""
         return set(self.learning_rates) | set(self.edge_learning_rates)
 
-    def _choice(self):
-        return {"selection_seed": self.selection_seed,
-                "edge_learning_rates": self.edge_learning_rates}
-
     def runs_to_do(self, rows, task):
-        """The `(rate, seed)` runs of `task` still needed after `rows`, in order."""
-        return summary.runs_to_do(rows, task, self.learning_rates, self.seeds, **self._choice())
+        """The `(learning rate, seed)` runs of `task` the protocol still needs after `rows`,
+        in order; `[]` when its table is final.
+
+        Without a selection seed: every rate x every seed not in `rows`. With one: first
+        every rate of the grid with that seed; then, while the rate it scores best at is
+        the lowest (highest) one run and `edge_learning_rates` has a lower (higher) one,
+        the nearest such rate with that seed, one at a time; then the other seeds at the
+        chosen rate (`chosen_rate`).
+        """
+        done = {(row["learning_rate"], row.get("seed")) for row in rows if row["task"] == task}
+        if self.selection_seed is None:
+            return [(rate, seed) for rate in self.learning_rates for seed in self.seeds
+                    if (rate, seed) not in done]
+        first = [(rate, self.selection_seed) for rate in self.learning_rates
+                 if (rate, self.selection_seed) not in done]
+        if first:
+            return first
+        best, tried = self._selection(rows, task)
+        ladder = sorted(self.rates)
+        lower = [rate for rate in ladder if rate < best and rate not in tried]
+        higher = [rate for rate in ladder if rate > best and rate not in tried]
+        if best == min(tried) and lower:
+            return [(lower[-1], self.selection_seed)]
+        if best == max(tried) and higher:
+            return [(higher[0], self.selection_seed)]
+        return [(best, seed) for seed in self.seeds if (best, seed) not in done]
 
     def runs(self, rows, tasks):
         """Yields `(task, rate, seed)` until every task is done; `rows` grows as the
@@ -102,11 +122,21 @@ class Protocol:
         return f"run {len(done) + 1} of {more}{self.size(rows, tasks)}"
 
     def chosen_rate(self, rows, task):
-        """The selection seed's best rate (None before it ran, or without one)."""
+        """The rate with the best score of the selection seed among the protocol's rates
+        run with it (the lowest of equal ones); None before any has run, or without one."""
         if self.selection_seed is None:
             return None
-        return summary.chosen_learning_rate(rows, task, self.learning_rates,
-                                            self.selection_seed, self.edge_learning_rates)
+        best, _ = self._selection(rows, task)
+        return best
+
+    def _selection(self, rows, task):
+        """`(best rate, rates tried)` of the selection seed on `task`."""
+        scores = {row["learning_rate"]: main_score(row) for row in rows
+                  if row["task"] == task and row.get("seed") == self.selection_seed
+                  and row["learning_rate"] in self.rates}
+        if not scores:
+            return None, set()
+        return max(sorted(scores), key=scores.get), set(scores)
 
     def rows(self, rows, tasks):
         """The rows of runs the protocol asks for: of `tasks`, its rates and seeds, and
@@ -120,5 +150,28 @@ class Protocol:
                 if r.get("seed") == self.selection_seed or r["learning_rate"] == chosen[r["task"]]]
 
     def summarize(self, rows, tasks):
-        """Per task the median over seeds at the chosen rate (`summary.summarize`)."""
-        return summary.summarize(self.rows(rows, tasks), tasks, **self._choice())
+        """Per task the median over seeds at the chosen rate (`summary.summarize`); without
+        a selection seed at the rate of the best median."""
+        rows = self.rows(rows, tasks)
+        # One score a (task, rate, seed), the last (a results.jsonl written twice for a run).
+        runs = list({(r["task"], r["learning_rate"], r.get("seed")): r for r in rows}.values())
+        return summarize(rows, tasks, {task: self.chosen_rate(runs, task) for task in tasks})
+
+
+def check_selection(seeds, selection_seed, edge_learning_rates, learning_rates):
+    """Raises ValueError for a `selection_seed` not among `seeds`, or edge rates without
+    one, not positive or already in `learning_rates`."""
+    if selection_seed is None:
+        if edge_learning_rates:
+            raise ValueError("edge_learning_rates widen the grid of a selection_seed; "
+                             "without one every rate runs every seed (put them in "
+                             "learning_rates).")
+        return
+    if selection_seed not in seeds:
+        raise ValueError(f"selection_seed {selection_seed!r} is not one of the seeds "
+                         f"{list(seeds)}: the chosen rate's score is the median over all of them.")
+    bad = [rate for rate in edge_learning_rates
+           if not isinstance(rate, (int, float)) or rate <= 0 or rate in learning_rates]
+    if bad:
+        raise ValueError(f"edge_learning_rates {bad}: each must be a positive rate that is not "
+                         f"already in learning_rates {list(learning_rates)}.")
