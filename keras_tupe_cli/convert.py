@@ -14,6 +14,7 @@ TUPE authors' fairseq fork (TUPE-R or TUPE-A; `dict.txt` beside it unless
 
 import os
 
+# keras_tupe (with Keras: seconds) is imported inside the functions, after the flags parse.
 from keras_tupe_cli.common import command_parser, entry_point, plumbing
 
 KINDS = ("huggingface", "fairseq")

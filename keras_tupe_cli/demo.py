@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 
+# keras_tupe (with Keras: seconds) is imported inside the functions, after the flags parse.
 from keras_tupe_cli.common import command_parser, entry_point
 
 SENTENCES = [

@@ -20,6 +20,7 @@ import argparse
 import os
 import sys
 
+# keras_tupe (with Keras: seconds) is imported inside the functions, after the flags parse.
 from keras_tupe_cli.common import (
     INIT_FLAGS,
     add_common_flags,

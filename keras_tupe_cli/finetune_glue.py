@@ -14,6 +14,7 @@ lacks) the data come from tensorflow-datasets (online).
 
 import sys
 
+# keras_tupe (with Keras: seconds) is imported inside the functions, after the flags parse.
 from keras_tupe_cli.common import INIT_FLAGS, add_init_flag, command_parser, entry_point, plumbing
 
 # The papers' grid (`keras_tupe.finetuning.PAPER_LEARNING_RATES`, `PAPER_SEEDS`; a test

@@ -14,6 +14,7 @@ import dataclasses
 import json
 import sys
 
+# keras_tupe (with Keras: seconds) is imported inside the functions, after the flags parse.
 from keras_tupe_cli.common import INIT_FLAGS, add_init_flag, command_parser, entry_point, plumbing
 
 # `keras_tupe.finetuning.SquadConfig`'s fields (but init, xla, lowercase) and their types,

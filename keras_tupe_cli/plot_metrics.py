@@ -7,6 +7,7 @@ import csv
 import os
 import sys
 
+# matplotlib (optional) is imported inside the function, after the flags parse.
 from keras_tupe_cli.common import command_parser, entry_point
 
 

@@ -27,6 +27,7 @@ import json
 import os
 import sys
 
+# TensorFlow is imported inside the functions, after the flags parse; keras_tupe never.
 from keras_tupe_cli.common import command_parser, entry_point
 
 DEFAULT_BATCH_SIZE = 64

@@ -9,6 +9,7 @@ outputs of one forward pass of the tiny models.
 import sys
 import time
 
+# keras_tupe (with Keras: seconds) is imported inside the functions, after the flags parse.
 from keras_tupe_cli.common import command_parser, entry_point
 
 # `keras_tupe.models.presets.SIZES` (a test checks they agree): the parser knows them

@@ -18,6 +18,7 @@ import argparse
 import os
 import sys
 
+# keras_tupe (with Keras: seconds) is imported inside the functions, after the flags parse.
 from keras_tupe_cli.common import command_parser, entry_point, plumbing
 
 # The choices of `keras_tupe.pretraining` (a test checks they agree): the parser knows them

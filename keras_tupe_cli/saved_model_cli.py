@@ -10,6 +10,8 @@ keras_tupe model (a serving client needs only TensorFlow and tensorflow-text):
 import sys
 import warnings
 
+# TensorFlow is imported inside main, so importing this module stays light (keras_tupe_cli).
+
 
 def main():
     import tensorflow as tf

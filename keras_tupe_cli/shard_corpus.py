@@ -19,6 +19,7 @@ import os
 import sys
 import tempfile
 
+# keras_tupe (with Keras: seconds) is imported inside the functions, after the flags parse.
 from keras_tupe_cli.common import command_parser, entry_point, plumbing
 
 DEFAULT_SEQUENCES_PER_SHARD = 100_000
