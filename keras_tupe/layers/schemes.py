@@ -452,20 +452,9 @@ class BackbonePositions:
     values: dict
 
     @classmethod
-    def check(
-        cls,
-        absolute_position,
-        absolute_correlation,
-        relative_position,
-        cls_reset,
-        cls_reset_style,
-        attention_implementation,
-        num_buckets,
-        max_distance,
-        max_relative_distance,
-        zero_init_relative_tables,
-        **sizes,
-    ):
+    def check(cls, absolute_position, absolute_correlation, relative_position, cls_reset,
+              cls_reset_style, attention_implementation, num_buckets, max_distance,
+              max_relative_distance, zero_init_relative_tables, **sizes):
         """The positions of a backbone whose arguments the table allows.
 
         `sizes` are the backbone's `hidden_dim`, `num_heads`, `max_sequence_length`,
@@ -491,13 +480,9 @@ class BackbonePositions:
             cls_reset_style, **values,
         )
         arguments = dict(
-            absolute_position=absolute_position,
-            absolute_correlation=absolute_correlation,
-            relative_position=relative_position,
-            cls_reset=cls_reset,
-            cls_reset_style=cls_reset_style,
-            num_buckets=num_buckets,
-            max_distance=max_distance,
+            absolute_position=absolute_position, absolute_correlation=absolute_correlation,
+            relative_position=relative_position, cls_reset=cls_reset,
+            cls_reset_style=cls_reset_style, num_buckets=num_buckets, max_distance=max_distance,
             max_relative_distance=max_relative_distance,
             zero_init_relative_tables=zero_init_relative_tables,
             attention_implementation=attention_implementation,
