@@ -226,9 +226,9 @@ FINE_TUNE = textwrap.dedent("""
     from keras_tupe.data import squad
     from keras_tupe.finetuning import SquadConfig, finetune_squad
     from keras_tupe.models import TupeBackbone, TupeTokenizer
-    init = os.path.join(out, "encoder.keras")
+    init = os.path.join(out, "encoder")  # a preset folder
     size = TupeTokenizer(vocab).vocabulary_size()
-    TupeBackbone.from_preset("tupe_r_tiny", vocabulary_size=size).save(init)
+    TupeBackbone.from_preset("tupe_r_tiny", vocabulary_size=size).save_to_preset(str(init))
     result = finetune_squad(SquadConfig(
         init=init, vocab=vocab, offline_split=articles_file, eval_fraction=0.5, seq_len=48,
         doc_stride=16, max_query_length=12, epochs=1, batch_size=4, learning_rate=1e-3,

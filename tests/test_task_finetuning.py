@@ -213,9 +213,9 @@ def test_a_glue_file_without_examples_is_refused_before_training(tmp_path, vocab
     (tmp_path / "glue" / "RTE").mkdir(parents=True)
     for name in ("train.tsv", "dev.tsv"):
         (tmp_path / "glue" / "RTE" / name).write_text("index\tsentence1\tsentence2\tlabel\n")
-    init = tmp_path / "encoder.keras"
+    init = tmp_path / "encoder"  # a preset folder
     size = TupeTokenizer(vocabulary).vocabulary_size()
-    TupeBackbone.from_preset("bert_a_tiny", vocabulary_size=size).save(init)
+    TupeBackbone.from_preset("bert_a_tiny", vocabulary_size=size).save_to_preset(str(init))
     with pytest.raises(ValueError, match="GLUE rte train has no examples: nothing to fine-tune"):
         run_protocol(["rte"], str(init), str(tmp_path / "out"), learning_rates=[1e-4],
                      seeds=[0], vocab=vocabulary, data_dir=str(tmp_path / "glue"))
@@ -233,9 +233,9 @@ def test_glue_save_dir_is_refused_before_training_only_where_it_holds_files(tmp_
     folder.mkdir(parents=True)
     for name in ("train.tsv", "dev.tsv"):
         (folder / name).write_text("sentence\tlabel\nthe cat\t1\na dog\t0\n")
-    init = tmp_path / "encoder.keras"
+    init = tmp_path / "encoder"  # a preset folder
     size = TupeTokenizer(vocabulary).vocabulary_size()
-    TupeBackbone.from_preset("bert_a_tiny", vocabulary_size=size).save(init)
+    TupeBackbone.from_preset("bert_a_tiny", vocabulary_size=size).save_to_preset(str(init))
     kept = tmp_path / "kept"
     kept.mkdir()
     (kept / "notes.txt").write_text("mine")
@@ -274,9 +274,9 @@ def test_a_squad_file_without_a_found_answer_is_refused_before_training(tmp_path
     squad_file = tmp_path / "squad.json"
     squad_file.write_text(json.dumps({"version": "1.1", "data": [
         {"title": f"t{i}", "paragraphs": paragraphs[i:i + 1]} for i in range(4)]}))
-    init = tmp_path / "encoder.keras"
+    init = tmp_path / "encoder"  # a preset folder
     size = TupeTokenizer(vocabulary).vocabulary_size()
-    TupeBackbone.from_preset("huang_m4_tiny", vocabulary_size=size).save(init)
+    TupeBackbone.from_preset("huang_m4_tiny", vocabulary_size=size).save_to_preset(str(init))
     with pytest.raises(ValueError, match=f"SQuAD {squad_file}: no training question has its "
                                          "first answer's text in its context"):
         finetune_squad(SquadConfig(init=str(init), vocab=vocabulary, offline_split=str(squad_file),
@@ -306,8 +306,8 @@ NO_TENSORFLOW = textwrap.dedent("""
         f.write("\\n".join(["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"] + words) + "\\n")
     from keras_tupe.finetuning import FinetuneConfig, finetune_glue
     from keras_tupe.models import TupeBackbone
-    init = os.path.join(out, "encoder.keras")
-    TupeBackbone.from_preset("tupe_r_tiny", vocabulary_size=len(words) + 5).save(init)
+    init = os.path.join(out, "encoder")  # a preset folder
+    TupeBackbone.from_preset("tupe_r_tiny", vocabulary_size=len(words) + 5).save_to_preset(init)
     result = finetune_glue(FinetuneConfig(
         task="sst2", init=init, vocab=vocab, data_dir=os.path.join(out, "glue"), epochs=1,
         batch_size=8, seq_len=16, learning_rate=1e-3))
