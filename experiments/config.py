@@ -14,7 +14,8 @@ import os
 import re
 import shutil
 import time
-import zipfile
+
+from experiments import records
 
 KINDS = ("pretrain", "finetune", "length")
 # The only fields a variant may change: they define the architecture, not the training.
@@ -59,17 +60,20 @@ def studies():
     return _read_json(STUDIES_FILE)
 
 
-def _named(name, table, seen=()):
-    """Study `name` with its `extends` chain resolved: an entry takes every key of the
-    study it extends that it does not set, `settings` and `vocabulary` key by key."""
+def _named(name, table, child=None):
+    """Study `name` with its `extends` resolved: an entry takes every key of the study it
+    extends that it does not set, `settings` and `vocabulary` key by key. One level only:
+    the study extended extends nothing."""
     if name not in table:
         raise StudyError(f"There is no study {name!r} in {os.path.relpath(STUDIES_FILE)}. "
                          f"Studies: {', '.join(sorted(table))}")
-    if name in seen:
-        raise StudyError(f"{STUDIES_FILE}: study {name!r} extends itself ({' -> '.join(seen)}).")
     entry = {"study": name, **copy.deepcopy(table[name])}
+    if "extends" in entry and child is not None:
+        raise StudyError(f"{STUDIES_FILE}: study {child!r} extends {name!r}, which extends "
+                         f"{entry['extends']!r}: one level of `extends` at most (write the "
+                         f"keys {name!r} sets into {child!r}).")
     if "extends" in entry:
-        parent = _named(entry.pop("extends"), table, (*seen, name))
+        parent = _named(entry.pop("extends"), table, name)
         entry = {**parent, **entry, **{key: {**parent[key], **entry[key]} for key in
                                         EXTENDED_BY_KEY if key in parent and key in entry}}
     return entry
@@ -186,7 +190,7 @@ def _check(config, path):
         if unknown:
             _fail(path, f"unknown fine-tuning settings {unknown}. Allowed: {sorted(allowed)}")
         from keras_tupe.finetuning.glue import check_task_settings
-        from keras_tupe.finetuning.protocol import check_selection
+        from keras_tupe.finetuning.summary import check_selection
 
         try:
             check_task_settings(config["tasks"], config.get("task_settings", {}))
@@ -342,27 +346,20 @@ class Variant:
 
 def run_model(run_dir, step=None):
     """A pre-training run's final model, or its checkpoint at `step` (step 0: the
-    initialization it started from): `keras_tupe.finetuning.loading`'s `run_model` and
-    `run_checkpoint` (preset folders; a run of an older version, its `.keras` files)."""
-    from keras_tupe.finetuning import loading
+    initialization it started from): `keras_tupe.models.preset_folders`' run layout."""
+    from keras_tupe.models import preset_folders
 
-    return loading.run_model(run_dir) if step is None else loading.run_checkpoint(run_dir, step)
+    return (preset_folders.run_model(run_dir) if step is None
+            else preset_folders.run_checkpoint(run_dir, step))
 
 
 def run_backbone_config(run_dir):
-    """The encoder config a run saved (its preset's `config.json`; the encoder `.keras` file
-    of an older version, read from the archive, no model built), or in `backbone_config.json`
-    beside a run brought back from another machine without its models; None without any."""
-    from experiments import records
-    from keras_tupe.finetuning import loading
-
-    preset_config = os.path.join(run_dir, loading.RUN_PRESET, "config.json")
+    """The encoder config a run saved (its preset's `config.json`), or in
+    `backbone_config.json` beside a run brought back from another machine without its
+    models; None without either."""
+    preset_config = os.path.join(run_model(run_dir), "config.json")
     if os.path.exists(preset_config):
         return records.read_json(preset_config)["config"]
-    path = os.path.join(run_dir, loading.OLD_RUN_FILES[0])
-    if os.path.exists(path):
-        with zipfile.ZipFile(path) as archive:
-            return json.loads(archive.read("config.json"))["config"]
     return (records.read_json(os.path.join(run_dir, "backbone_config.json")) or {}).get("config")
 
 
@@ -501,7 +498,6 @@ def ensure_vocabulary(config, command=None, verbose=True):
     (or of unknown origin, or changed since) is refused: every run of every
     study with this vocabulary file must tokenize identically.
     """
-    from experiments import records
     from keras_tupe.data.shards import file_sha256  # no TensorFlow: the GPU stages call this
 
     vocabulary = config["vocabulary"]

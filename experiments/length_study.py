@@ -263,7 +263,6 @@ def run_study(config, command, report_command, only_variants=None):
     import keras_hub
 
     import keras_tupe.models  # noqa: F401  (registers the classes for loading)
-    from keras_tupe.models.saving import load_saved_model
 
     path = results_path(config)
     done = {_key(row) for row in records.read_jsonl(path)}
@@ -276,9 +275,7 @@ def run_study(config, command, report_command, only_variants=None):
     batches = _Batches(config)
     for job in jobs:
         keras.backend.clear_session()
-        # A run's preset folder (keras-hub's loader), or a run of an older version's `.keras`.
-        model = (keras_hub.models.MaskedLM.from_preset(job["model"], preprocessor=None)
-                 if os.path.isdir(job["model"]) else load_saved_model(job["model"]))
+        model = keras_hub.models.MaskedLM.from_preset(job["model"], preprocessor=None)
         for length in job["todo"]:
             start = time.perf_counter()
             ok, note = _note(model.backbone, length, job["trained_seq_len"])

@@ -1,10 +1,10 @@
 """Positional maps: the content-free term per head (TUPE Figure 5) and the T5 bias per bucket.
 
-`draw_maps(init, out)` loads an encoder (a pre-training run directory, a preset folder
-such as a run's `preset/` or a step checkpoint, or a `.keras` file of an older version)
-and draws `backbone.positional_bias(n)`, the term every layer adds to its
-attention logits that depends on positions only (the untied correlation and/or
-the T5 bias, after the [CLS] reset), one heatmap per head, as TUPE's Figure 5.
+`draw_maps(init, out)` loads an encoder (a pre-training run directory or a preset folder
+such as a run's `preset/` or a step checkpoint) and draws `backbone.positional_bias(n)`,
+the term every layer adds to its attention logits that depends on positions only (the
+untied correlation and/or the T5 bias, after the [CLS] reset), one heatmap per head, as
+TUPE's Figure 5.
 Row `i` is the query position, column `j` the key; position 0 is [CLS].
 
 For encoders with the T5 bias (`bert_r`, `tupe_r`) it also draws the learned bias

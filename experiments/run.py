@@ -60,7 +60,7 @@ def parse_args(argv=None):
     sub = commands.add_parser("maps", help="per-head positional maps of one encoder")
     source = sub.add_mutually_exclusive_group(required=True)
     source.add_argument("--init",
-                        help="a pre-training run directory or a .keras file (backbone or task)")
+                        help="a pre-training run directory or a preset folder")
     source.add_argument("--from-npz", metavar="NPZ",
                         help="draw again from the arrays an earlier maps run saved (its .npz "
                              "and .json), without the model: e.g. after a plotting change")

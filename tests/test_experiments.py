@@ -1058,22 +1058,27 @@ def test_a_study_that_extends_another_takes_its_keys_and_settings_key_by_key(tmp
                                                                                 monkeypatch):
     # `settings` and `vocabulary` of the study extended are overridden key by key.
     long_v2_jax = study_config.load_config("long_v2_jax")
-    assert study_config.studies()["long_v2_jax"]["extends"] == "long_v2"
+    assert study_config.studies()["long_v2_jax"]["extends"] == "pretrain"
     assert long_v2_jax["settings"]["steps"] == 16000
     assert long_v2_jax["settings"]["shards"] == "shards/train_v2_128"
     studies = {"a": {"kind": "length", "runs_dir": "r", "results_dir": "d", "seed": 1,
                      "pretrain_configs": ["long"], "lengths": [128], "batches": 2,
                      "valid_corpus": "v.txt", "tokens_per_batch": 512},
                "b": {"extends": "a", "lengths": [128, 256]},
-               "c": {"extends": "c"}}
+               "c": {"extends": "c"}, "e": {"extends": "b"}}
     (tmp_path / "studies.json").write_text(json.dumps(studies))
     monkeypatch.setattr(study_config, "STUDIES_FILE", str(tmp_path / "studies.json"))
     b = study_config.load_config("b")
     assert (b["study"], b["lengths"], b["batches"], b["_flag"]) == (
         "b", [128, 256], 2, ["--study", "b"])
-    with pytest.raises(study_config.StudyError, match="'c' extends itself"):
+    # One level at most (a study extending itself is a second level too).
+    with pytest.raises(study_config.StudyError, match="study 'e' extends 'b', which extends "
+                       "'a': one level of `extends` at most"):
+        study_config.load_config("e")
+    with pytest.raises(study_config.StudyError, match="study 'c' extends 'c', which extends "
+                       "'c'"):
         study_config.load_config("c")
-    with pytest.raises(study_config.StudyError, match="no study 'd' in .*Studies: a, b, c"):
+    with pytest.raises(study_config.StudyError, match="no study 'd' in .*Studies: a, b, c, e"):
         study_config.load_config("d")
 
 
@@ -1140,17 +1145,12 @@ def test_the_second_half_leaves_out_the_evaluations_before_half_the_last_step():
     assert _second_half([], []) == "–"
 
 
-def test_a_runs_encoder_config_is_read_from_its_preset_an_old_keras_file_or_a_record(tmp_path):
-    import zipfile
-
+def test_a_runs_encoder_config_is_read_from_its_preset_or_a_record(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     assert study_config.run_backbone_config(str(run)) is None
     (run / "backbone_config.json").write_text(json.dumps({"config": {"from": "record"}}))
     assert study_config.run_backbone_config(str(run)) == {"from": "record"}
-    with zipfile.ZipFile(run / "backbone.keras", "w") as archive:  # an older version's run
-        archive.writestr("config.json", json.dumps({"config": {"from": "keras"}}))
-    assert study_config.run_backbone_config(str(run)) == {"from": "keras"}
     (run / "preset").mkdir()
     (run / "preset" / "config.json").write_text(json.dumps({"config": {"from": "preset"}}))
     assert study_config.run_backbone_config(str(run)) == {"from": "preset"}
