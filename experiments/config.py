@@ -190,7 +190,7 @@ def _check(config, path):
         if unknown:
             _fail(path, f"unknown fine-tuning settings {unknown}. Allowed: {sorted(allowed)}")
         from keras_tupe.finetuning.glue import check_task_settings
-        from keras_tupe.finetuning.summary import check_selection
+        from keras_tupe.finetuning.protocol import check_selection
 
         try:
             check_task_settings(config["tasks"], config.get("task_settings", {}))
