@@ -5,8 +5,9 @@ for a few blocks, sharing one compilation cache), fine-tuning steps/s and compil
 per task (two seeds a task from the first run's step-0 checkpoint: the first compiles, the
 second finds the cache), that the gradients of the positional terms are equal between the
 fused and the einsum attention (`tests/test_fused_gradients.py`), and the headline rows of
-the GPU benchmark. `summarize` turns what came back into `calibration.json`: the `pace`
-that `experiments.stage.estimate` reads, and the plan it gives.
+the GPU benchmark. `experiments.stage.calibration_jobs` runs them; `summarize` turns what
+came back into `calibration.json`: the `pace` that `experiments.stage.estimate` reads, and
+the plan it gives.
 """
 
 import glob
@@ -16,73 +17,7 @@ import sys
 
 from experiments import records
 from experiments.config import StudyError, load_config
-
-
-def calibration_jobs(spec, tiny, work, pretrain, then):
-    """The S0 processes, `(label, command, ready)`: the pre-training rounds one after the
-    other, then fine-tuning (from the first round's step-0 checkpoint) and the gradient
-    test, then the benchmark alone, then the summary."""
-    from experiments.stage import TINY, load_stages
-
-    folder = os.path.join(work, "calibration")
-    ended = {}
-    jobs, previous, paces = [], [], []
-    for n in spec["processes"]:
-        config = _write(folder, f"pace_{n}.json", {
-            **_raw(pretrain), "study": f"pace_{n}", "variants": {
-                f"p{i}": {"variant": "bert_a"} for i in range(n)}})
-        until = spec["blocks"] * pretrain["settings"]["eval_every"]
-        labels = [f"pace {n} p{i}" for i in range(n)]
-        jobs += [(label, _run("pretrain", config, "--variants", f"p{i}", "--until-step",
-                              str(until)), lambda after=tuple(previous): _all(ended, after))
-                 for i, label in enumerate(labels)]
-        previous = labels
-        paces += labels  # timed alone: what follows waits for every round
-    for task in then["tasks"]:
-        examples = TINY["examples"] if tiny else 2000
-        config = _write(folder, f"finetune_{task}.json", {
-            **_raw(then), "study": f"finetune_{task}", "pretrain_configs": ["pace_1.json"],
-            "variants": ["p0"], "checkpoints": [0.0], "checkpoint_variants": {"0.0": ["p0"]},
-            "tasks": [task], "learning_rates": then["learning_rates"][:1], "seeds": [0, 1],
-            "selection_seed": None, "edge_learning_rates": [],
-            "task_settings": {task: {"max_train_examples": examples}},
-            "settings": {**then["settings"], "epochs": 1, "pad_each_batch": False}})
-        jobs.append((f"finetune {task}", _run("finetune", config),
-                     lambda: _all(ended, paces)))
-    jobs.append(("gradients", [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                               "tests/test_fused_gradients.py"], lambda: _all(ended, paces)))
-    if spec.get("benchmark"):  # alone, after the rest
-        others = [label for label, _, _ in jobs]
-        command = load_stages()["benchmark"] + spec["benchmark"].split()
-        jobs.append(("benchmark", [sys.executable, "-m", *command, "--out",
-                                   os.path.join(work, "logs", "benchmark"), "--overwrite",
-                                   *(TINY["benchmark"] if tiny else [])],
-                     lambda: _all(ended, others)))
-    others = [label for label, _, _ in jobs]
-    jobs.append(("summary", [sys.executable, "-m", "experiments.calibrate", work],
-                 lambda: _all(ended, others)))
-    return jobs, ended, os.path.join(folder, "results")
-
-
-def _raw(config):
-    return {k: v for k, v in config.items() if not k.startswith("_") and k not in (
-        "base", "references", "seed", "overrides", "ceiling")}
-
-
-def _write(folder, name, raw):
-    os.makedirs(folder, exist_ok=True)
-    raw.update(runs_dir=os.path.join(folder, "runs"), results_dir=os.path.join(folder, "results"))
-    path = os.path.join(folder, name)
-    records.write_json(path, raw)
-    return load_config(path)
-
-
-def _run(command, config, *extra):
-    return [sys.executable, "-m", "experiments.run", command, *config["_flag"], *extra]
-
-
-def _all(ended, labels):
-    return all(ended.get(label) for label in labels)
+from experiments.stage import estimate, gpu_pace, stage_configs, stage_spec
 
 
 def summarize(work):
@@ -111,8 +46,6 @@ def summarize(work):
                                "compile_seconds": cold["train_seconds"] - warm["train_seconds"],
                                "process_seconds": seconds.get(f"finetune {warm['task']}")}
     report = records.read_json(os.path.join(work, "logs", "benchmark", "benchmark.json"), {})
-    from experiments.stage import estimate, gpu_pace, stage_configs, stage_spec
-
     pace = {k: v for k, v in gpu_pace().items() if k not in ("basis", "calibrated")}
     pace.update(pretrain_step_seconds=best / rounds[best]["total"], at_once=best,
                 install_seconds=stage.get("install_seconds", 0))

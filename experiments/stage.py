@@ -98,7 +98,7 @@ def _tiny_configs(pretrain, then, work):
         raw["settings"] = {**raw["settings"], **TINY["pretrain"],
                            "shards": os.path.join(work, "shards", "train"),
                            "valid_shards": os.path.join(work, "shards", "valid")}
-        written["pretrain"] = _write_json(os.path.join(work, "pretrain.json"), raw)
+        written["pretrain"] = records.write_json(os.path.join(work, "pretrain.json"), raw)
     if then:
         raw = {k: v for k, v in then.items() if not k.startswith("_") and k != "ceiling"}
         raw.update(where, pretrain_configs=["pretrain.json"])
@@ -118,14 +118,8 @@ def _tiny_configs(pretrain, then, work):
             if raw.get("squad_file"):
                 raw["squad_file"] = os.path.join(work, "squad.json")
                 raw["settings"].update(TINY["squad"])
-        written["then"] = _write_json(os.path.join(work, then["kind"] + ".json"), raw)
+        written["then"] = records.write_json(os.path.join(work, then["kind"] + ".json"), raw)
     return [written.get(key) and load_config(written[key]) for key in ("pretrain", "then")]
-
-
-def _write_json(path, value):
-    with open(path, "w") as f:
-        json.dump(value, f, indent=2)
-    return path
 
 
 # === prepare (here) ===
@@ -411,6 +405,68 @@ def run(name, out, tiny=False, deadline=None, started=None, folder=None, phases=
     return stage
 
 
+def calibration_jobs(spec, tiny, work, pretrain, then):
+    """The S0 processes, `(label, command, ready)`: the pre-training rounds one after the
+    other, then fine-tuning (from the first round's step-0 checkpoint) and the gradient
+    test, then the benchmark alone, then the summary."""
+    folder = os.path.join(work, "calibration")
+    ended = {}
+    jobs, previous, paces = [], [], []
+    for n in spec["processes"]:
+        config = _write_config(folder, f"pace_{n}.json", {
+            **_raw(pretrain), "study": f"pace_{n}", "variants": {
+                f"p{i}": {"variant": "bert_a"} for i in range(n)}})
+        until = spec["blocks"] * pretrain["settings"]["eval_every"]
+        labels = [f"pace {n} p{i}" for i in range(n)]
+        jobs += [(label, _experiment("pretrain", config, ["--variants", f"p{i}", "--until-step",
+                                                          str(until)]),
+                  lambda after=tuple(previous): _all(ended, after))
+                 for i, label in enumerate(labels)]
+        previous = labels
+        paces += labels  # timed alone: what follows waits for every round
+    for task in then["tasks"]:
+        examples = TINY["examples"] if tiny else 2000
+        config = _write_config(folder, f"finetune_{task}.json", {
+            **_raw(then), "study": f"finetune_{task}", "pretrain_configs": ["pace_1.json"],
+            "variants": ["p0"], "checkpoints": [0.0], "checkpoint_variants": {"0.0": ["p0"]},
+            "tasks": [task], "learning_rates": then["learning_rates"][:1], "seeds": [0, 1],
+            "selection_seed": None, "edge_learning_rates": [],
+            "task_settings": {task: {"max_train_examples": examples}},
+            "settings": {**then["settings"], "epochs": 1, "pad_each_batch": False}})
+        jobs.append((f"finetune {task}", _experiment("finetune", config, []),
+                     lambda: _all(ended, paces)))
+    jobs.append(("gradients", [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                               "tests/test_fused_gradients.py"], lambda: _all(ended, paces)))
+    if spec.get("benchmark"):  # alone, after the rest
+        others = [label for label, _, _ in jobs]
+        command = load_stages()["benchmark"] + spec["benchmark"].split()
+        jobs.append(("benchmark", [sys.executable, "-m", *command, "--out",
+                                   os.path.join(work, "logs", "benchmark"), "--overwrite",
+                                   *(TINY["benchmark"] if tiny else [])],
+                     lambda: _all(ended, others)))
+    others = [label for label, _, _ in jobs]
+    jobs.append(("summary", [sys.executable, "-m", "experiments.calibrate", work],
+                 lambda: _all(ended, others)))
+    return jobs, ended, os.path.join(folder, "results")
+
+
+def _raw(config):
+    return {k: v for k, v in config.items() if not k.startswith("_") and k not in (
+        "base", "references", "seed", "overrides", "ceiling")}
+
+
+def _write_config(folder, name, raw):
+    os.makedirs(folder, exist_ok=True)
+    raw.update(runs_dir=os.path.join(folder, "runs"), results_dir=os.path.join(folder, "results"))
+    path = os.path.join(folder, name)
+    records.write_json(path, raw)
+    return load_config(path)
+
+
+def _all(ended, labels):
+    return all(ended.get(label) for label in labels)
+
+
 def _jobs(name, spec, pretrain, then, phases, tiny, work, out, stage, carried=None):
     """Every process of the stage: `(label, command, ready)`, in priority order; `ready`
     says, once a second, whether it may start now (a checkpoint it needs exists). The
@@ -422,8 +478,6 @@ def _jobs(name, spec, pretrain, then, phases, tiny, work, out, stage, carried=No
                                    os.path.join(work, "logs", "benchmark"), "--overwrite",
                                    *(TINY["benchmark"] if tiny else [])], None))
     if "calibrate" in spec:
-        from experiments.calibrate import calibration_jobs
-
         calibration, stage["ended"], folder = calibration_jobs(spec["calibrate"], tiny, work,
                                                                pretrain, then)
         stage["stream"] = ("calibration", folder)
