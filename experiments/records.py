@@ -33,7 +33,7 @@ def command_line(argv):
 
 def machine():
     """The versions and the machine, as `run_config.json` of pre-training records them."""
-    from keras_tupe.pretraining import versions
+    from keras_tupe.provenance import versions  # here: prepare and collect run without Keras
 
     return versions()
 

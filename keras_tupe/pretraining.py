@@ -20,7 +20,6 @@ import dataclasses
 import inspect
 import json
 import os
-import platform
 import shutil
 import sys
 
@@ -28,16 +27,17 @@ import keras
 
 from keras_tupe.callbacks import (AtomicBackupAndRestore, StepCheckpoint, StepLogger,
                                   StepProgress, backup_metadata)
-from keras_tupe.finetuning.loading import RUN_CHECKPOINTS, RUN_PRESET, run_model
 from keras_tupe.files import file_sha256
 from keras_tupe.folders import made_folder
 from keras_tupe.layers.utils import INITIALIZATION
+from keras_tupe.models.preset_folders import RUN_CHECKPOINTS, RUN_PRESET, run_model
 from keras_tupe.output_lock import output_lock
 from keras_tupe.progress import Heartbeat
+from keras_tupe.provenance import versions
 from keras_tupe.staging import WriteError, copy_file, space_error, staged, write_json
 
 RUN_CONFIG = "run_config.json"
-PRESET_DIR = RUN_PRESET  # the run's preset folder; finetuning.loading.RUN_PRESET names it
+PRESET_DIR = RUN_PRESET  # the run's preset folder; models.preset_folders.RUN_PRESET names it
 STRATEGIES = ("default", "mirrored", "multiworker")
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 # Fields that may differ when a killed run is started again.
@@ -219,25 +219,6 @@ def validate(config, num_replicas):
         problems.append(f"--warmup-ratio must be in [0, 1). Received: {config.warmup_ratio}")
     if problems:
         raise PretrainError("\n".join(problems))
-
-
-def versions():
-    """The versions and the machine, as `run_config.json` records them."""
-    import keras_hub
-    import numpy
-
-    try:
-        import tensorflow as tf
-    except ImportError:  # a JAX machine training from shards
-        tf = None
-    return {
-        "python": platform.python_version(),
-        "tensorflow": tf.__version__ if tf else None,
-        "keras": keras.__version__,
-        "keras_hub": keras_hub.__version__,
-        "numpy": numpy.__version__,
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.platform()}",
-    }
 
 
 def prepare_run_dir(config):
