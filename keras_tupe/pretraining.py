@@ -25,12 +25,21 @@ import sys
 
 import keras
 
+from keras_tupe import data
 from keras_tupe.callbacks import (AtomicBackupAndRestore, StepCheckpoint, StepLogger,
                                   StepProgress, backup_metadata)
+from keras_tupe.data.shards import (MANIFEST, VOCABULARY, MaskedLMShards, ShardError,
+                                    read_manifest)
 from keras_tupe.files import file_sha256
 from keras_tupe.folders import made_folder
 from keras_tupe.layers.utils import INITIALIZATION
-from keras_tupe.models.preset_folders import RUN_CHECKPOINTS, RUN_PRESET, run_model
+from keras_tupe.models import (TupeBackbone, TupeMaskedLM, TupeMaskedLMPreprocessor,
+                               TupeTokenizer)
+from keras_tupe.models.preset_folders import (RUN_CHECKPOINTS, RUN_PRESET, check_weights_file,
+                                              run_model, write_preset_folder)
+from keras_tupe.models.presets import PRESETS
+from keras_tupe.models.tupe_backbone import absolute_length_limit
+from keras_tupe.optimization import create_optimizer
 from keras_tupe.output_lock import output_lock
 from keras_tupe.progress import Heartbeat
 from keras_tupe.provenance import versions
@@ -102,8 +111,6 @@ class PretrainConfig:
     def backbone_config(self):
         """The preset's backbone config with the run's overrides (the vocabulary size and
         dropout aside, which the run sets)."""
-        from keras_tupe.models.presets import PRESETS
-
         return {**PRESETS[self.preset], **(self.backbone_overrides or {})}
 
 
@@ -170,9 +177,6 @@ def validate(config, num_replicas):
 
     All the conflicts are reported at once, one a line of the `PretrainError`.
     """
-    from keras_tupe.models.presets import PRESETS
-    from keras_tupe.models.tupe_backbone import TupeBackbone, absolute_length_limit
-
     if config.preset not in PRESETS:
         raise PretrainError(f"Unknown preset {config.preset!r}. Valid presets: {sorted(PRESETS)}")
     # The backbone's own arguments but those the run sets (vocabulary_size, dropout).
@@ -259,8 +263,6 @@ def prepare_run_dir(config):
 
 def _vocabulary(config, mode):
     """The run's vocabulary file: given, reused from the run, or trained."""
-    from keras_tupe import data
-
     run_vocab = os.path.join(config.out, "vocab.txt")
     if config.shards:
         return _shard_vocabulary(config, mode, run_vocab)
@@ -286,8 +288,6 @@ def _vocabulary(config, mode):
 
 def _shard_manifest(config):
     """Checks `--corpus` / `--shards` and the shard folders; the manifest of `--shards` or None."""
-    from keras_tupe.data.shards import MANIFEST, ShardError, read_manifest
-
     if bool(config.corpus) == bool(config.shards):
         raise PretrainError(
             "Give exactly one of --corpus (text, read with TensorFlow) and --shards (a folder "
@@ -327,8 +327,6 @@ def _shard_manifest(config):
 
 def _shard_vocabulary(config, mode, run_vocab):
     """The run's vocabulary for `--shards`: the one the shards were made with."""
-    from keras_tupe.data.shards import VOCABULARY
-
     shard_vocab = os.path.join(config.shards, VOCABULARY)
     if config.vocab and file_sha256(config.vocab) != file_sha256(shard_vocab):
         raise PretrainError(
@@ -352,8 +350,6 @@ def _shard_inputs(config, consumed):
     it does not replay. Shuffling permutes all sequences each pass
     (`--shuffle-buffer 0`: corpus order).
     """
-    from keras_tupe.data.shards import MaskedLMShards
-
     rates = _mask_rates(config)
     train = MaskedLMShards(config.shards, config.batch_size, seed=config.seed,
                            shuffle=bool(config.shuffle_buffer), start_batch=consumed, **rates)
@@ -404,8 +400,6 @@ def pretrain(config, until_step=None):
 
 
 def _pretrain(config, until_step):
-    from keras_tupe import data
-
     strategy = make_strategy(config.strategy)
     validate(config, strategy.num_replicas_in_sync)
     if until_step is not None and not (
@@ -506,8 +500,6 @@ def _text_inputs(config, vocab_path, consumed):
 
     The training stream skips the `consumed` batches of the run it resumes.
     """
-    from keras_tupe import data
-
     tokenizer = data.load_tokenizer(vocab_path, lowercase=config.lowercase)
     common = dict(tokenizer=tokenizer, sequence_length=config.seq_len,
                   batch_size=config.batch_size, max_lines=config.max_lines,
@@ -524,9 +516,6 @@ def _text_inputs(config, vocab_path, consumed):
 
 def _compiled_model(config, strategy, vocabulary_size):
     """The masked LM of `config.preset`, compiled with the run's optimizer, in `strategy`."""
-    from keras_tupe.models import TupeBackbone, TupeMaskedLM
-    from keras_tupe.optimization import create_optimizer
-
     with strategy.scope():
         backbone = TupeBackbone.from_preset(
             config.preset, vocabulary_size=vocabulary_size, dropout=config.dropout,
@@ -574,8 +563,6 @@ def _callbacks(config, vocab_path, backup_dir):
 
 def _save_final(model, vocab_path, config, backup_dir):
     """The run's preset folder (staged); then, once its weights read back whole, no backup."""
-    from keras_tupe.models.preset_folders import check_weights_file
-
     preset_dir = write_preset(model, vocab_path, config, run_model(config.out))
     for root, _, names in os.walk(preset_dir):
         for name in names:
@@ -596,8 +583,6 @@ def write_preset(model, vocabulary_file, config, preset_dir):
     (packing to the run's `seq_len`), for `Backbone`, `TextClassifier` and `MaskedLM`'s
     `from_preset`; `metadata.json` records the run under `keras_tupe_training`. Staged
     and renamed, so a folder that exists is complete."""
-    from keras_tupe.models.preset_folders import write_preset_folder
-
     model.preprocessor = _preprocessor(vocabulary_file, config)
     record = {
         "command": " ".join(sys.argv),
@@ -619,8 +604,6 @@ def write_preset(model, vocabulary_file, config, preset_dir):
 
 def _preprocessor(vocabulary_file, config):
     """The run's masked-LM preprocessor (tokenizer, packing, masking), saved with its presets."""
-    from keras_tupe.models import TupeMaskedLMPreprocessor, TupeTokenizer
-
     tokenizer = TupeTokenizer(vocabulary=vocabulary_file, lowercase=config.lowercase)
     return TupeMaskedLMPreprocessor(
         tokenizer, sequence_length=config.seq_len, mask_selection_rate=config.mask_rate,
