@@ -136,8 +136,7 @@ INIT_FLAGS = {"vocab": "--vocab", "bpe_codes": "--bpe-codes"}
 def add_init_flag(parser):
     """`--init`: the encoder a fine-tuning command starts from."""
     parser.add_argument("--init", required=True,
-                        help="a preset folder or a pre-training run folder (its preset/); an "
-                             "old run folder or a backbone / task .keras file is accepted too")
+                        help="a preset folder, or a pre-training run folder (its preset/)")
     return parser
 
 

@@ -49,11 +49,10 @@ def parse_args(argv=None):
         return sub
 
     encoder = command("encoder", "the encoder (TF-Hub BERT encoder API)",
-                      "keras-hub preset folder, pre-training run directory, or a backbone / "
-                      "masked-LM .keras file")
+                      "keras-hub preset folder or pre-training run directory")
     encoder.add_argument("--with-mlm", action="store_true",
-                         help="add the masked-LM head as .mlm (a preset folder saved from a "
-                              "masked LM, a pre-training run, or a masked-LM .keras file)")
+                         help="add the masked-LM head as .mlm (a pre-training run, or a preset "
+                              "folder saved from a masked LM)")
     pre = command("preprocessor", "strings -> encoder inputs",
                   "preset folder or pre-training run directory (for its vocabulary)")
     pre.add_argument("--vocab", help="vocabulary file (default: the preset's or the run's)")
@@ -66,28 +65,23 @@ def parse_args(argv=None):
 
 
 def _encoder_model(init, with_mlm):
-    import keras_tupe.models  # noqa: F401  (registers the classes, in a command's process too)
+    import keras_hub
+
     from keras_tupe.finetuning import load_backbone
+    from keras_tupe.models import TupeMaskedLM
+    from keras_tupe.models.preset_folders import is_preset_folder, run_model
 
     if not with_mlm:
         return load_backbone(init)
-    from keras_tupe.finetuning.loading import run_model
-    from keras_tupe.models.preset_folders import is_preset_folder
-
-    # A run's masked LM is `run_model`'s (its preset/, or an older version's .keras); a
-    # preset folder written from a masked LM holds its head.
+    # A run's masked LM is its preset/ (`run_model`); a preset folder written from a masked
+    # LM holds its head (task.json).
     path = run_model(init) if os.path.isdir(init) and not is_preset_folder(init) else init
-    if is_preset_folder(path) and os.path.isfile(os.path.join(path, "task.json")):
-        import keras_hub
-
-        return keras_hub.models.MaskedLM.from_preset(path)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"--with-mlm needs a masked-LM model: no {path} (a preset "
-                                "folder with task.json, or a .keras file).")
-    from keras_tupe.models.saving import load_saved_model
-
-    model = load_saved_model(path)
-    if not isinstance(model, keras_tupe.models.TupeMaskedLM):
+    if not (is_preset_folder(path) and os.path.isfile(os.path.join(path, "task.json"))):
+        raise FileNotFoundError(
+            f"--with-mlm needs a masked LM: {path} is not a preset folder with task.json. Pass "
+            "a pre-training run folder or a preset folder saved from a TupeMaskedLM.")
+    model = keras_hub.models.MaskedLM.from_preset(path)
+    if not isinstance(model, TupeMaskedLM):
         raise ValueError(f"{path} holds a {type(model).__name__}, not a TupeMaskedLM (--with-mlm).")
     return model
 
