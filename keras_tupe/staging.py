@@ -85,7 +85,7 @@ def space_note(path):
 
 def arrays_bytes(variables):
     """What a weights file of `variables` (Keras variables or arrays) needs on disk."""
-    import numpy as np
+    import numpy as np  # here: the commands import this module before NumPy and Keras
 
     variables = list(variables)
     total = sum(int(getattr(v, "nbytes", 0) or np.prod(v.shape, dtype=np.int64)

@@ -11,6 +11,7 @@ import regex
 # keras-hub's own building blocks of its pure-Python tokenizer path (keras-hub is
 # pinned), so that the words, their folding and the 100-byte limit are the tokenizer's
 # by construction; keras-hub exposes no public route to them.
+from keras_hub.src.tokenizers import word_piece_tokenizer as patterns
 from keras_hub.src.tokenizers.word_piece_tokenizer import MAX_BYTES_PER_WORD
 from keras_hub.src.tokenizers.word_piece_tokenizer import PY_CJK_REGEX
 from keras_hub.src.tokenizers.word_piece_tokenizer import PY_PUNCTUATION_REGEX
@@ -187,9 +188,8 @@ class TfWordPieceOffsets(WordPieceOffsets):
 
     def __init__(self, tokenizer):
         super().__init__(tokenizer)
-        import tensorflow as tf
+        import tensorflow as tf  # here: the optional TensorFlow route; the base class needs none
         import tensorflow_text as tf_text
-        from keras_hub.src.tokenizers import word_piece_tokenizer as patterns
 
         self._tf, self._tf_text = tf, tf_text
         self._wordpiece = tf_text.FastWordpieceTokenizer(
