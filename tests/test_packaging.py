@@ -95,7 +95,7 @@ def test_a_missing_tensorflow_is_one_error_naming_the_extra(monkeypatch):
 
 def run_python(argv, **env):
     return subprocess.run([sys.executable, *argv], cwd=REPO, capture_output=True, text=True,
-                          timeout=300, env={**os.environ, **env})
+                          timeout=900, env={**os.environ, **env})
 
 
 def test_a_command_without_tensorflow_says_which_extra_to_install():
