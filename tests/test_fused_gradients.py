@@ -47,7 +47,11 @@ def test_fused_gradients_equal_the_einsum_ones(variant):
     names = [v.path for v in fused.trainable_variables]
     positional = [n for n in names if any(k in n for k in ("position", "relative", "untied"))]
     assert positional or variant == "alibi", names  # the positional terms are among them
+    got = [np.asarray(a, "float64") for a in got]
+    want = [np.asarray(b, "float64") for b in want]
+    # Some gradients are zero in exact arithmetic (a key bias and the [CLS] row's constant
+    # move every logit of a softmax row alike) and hold only float32 rounding (~1e-6): the
+    # tolerance is set by the largest gradient of the model, not by each variable's own.
+    scale = max(np.abs(b).max() for b in want)
     for name, a, b in zip(names, got, want):
-        a, b = np.asarray(a, "float64"), np.asarray(b, "float64")
-        assert np.abs(b).max() > 0 or np.abs(a).max() == 0, name
-        np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-5 * np.abs(b).max(), err_msg=name)
+        np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-5 * scale, err_msg=name)
