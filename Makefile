@@ -27,30 +27,34 @@ $(JAX_STAMP): $(STAMP) pyproject.toml constraints.txt
 	$(PY) -m pip install --quiet -c constraints.txt -e ".[tensorflow,test,jax]"
 	touch $(JAX_STAMP)
 
-# The default suite: unit, numerical and component tests (-rs: why any test skipped).
+# The default suite: unit, numerical and component tests (-rs: why any test skipped;
+# --durations: the slowest, for the CI log).
 test: $(STAMP)
-	TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m pytest -q -rs -n $(PYTEST_WORKERS) -m "not slow and not jax" tests
+	TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m pytest -q -rs -n $(PYTEST_WORKERS) --durations=15 -m "not slow and not jax" tests
 
-# Integration tests (training, export of every preset, reload, fresh processes, whole
+# Integration tests (training, export of every variant and size, reload, fresh processes, whole
 # studies, distribution, benchmark runs).
 test-slow: $(STAMP)
-	TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m pytest -q -n $(PYTEST_WORKERS) -m "slow and not jax" tests
+	TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m pytest -q -n $(PYTEST_WORKERS) --durations=15 -m "slow and not jax" tests
 
 test-all: $(STAMP)
 	TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m pytest -q -n $(PYTEST_WORKERS) -m "not jax" tests
 
-# The layer, encoder and keras-hub family tests again under the JAX backend (CPU),
-# and training under JAX (pre-training, fine-tuning, DataParallel on two virtual
-# devices, one step equal to TensorFlow's), and the shard input path without TensorFlow.
-JAX_TESTS := tests/test_layers.py tests/test_numerics.py tests/test_backbone.py \
-	tests/test_method3.py tests/test_method4_speed_path.py tests/test_numpy_reference.py \
+# Under the JAX backend (CPU): the layer, encoder, keras-hub family, optimizer and
+# fine-tuning tests again, whose numbers and saving depend on the backend (the family's
+# every-variant harness runs once, in test-slow, under TensorFlow); then every test marked
+# `jax` (training under JAX, DataParallel on two virtual devices, one step equal to
+# TensorFlow's, fused gradients, the commands and stages in processes without TensorFlow).
+# The other tests (the NumPy reference's own checks, the NumPy shard loader, processes that
+# set their own backend) do not depend on it and run once, in test or test-slow.
+JAX_BACKEND_TESTS := tests/test_layers.py tests/test_numerics.py tests/test_backbone.py \
+	tests/test_method3.py tests/test_method4_speed_path.py \
 	tests/test_position_encodings_beyond.py tests/test_pre_layer_norm.py \
-	tests/test_keras_hub_family.py \
-	tests/test_optimization.py tests/test_jax_training.py tests/test_shards.py tests/test_benchmarks_jax.py \
-	tests/test_task_finetuning.py tests/test_stages.py tests/test_squad_without_tensorflow.py \
-	tests/test_tupe_bpe_tokenizer.py tests/test_packaging.py tests/test_fused_gradients.py
+	tests/test_keras_hub_family.py tests/test_optimization.py tests/test_task_finetuning.py
 test-jax: $(JAX_STAMP)
-	TF_CPP_MIN_LOG_LEVEL=2 KERAS_BACKEND=jax $(PY) -m pytest -q -n $(PYTEST_WORKERS) $(JAX_TESTS)
+	TF_CPP_MIN_LOG_LEVEL=2 KERAS_BACKEND=jax $(PY) -m pytest -q -n $(PYTEST_WORKERS) --durations=15 \
+		-m "not slow and not jax" $(JAX_BACKEND_TESTS)
+	TF_CPP_MIN_LOG_LEVEL=2 KERAS_BACKEND=jax $(PY) -m pytest -q -n $(PYTEST_WORKERS) --durations=15 -m jax tests
 
 # Stage S1 at the tiny size on a stand-in of the lent GPU machine (tests/gpu_standin.py):
 # CPython 3.12 with only the image's packages (experiments/gpu_image.txt), a fresh HOME, no
