@@ -41,8 +41,9 @@ test-all: $(STAMP)
 	TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m pytest -q -n $(PYTEST_WORKERS) -m "not jax" tests
 
 # Under the JAX backend (CPU): the layer, encoder, keras-hub family, optimizer and
-# fine-tuning tests again, whose numbers and saving depend on the backend (the family's
-# every-variant harness runs once, in test-slow, under TensorFlow); then every test marked
+# fine-tuning tests again, whose numbers and saving depend on the backend (their slow
+# cases, the family's every-variant harness among them, run once, in test-slow, under
+# TensorFlow); then every test marked
 # `jax` (training under JAX, DataParallel on two virtual devices, one step equal to
 # TensorFlow's, fused gradients, the commands and stages in processes without TensorFlow).
 # The other tests (the NumPy reference's own checks, the NumPy shard loader, processes that

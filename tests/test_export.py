@@ -96,7 +96,7 @@ def assert_parity(results, preset):
 # One variant of each attention path for `make test` (absolute; untied with the T5 bias and
 # the untied [CLS]; Huang's method 4; rotary; disentangled); `make test-slow` exports every
 # variant at the tiny size, and these five at every size (a size changes only widths and
-# depth, not the exported graph's code: 64 exports took 12 minutes on 2 cores, 31 take 5).
+# depth, not the exported graph's code).
 QUICK_VARIANTS = ["bert_a", "tupe_r", "huang_m4", "rope", "deberta"]
 
 
