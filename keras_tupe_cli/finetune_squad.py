@@ -10,34 +10,36 @@ train/eval, for small experiments only (clearly NOT the official split):
 """
 
 import contextlib
-import dataclasses
 import json
 import sys
 
 # keras_tupe (with Keras: seconds) is imported inside the functions, after the flags parse.
-from keras_tupe_cli.common import INIT_FLAGS, add_init_flag, command_parser, entry_point, plumbing
+from keras_tupe_cli.common import (
+    INIT_FLAGS, add_init_flag, command_parser, config_fields, entry_point, fill_defaults,
+    plumbing)
 
-# `keras_tupe.finetuning.SquadConfig`'s fields (but init, xla, lowercase) and their types,
-# listed here so the parser needs no keras_tupe import (a usage error comes before
-# TensorFlow's import); a test checks the list against the dataclass.
-FLAG_TYPES = {"out": str, "train": str, "eval": str, "offline_split": str,
-              "eval_fraction": float, "split_seed": int, "learning_rate": float, "seed": int,
-              "epochs": int, "batch_size": int, "seq_len": int, "doc_stride": int,
-              "max_query_length": int, "warmup_ratio": float, "weight_decay": float,
-              "vocab": str, "max_train_examples": int, "verbose": int, "data_loader": str,
-              "save_dir": str, "steps_per_execution": int}
+# `keras_tupe.finetuning.SquadConfig`'s fields, read without importing Keras (a usage error
+# comes before TensorFlow's import): a flag each, `--seq-len` for `seq_len`, but --init.
+FIELDS = config_fields("finetuning.squad", "SquadConfig")
+# A bool field is a switch that turns its default around.
+SWITCHES = {"xla": "--no-xla", "lowercase": "--cased"}
+CHOICES = {"data_loader": ("tf.data", "grain")}  # `keras_tupe.finetuning.batches.LOADERS`
+VALUE_FLAGS = {field.name: "--" + field.name.replace("_", "-") for field in FIELDS
+               if field.name != "init" and field.type is not bool}
 # The library names SquadConfig's fields (`seq_len=`); this command's messages, its flags.
-FLAGS = {**INIT_FLAGS, **{name: "--" + name.replace("_", "-") for name in FLAG_TYPES}}
+FLAGS = {**INIT_FLAGS, **VALUE_FLAGS}
 
 
 def parse_flags(argv=None):
     """The flags as given (None: `SquadConfig`'s default); imports no Keras."""
     p = add_init_flag(command_parser("keras-tupe-finetune-squad", __doc__))
-    for name, kind in FLAG_TYPES.items():
-        choices = ("tf.data", "grain") if name == "data_loader" else None
-        p.add_argument("--" + name.replace("_", "-"), type=kind, choices=choices)
-    p.add_argument("--no-xla", dest="xla", action="store_false")
-    p.add_argument("--cased", dest="lowercase", action="store_false")
+    for field in FIELDS:
+        if field.name in VALUE_FLAGS:
+            p.add_argument(VALUE_FLAGS[field.name], type=field.type,
+                           choices=CHOICES.get(field.name))
+        elif field.type is bool:
+            p.add_argument(SWITCHES[field.name], dest=field.name,
+                           action="store_false" if field.default else "store_true")
     return p.parse_args(argv)
 
 
@@ -50,11 +52,7 @@ def with_defaults(args):
     """`args` with `SquadConfig`'s defaults filled in (this imports Keras: seconds)."""
     from keras_tupe.finetuning import SquadConfig
 
-    defaults = SquadConfig(init="")
-    for field in dataclasses.fields(SquadConfig):
-        if getattr(args, field.name) is None:
-            setattr(args, field.name, getattr(defaults, field.name))
-    return args
+    return fill_defaults(args, SquadConfig(init=""), [field.name for field in FIELDS])
 
 
 @entry_point(FLAGS)

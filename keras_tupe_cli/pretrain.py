@@ -19,7 +19,7 @@ import os
 import sys
 
 # keras_tupe (with Keras: seconds) is imported inside the functions, after the flags parse.
-from keras_tupe_cli.common import command_parser, entry_point, plumbing
+from keras_tupe_cli.common import command_parser, entry_point, fill_defaults, plumbing
 
 # The choices of `keras_tupe.pretraining` (a test checks they agree): the parser knows them
 # without importing keras_tupe, so a usage error comes before TensorFlow's seconds-long import.
@@ -27,7 +27,7 @@ STRATEGIES = ("default", "mirrored", "multiworker")
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 
 
-def _defaults():
+def pretrain_defaults():
     """`PretrainConfig`'s defaults (imported once the flags have parsed)."""
     from keras_tupe.pretraining import PretrainConfig
 
@@ -99,13 +99,10 @@ def parse_args(argv=None):
 
 def with_defaults(args):
     """`args` with `PretrainConfig`'s defaults filled in (this imports Keras: seconds)."""
-    defaults = _defaults()
-    for name, value in vars(args).items():
-        # seq_len, eval_every: fit_to_preset's; corpus: no default (`_defaults`' [] is a
-        # placeholder; a --shards run has corpus None, as its resume check records it).
-        if value is None and name not in ("seq_len", "eval_every", "corpus"):
-            setattr(args, name, getattr(defaults, name, None))
-    return args
+    # seq_len, eval_every: fit_to_preset's; corpus: no default (`pretrain_defaults`' [] is a
+    # placeholder; a --shards run has corpus None, as its resume check records it).
+    return fill_defaults(args, pretrain_defaults(), [
+        name for name in vars(args) if name not in ("seq_len", "eval_every", "corpus")])
 
 
 # `keras_tupe.data.shards`' advice (that module imports Keras, so it is not imported here).
@@ -144,7 +141,7 @@ def fit_to_preset(args):
     from keras_tupe.data.shards import ShardError, read_manifest
     from keras_tupe.models.presets import PRESETS
 
-    defaults = _defaults()
+    defaults = pretrain_defaults()
 
     if args["seq_len"] is None and args.get("shards"):
         try:

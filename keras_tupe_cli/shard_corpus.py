@@ -20,9 +20,12 @@ import sys
 import tempfile
 
 # keras_tupe (with Keras: seconds) is imported inside the functions, after the flags parse.
-from keras_tupe_cli.common import command_parser, entry_point, plumbing
+from keras_tupe_cli.common import command_parser, entry_point, fill_defaults, plumbing
+from keras_tupe_cli.pretrain import pretrain_defaults
 
 DEFAULT_SEQUENCES_PER_SHARD = 100_000
+# The flags whose defaults, left out (None), are keras-tupe-pretrain's (`PretrainConfig`).
+PRETRAIN_FLAGS = ("vocabulary_size", "vocab_lines", "seq_len")
 
 
 def parse_flags(argv=None):
@@ -48,19 +51,8 @@ def parse_flags(argv=None):
 
 
 def parse_args(argv=None):
-    """The flags, with keras-tupe-pretrain's defaults for those left out."""
-    return with_defaults(parse_flags(argv))
-
-
-def with_defaults(args):
-    """`args` with `PretrainConfig`'s defaults filled in (this imports Keras: seconds)."""
-    from keras_tupe.pretraining import PretrainConfig
-
-    defaults = PretrainConfig(preset="", corpus=[], out="")
-    for name in ("vocabulary_size", "vocab_lines", "seq_len"):
-        if getattr(args, name) is None:
-            setattr(args, name, getattr(defaults, name))
-    return args
+    """The flags, with keras-tupe-pretrain's defaults for those left out (imports Keras)."""
+    return fill_defaults(parse_flags(argv), pretrain_defaults(), PRETRAIN_FLAGS)
 
 
 def check_paths(args):
@@ -84,7 +76,7 @@ def main(argv=None):
     out = os.path.normpath(args.out)
     # Held before Keras is imported: a second command on --out is refused at once.
     with plumbing("output_lock").output_lock(out, command="shard_corpus"), tempfile.TemporaryDirectory() as scratch:
-        args = with_defaults(args)
+        args = fill_defaults(args, pretrain_defaults(), PRETRAIN_FLAGS)
         from keras_tupe import data
         from keras_tupe.data.sharding import shard_corpus
 

@@ -934,8 +934,6 @@ def test_the_parsers_choices_are_the_librarys(tmp_path):
     assert presets.SIZES == tuple(SIZES)
     assert (finetune_glue.PAPER_LEARNING_RATES, finetune_glue.PAPER_SEEDS) == (
         PAPER_LEARNING_RATES, PAPER_SEEDS)
-    fields = {field.name: field.type for field in dataclasses.fields(SquadConfig)}
-    assert set(fields) == set(finetune_squad.FLAG_TYPES) | {"init", "xla", "lowercase"}
     # The defaults come from the dataclasses, filled in after parsing.
     corpus, out = str(tmp_path / "c"), str(tmp_path / "o")  # the corpus must exist
     (tmp_path / "c").write_text("")
@@ -944,6 +942,36 @@ def test_the_parsers_choices_are_the_librarys(tmp_path):
         preset="tupe_r_tiny", corpus=[corpus], out=out)
     assert vars(finetune_squad.parse_args(["--init", "r"])) == {
         **dataclasses.asdict(SquadConfig(init="r")), "tf_logs": False, "traceback": False}
+
+
+def test_finetune_squad_has_a_flag_of_the_right_type_for_every_config_field():
+    """The flags are `SquadConfig`'s fields, read from its source before Keras is imported:
+    a field without a flag, or a flag of another type than its field, fails here."""
+    import dataclasses
+
+    from keras_tupe.finetuning import SquadConfig
+    from keras_tupe.finetuning.batches import LOADERS
+    from training import finetune_squad
+
+    def described(fields):
+        return [(f.name, f.type, f.default, f.default_factory) for f in fields]
+
+    assert described(finetune_squad.FIELDS) == described(dataclasses.fields(SquadConfig))
+    assert finetune_squad.CHOICES == {"data_loader": LOADERS}
+    samples = {str: "x", int: "7", float: "0.5", "data_loader": LOADERS[-1]}
+    for field in dataclasses.fields(SquadConfig):
+        if field.name == "init":  # --init, required: `add_init_flag`
+            continue
+        if field.type is bool:  # a switch that turns the default around
+            given, value = [finetune_squad.SWITCHES[field.name]], not field.default
+        else:
+            flag = "--" + field.name.replace("_", "-")
+            assert finetune_squad.FLAGS[field.name] == flag  # the messages name it
+            text = samples.get(field.name) or samples[field.type]
+            given, value = [flag, text], field.type(text)
+        args = finetune_squad.parse_flags(["--init", "r", *given])
+        assert type(getattr(args, field.name)) is field.type, field.name
+        assert getattr(args, field.name) == value, field.name
 
 
 class FakeClassifier:
