@@ -145,20 +145,27 @@ def test_pad_each_batch_trims_every_batch_to_its_longest_example(encoder_dir, mo
         outputs = [np.concatenate([model.predict_on_batch(x) for x, _ in batches])
                    for batches in (fixed, trimmed)]
         np.testing.assert_allclose(outputs[1], outputs[0], rtol=1e-4, atol=1e-5)
-    # Fine-tuning trims training batches (the preprocessor's `pad_to_multiple_of`, the
-    # same batches: tests/test_task_finetuning.py); evaluation pads a split to one length.
+    # Fine-tuning packs the train split once (tests/test_task_finetuning.py: the same
+    # batches as packing each inside `fit`), not every batch of every epoch, and cuts
+    # each batch; evaluation pads a split to one length.
     from keras_tupe.models import TupeTextClassifierPreprocessor
 
-    calls = []
+    def run(epochs):
+        calls = []
+        monkeypatch.setattr(TupeTextClassifierPreprocessor, "call",
+                            lambda self, *args, **kwargs: (calls.append(self.sequence_length)
+                                                           or original(self, *args, **kwargs)))
+        result = finetune_glue(FinetuneConfig(
+            task="stsb", init=str(encoder_dir / "preset"), vocab=str(encoder_dir / "vocab.txt"),
+            data_dir=str(DATA_DIR), epochs=epochs, max_train_examples=96, batch_size=32,
+            learning_rate=1e-3, pad_each_batch=True, xla=True))
+        return calls, result
+
     original = TupeTextClassifierPreprocessor.call
-    monkeypatch.setattr(TupeTextClassifierPreprocessor, "call", lambda self, *args, **kwargs: (
-        calls.append(self.pad_to_multiple_of) or original(self, *args, **kwargs)))
-    result = finetune_glue(FinetuneConfig(
-        task="stsb", init=str(encoder_dir / "preset"), vocab=str(encoder_dir / "vocab.txt"),
-        data_dir=str(DATA_DIR), epochs=1, max_train_examples=96, batch_size=32,
-        learning_rate=1e-3, pad_each_batch=True, xla=True))
-    assert calls[0] is None and 16 in calls and calls[-1] is None  # check, train, evaluate
+    (once, result), (twice, _) = run(1), run(2)
+    assert once == twice  # the same packing calls for two epochs as for one
     assert result["train_lengths_compiled_at_most"] == list(range(16, 129, 16))
+    assert len(result["epoch_seconds"]) == 1
     assert -1.0 <= result["dev"]["validation"]["pearson"] <= 1.0
 
 

@@ -21,7 +21,7 @@ import pytest
 
 from keras_tupe import data
 from keras_tupe.data import glue
-from keras_tupe.finetuning.batches import batches
+from keras_tupe.finetuning.batches import batches, packed
 from tests.packing_oracle import pack_texts, packed_batches
 from keras_tupe.models import (
     TupeBackbone,
@@ -123,6 +123,45 @@ def test_pad_to_multiple_of_trims_as_the_packed_route_did(vocabulary, loader):
             for name in INPUTS:
                 np.testing.assert_array_equal(x[name].astype(np.int32), x_want[name].numpy())
         assert len(widths) > 1 if length == 128 else widths == {24}
+
+
+@pytest.mark.parametrize("loader", LOADERS)
+def test_a_split_packed_once_gives_the_batches_packed_inside_fit(vocabulary, loader):
+    """What `finetune_glue` trains on: the train split packed once (`packed`, in chunks)
+    and each shuffled, filled batch cut after its longest example (`trim_to_multiple_of`)
+    is, batch for batch, what the preprocessor packing each batch inside `fit` gives
+    (`pad_to_multiple_of`), weights and labels included; at 24 tokens nothing is cut."""
+    examples = glue.load_glue("stsb", "validation", GLUE_DIR)  # pairs of varied lengths
+    count = 200
+    labels = examples.labels[:count]
+    for length in (128, 24):
+        whole = TupeTextClassifierPreprocessor(TupeTokenizer(vocabulary), sequence_length=length)
+        arrays = packed(whole, segments(examples, count), chunk=64)  # four chunks
+        assert {name: value.shape for name, value in arrays.items()} == {
+            name: (count, length) for name in INPUTS}
+        got, steps = batches(arrays, labels, 32, shuffle=True, seed=3, fill_last_batch=True,
+                             loader=loader, trim_to_multiple_of=16)
+        got = list(got.as_numpy_iterator() if hasattr(got, "as_numpy_iterator") else got)
+        per_batch = TupeTextClassifierPreprocessor(
+            TupeTokenizer(vocabulary), sequence_length=length, pad_to_multiple_of=16)
+        dataset, _ = batches(segments(examples, count), labels, 32, shuffle=True, seed=3,
+                             fill_last_batch=True, loader=loader)
+        want = fit_batches(per_batch, dataset)
+        assert steps == len(got) == len(want) == 7
+        widths = set()
+        for (x, y, weight), (x_want, y_want, weight_want) in zip(got, want):
+            widths.add(x["token_ids"].shape[1])
+            np.testing.assert_array_equal(y, y_want)
+            np.testing.assert_array_equal(weight, weight_want)
+            for name in INPUTS:
+                np.testing.assert_array_equal(np.asarray(x[name]).astype(np.int32),
+                                              x_want[name].astype(np.int32), err_msg=name)
+        assert len(widths) > 1 if length == 128 else widths == {24}
+
+
+def test_trimming_needs_packed_inputs():
+    with pytest.raises(ValueError, match="must be a dict holding `padding_mask`"):
+        batches(["a film", "another"], np.zeros(2), 2, loader="grain", trim_to_multiple_of=16)
 
 
 def bpe_tokenizer():

@@ -1,9 +1,10 @@
 """Batches for a task's `fit` and `predict`: tf.data where TensorFlow is, Grain where not.
 
-The task's own preprocessor packs each batch inside keras-hub's `fit` / `predict`
-(traced into tf.data, or on keras-hub's pure-Python path with Grain). Both loaders give
-the same examples in batches of `batch_size`, a fresh seeded permutation every epoch,
-but they shuffle differently: a seed's run is the same run only on the same loader.
+The task's own preprocessor packs the examples: each batch inside keras-hub's `predict`
+(traced into tf.data, or on keras-hub's pure-Python path with Grain), or a whole split
+once before `fit` (`packed`), as keras-hub advises for speed. Both loaders give the same
+examples in batches of `batch_size`, a fresh seeded permutation every epoch, but they
+shuffle differently: a seed's run is the same run only on the same loader.
 """
 
 import functools
@@ -11,6 +12,7 @@ import functools
 import numpy as np
 
 from keras_tupe.layers.utils import check_int
+from keras_tupe.models.tupe_text_classifier_preprocessor import trim_packed
 
 LOADERS = ("tf.data", "grain")
 
@@ -43,8 +45,23 @@ def resolve_loader(loader=None):
     return loader
 
 
+def packed(preprocessor, x, chunk=1024):
+    """`preprocessor`'s packed inputs for every example of `x`, as NumPy arrays.
+
+    A split tokenized and packed once, `chunk` examples a call, for `fit` to train on
+    with the task's preprocessor set aside: on keras-hub's pure-Python path (no
+    TensorFlow) packing a batch of 32 costs more host time than a small encoder's step on
+    a GPU, every step of every epoch.
+    """
+    count = _count(x)  # `(x, None)`: a pair alone would read as `(x, y)`
+    parts = [preprocessor(_map(x, lambda leaf: _array(leaf)[start:start + chunk]), None)
+             for start in range(0, count, chunk)]
+    return {name: np.concatenate([np.asarray(part[name]) for part in parts])
+            for name in parts[0]}
+
+
 def batches(x, y=None, batch_size=32, shuffle=False, seed=0, fill_last_batch=False, epochs=1,
-            loader=None):
+            loader=None, trim_to_multiple_of=None):
     """`(x, y)` batches of `x` for a keras-hub task, on tf.data or Grain.
 
     Args:
@@ -64,6 +81,10 @@ def batches(x, y=None, batch_size=32, shuffle=False, seed=0, fill_last_batch=Fal
         epochs: int. The passes Keras will make (Grain's dataset holds them all, each
             its own permutation; tf.data reshuffles as it repeats).
         loader: "tf.data", "grain" or None (`resolve_loader`).
+        trim_to_multiple_of: int or None. With packed `x` (a dict holding
+            `padding_mask`): cut each batch after its longest example, rounded up to
+            a multiple of this, as `TupeTextClassifierPreprocessor(pad_to_multiple_of=)`
+            cuts the batches it packs. Defaults to `None`: no cut.
 
     Returns:
         `(dataset, steps_per_epoch)`: a `tf.data.Dataset` or a `grain.MapDataset` of
@@ -75,11 +96,23 @@ def batches(x, y=None, batch_size=32, shuffle=False, seed=0, fill_last_batch=Fal
     if not count:
         raise ValueError("No examples to batch.")
     steps = -(-count // batch_size)
+    if trim_to_multiple_of is not None:
+        check_int("trim_to_multiple_of", trim_to_multiple_of, 1)
+        if not isinstance(x, dict) or "padding_mask" not in x:
+            raise ValueError("`trim_to_multiple_of` cuts packed inputs: `x` must be a dict "
+                             f"holding `padding_mask`. Received: {type(x).__name__}"
+                             + (f" with {sorted(x)}" if isinstance(x, dict) else ""))
     if resolve_loader(loader) == "tf.data":
-        return _tf_batches(x, y, count, batch_size, shuffle, seed, fill_last_batch), steps
+        dataset = _tf_batches(x, y, count, batch_size, shuffle, seed, fill_last_batch)
+        if trim_to_multiple_of is None:
+            return dataset, steps
+        import tensorflow as tf  # optional: only the tf.data loader needs it
+
+        return dataset.map(lambda x, *rest: (trim_packed(x, trim_to_multiple_of, tf), *rest)), steps
     import grain  # optional: only the grain loader needs it
 
-    source = _Batches(x, y, count, batch_size, shuffle, seed, fill_last_batch, epochs)
+    source = _Batches(x, y, count, batch_size, shuffle, seed, fill_last_batch, epochs,
+                      trim_to_multiple_of)
     return grain.MapDataset.source(source), steps
 
 
@@ -137,13 +170,15 @@ def _tf_batches(x, y, count, batch_size, shuffle, seed, fill_last_batch):
 class _Batches:
     """A Grain source: batch `i` is batch `i % per_epoch` of epoch `i // per_epoch`."""
 
-    def __init__(self, x, y, count, batch_size, shuffle, seed, fill_last_batch, epochs):
+    def __init__(self, x, y, count, batch_size, shuffle, seed, fill_last_batch, epochs,
+                 trim_to_multiple_of=None):
         self.x = _map(x, _array)
         self.y = None if y is None else _map(y, _array)
         self.count, self.batch_size, self.shuffle, self.seed = count, batch_size, shuffle, seed
         self.fill_last_batch = fill_last_batch
         self.per_epoch = -(-count // batch_size)
         self.epochs = epochs
+        self.trim_to_multiple_of = trim_to_multiple_of
 
     def __len__(self):
         return self.per_epoch * self.epochs
@@ -164,6 +199,8 @@ class _Batches:
                                      np.float32(self.batch_size / n), np.float32(0.0))
             rows = rows[np.arange(self.batch_size) % n]
         x = _map(self.x, lambda leaf: leaf[rows])
+        if self.trim_to_multiple_of is not None:
+            x = trim_packed(x, self.trim_to_multiple_of)
         y = None if self.y is None else _map(self.y, lambda leaf: leaf[rows])
         if y is None and sample_weight is not None:
             y = np.zeros(self.batch_size, np.float32)

@@ -21,7 +21,7 @@ import numpy as np
 from keras_tupe import files
 from keras_tupe.callbacks import StepProgress
 from keras_tupe.data import glue
-from keras_tupe.finetuning.batches import batches, resolve_loader
+from keras_tupe.finetuning.batches import batches, packed, resolve_loader
 from keras_tupe.finetuning.loading import (
     check_tokenizer_size,
     default_vocabulary,
@@ -91,11 +91,11 @@ def finetune_glue(config, splits=None):
     """Fine-tunes `config.init` on one GLUE task; returns the dev metrics and timings.
 
     The task owns its data path: raw sentences (pairs: a tuple of two lists) go to a
-    `TupeTextClassifier` whose `TupeTextClassifierPreprocessor` tokenizes and packs
-    each batch inside `fit` and `predict`, on tf.data where TensorFlow imports and on
-    Grain where it does not (`config.data_loader`). `splits` (`{split: GlueExamples}`,
-    the task's train and evaluation splits) skips loading them: `run_protocol` loads
-    each split once for all its runs.
+    `TupeTextClassifier` whose `TupeTextClassifierPreprocessor` tokenizes and packs the
+    train split once before `fit` and each batch inside `predict`, on tf.data where
+    TensorFlow imports and on Grain where it does not (`config.data_loader`). `splits`
+    (`{split: GlueExamples}`, the task's train and evaluation splits) skips loading them:
+    `run_protocol` loads each split once for all its runs.
     """
     spec = glue.get_task(config.task)
     loader = resolve_loader(config.data_loader)
@@ -113,30 +113,34 @@ def finetune_glue(config, splits=None):
     if not len(train_examples):
         raise ValueError(f"GLUE {config.task} train has no examples: nothing to fine-tune on.")
     epochs = config.epochs or paper_epochs(config.task)
-    # One preprocessor a sequence length: the saved one at `seq_len`, the training one
-    # (each batch cut after its longest example with `pad_each_batch`), one a split.
+    # One preprocessor a sequence length: the saved one at `seq_len`, the training one at
+    # the train split's, one for each evaluation split.
     preprocessor = TupeTextClassifierPreprocessor(tokenizer, sequence_length=config.seq_len)
     check_tokenizes(preprocessor, _segments(train_examples), config.init)
     lengths = {split: _padded_length(config, tokenizer, examples)
                for split, examples in (("train", train_examples),
                                        *((split, splits[split]) for split in spec.eval_splits))}
     pad_multiple = BATCH_PAD_MULTIPLE if config.pad_each_batch else None
-    train_preprocessor = TupeTextClassifierPreprocessor(
-        tokenizer, sequence_length=lengths["train"], pad_to_multiple_of=pad_multiple)
-    # The last batch is filled to the batch size (its copies weigh 0): one batch shape.
-    train, steps_per_epoch = batches(
-        _segments(train_examples), _labels(spec, train_examples), config.batch_size,
-        shuffle=True, seed=config.seed, fill_last_batch=True, epochs=epochs, loader=loader)
     # Dropout of the pre-trained encoder: the fine-tuning value.
     backbone = _with_dropout(backbone, config.dropout)
     model = TupeTextClassifier(backbone, num_classes=spec.num_classes, dropout=config.dropout,
-                               preprocessor=train_preprocessor)
+                               preprocessor=TupeTextClassifierPreprocessor(
+                                   tokenizer, sequence_length=lengths["train"]))
+    # The train split is packed once by the task's own preprocessor, and `fit` trains on
+    # those arrays without it; each batch is cut after its longest example with
+    # `pad_each_batch`. The last batch is filled to the batch size (its copies weigh 0).
+    train, steps_per_epoch = batches(
+        packed(model.preprocessor, _segments(train_examples)), _labels(spec, train_examples),
+        config.batch_size, shuffle=True, seed=config.seed, fill_last_batch=True, epochs=epochs,
+        loader=loader, trim_to_multiple_of=pad_multiple)
+    model.preprocessor = None
     train_lengths = compiled_lengths(lengths["train"], pad_multiple)
     if config.progress:
         print(f"{config.task}: the training step compiles for at most {len(train_lengths)} "
               f"length(s) ({', '.join(map(str, train_lengths))}) at batch {config.batch_size}, "
               f"prediction for one length a split; data on {loader}.", flush=True)
-    seconds = fit_task(model, train, config, epochs, steps_per_epoch, config.progress)
+    seconds, epoch_seconds = fit_task(model, train, config, epochs, steps_per_epoch,
+                                      config.progress)
     results = {}
     for split in spec.eval_splits:
         examples = splits[split]
@@ -162,7 +166,8 @@ def finetune_glue(config, splits=None):
     return {"task": config.task, "learning_rate": config.learning_rate, "seed": config.seed,
             "epochs": epochs, "train_examples": len(train_examples.labels),
             "sequence_lengths": lengths, "train_lengths_compiled_at_most": train_lengths,
-            "train_seconds": seconds, "data_loader": loader, "dev": results}
+            "train_seconds": seconds, "epoch_seconds": epoch_seconds, "data_loader": loader,
+            "dev": results}
 
 
 def _use_preprocessor(model, preprocessor):
@@ -174,21 +179,25 @@ def _use_preprocessor(model, preprocessor):
 def fit_task(model, train, config, epochs, steps_per_epoch, progress):
     """Compiles `model` with `create_optimizer` (warm-up over `config.warmup_ratio` of the
     steps, then linear decay) and fits it on `train`, with `StepProgress` lines when
-    `progress`, else Keras's at `config.verbose`. Returns the seconds `fit` took."""
+    `progress`, else Keras's at `config.verbose`. Returns the seconds `fit` took and the
+    seconds of each epoch (the first holds the compilations; the last shows the pace)."""
     steps = epochs * steps_per_epoch
     model.compile(optimizer=create_optimizer(model, config.learning_rate, total_steps=steps,
                                              warmup_steps=int(config.warmup_ratio * steps),
                                              weight_decay=config.weight_decay),
                   jit_compile=config.xla, steps_per_execution=config.steps_per_execution)
+    ends = []
     callbacks = [StepProgress(steps, steps_per_epoch)] if progress else []
     start = time.perf_counter()
     try:
         model.fit(train, epochs=epochs, steps_per_epoch=steps_per_epoch, shuffle=False,
-                  verbose=0 if progress else config.verbose, callbacks=callbacks)
+                  verbose=0 if progress else config.verbose, callbacks=callbacks + [
+                      keras.callbacks.LambdaCallback(
+                          on_epoch_end=lambda epoch, logs: ends.append(time.perf_counter()))])
     finally:
         for callback in callbacks:
             callback.close()  # its heartbeat thread, when fit raised
-    return time.perf_counter() - start
+    return time.perf_counter() - start, np.diff([start, *ends]).round(3).tolist()
 
 
 def compiled_lengths(split_length, pad_multiple):

@@ -113,7 +113,8 @@ def finetune_squad(config):
                                      shuffle=True, seed=config.seed, epochs=config.epochs,
                                      loader=loader)
     model = TupeSpanQA(backbone, preprocessor=preprocessor)
-    train_seconds = fit_task(model, train, config, config.epochs, steps_per_epoch, talk)
+    train_seconds, epoch_seconds = fit_task(model, train, config, config.epochs,
+                                            steps_per_epoch, talk)
     if talk:
         print(f"Evaluating on {len(eval_features.token_ids):,} features ...", flush=True)
     with Heartbeat("  evaluating") if talk else contextlib.nullcontext():
@@ -123,7 +124,7 @@ def finetune_squad(config):
                                     outputs["end_positions"], eval_articles)
     result = {"data": label, **squad_evaluate(eval_articles, predictions),
               "train_features": int(len(train_features.token_ids)),
-              "train_seconds": train_seconds,
+              "train_seconds": train_seconds, "epoch_seconds": epoch_seconds,
               "eval_questions": len(predictions), "data_loader": loader}
     if config.save_dir:
         write_preset_folder(model, config.save_dir, FINETUNING_RECORD,

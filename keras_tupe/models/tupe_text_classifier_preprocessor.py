@@ -78,20 +78,25 @@ class TupeTextClassifierPreprocessor(TextPreprocessorMixin,
         if self.pad_to_multiple_of is None:
             return outputs
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(outputs)
-        return keras.utils.pack_x_y_sample_weight(self._trim(x), y, sample_weight)
-
-    def _trim(self, x):
-        """`x` cut after its longest example, rounded up to `pad_to_multiple_of`."""
-        multiple = self.pad_to_multiple_of
+        tf = None
         if self._use_tf_workflow():
-            import tensorflow as tf
-
-            longest = tf.reduce_max(tf.reduce_sum(tf.cast(x["padding_mask"], tf.int32), -1))
-            width = tf.minimum(self.sequence_length, -(-longest // multiple) * multiple)
-        else:
-            longest = int(np.max(np.sum(np.asarray(x["padding_mask"]), axis=-1)))
-            width = min(self.sequence_length, -(-longest // multiple) * multiple)
-        return {name: value[..., :width] for name, value in x.items()}
+            import tensorflow as tf  # the traced path: keras-hub's, where TensorFlow is
+        return keras.utils.pack_x_y_sample_weight(
+            trim_packed(x, self.pad_to_multiple_of, tf), y, sample_weight)
 
     def get_config(self):
         return {**super().get_config(), "pad_to_multiple_of": self.pad_to_multiple_of}
+
+
+def trim_packed(x, multiple, tf=None):
+    """Packed inputs `x` cut after their longest example, rounded up to `multiple` (at
+    most their length): with TensorFlow's ops where `tf` is the module (a traced batch),
+    else NumPy's."""
+    mask = x["padding_mask"]
+    if tf is not None:
+        longest = tf.reduce_max(tf.reduce_sum(tf.cast(mask, tf.int32), -1))
+        width = tf.minimum(tf.shape(mask)[-1], -(-longest // multiple) * multiple)
+    else:
+        longest = int(np.max(np.sum(np.asarray(mask), axis=-1)))
+        width = min(mask.shape[-1], -(-longest // multiple) * multiple)
+    return {name: value[..., :width] for name, value in x.items()}
