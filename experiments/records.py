@@ -26,9 +26,9 @@ def record_dir(config, *parts):
     return os.path.join(config["results_dir"], "records", config["study"], *parts)
 
 
-def command_line(argv):
+def command_line(argv, program=PROGRAM):
     """The exact command a study output was produced with, as one shell line."""
-    return f"{PROGRAM} {shlex.join(argv)}".strip()
+    return f"{program} {shlex.join(argv)}".strip()
 
 
 def machine():

@@ -175,8 +175,9 @@ def device_command(name, folder, tiny, deadline):
 
 def estimate(name, spec, pace=None, configs=None):
     """The stage's time on the card, with its basis (`pace`: `gpu_pace()`'s); refuses a
-    stage that would not fit. The fine-tuning past the call's end is said, not refused: it
-    goes on in a later call from the encoders that came home."""
+    stage that would not fit: its pre-training and a first fine-tuning run of each final
+    encoder (every run's record comes home as it ends). The fine-tuning past the call's end
+    is said, not refused: it goes on in a later call from the encoders that came home."""
     machine, pace = load_stages()["machine"], pace or gpu_pace()
     limit = machine["call_seconds"] - STOP_RESERVE - pace["install_seconds"]
     lines = []
@@ -206,15 +207,18 @@ def estimate(name, spec, pace=None, configs=None):
         if then and then["kind"] == "finetune" and not then.get("squad_file"):
             from experiments.finetune_study import plan
 
-            tasks = _finetune_steps(then)  # a task's steps, its protocol on one encoder
-            first = tasks[then["tasks"][0]]
-            needed += first * pace["finetune_step_seconds"] + pace["finetune_start_seconds"]
-            what += (f", then {then['tasks'][0]} on the first two final encoders at once "
-                     f"({first} steps each)")
+            tasks, runs_per_task = _finetune_steps(then)  # its protocol on one encoder
+            task = then["tasks"][0]
+            run = tasks[task] // runs_per_task  # records stream home run by run
+            task_pace = pace.get("finetune_task_step_seconds", {}).get(
+                task, pace["finetune_step_seconds"])
+            needed += run * task_pace + pace["finetune_start_seconds"]
+            what += f", then a first {task} run on each final encoder at once ({run} steps)"
             jobs, total = len(plan(then)), sum(tasks.values())
             lines.append(f"{name} fine-tuning in all: {jobs} encoders x {total} steps, about "
                          f"{jobs * total * pace['finetune_step_seconds'] / pace['at_once']:.0f}"
-                         f" s at {pace['at_once']} at once, beside and after pre-training")
+                         f" s at {pace['at_once']} at once, beside and after pre-training; "
+                         "what a call does not finish goes on from the encoders it brought home")
     line = (f"{name}: {what}: about {needed:.0f} s of {limit:.0f} s (the call's "
             f"{machine['call_seconds']} s less the install and the stop); basis: {pace['basis']}")
     if needed > limit:
@@ -228,8 +232,10 @@ def gpu_pace():
     for path in CALIBRATIONS:
         calibration = records.read_json(path)
         if calibration:
-            return {**calibration["pace"], "calibrated": True,
-                    "basis": f"the S0 calibration ({path})"}
+            tasks = {task: run["warm_seconds"] / run["steps"]  # its second run: compiled
+                     for task, run in calibration.get("finetune_tasks", {}).items()}
+            return {**calibration["pace"], "calibrated": True, "basis": f"the S0 calibration "
+                    f"({path})", **({"finetune_task_step_seconds": tasks} if tasks else {})}
     times = []
     for path in glob.glob(os.path.join("docs", "results", "records", "*", "*",
                                        "run_config.json")):
@@ -251,7 +257,7 @@ def gpu_pace():
 
 def _finetune_steps(config):
     """Per task, the steps of its protocol on one encoder (with a selection seed: each rate
-    with it, then the other seeds at the chosen rate; no edge widened)."""
+    with it, then the other seeds at the chosen rate; no edge widened), and its runs."""
     from keras_tupe.data.glue import get_task
 
     steps, settings = {}, config["settings"]
@@ -265,7 +271,7 @@ def _finetune_steps(config):
                   encoding="utf-8") as f:
             examples = min(sum(1 for _ in f) - 1, cap or float("inf"))  # less the header
         steps[name] = runs * settings["epochs"] * -(-examples // settings["batch_size"])
-    return steps
+    return steps, runs
 
 
 def _prepare_pretraining(config, spec, staging, tiny):
@@ -375,7 +381,8 @@ def run(name, out, tiny=False, deadline=None, started=None, folder=None, phases=
     os.makedirs(os.path.join(out, ENCODERS, pretrain["study"] if pretrain else ""),
                 exist_ok=True)
     stage = {"stage": name, "tiny": tiny, "phases": list(phases), "card": _card(),
-             "command": records.command_line(sys.argv[1:]), "versions": records.machine(),
+             "command": records.command_line(sys.argv[1:], "python -m experiments.stage"),
+             "versions": records.machine(),
              "pip_list": _pip_list(), "started": records.now(),
              "install_seconds": round(time.time() - started, 1), "processes": [],
              "encoders": {}}

@@ -25,7 +25,13 @@ DATA = os.path.join(REPO, "..", "shared", "data")
 
 
 @pytest.mark.skipif(not os.path.isdir(DATA), reason="needs ../shared/data (GLUE, to count)")
-def test_every_stage_names_configs_that_load_and_fit_its_window():
+@pytest.mark.parametrize("basis", ["estimates", "calibration"])
+def test_every_stage_names_configs_that_load_and_fit_its_window(basis, monkeypatch):
+    """On the stated estimates and on the committed S0 calibration (the H200's): each
+    stage fits a call, its pre-training and a first fine-tuning run of each encoder."""
+    if basis == "estimates":
+        monkeypatch.setattr(stage, "CALIBRATIONS", ())
+    assert stage.gpu_pace()["calibrated"] is (basis == "calibration")
     stages = stage.load_stages()["stages"]
     assert {"S0", "S1", "S2a", "S3", "S4", "S5a", "S5b", "S5c", "S6"} <= set(stages)
     for name in stages:
@@ -33,8 +39,12 @@ def test_every_stage_names_configs_that_load_and_fit_its_window():
         line, *more = stage.estimate(name, spec)  # raises when it would not fit
         assert re.search(r"about \d+ s of \d+ s .* basis: ", line), line
         if name in ("S1", "S3", "S4"):  # the study's own count of S1's fine-tuning steps
+            assert re.search(r"then a first sst2 run on each final encoder at once \(939 "
+                             r"steps\)", line), line
             assert re.fullmatch(rf"{name} fine-tuning in all: 5 encoders x 14310 steps, about "
-                                r"\d+ s at \d+ at once, beside and after pre-training", *more)
+                                r"\d+ s at \d+ at once, beside and after pre-training; what a "
+                                r"call does not finish goes on from the encoders it brought "
+                                r"home", *more)
         pretrain, then = stage.stage_configs(spec)
         if then:
             assert then["pretrain_configs"] == [spec["pretrain"]]
@@ -53,6 +63,7 @@ def test_s1_trains_the_plateau_control_and_fine_tunes_what_it_trained():
 
 def test_a_stage_too_long_for_its_window_is_refused_with_the_figure_before_any_work(
         monkeypatch, tmp_path):
+    monkeypatch.setattr(stage, "CALIBRATIONS", ())  # the stated estimates: four at once
     spec = {**stage.stage_spec("S1"), "variants": ["a", "b", "c", "d", "e"]}
     monkeypatch.setattr(stage, "stage_spec", lambda name: spec)
     with pytest.raises(StudyError, match=r"Stage S1 does not fit: S1: 5 pre-training runs of "
@@ -445,8 +456,10 @@ def test_prepared_length_batches_are_read_back_as_made_and_refused_for_other_set
 
 
 def test_the_stages_plan_from_the_calibration_once_it_came_back(tmp_path, monkeypatch):
-    """S0's record replaces the estimates: a card twice as slow as recorded refuses S1."""
+    """S0's record replaces the estimates: a card twice as slow as recorded refuses S1; a
+    task's own fine-tuning pace, where the calibration timed it, plans its first run."""
     configs = stage.stage_configs(stage.stage_spec("S1"))
+    monkeypatch.setattr(stage, "CALIBRATIONS", ())
     recorded = stage.gpu_pace()
     assert not recorded["calibrated"]
     pace = {k: v for k, v in recorded.items() if k not in ("basis", "calibrated")}
@@ -464,6 +477,15 @@ def test_the_stages_plan_from_the_calibration_once_it_came_back(tmp_path, monkey
         else:
             with pytest.raises(StudyError, match="Stage S1 does not fit: .* basis: the S0 "
                                                  "calibration"):
+                stage.estimate("S1", stage.stage_spec("S1"), configs=configs)
+    for task, fits in (("rte", True), ("sst2", False)):  # a second a step: S1 starts on sst2
+        (folder / "calibration.json").write_text(json.dumps({
+            "pace": pace, "finetune_tasks": {task: {"steps": 10, "warm_seconds": 10.0}}}))
+        assert stage.gpu_pace()["finetune_task_step_seconds"] == {task: 1.0}
+        if fits:
+            stage.estimate("S1", stage.stage_spec("S1"), configs=configs)
+        else:
+            with pytest.raises(StudyError, match="then a first sst2 run on each final encoder"):
                 stage.estimate("S1", stage.stage_spec("S1"), configs=configs)
 
 
