@@ -17,14 +17,12 @@ argparse's status 2; any other exception is a bug and keeps its traceback (`--tr
 (`keras_tupe.folders.made_folder`).
 
 This module never imports keras_tupe itself (`import keras_tupe` imports Keras and registers
-the model family: seconds); `plumbing` loads the library's standard-library modules alone, and
-`config_fields` reads a config dataclass's fields, so a command's flags can be its fields.
+the model family: seconds); `plumbing` loads the library's standard-library modules alone
+(among them the fine-tuning configs, so a command's flags can be a config's fields).
 """
 
 import argparse
-import ast
 import contextlib
-import dataclasses
 import functools
 import glob
 import importlib
@@ -239,7 +237,7 @@ def _library_user_error(error):
 
 
 # keras_tupe's modules of the standard library alone, which a command uses before Keras.
-PLUMBING = ("extras", "output_lock", "staging")
+PLUMBING = ("extras", "finetuning_configs", "output_lock", "staging")
 
 
 def plumbing(name):
@@ -265,28 +263,6 @@ def plumbing(name):
         del sys.modules[full_name]
         raise
     return module
-
-
-def config_fields(module, name):
-    """`dataclasses.fields` of the config dataclass `name` of `keras_tupe.<module>`, without
-    importing that module (which imports Keras: seconds), so a command's flags can be the
-    config's fields and still parse before Keras is imported.
-
-    The class statement alone is compiled from the module's source and run with `dataclasses`
-    as its only name, so the fields, their types and their defaults are the dataclass's own;
-    a field whose type or default needs another name of the module raises `NameError` (its
-    command's test says so), as does a class that is not there.
-    """
-    folder, = importlib.util.find_spec("keras_tupe").submodule_search_locations
-    path = os.path.join(folder, *module.split(".")) + ".py"
-    with open(path, encoding="utf-8") as file:
-        tree = ast.parse(file.read(), path)
-    statement = [node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == name]
-    if not statement:
-        raise NameError(f"keras_tupe.{module} defines no class {name}")
-    namespace = {"__name__": f"keras_tupe.{module}", "dataclasses": dataclasses}
-    exec(compile(ast.Module(statement, type_ignores=[]), path, "exec"), namespace)
-    return dataclasses.fields(namespace[name])
 
 
 def fill_defaults(args, defaults, names):

@@ -10,17 +10,18 @@ train/eval, for small experiments only (clearly NOT the official split):
 """
 
 import contextlib
+import dataclasses
 import json
 import sys
 
 # keras_tupe (with Keras: seconds) is imported inside the functions, after the flags parse.
-from keras_tupe_cli.common import (
-    INIT_FLAGS, add_init_flag, command_parser, config_fields, entry_point, fill_defaults,
-    plumbing)
+from keras_tupe_cli.common import INIT_FLAGS, add_init_flag, command_parser, entry_point, plumbing
 
-# `keras_tupe.finetuning.SquadConfig`'s fields, read without importing Keras (a usage error
-# comes before TensorFlow's import): a flag each, `--seq-len` for `seq_len`, but --init.
-FIELDS = config_fields("finetuning.squad", "SquadConfig")
+# `SquadConfig`, from the standard-library module of the fine-tuning configs (a usage error
+# comes before Keras's and TensorFlow's import). Its fields are the flags: a flag each,
+# `--seq-len` for `seq_len`, but --init.
+SquadConfig = plumbing("finetuning_configs").SquadConfig
+FIELDS = dataclasses.fields(SquadConfig)
 # A bool field is a switch that turns its default around.
 SWITCHES = {"xla": "--no-xla", "lowercase": "--cased"}
 CHOICES = {"data_loader": ("tf.data", "grain")}  # `keras_tupe.finetuning.batches.LOADERS`
@@ -30,12 +31,12 @@ VALUE_FLAGS = {field.name: "--" + field.name.replace("_", "-") for field in FIEL
 FLAGS = {**INIT_FLAGS, **VALUE_FLAGS}
 
 
-def parse_flags(argv=None):
-    """The flags as given (None: `SquadConfig`'s default); imports no Keras."""
+def parse_args(argv=None):
+    """The flags, `SquadConfig`'s defaults for those left out; imports no Keras."""
     p = add_init_flag(command_parser("keras-tupe-finetune-squad", __doc__))
     for field in FIELDS:
         if field.name in VALUE_FLAGS:
-            p.add_argument(VALUE_FLAGS[field.name], type=field.type,
+            p.add_argument(VALUE_FLAGS[field.name], type=field.type, default=field.default,
                            choices=CHOICES.get(field.name))
         elif field.type is bool:
             p.add_argument(SWITCHES[field.name], dest=field.name,
@@ -43,26 +44,14 @@ def parse_flags(argv=None):
     return p.parse_args(argv)
 
 
-def parse_args(argv=None):
-    """The flags, with `SquadConfig`'s defaults for those left out."""
-    return with_defaults(parse_flags(argv))
-
-
-def with_defaults(args):
-    """`args` with `SquadConfig`'s defaults filled in (this imports Keras: seconds)."""
-    from keras_tupe.finetuning import SquadConfig
-
-    return fill_defaults(args, SquadConfig(init=""), [field.name for field in FIELDS])
-
-
 @entry_point(FLAGS)
 def main(argv=None):
-    args = parse_flags(argv)
+    args = vars(parse_args(argv))
+    del args["tf_logs"], args["traceback"]
     # Held before Keras is imported: a second run on --out is refused at once.
-    with plumbing("output_lock").output_lock(args.out) if args.out else contextlib.nullcontext():
-        args = vars(with_defaults(args))
-        del args["tf_logs"], args["traceback"]
-        from keras_tupe.finetuning import SquadConfig, finetune_squad
+    out = args["out"]
+    with plumbing("output_lock").output_lock(out) if out else contextlib.nullcontext():
+        from keras_tupe.finetuning import finetune_squad
 
         result = finetune_squad(SquadConfig(**args))
     print(json.dumps(result, indent=2))

@@ -5,12 +5,15 @@
 - the library imports neither its commands nor the checkout's scripts, studies or benchmarks;
 - models never import data code (data code may build on the models);
 - the layers import only layers and the standard-library plumbing;
+- the plumbing a command loads before Keras (`keras_tupe_cli.common.PLUMBING`) imports the
+  standard library alone, outside functions;
 - studies and benchmarks never import the scripts (`training`);
 - in the library, a function-local import is of an optional dependency only.
 """
 
 import ast
 import pathlib
+import sys
 
 import pytest
 
@@ -149,6 +152,25 @@ def test_layers_import_only_layers_and_plumbing():
     allowed = ("keras_tupe.layers", "keras_tupe.staging", "keras_tupe.files")
     assert offending(lambda m: inside(m, "keras_tupe.layers"),
                      lambda t: not any(inside(t, a) for a in allowed)) == []
+
+
+def plumbing_modules():
+    """`keras_tupe_cli.common.PLUMBING`, read from its assignment."""
+    tree = ast.parse(MODULES["keras_tupe_cli.common"].read_text())
+    value, = [node.value for node in tree.body if isinstance(node, ast.Assign)
+              and [target.id for target in node.targets] == ["PLUMBING"]]
+    return [f"keras_tupe.{name}" for name in ast.literal_eval(value)]
+
+
+def test_the_plumbing_imports_the_standard_library_alone():
+    # A command loads these before Keras (`plumbing`): any other import would put Keras's
+    # seconds back before its usage errors. A function's own imports run when it is called.
+    plumbing = plumbing_modules()
+    assert "keras_tupe.finetuning_configs" in plumbing  # keras-tupe-finetune-squad's flags
+    for module in plumbing:
+        assert [name for target, name, _, local in imports(MODULES[module], module, MODULES)
+                if not local and target not in plumbing
+                and name.split(".")[0] not in sys.stdlib_module_names] == [], module
 
 
 def test_studies_and_benchmarks_never_import_the_scripts():

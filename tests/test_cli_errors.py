@@ -945,8 +945,9 @@ def test_the_parsers_choices_are_the_librarys(tmp_path):
 
 
 def test_finetune_squad_has_a_flag_of_the_right_type_for_every_config_field():
-    """The flags are `SquadConfig`'s fields, read from its source before Keras is imported:
-    a field without a flag, or a flag of another type than its field, fails here."""
+    """The flags are `SquadConfig`'s fields, read from the dataclass before Keras is imported
+    (`plumbing("finetuning_configs")`): a field without a flag, or a flag of another type than
+    its field, fails here."""
     import dataclasses
 
     from keras_tupe.finetuning import SquadConfig
@@ -969,7 +970,7 @@ def test_finetune_squad_has_a_flag_of_the_right_type_for_every_config_field():
             assert finetune_squad.FLAGS[field.name] == flag  # the messages name it
             text = samples.get(field.name) or samples[field.type]
             given, value = [flag, text], field.type(text)
-        args = finetune_squad.parse_flags(["--init", "r", *given])
+        args = finetune_squad.parse_args(["--init", "r", *given])
         assert type(getattr(args, field.name)) is field.type, field.name
         assert getattr(args, field.name) == value, field.name
 

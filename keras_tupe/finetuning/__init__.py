@@ -1,19 +1,16 @@
 """Fine-tuning pre-trained encoders on GLUE and SQuAD.
 
 `loading`: what `--init` names, the encoder, its vocabulary, the classifier's preset
-folder. `glue` and `squad`: one run (`FinetuneConfig`, `SquadConfig`) and the grid over
-learning rates and seeds; `protocol` and `summary`: that grid's plan, choice and table.
+folder. `glue` and `squad`: one run and the grid over learning rates and seeds;
+`protocol` and `summary`: that grid's plan, choice and table.
 `batches`: a task's batches on tf.data, or on Grain where TensorFlow is absent.
+A run's settings, `FinetuneConfig` and `SquadConfig`, live beside this package in
+`keras_tupe.finetuning_configs` (the standard library alone: a command reads their fields
+before Keras is imported).
 """
 
 from keras_tupe.finetuning.batches import batches, resolve_loader
-from keras_tupe.finetuning.glue import (
-    SHORT_TASKS,
-    FinetuneConfig,
-    finetune_glue,
-    paper_epochs,
-    run_protocol,
-)
+from keras_tupe.finetuning.glue import SHORT_TASKS, finetune_glue, paper_epochs, run_protocol
 from keras_tupe.finetuning.loading import (
     default_vocabulary,
     load_backbone,
@@ -23,8 +20,9 @@ from keras_tupe.finetuning.loading import (
     save_classifier,
 )
 from keras_tupe.finetuning.protocol import PAPER_LEARNING_RATES, PAPER_SEEDS, Protocol
-from keras_tupe.finetuning.squad import SquadConfig, finetune_squad, run_squad_protocol
+from keras_tupe.finetuning.squad import finetune_squad, run_squad_protocol
 from keras_tupe.finetuning.summary import summarize, write_tables
+from keras_tupe.finetuning_configs import FinetuneConfig, SquadConfig
 
 __all__ = [
     "PAPER_LEARNING_RATES",

@@ -31,6 +31,7 @@ from keras_tupe.finetuning.loading import (
 )
 from keras_tupe.finetuning.protocol import PAPER_LEARNING_RATES, PAPER_SEEDS, Protocol
 from keras_tupe.finetuning.summary import append_result, read_results, write_tables
+from keras_tupe.finetuning_configs import FinetuneConfig
 from keras_tupe.folders import made_folder
 from keras_tupe.metrics import glue_metrics, glue_score
 from keras_tupe.models import (
@@ -55,36 +56,6 @@ def paper_epochs(task):
 # 8 lengths to compile at 128 (32 compiled fewer, but its longer steps cost more over
 # the studies' 3 epochs: docs/results/finetune_speed.md).
 BATCH_PAD_MULTIPLE = 16
-
-
-@dataclasses.dataclass
-class FinetuneConfig:
-    task: str
-    init: str
-    learning_rate: float = 2e-5
-    seed: int = 0
-    epochs: int = None  # None: the paper's (10; 5 for MNLI, QQP, QNLI)
-    batch_size: int = 32
-    seq_len: int = 128
-    warmup_ratio: float = 0.06
-    weight_decay: float = 0.01
-    dropout: float = 0.1
-    data_dir: str = None
-    vocab: str = None
-    lowercase: bool = True
-    max_train_examples: int = None
-    # Pad each split only to its longest example (rounded up to 8, at most `seq_len`), and
-    # with `pad_each_batch` each training batch to its longest (rounded up to 16): padding
-    # is masked, so the outputs are the same with less work. Off by default: dropout then
-    # draws other masks, so a seed's run is not bitwise the one padded to `seq_len`.
-    pad_to_longest: bool = False
-    pad_each_batch: bool = False
-    xla: bool = True
-    steps_per_execution: int = 1  # Keras `fit`'s: steps a call of the train function runs
-    verbose: int = 0
-    progress: bool = False  # a line per epoch and every 10 s instead of fit's output
-    save_dir: str = None  # keep the fine-tuned classifier as a preset folder
-    data_loader: str = None  # "tf.data", "grain", or None (`batches.resolve_loader`)
 
 
 def finetune_glue(config, splits=None):

@@ -14,6 +14,7 @@ from keras_tupe.finetuning.glue import fit_task, task_tokenizer
 from keras_tupe.finetuning.loading import FINETUNING_RECORD, load_backbone
 from keras_tupe.finetuning.protocol import Protocol
 from keras_tupe.finetuning.summary import append_result, read_results
+from keras_tupe.finetuning_configs import SquadConfig
 from keras_tupe.metrics import squad_evaluate
 from keras_tupe.models import TupeSpanQA, TupeSpanQAPreprocessor
 from keras_tupe.models.preset_folders import refuse_existing_folder, write_preset_folder
@@ -21,41 +22,6 @@ from keras_tupe.models.tupe_span_qa_preprocessor import check_question_room
 from keras_tupe.output_lock import output_lock
 from keras_tupe.progress import Heartbeat
 from keras_tupe.staging import write_json, write_text
-
-
-@dataclasses.dataclass
-class SquadConfig:
-    """SQuAD v1.1 fine-tuning (Huang et al.'s downstream task)."""
-
-    init: str
-    out: str = None
-    train: str = "train"  # a SQuAD json path, or a tfds split (online)
-    eval: str = "validation"
-    offline_split: str = None  # a SQuAD json to split by article into train/eval (not official)
-    eval_fraction: float = 0.2
-    # The offline split's seed; None: `seed`. A study with several fine-tuning seeds
-    # fixes it, so every seed trains and evaluates on the same articles.
-    split_seed: int = None
-    learning_rate: float = 3e-5
-    seed: int = 0
-    epochs: int = 2
-    batch_size: int = 32
-    seq_len: int = 384
-    doc_stride: int = 128
-    max_query_length: int = 64
-    warmup_ratio: float = 0.1
-    weight_decay: float = 0.01
-    vocab: str = None
-    lowercase: bool = True
-    max_train_examples: int = None
-    xla: bool = True
-    steps_per_execution: int = 1  # Keras `fit`'s: steps a call of the train function runs
-    verbose: int = 0
-    # "tf.data" or "grain"; None: tf.data where TensorFlow imports, else Grain.
-    data_loader: str = None
-    # Keep the fine-tuned span-QA model with its preprocessor as a preset folder
-    # (`keras_hub.models.Task.from_preset(save_dir)`); refused where a folder holds files.
-    save_dir: str = None
 
 
 def finetune_squad(config):
