@@ -21,6 +21,7 @@ import glob
 import hashlib
 import io
 import json
+import lzma
 import math
 import os
 import shutil
@@ -124,10 +125,13 @@ def _tiny_configs(pretrain, then, work):
 
 # === prepare (here) ===
 
-def prepare(name, tiny=False, dest=STAGE_DIR):
+def prepare(name, tiny=False, dest=STAGE_DIR, encoders=None):
     """Checks that the stage fits, then writes `dest/NAME[_tiny]/`; returns the lines that
-    say what travels and, last, the command to run there."""
+    say what travels and, last, the command to run there. `encoders`: the folder an
+    earlier call brought home (`ENCODERS`); they travel xz-compressed, and a stage whose
+    every final encoder is there carries no token-id shards: it only fine-tunes."""
     spec, machine = stage_spec(name), load_stages()["machine"]
+    brought = _carried_encoders(name, spec, tiny, encoders) if encoders else {}
     lines = [] if tiny else estimate(name, spec)  # refuses before any work
     folder = os.path.join(dest, name + ("_tiny" if tiny else ""))
     staging = folder + ".partial"
@@ -136,7 +140,13 @@ def prepare(name, tiny=False, dest=STAGE_DIR):
     pretrain, then = stage_configs(spec, tiny, os.path.join(staging, "work"))
     data = {}
     if pretrain:
-        data.update(_prepare_pretraining(pretrain, spec, staging, tiny))
+        data.update(_prepare_pretraining(pretrain, spec, staging, tiny,
+                                         shards=not brought.get("all")))
+    for relative, path in brought.get("files", {}).items():
+        os.makedirs(os.path.dirname(os.path.join(staging, ENCODERS, relative)), exist_ok=True)
+        with open(path, "rb") as source, lzma.open(
+                os.path.join(staging, ENCODERS, relative + ".xz"), "wb") as target:
+            shutil.copyfileobj(source, target)
     if then and then["kind"] == "length":
         from experiments.length_study import write_prepared
 
@@ -160,17 +170,62 @@ def prepare(name, tiny=False, dest=STAGE_DIR):
         shutil.rmtree(folder)
         raise StudyError(f"Stage {name} does not fit: {(carried + tree) / 2**20:.1f} MiB would "
                          f"travel, the limit is {machine['carry_bytes'] / 2**20:.0f} MiB.")
+    if brought:
+        lines.append(f"carried encoders: {len(brought['files'])} (sha256 as recorded), "
+                     + ("every final one: no pre-training, no shards" if brought["all"]
+                        else "the other variants pre-train"))
     return lines + [f"command (carry {folder}; --deadline: the call's timeout_s less 15): "
-                    + device_command(name, folder, tiny, machine["call_seconds"] - 15)]
+                    + device_command(name, folder, tiny, machine["call_seconds"] - 15,
+                                     bool(brought))]
 
 
-def device_command(name, folder, tiny, deadline):
+def device_command(name, folder, tiny, deadline, encoders=False):
     """The one command for the lent machine: the clock starts before the install."""
     site = "${TMPDIR:-/tmp}/stage_site"
     return (f"T0=$(date +%s); python3 -m pip install -q --no-index --no-deps --no-compile "
             f"--upgrade --target {site} {folder}/wheels/*.whl && PYTHONPATH={site} "
             f"KERAS_BACKEND=jax python3 -m experiments.stage run {name}"
-            f"{' --tiny' if tiny else ''} --started $T0 --deadline {deadline} --out $OUT")
+            f"{' --tiny' if tiny else ''} --started $T0 --deadline {deadline} --out $OUT"
+            f"{f' --encoders {folder}/{ENCODERS}' if encoders else ''}")
+
+
+def _carried_encoders(name, spec, tiny, folder):
+    """The encoders of `folder` (what a call brought home) that the stage fine-tunes,
+    each checked against the sha256 its stage record holds (`stages/NAME/logs/stage.json`
+    among the committed records, but for a rehearsal, and beside `folder`): `{"files": {relative: path}, "all":
+    every chosen variant's final encoder is there}`; refuses a folder with none of them,
+    or one whose file differs from its record."""
+    import tempfile
+
+    from experiments.finetune_study import plan
+
+    with tempfile.TemporaryDirectory() as work:  # the names alone: nothing is kept
+        pretrain, then = stage_configs(spec, tiny, work)
+        jobs = [job for job in plan(then) if job["variant"] in (spec.get("variants") or [
+            job["variant"] for job in plan(then)])] if then and then["kind"] == "finetune" else []
+    recorded = {}  # the committed record is the full-size stage's: not a rehearsal's
+    for path in ([] if tiny else [os.path.join("docs", "results", "records", "stages", name,
+                                               "logs", "stage.json")]) + [
+                 os.path.join(os.path.dirname(os.path.abspath(folder)), "logs", "stage.json")]:
+        for key, value in records.read_json(path, {}).get("encoders", {}).items():
+            recorded[os.path.relpath(key, ENCODERS)] = value["sha256"]
+    files = {}
+    for job in jobs:
+        path = os.path.join(folder, _encoder_name(job))
+        if not os.path.exists(path):
+            continue
+        with open(path, "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()
+        if recorded.get(_encoder_name(job), digest) != digest:
+            raise StudyError(f"{path}: its sha256 {digest} is not the one its stage record "
+                             f"holds ({recorded[_encoder_name(job)]}): not carried.")
+        files[_encoder_name(job)] = path
+    if not files:
+        wanted = ", ".join(_encoder_name(job) for job in jobs) or "none: it fine-tunes nothing"
+        raise StudyError(f"{folder}: none of stage {name}'s encoders is there (looked for "
+                         f"{wanted}).")
+    final = {_encoder_name(job) for job in jobs if job["step"] == pretrain["settings"]["steps"]}
+    return {"files": files, "all": final <= set(files)}
 
 
 def estimate(name, spec, pace=None, configs=None):
@@ -274,20 +329,21 @@ def _finetune_steps(config):
     return steps, runs
 
 
-def _prepare_pretraining(config, spec, staging, tiny):
-    """The vocabulary and the token-id shards the study names, made here."""
+def _prepare_pretraining(config, spec, staging, tiny, shards=True):
+    """The vocabulary and (with `shards`) the token-id shards the study names, made here."""
     from experiments.config import ensure_vocabulary, vocabulary_record_path
     from keras_tupe.data.sharding import shard_corpus
 
     vocab, settings = config["vocabulary"], config["settings"]
     ensure_vocabulary(config)
     lines = {"train": TINY["examples"] * 20, "valid": TINY["examples"] * 4} if tiny else {}
-    for part in ("train", "valid"):
+    for part in ("train", "valid") if shards else ():
         shard_corpus([spec["shards"][part]], vocab["file"], os.path.join(staging, part),
                      settings["seq_len"], lowercase=vocab["lowercase"], max_lines=lines.get(part))
     shutil.copy(vocab["file"], os.path.join(staging, "vocab.txt"))
     shutil.copy(vocabulary_record_path(vocab), os.path.join(staging, "vocab.json"))
-    return {f"shards/{part}": os.path.join(staging, part) for part in ("train", "valid")} | {
+    return {f"shards/{part}": os.path.join(staging, part)
+            for part in (("train", "valid") if shards else ())} | {
         name: os.path.join(staging, name) for name in ("vocab.txt", "vocab.json")}
 
 
@@ -504,9 +560,8 @@ def _jobs(name, spec, pretrain, then, phases, tiny, work, out, stage, carried=No
                                                    *pretrain["settings"]["save_steps"]))]
     labels = []  # pre-training that runs here (a variant brought home is not trained again)
     if "pretrain" in phases:
-        labels = [f"pretrain {v.name}" for v in chosen if not (
-            carried and os.path.exists(os.path.join(carried, pretrain["study"],
-                                                    f"{v.name}__step{pretrain['settings']['steps']:07d}.tar")))]
+        labels = [f"pretrain {v.name}" for v in chosen if not _carried(carried, os.path.join(
+            pretrain["study"], f"{v.name}__step{pretrain['settings']['steps']:07d}.tar"))]
         jobs += [(f"pretrain {v.name}", _experiment("pretrain", pretrain, [
             "--variants", v.name, *speed]), None) for v in chosen if f"pretrain {v.name}" in labels]
     if "length" in phases and then and then["kind"] == "length":
@@ -524,14 +579,15 @@ def _jobs(name, spec, pretrain, then, phases, tiny, work, out, stage, carried=No
                      os.path.exists(init) and (not final or f"pretrain {v}" not in labels
                                                or ended.get(f"pretrain {v}")))
             label = f"{job['variant']} step {job['step']}"
-            encoders[fraction[job["step"]] == 1].append((f"encoder {label}", [
-                sys.executable, "-m", "experiments.stage", "encoder", job["init"],
-                os.path.join(out, ENCODERS, _encoder_name(job))], ready))
+            if not _carried(carried, _encoder_name(job)):  # home already: not again
+                encoders[fraction[job["step"]] == 1].append((f"encoder {label}", [
+                    sys.executable, "-m", "experiments.stage", "encoder", job["init"],
+                    os.path.join(out, ENCODERS, _encoder_name(job))], ready))
             tuning.append((f"finetune {label}", _experiment("finetune", then, [
                 "--variants", job["variant"], "--checkpoints", repr(fraction[job["step"]]),
                 *speed]), ready))
-            if carried and os.path.exists(os.path.join(carried, _encoder_name(job))):
-                read_encoder(os.path.join(carried, _encoder_name(job)), job["init"])
+            if _carried(carried, _encoder_name(job)):
+                read_encoder(_carried(carried, _encoder_name(job)), job["init"], job["vocab"])
         jobs += encoders[True] + encoders[False] + tuning  # the final encoders first
     seen = {}
 
@@ -673,10 +729,11 @@ def write_encoder(init, path):
                       "bytes": os.path.getsize(path)}), flush=True)
 
 
-def read_encoder(path, init):
-    """The masked LM that `write_encoder` brought home, as a float32 preset folder at
-    `init` (where its run kept it), so that a later stage fine-tunes it without
-    pre-training again."""
+def read_encoder(path, init, vocab=None):
+    """The masked LM that `write_encoder` brought home (its `.tar`, or the `.tar.xz`
+    `prepare` carries), as a float32 preset folder at `init` (where its run kept it), and
+    its vocabulary at `vocab` (where fine-tuning reads it), so that a later stage
+    fine-tunes it without pre-training again."""
     import tempfile
 
     import keras_hub
@@ -684,14 +741,25 @@ def read_encoder(path, init):
     import keras_tupe.models  # noqa: F401  (registers the classes for loading)
     from keras_tupe.models.preset_folders import write_preset_folder
 
-    with tempfile.TemporaryDirectory() as folder, open(path, "rb") as f:
-        digest = hashlib.sha256(f.read()).hexdigest()
+    with tempfile.TemporaryDirectory() as folder:
+        with (lzma.open if path.endswith(".xz") else open)(path, "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()  # the .tar's, as recorded
         with tarfile.open(path) as archive:
             archive.extractall(folder, filter="data")
-        model = keras_hub.models.MaskedLM.from_preset(os.path.join(folder, "preset"),
-                                                      dtype="float32")
+        preset = os.path.join(folder, "preset")
+        model = keras_hub.models.MaskedLM.from_preset(preset, dtype="float32")
         write_preset_folder(model, init, "keras_tupe_encoder", {
             "from": os.path.basename(path), "sha256": digest, "dtype": "bfloat16, cast back"})
+        if vocab and not os.path.exists(vocab):
+            shutil.copy(os.path.join(preset, "assets", "tokenizer", "vocabulary.txt"), vocab)
+
+
+def _carried(folder, name):
+    """The path of encoder `name` in `folder` (carried `.tar` or `.tar.xz`), or None."""
+    for path in (os.path.join(folder, name), os.path.join(folder, name + ".xz")) if folder else ():
+        if os.path.exists(path):
+            return path
+    return None
 
 
 def _encoder_name(job):
@@ -799,20 +867,21 @@ def main(argv=None):
         for command in ("prepare", "run"):
             commands.choices[command].add_argument("--tiny", action="store_true",
                                                    help="the tiny rehearsal")
+            commands.choices[command].add_argument(
+                "--encoders", help="the encoders folder an earlier call brought home")
         sub = commands.choices["run"]
         sub.add_argument("--out", default=os.environ.get("OUT", "stage_out"))
         sub.add_argument("--started", type=float, help="when the command started (epoch s)")
         sub.add_argument("--deadline", type=float, help="seconds after --started")
         sub.add_argument("--parallel", type=int, help="processes at once (default: cores / 2)")
         sub.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES))
-        sub.add_argument("--encoders", help="the encoders folder an earlier call brought home")
         commands.choices["collect"].add_argument("folder", help="what came back")
         sub = commands.add_parser("encoder")  # run's own: one encoder in bfloat16
         sub.add_argument("init", help="a run's final preset or checkpoint")
         sub.add_argument("path")
         args = parser.parse_args(argv)
         if args.command == "prepare":
-            print("\n".join(prepare(args.stage, args.tiny)))
+            print("\n".join(prepare(args.stage, args.tiny, encoders=args.encoders)))
         elif args.command == "run":
             run(args.stage, args.out, args.tiny, args.deadline, args.started,
                 phases=tuple(args.phases), parallel=args.parallel, encoders=args.encoders)

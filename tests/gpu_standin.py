@@ -107,13 +107,16 @@ def main(argv=None):
     parser.add_argument("--command", help="run this instead of the printed command")
     parser.add_argument("--keep", help="a folder to work in and keep (default: a temporary one)")
     parser.add_argument("--repo", default=REPO, help="another checkout (e.g. an older commit)")
+    parser.add_argument("--encoders", help="what an earlier rehearsal brought home (its "
+                        "out/encoders): prepared to travel, fine-tuned, not pre-trained again")
     args = parser.parse_args(argv)
     root = args.keep or tempfile.mkdtemp(prefix="gpu_standin_")
     start = time.time()
     venv = build(root)
     print(f"stand-in venv: {time.time() - start:.0f} s", flush=True)
     lines = subprocess.run([sys.executable, "-m", "experiments.stage", "prepare", args.stage,
-                            "--tiny"], cwd=args.repo, check=True, capture_output=True,
+                            "--tiny", *(["--encoders", args.encoders] if args.encoders else [])],
+                           cwd=args.repo, check=True, capture_output=True,
                            text=True).stdout.strip().splitlines()
     print("\n".join(lines), flush=True)
     command = args.command or lines[-1].split("): ", 1)[1]
@@ -137,17 +140,25 @@ def main(argv=None):
     if code != 0:
         print(f"error: the stage's command exited {code} on the stand-in", file=sys.stderr)
         return 1
-    return verify(args.stage, back)
+    return verify(args.stage, back, args.encoders)
 
 
-def verify(stage, back):
-    """What a finished tiny stage brings back: every process ended well, every record."""
+def verify(stage, back, encoders=None):
+    """What a finished tiny stage brings back: every process ended well, every record;
+    with carried `encoders`, no pre-training and fine-tuning of each of them."""
     import json
 
     log = json.load(open(os.path.join(back, "records", "stages", stage, "logs", "stage.json")))
     bad = [p for p in log["processes"] if p["exit"] != 0 or p["stopped"]]
     if bad or not log["processes"]:
         print(f"error: processes that did not end well: {bad or 'none ran'}", file=sys.stderr)
+        return 1
+    runs = [p["run"] for p in log["processes"]]
+    if encoders and (any(run.startswith("pretrain") for run in runs)
+                     or sum(run.startswith("finetune") for run in runs) != len(glob.glob(
+                         os.path.join(encoders, "*", "*.tar")))):
+        print(f"error: with carried encoders, pre-training ran or an encoder was not "
+              f"fine-tuned: {runs}", file=sys.stderr)
         return 1
     print(f"every process ended well: {[p['run'] for p in log['processes']]}; encoders "
           f"{log['encoders']}", flush=True)

@@ -518,3 +518,49 @@ def test_a_later_call_fine_tunes_the_encoders_brought_home_without_pre_training(
     assert not jobs["finetune tupe_a step 50"]()  # trained here: after its run
     assert os.path.isdir(os.path.join(pretrain["runs_dir"], pretrain["study"], "bert_a",
                                       "preset"))
+
+
+def test_prepare_carries_the_encoders_compressed_checked_against_their_record(tmp_path):
+    """`prepare --encoders`: each encoder a call brought home travels as `.tar.xz`, its
+    sha256 checked against the stage record; a later call lays it out with its vocabulary
+    (where fine-tuning reads it) and pre-trains nothing whose final encoder came."""
+    import lzma
+
+    import keras_tupe.models  # noqa: F401  (registers the classes for loading)
+    from keras_tupe import TupeBackbone, TupeMaskedLM, TupeMaskedLMPreprocessor, TupeTokenizer
+
+    spec = stage.stage_spec("S1")
+    pretrain, then = stage.stage_configs(spec, tiny=True, work=str(tmp_path / "work"))
+    vocabulary = ["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]", "a", "film"]
+    TupeMaskedLM(TupeBackbone.from_preset("bert_a_tiny", vocabulary_size=7),
+                 preprocessor=TupeMaskedLMPreprocessor(TupeTokenizer(vocabulary=vocabulary),
+                                                       sequence_length=8)
+                 ).save_to_preset(str(tmp_path / "trained"))
+    home = tmp_path / "home"
+    name = f"{pretrain['study']}/bert_a__step{stage.TINY['pretrain']['steps']:07d}.tar"
+    (home / stage.ENCODERS / pretrain["study"]).mkdir(parents=True)
+    subprocess.run([sys.executable, "-m", "experiments.stage", "encoder", str(tmp_path / "trained"),
+                    str(home / stage.ENCODERS / name)], cwd=REPO, check=True, capture_output=True)
+    carried = stage._carried_encoders("S1", spec, True, str(home / stage.ENCODERS))
+    assert carried == {"files": {name: str(home / stage.ENCODERS / name)}, "all": False}
+    digest = hashlib.sha256((home / stage.ENCODERS / name).read_bytes()).hexdigest()
+    (home / "logs").mkdir()  # a record beside it that says another sha256: refused
+    (home / "logs" / "stage.json").write_text(json.dumps({"encoders": {
+        f"{stage.ENCODERS}/{name}": {"sha256": "0" * 64}}}))
+    with pytest.raises(StudyError, match=f"its sha256 {digest} is not the one its stage record"):
+        stage._carried_encoders("S1", spec, True, str(home / stage.ENCODERS))
+    with pytest.raises(StudyError, match="none of stage S1's encoders is there"):
+        stage._carried_encoders("S1", spec, True, str(tmp_path))
+    # What prepare writes: the same tar, xz-compressed; read as the .tar it was.
+    xz = tmp_path / "carried" / (name + ".xz")
+    xz.parent.mkdir(parents=True)
+    xz.write_bytes(lzma.compress((home / stage.ENCODERS / name).read_bytes()))
+    jobs = {label: ready for label, _, ready in stage._jobs(
+        "S1", spec, pretrain, then, stage.PHASES, True, str(tmp_path / "work"),
+        str(tmp_path / "out"), {"processes": []}, str(tmp_path / "carried"))}
+    assert "pretrain bert_a" not in jobs and jobs["finetune bert_a step 50"]()
+    assert "encoder bert_a step 50" not in jobs and "encoder tupe_a step 50" in jobs
+    run_dir = os.path.join(pretrain["runs_dir"], pretrain["study"], "bert_a")
+    assert open(os.path.join(run_dir, "vocab.txt")).read().split() == vocabulary
+    record = json.load(open(os.path.join(run_dir, "preset", "metadata.json")))
+    assert digest in json.dumps(record)
