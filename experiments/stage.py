@@ -132,6 +132,13 @@ def prepare(name, tiny=False, dest=STAGE_DIR, encoders=None):
     every final encoder is there carries no token-id shards: it only fine-tunes."""
     spec, machine = stage_spec(name), load_stages()["machine"]
     brought = _carried_encoders(name, spec, tiny, encoders) if encoders else {}
+    if not tiny and "calibrate" not in spec:  # S0's runs are scratch runs of its own
+        from experiments.config import variants
+
+        pretrain, then = stage_configs(spec)
+        if pretrain:
+            _recorded_elsewhere(pretrain, then, [v for v in variants(pretrain) if v.name in (
+                spec.get("variants") or pretrain["variants"])], encoders)
     lines = [] if tiny else estimate(name, spec)  # refuses before any work
     folder = os.path.join(dest, name + ("_tiny" if tiny else ""))
     staging = folder + ".partial"
@@ -558,6 +565,7 @@ def _jobs(name, spec, pretrain, then, phases, tiny, work, out, stage, carried=No
     speed = ["--steps-per-execution", str(math.gcd(spec.get("steps_per_execution", 1),
                                                    pretrain["settings"]["eval_every"],
                                                    *pretrain["settings"]["save_steps"]))]
+    _recorded_elsewhere(pretrain, then, chosen, carried)
     labels = []  # pre-training that runs here (a variant brought home is not trained again)
     if "pretrain" in phases:
         labels = [f"pretrain {v.name}" for v in chosen if not _carried(carried, os.path.join(
@@ -752,6 +760,25 @@ def read_encoder(path, init, vocab=None):
             "from": os.path.basename(path), "sha256": digest, "dtype": "bfloat16, cast back"})
         if vocab and not os.path.exists(vocab):
             shutil.copy(os.path.join(preset, "assets", "tokenizer", "vocabulary.txt"), vocab)
+
+
+def _recorded_elsewhere(pretrain, then, variants, carried):
+    """Refuses a stage that would wait for what cannot come: a run whose record is
+    committed but whose run folder is not here is skipped (its record is its result), so
+    its checkpoints, which the fine-tuning or length study needs, exist only as the
+    encoders a window brought home."""
+    if not then:
+        return
+    names = [v.name for v in variants if not os.path.isdir(v.run_dir) and os.path.exists(
+        records.record_dir(pretrain, v.name, "run_config.json")) and not _carried(
+        carried, os.path.join(pretrain["study"],
+                              f"{v.name}__step{pretrain['settings']['steps']:07d}.tar"))]
+    if names:
+        raise StudyError(
+            f"{pretrain['study']}: {', '.join(names)} pre-trained in an earlier window (their "
+            f"records are in {records.record_dir(pretrain)}), and neither their run folders "
+            "nor their encoders are here, so their fine-tuning could never start. Give "
+            "--encoders FOLDER (what that window brought home), or run the next stage.")
 
 
 def _carried(folder, name):

@@ -564,3 +564,25 @@ def test_prepare_carries_the_encoders_compressed_checked_against_their_record(tm
     assert open(os.path.join(run_dir, "vocab.txt")).read().split() == vocabulary
     record = json.load(open(os.path.join(run_dir, "preset", "metadata.json")))
     assert digest in json.dumps(record)
+
+
+def test_a_stage_whose_runs_were_recorded_elsewhere_is_refused_without_their_encoders(tmp_path):
+    """A run recorded in an earlier window, with no run folder here, is skipped: without
+    its encoder its fine-tuning would wait until the deadline. Refused, naming --encoders."""
+    from experiments.config import variants
+
+    spec = stage.stage_spec("S1")
+    pretrain, then = stage.stage_configs(spec, tiny=True, work=str(tmp_path / "work"))
+    chosen = variants(pretrain)
+    stage._recorded_elsewhere(pretrain, then, chosen, None)  # nothing recorded: fine
+    record = records.record_dir(pretrain, "bert_a", "run_config.json")
+    os.makedirs(os.path.dirname(record))
+    open(record, "w").write("{}")
+    with pytest.raises(StudyError, match=r"stage_s1: bert_a pre-trained in an earlier window .* "
+                                         r"Give --encoders FOLDER"):
+        stage._recorded_elsewhere(pretrain, then, chosen, None)
+    home = tmp_path / "home"
+    (home / pretrain["study"]).mkdir(parents=True)
+    (home / pretrain["study"] / f"bert_a__step{pretrain['settings']['steps']:07d}.tar.xz").touch()
+    stage._recorded_elsewhere(pretrain, then, chosen, str(home))  # its encoder came: fine
+    stage._recorded_elsewhere(pretrain, None, chosen, None)  # nothing waits for it: fine
