@@ -1,12 +1,18 @@
-"""The settings of one fine-tuning run: `FinetuneConfig` (GLUE) and `SquadConfig` (SQuAD).
+"""The settings of one fine-tuning run: `FinetuneConfig` (GLUE) and `SquadConfig` (SQuAD),
+the papers' grid and the data loaders.
 
-Plain dataclasses of the standard library alone, so a command reads their fields before
-Keras is imported (`keras_tupe_cli.common.plumbing`): `keras-tupe-finetune-squad`'s flags
-are `SquadConfig`'s fields. The runs themselves are `keras_tupe.finetuning.glue` and
-`keras_tupe.finetuning.squad`.
+Plain dataclasses and constants of the standard library alone, so a command reads them
+before Keras is imported (`keras_tupe_cli.common.plumbing`): `keras-tupe-finetune-squad`'s
+flags are `SquadConfig`'s fields, `keras-tupe-finetune-glue`'s defaults `FinetuneConfig`'s.
+The runs themselves are `keras_tupe.finetuning.glue` and `keras_tupe.finetuning.squad`.
 """
 
 import dataclasses
+
+# The papers' grid (TUPE; Huang et al.): 4 learning rates x 5 seeds.
+PAPER_LEARNING_RATES = (2e-5, 3e-5, 4e-5, 5e-5)
+PAPER_SEEDS = (0, 1, 2, 3, 4)
+LOADERS = ("tf.data", "grain")  # `keras_tupe.finetuning.batches.resolve_loader`
 
 
 @dataclasses.dataclass

@@ -12,16 +12,17 @@ learning rate and the best learning rate reported; `OUT/summary.md` and
 lacks) the data come from tensorflow-datasets (online).
 """
 
+import dataclasses
 import sys
 
 # keras_tupe (with Keras: seconds) is imported inside the functions, after the flags parse.
 from keras_tupe_cli.common import INIT_FLAGS, add_init_flag, command_parser, entry_point, plumbing
 
-# The papers' grid (`keras_tupe.finetuning.PAPER_LEARNING_RATES`, `PAPER_SEEDS`; a test
-# checks they agree), listed here so that the flags parse, and --out is held, before Keras's
+# The papers' grid, the loaders and `FinetuneConfig`'s defaults, from the standard-library
+# module of the fine-tuning configs: the flags parse, and --out is held, before Keras's
 # seconds-long import.
-PAPER_LEARNING_RATES = (2e-5, 3e-5, 4e-5, 5e-5)
-PAPER_SEEDS = (0, 1, 2, 3, 4)
+CONFIGS = plumbing("finetuning_configs")
+DEFAULTS = {field.name: field.default for field in dataclasses.fields(CONFIGS.FinetuneConfig)}
 
 
 def parse_args(argv=None):
@@ -31,9 +32,9 @@ def parse_args(argv=None):
     p.add_argument("--data-dir", help="folder with the glue_data TSV layout (or its parent)")
     p.add_argument("--vocab", help="vocabulary (default: the run directory's vocab.txt)")
     p.add_argument("--learning-rates", nargs="+", type=float,
-                   default=list(PAPER_LEARNING_RATES),
+                   default=list(CONFIGS.PAPER_LEARNING_RATES),
                    help="default: the papers' 2e-5 3e-5 4e-5 5e-5")
-    p.add_argument("--seeds", nargs="+", type=int, default=list(PAPER_SEEDS),
+    p.add_argument("--seeds", nargs="+", type=int, default=list(CONFIGS.PAPER_SEEDS),
                    help="default: the papers' 0 1 2 3 4")
     p.add_argument("--selection-seed", type=int,
                    help="choose each task's learning rate with this seed (one of --seeds) "
@@ -43,11 +44,11 @@ def parse_args(argv=None):
                    help="with --selection-seed: rates tried one at a time, nearest first, "
                         "while the chosen rate is the lowest / highest tried")
     p.add_argument("--epochs", type=int, help="default: 10, or 5 for MNLI, QQP, QNLI")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--seq-len", type=int, default=128)
-    p.add_argument("--warmup-ratio", type=float, default=0.06)
-    p.add_argument("--weight-decay", type=float, default=0.01)
-    p.add_argument("--dropout", type=float, default=0.1)
+    p.add_argument("--batch-size", type=int, default=DEFAULTS["batch_size"])
+    p.add_argument("--seq-len", type=int, default=DEFAULTS["seq_len"])
+    p.add_argument("--warmup-ratio", type=float, default=DEFAULTS["warmup_ratio"])
+    p.add_argument("--weight-decay", type=float, default=DEFAULTS["weight_decay"])
+    p.add_argument("--dropout", type=float, default=DEFAULTS["dropout"])
     p.add_argument("--max-train-examples", type=int, help="use only the first N training examples")
     p.add_argument("--pad-to-longest", action="store_true",
                    help="pad each split only to its longest example (multiple of 8, at most "
@@ -56,17 +57,17 @@ def parse_args(argv=None):
                    help="pad each batch only to its longest example (multiple of 16, at most "
                         "the split's length): same batches and outputs, less work on [PAD]")
     p.add_argument("--no-xla", dest="xla", action="store_false")
-    p.add_argument("--steps-per-execution", type=int, default=1,
+    p.add_argument("--steps-per-execution", type=int, default=DEFAULTS["steps_per_execution"],
                    help="steps one call of the compiled train function runs (Keras fit's "
                         "argument): fewer Python round trips, the same numbers")
     p.add_argument("--save-models", action="store_true",
                    help="keep every fine-tuned classifier as the preset folder "
                         "OUT/models/<task>_lr<lr>_seed<seed>/ (TextClassifier.from_preset; "
                         "keras-tupe-export classifier)")
-    p.add_argument("--data-loader", choices=("tf.data", "grain"),
+    p.add_argument("--data-loader", choices=CONFIGS.LOADERS,
                    help="feed the classifier's preprocessor through tf.data or Grain (default: "
                         "tf.data where TensorFlow imports, else Grain)")
-    p.add_argument("--verbose", type=int, default=0, choices=(0, 1, 2))
+    p.add_argument("--verbose", type=int, default=DEFAULTS["verbose"], choices=(0, 1, 2))
     args = p.parse_args(argv)
     if args.selection_seed is not None and args.selection_seed not in args.seeds:
         p.error(f"--selection-seed {args.selection_seed} is not one of --seeds "

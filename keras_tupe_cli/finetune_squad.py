@@ -20,11 +20,12 @@ from keras_tupe_cli.common import INIT_FLAGS, add_init_flag, command_parser, ent
 # `SquadConfig`, from the standard-library module of the fine-tuning configs (a usage error
 # comes before Keras's and TensorFlow's import). Its fields are the flags: a flag each,
 # `--seq-len` for `seq_len`, but --init.
-SquadConfig = plumbing("finetuning_configs").SquadConfig
+CONFIGS = plumbing("finetuning_configs")
+SquadConfig = CONFIGS.SquadConfig
 FIELDS = dataclasses.fields(SquadConfig)
 # A bool field is a switch that turns its default around.
 SWITCHES = {"xla": "--no-xla", "lowercase": "--cased"}
-CHOICES = {"data_loader": ("tf.data", "grain")}  # `keras_tupe.finetuning.batches.LOADERS`
+CHOICES = {"data_loader": CONFIGS.LOADERS}
 VALUE_FLAGS = {field.name: "--" + field.name.replace("_", "-") for field in FIELDS
                if field.name != "init" and field.type is not bool}
 # The library names SquadConfig's fields (`seq_len=`); this command's messages, its flags.

@@ -925,15 +925,27 @@ def test_the_parsers_choices_are_the_librarys(tmp_path):
     import dataclasses
 
     from keras_tupe import pretraining
-    from keras_tupe.finetuning import PAPER_LEARNING_RATES, PAPER_SEEDS, SquadConfig
+    from keras_tupe.finetuning import (
+        PAPER_LEARNING_RATES,
+        PAPER_SEEDS,
+        FinetuneConfig,
+        SquadConfig,
+    )
     from keras_tupe.models.presets import SIZES
     from training import finetune_glue, finetune_squad, presets
 
     assert (pretrain_cli.PRECISIONS, pretrain_cli.STRATEGIES) == (
         pretraining.PRECISIONS, pretraining.STRATEGIES)
     assert presets.SIZES == tuple(SIZES)
-    assert (finetune_glue.PAPER_LEARNING_RATES, finetune_glue.PAPER_SEEDS) == (
-        PAPER_LEARNING_RATES, PAPER_SEEDS)
+    # keras-tupe-finetune-glue's defaults are FinetuneConfig's, and the papers' grid.
+    glue = vars(finetune_glue.parse_args(["--init", "r", "--tasks", "sst2", "--out", "o"]))
+    config = dataclasses.asdict(FinetuneConfig(task="sst2", init="r"))
+    shared = set(glue) & set(config)
+    assert {"batch_size", "seq_len", "warmup_ratio", "weight_decay", "dropout", "xla",
+            "steps_per_execution", "verbose", "pad_each_batch", "data_loader"} <= shared
+    assert {name: glue[name] for name in shared} == {name: config[name] for name in shared}
+    assert (glue["learning_rates"], glue["seeds"]) == (
+        list(PAPER_LEARNING_RATES), list(PAPER_SEEDS))
     # The defaults come from the dataclasses, filled in after parsing.
     corpus, out = str(tmp_path / "c"), str(tmp_path / "o")  # the corpus must exist
     (tmp_path / "c").write_text("")

@@ -19,10 +19,15 @@ from keras_tupe.finetuning.loading import (
     resolve_init,
     save_classifier,
 )
-from keras_tupe.finetuning.protocol import PAPER_LEARNING_RATES, PAPER_SEEDS, Protocol
+from keras_tupe.finetuning.protocol import Protocol
 from keras_tupe.finetuning.squad import finetune_squad, run_squad_protocol
 from keras_tupe.finetuning.summary import summarize, write_tables
-from keras_tupe.finetuning_configs import FinetuneConfig, SquadConfig
+from keras_tupe.finetuning_configs import (
+    PAPER_LEARNING_RATES,
+    PAPER_SEEDS,
+    FinetuneConfig,
+    SquadConfig,
+)
 
 __all__ = [
     "PAPER_LEARNING_RATES",

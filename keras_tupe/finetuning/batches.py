@@ -11,10 +11,9 @@ import functools
 
 import numpy as np
 
+from keras_tupe.finetuning_configs import LOADERS
 from keras_tupe.layers.utils import check_int
 from keras_tupe.models.tupe_text_classifier_preprocessor import trim_packed
-
-LOADERS = ("tf.data", "grain")
 
 
 @functools.cache

@@ -29,9 +29,9 @@ from keras_tupe.finetuning.loading import (
     resolve_init,
     save_classifier,
 )
-from keras_tupe.finetuning.protocol import PAPER_LEARNING_RATES, PAPER_SEEDS, Protocol
+from keras_tupe.finetuning.protocol import Protocol
 from keras_tupe.finetuning.summary import append_result, read_results, write_tables
-from keras_tupe.finetuning_configs import FinetuneConfig
+from keras_tupe.finetuning_configs import PAPER_LEARNING_RATES, PAPER_SEEDS, FinetuneConfig
 from keras_tupe.folders import made_folder
 from keras_tupe.metrics import glue_metrics, glue_score
 from keras_tupe.models import (

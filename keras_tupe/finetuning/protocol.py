@@ -7,9 +7,7 @@ plan, the choice and the table, all read from the rows of finished runs
 import dataclasses
 
 from keras_tupe.finetuning.summary import main_score, summarize
-
-PAPER_LEARNING_RATES = (2e-5, 3e-5, 4e-5, 5e-5)
-PAPER_SEEDS = (0, 1, 2, 3, 4)
+from keras_tupe.finetuning_configs import PAPER_LEARNING_RATES, PAPER_SEEDS
 
 
 @dataclasses.dataclass(frozen=True)
