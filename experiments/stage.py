@@ -133,12 +133,9 @@ def prepare(name, tiny=False, dest=STAGE_DIR, encoders=None):
     spec, machine = stage_spec(name), load_stages()["machine"]
     brought = _carried_encoders(name, spec, tiny, encoders) if encoders else {}
     if not tiny and "calibrate" not in spec:  # S0's runs are scratch runs of its own
-        from experiments.config import variants
-
         pretrain, then = stage_configs(spec)
         if pretrain:
-            _recorded_elsewhere(pretrain, then, [v for v in variants(pretrain) if v.name in (
-                spec.get("variants") or pretrain["variants"])], encoders)
+            _recorded_elsewhere(pretrain, then, _chosen(spec, pretrain), encoders)
     lines = [] if tiny else estimate(name, spec)  # refuses before any work
     folder = os.path.join(dest, name + ("_tiny" if tiny else ""))
     staging = folder + ".partial"
@@ -208,8 +205,9 @@ def _carried_encoders(name, spec, tiny, folder):
 
     with tempfile.TemporaryDirectory() as work:  # the names alone: nothing is kept
         pretrain, then = stage_configs(spec, tiny, work)
-        jobs = [job for job in plan(then) if job["variant"] in (spec.get("variants") or [
-            job["variant"] for job in plan(then)])] if then and then["kind"] == "finetune" else []
+        names = [v.name for v in _chosen(spec, pretrain)]
+        jobs = [job for job in plan(then) if job["variant"] in names] if (
+            then and then["kind"] == "finetune") else []
     recorded = {}  # the committed record is the full-size stage's: not a rehearsal's
     for path in ([] if tiny else [os.path.join("docs", "results", "records", "stages", name,
                                                "logs", "stage.json")]) + [
@@ -555,10 +553,8 @@ def _jobs(name, spec, pretrain, then, phases, tiny, work, out, stage, carried=No
     if not pretrain:
         return jobs
     from experiments import pretrain_study
-    from experiments.config import variants
 
-    chosen = [v for v in variants(pretrain) if v.name in (spec.get("variants") or [
-        v.name for v in variants(pretrain)])]
+    chosen = _chosen(spec, pretrain)
     ended = {}  # label -> True once the process ended (the scheduler sets it)
     stage["ended"] = ended
     # Keras's steps_per_execution, a divisor of eval_every and the save steps (5 at --tiny).
@@ -760,6 +756,14 @@ def read_encoder(path, init, vocab=None):
             "from": os.path.basename(path), "sha256": digest, "dtype": "bfloat16, cast back"})
         if vocab and not os.path.exists(vocab):
             shutil.copy(os.path.join(preset, "assets", "tokenizer", "vocabulary.txt"), vocab)
+
+
+def _chosen(spec, pretrain):
+    """The stage's pre-training variants: its `variants`, else every one of the study."""
+    from experiments.config import variants
+
+    return [v for v in variants(pretrain) if v.name in (spec.get("variants") or [
+        v.name for v in variants(pretrain)])]
 
 
 def _recorded_elsewhere(pretrain, then, variants, carried):

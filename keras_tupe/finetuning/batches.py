@@ -52,7 +52,8 @@ def packed(preprocessor, x, chunk=1024):
     TensorFlow) packing a batch of 32 costs more host time than a small encoder's step on
     a GPU, every step of every epoch.
     """
-    count = _count(x)  # `(x, None)`: a pair alone would read as `(x, y)`
+    count = _count(x)
+    # `(x, None)`: a pair alone would read as `(x, y)`.
     parts = [preprocessor(_map(x, lambda leaf: _array(leaf)[start:start + chunk]), None)
              for start in range(0, count, chunk)]
     return {name: np.concatenate([np.asarray(part[name]) for part in parts])
@@ -107,7 +108,8 @@ def batches(x, y=None, batch_size=32, shuffle=False, seed=0, fill_last_batch=Fal
             return dataset, steps
         import tensorflow as tf  # optional: only the tf.data loader needs it
 
-        return dataset.map(lambda x, *rest: (trim_packed(x, trim_to_multiple_of, tf), *rest)), steps
+        return dataset.map(
+            lambda x, *rest: (trim_packed(x, trim_to_multiple_of, tf), *rest)), steps
     import grain  # optional: only the grain loader needs it
 
     source = _Batches(x, y, count, batch_size, shuffle, seed, fill_last_batch, epochs,
