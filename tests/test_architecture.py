@@ -137,15 +137,9 @@ def test_the_library_imports_no_command_script_study_or_benchmark():
                      lambda t: any(inside(t, p) for p in PACKAGES[1:])) == []
 
 
-# What is left of issue 58 (item 4): SQuAD's windowing (`featurize`, `postprocess`) still
-# lives in data/squad.py. Listed, so that the test fails for any other such import, and
-# when this one goes (then empty the list).
-MODELS_ON_DATA_LEFT = [("keras_tupe.models.tupe_span_qa_preprocessor", "keras_tupe.data.squad")]
-
-
 def test_models_import_no_data_code():
     assert offending(lambda m: inside(m, "keras_tupe.models"),
-                     lambda t: inside(t, "keras_tupe.data")) == MODELS_ON_DATA_LEFT
+                     lambda t: inside(t, "keras_tupe.data")) == []
 
 
 def test_layers_import_only_layers_and_plumbing():
@@ -180,10 +174,6 @@ def test_studies_and_benchmarks_never_import_the_scripts():
 
 # Function-local imports of non-optional modules in the library, each with its reason.
 LOCAL_BY_REASON = {
-    ("keras_tupe.data.squad", "keras_tupe.data.vocabulary"):
-        "it imports TensorFlow, which only a vocabulary file (not a tokenizer) needs",
-    ("keras_tupe.models.tupe_span_qa_preprocessor", "keras_tupe.data.squad"):
-        "MODELS_ON_DATA_LEFT",
     ("keras_tupe.staging", "numpy"): "the commands load staging before NumPy and Keras",
     ("keras_tupe.staging", "keras.src.saving"): "the commands load staging before Keras",
 }

@@ -10,7 +10,8 @@ import tensorflow as tf
 
 from keras_tupe.data import network, squad
 from keras_tupe.data.vocabulary import load_tokenizer, train_vocabulary
-from keras_tupe.data.wordpiece_offsets import (
+from keras_tupe.models import span_windows
+from keras_tupe.models.wordpiece_offsets import (
     TfWordPieceOffsets,
     WordPieceOffsets,
     wordpiece_offsets,
@@ -72,7 +73,8 @@ def keras_context_ids(articles, tokenizer):
 
 @pytest.fixture(scope="module")
 def features(articles, vocabulary):
-    return squad.featurize(articles, vocabulary, SEQUENCE_LENGTH, DOC_STRIDE, MAX_QUERY_LENGTH)
+    return span_windows.featurize(articles, load_tokenizer(vocabulary), SEQUENCE_LENGTH,
+                                  DOC_STRIDE, MAX_QUERY_LENGTH)
 
 
 # Loading --------------------------------------------------------------------------------
@@ -273,7 +275,7 @@ def test_offsets_through_unicode_and_case_folding(tmp_path, lowercase, offsets):
 def test_feature_layout(features, articles, tokenizer):
     n = len(features)
     assert n > len(questions_of(articles))  # long contexts give several windows
-    for name in squad.INPUT_NAMES + ("token_start_char", "token_end_char"):
+    for name in span_windows.INPUT_NAMES + ("token_start_char", "token_end_char"):
         array = getattr(features, name)
         assert array.shape == (n, SEQUENCE_LENGTH) and array.dtype == np.int32, name
     for name in ("start_positions", "end_positions", "example_index", "window_start"):
@@ -373,12 +375,13 @@ def test_answer_positions_decode_to_the_answer(features, articles):
 @needs_data
 def test_short_windows_truncated_questions_and_eval_features(articles, vocabulary):
     few = articles[:2]
-    train = squad.featurize(few, vocabulary, sequence_length=48, doc_stride=16,
-                            max_query_length=8, training=True)
-    evaluation = squad.featurize(few, vocabulary, sequence_length=48, doc_stride=16,
-                                 max_query_length=8, training=False)
+    tokenizer = load_tokenizer(vocabulary)
+    train = span_windows.featurize(few, tokenizer, sequence_length=48, doc_stride=16,
+                                   max_query_length=8, training=True)
+    evaluation = span_windows.featurize(few, tokenizer, sequence_length=48, doc_stride=16,
+                                        max_query_length=8, training=False)
     assert evaluation.start_positions is None and evaluation.end_positions is None
-    for name in squad.INPUT_NAMES + ("token_start_char", "example_index", "window_start"):
+    for name in span_windows.INPUT_NAMES + ("token_start_char", "example_index", "window_start"):
         assert np.array_equal(getattr(train, name), getattr(evaluation, name)), name
     head = train.head(5)
     assert head.example_ids == train.example_ids[:5] and set(head.example_index) == set(range(5))
@@ -397,7 +400,7 @@ def test_short_windows_truncated_questions_and_eval_features(articles, vocabular
                          ("doc_stride", {"doc_stride": 1.5}),
                          ("sequence_length", {"sequence_length": 67, "max_query_length": 64})):
         with pytest.raises(ValueError, match=name):
-            squad.featurize(few, vocabulary, **kwargs)
+            span_windows.featurize(few, tokenizer, **kwargs)
 
 
 @needs_data
@@ -408,12 +411,14 @@ def test_training_features_locate_misplaced_answers_and_skip_missing_ones(vocabu
            {"id": "padded", "question": "Who?", "answers": [{"text": " dog ", "answer_start": 26}]}]
     articles = [{"title": "t", "paragraphs": [{"context": context, "qas": qas}]}]
     with caplog.at_level("WARNING"):
-        features = squad.featurize(articles, vocabulary, sequence_length=32, max_query_length=8)
+        features = span_windows.featurize(articles, load_tokenizer(vocabulary),
+                                          sequence_length=32, max_query_length=8)
     assert features.example_ids == ["moved", "padded"] and "absent" in caplog.text
     spans = [context[features.token_start_char[i, s]:features.token_end_char[i, e]]
              for i, (s, e) in enumerate(zip(features.start_positions, features.end_positions))]
     assert spans == ["mat", "dog"]
-    evaluation = squad.featurize(articles, vocabulary, 32, max_query_length=8, training=False)
+    evaluation = span_windows.featurize(articles, load_tokenizer(vocabulary), 32,
+                                        max_query_length=8, training=False)
     assert evaluation.example_ids == ["moved", "absent", "padded"]
 
 
@@ -432,10 +437,10 @@ def test_shifted_answer_offsets_are_moved_and_counted_in_one_line(tmp_path, capl
                for i, text in enumerate(answers)]
         return [{"title": "t", "paragraphs": [{"context": context, "qas": qas}]}]
 
-    with caplog.at_level("WARNING", logger=squad.logger.name):
-        clean = squad.featurize(articles(0), vocabulary, 32, 8, 8)
+    with caplog.at_level("WARNING", logger=span_windows.logger.name):
+        clean = span_windows.featurize(articles(0), load_tokenizer(vocabulary), 32, 8, 8)
         assert caplog.records == []
-        shifted = squad.featurize(articles(7), vocabulary, 32, 8, 8)
+        shifted = span_windows.featurize(articles(7), load_tokenizer(vocabulary), 32, 8, 8)
     assert [r.getMessage() for r in caplog.records] == [
         "featurize: moved 4 answer offset(s) to where their text is (the occurrence in the "
         "context nearest to an answer_start that does not point at it; e.g. ['q0', 'q1', "
@@ -464,7 +469,7 @@ def test_postprocess_recovers_exact_answers_from_oracle_logits(features, article
     contexts = contexts_by_qid(articles)
     rates = {}
     for max_answer_length in (SEQUENCE_LENGTH, 30):
-        predictions = squad.postprocess(features, start_logits, end_logits, articles,
+        predictions = span_windows.postprocess(features, start_logits, end_logits, articles,
                                         max_answer_length=max_answer_length)
         assert set(predictions) == set(truth)
         assert all(p in contexts[qid] for qid, p in predictions.items())  # exact substrings
@@ -496,7 +501,7 @@ def test_postprocess_rejects_long_and_non_context_spans(features, articles):
     starts, ends = features.token_start_char[row], features.token_end_char[row]
 
     def answer(max_answer_length):
-        return squad.postprocess(features, start_logits, end_logits, articles,
+        return span_windows.postprocess(features, start_logits, end_logits, articles,
                                  max_answer_length=max_answer_length)[qid]
 
     assert answer(30) == contexts[qid][starts[s]:ends[s + 3]]
@@ -509,7 +514,7 @@ def test_postprocess_rejects_long_and_non_context_spans(features, articles):
     end_logits[row, last] = 1.0
     assert answer(30) == contexts[qid][starts[last]:ends[last]]
     with pytest.raises(ValueError, match="shape"):
-        squad.postprocess(features, start_logits[:, :10], end_logits, articles)
+        span_windows.postprocess(features, start_logits[:, :10], end_logits, articles)
 
 
 @needs_data
@@ -527,8 +532,8 @@ def test_postprocess_judges_a_start_in_its_max_context_window_only(features, art
     start_logits[row, t] = end_logits[row, t] = 20.0  # the better span, but not judged here
     start_logits[row, u] = end_logits[row, u] = 5.0
     starts, ends = features.token_start_char[row], features.token_end_char[row]
-    predictions = squad.postprocess(features, start_logits, end_logits, articles)
+    predictions = span_windows.postprocess(features, start_logits, end_logits, articles)
     assert predictions[qid] == contexts[qid][starts[u]:ends[u]] != contexts[qid][starts[t]:ends[t]]
     with pytest.raises(ValueError, match="not in `articles`"):
-        squad.postprocess(features, start_logits, end_logits, articles[:1])
+        span_windows.postprocess(features, start_logits, end_logits, articles[:1])
 

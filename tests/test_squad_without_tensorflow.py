@@ -25,7 +25,8 @@ import numpy as np
 import pytest
 
 from keras_tupe.data import squad
-from keras_tupe.data.wordpiece_offsets import TfWordPieceOffsets, WordPieceOffsets
+from keras_tupe.models import span_windows
+from keras_tupe.models.wordpiece_offsets import TfWordPieceOffsets, WordPieceOffsets
 from keras_tupe.models import TupeTokenizer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -151,10 +152,10 @@ def assert_same_features(first, second):
 
 def features_on_both_routes(monkeypatch, articles, tokenizer, **kwargs):
     """`featurize` with tensorflow-text, then as where it cannot import."""
-    with_tensorflow = squad.featurize(articles, tokenizer, **kwargs)
+    with_tensorflow = span_windows.featurize(articles, tokenizer, **kwargs)
     with monkeypatch.context() as patch:
         patch.setitem(sys.modules, "tensorflow_text", None)  # `import tensorflow_text` fails
-        without = squad.featurize(articles, tokenizer, **kwargs)
+        without = span_windows.featurize(articles, tokenizer, **kwargs)
     return with_tensorflow, without
 
 
@@ -223,7 +224,7 @@ FINE_TUNE = textwrap.dedent("""
     out, articles_file, vocab = sys.argv[1:]
     with open(articles_file) as f:
         articles = json.load(f)["data"]
-    from keras_tupe.data import squad
+    from keras_tupe.models import span_windows
     from keras_tupe.finetuning import SquadConfig, finetune_squad
     from keras_tupe.models import TupeBackbone, TupeTokenizer
     init = os.path.join(out, "encoder")  # a preset folder
@@ -233,7 +234,7 @@ FINE_TUNE = textwrap.dedent("""
         init=init, vocab=vocab, offline_split=articles_file, eval_fraction=0.5, seq_len=48,
         doc_stride=16, max_query_length=12, epochs=1, batch_size=4, learning_rate=1e-3,
         out=os.path.join(out, "squad")))
-    features = squad.featurize(articles, TupeTokenizer(vocab), 48, 16, 12)
+    features = span_windows.featurize(articles, TupeTokenizer(vocab), 48, 16, 12)
     np.savez(os.path.join(out, "features.npz"), **{
         k: v for k, v in vars(features).items() if isinstance(v, np.ndarray)})
     print(json.dumps({"result": result,
@@ -289,7 +290,7 @@ def test_fine_tunes_span_qa_under_jax_in_a_process_without_tensorflow(tmp_path):
     predictions = json.loads((tmp_path / "squad" / "squad_predictions.json").read_text())
     assert len(predictions) == 12 and all(isinstance(v, str) for v in predictions.values())
     # Its windows are tensorflow-text's, array for array.
-    expected = squad.featurize(articles, TupeTokenizer(str(vocabulary)), 48, 16, 12)
+    expected = span_windows.featurize(articles, TupeTokenizer(str(vocabulary)), 48, 16, 12)
     saved = np.load(tmp_path / "features.npz")
     assert sorted(saved.files) == sorted(
         k for k, v in vars(expected).items() if isinstance(v, np.ndarray))

@@ -1,6 +1,5 @@
-"""Masked-LM masking in NumPy (`mask_batch`, the rule of tf-text's ops in `mlm_dataset`),
-the special tokens' ids (`special_ids`) and the check of the masking rates. Nothing here
-imports TensorFlow. The number of target slots, which the masked-LM preprocessor needs too,
+"""Masked-LM masking in NumPy (`mask_batch`, the rule of tf-text's ops in `mlm_dataset`)
+and the check of the masking rates. Nothing here imports TensorFlow. The number of target slots, which the masked-LM preprocessor needs too,
 is `keras_tupe.models.tupe_masked_lm_preprocessor.mask_selection_length`.
 """
 
@@ -84,20 +83,6 @@ def mask_batch(ids, rng, vocabulary_size, num_slots, mask_rate=0.15, mask_token_
         "mask_positions": positions.astype(np.int32),
     }
     return x, labels.astype(np.int32), valid.astype(np.float32)
-
-
-def special_ids(tokenizer):
-    """`(cls_id, sep_id, pad_id)` of a keras-hub tokenizer's vocabulary, which packing needs."""
-    ids, missing = [], []
-    for token in ("[CLS]", "[SEP]", "[PAD]"):
-        try:
-            ids.append(int(tokenizer.token_to_id(token)))
-        except (ValueError, KeyError):
-            missing.append(token)
-    if missing:
-        raise ValueError(f"The tokenizer's vocabulary has no {', '.join(missing)} token, which "
-                         "packing needs ([CLS], [SEP], [PAD]).")
-    return tuple(ids)
 
 
 def check_mask_rates(mask_rate, mask_token_rate, random_token_rate):

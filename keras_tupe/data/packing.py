@@ -8,7 +8,7 @@ SavedModel's `seq_length` argument), which the packer does not take.
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from keras_tupe.data.masking import special_ids  # noqa: F401  (imported from here too)
+from keras_tupe.models.tupe_tokenizer import special_ids  # noqa: F401  (imported from here too)
 
 
 def pack_segments(segments, sequence_length, cls_id, sep_id, pad_id):

@@ -18,6 +18,7 @@ from keras_tupe.finetuning_configs import SquadConfig
 from keras_tupe.metrics import squad_evaluate
 from keras_tupe.models import TupeSpanQA, TupeSpanQAPreprocessor
 from keras_tupe.models.preset_folders import refuse_existing_folder, write_preset_folder
+from keras_tupe.models.span_windows import postprocess
 from keras_tupe.models.tupe_span_qa_preprocessor import check_question_room
 from keras_tupe.output_lock import output_lock
 from keras_tupe.progress import Heartbeat
@@ -30,7 +31,7 @@ def finetune_squad(config):
     The task owns its data path: `TupeSpanQA` with a `TupeSpanQAPreprocessor` on the
     encoder's tokenizer, whose `featurize_articles` windows the raw questions and
     contexts (each token's characters from tensorflow-text, or in pure Python where it
-    is absent: `keras_tupe.data.wordpiece_offsets`); `fit` and `predict` take the
+    is absent: `keras_tupe.models.wordpiece_offsets`); `fit` and `predict` take the
     windows in batches on tf.data, or on Grain where TensorFlow is absent
     (`config.data_loader`). So it runs on a JAX machine without TensorFlow.
     """
@@ -86,8 +87,8 @@ def finetune_squad(config):
     with Heartbeat("  evaluating") if talk else contextlib.nullcontext():
         dataset, _ = batches(eval_features.inputs, batch_size=config.batch_size, loader=loader)
         outputs = model.predict(dataset, verbose=0)
-    predictions = squad.postprocess(eval_features, outputs["start_positions"],
-                                    outputs["end_positions"], eval_articles)
+    predictions = postprocess(eval_features, outputs["start_positions"],
+                              outputs["end_positions"], eval_articles)
     result = {"data": label, **squad_evaluate(eval_articles, predictions),
               "train_features": int(len(train_features.token_ids)),
               "train_seconds": train_seconds, "epoch_seconds": epoch_seconds,

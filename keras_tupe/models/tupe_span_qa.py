@@ -32,7 +32,7 @@ class TupeSpanQA(TupeTask, keras_hub.models.Task):
     tokenizer. `answer(questions, contexts)` takes raw strings and returns the
     answer strings (BERT's windowing and best-span rule). Training and `predict`
     take packed SQuAD windows (`preprocessor.featurize(...)` or
-    `keras_tupe.data.squad.featurize`): one question may span several windows,
+    `keras_tupe.models.span_windows.featurize`): one question may span several windows,
     which keras-hub's per-example pipeline cannot express.
 
     Outputs a dict of float32 `start_positions` and `end_positions` logits,

@@ -4,6 +4,7 @@ import keras
 import keras_hub
 
 from keras_tupe.models.preset_folders import StagedPresetSaving, preset_sequence_length
+from keras_tupe.models.span_windows import featurize, postprocess
 from keras_tupe.models.tupe_backbone import TupeBackbone
 from keras_tupe.models.tupe_tokenizer import TupeTokenizer
 
@@ -37,7 +38,7 @@ class TupeSpanQAPreprocessor(StagedPresetSaving, keras_hub.models.Preprocessor):
     preprocessing: a long context becomes several windows (`[CLS] question [SEP]
     window [SEP]`, a new window every `doc_stride` tokens), and an answer is read
     back through each token's character span. So this preprocessor works on whole
-    lists, outside the model's data pipeline (`keras_tupe.data.squad`'s
+    lists, outside the model's data pipeline (`keras_tupe.models.span_windows`'
     `featurize` / `postprocess`, the functions SQuAD fine-tuning uses):
 
     - `featurize(questions, contexts, answers=None, answer_starts=None)`: the
@@ -110,8 +111,6 @@ class TupeSpanQAPreprocessor(StagedPresetSaving, keras_hub.models.Preprocessor):
         With `training`, each window gets its answer's token span, and the questions
         whose first answer is not found in their context are left out.
         """
-        from keras_tupe.data.squad import featurize
-
         self.check_lengths()
         if not isinstance(self.tokenizer, keras_hub.tokenizers.WordPieceTokenizer):
             raise ValueError(
@@ -128,8 +127,6 @@ class TupeSpanQAPreprocessor(StagedPresetSaving, keras_hub.models.Preprocessor):
 
     def postprocess(self, features, start_logits, end_logits, contexts, questions=None):
         """The answer string of each question (`""` where no valid span exists)."""
-        from keras_tupe.data.squad import postprocess
-
         questions = questions or [""] * len(contexts)
         predictions = postprocess(features, start_logits, end_logits,
                                   self.articles(list(questions), list(contexts)))

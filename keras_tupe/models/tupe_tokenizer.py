@@ -17,6 +17,21 @@ def add_special_tokens(tokenizer, cls, sep, pad, mask):
         tokenizer._add_special_token(token, name)
 
 
+def special_ids(tokenizer):
+    """`(cls_id, sep_id, pad_id)` of a keras-hub tokenizer's vocabulary, which packing needs."""
+    ids, missing = [], []
+    for token in ("[CLS]", "[SEP]", "[PAD]"):
+        try:
+            ids.append(int(tokenizer.token_to_id(token)))
+        except (ValueError, KeyError):
+            missing.append(token)
+    if missing:
+        raise ValueError(f"The tokenizer's vocabulary has no {', '.join(missing)} token, which "
+                         "packing needs ([CLS], [SEP], [PAD]).")
+    return tuple(ids)
+
+
+
 @keras.saving.register_keras_serializable(package="keras_tupe")
 class TupeTokenizer(StagedPresetSaving, keras_hub.tokenizers.WordPieceTokenizer):
     """keras-hub's `WordPieceTokenizer` with the special tokens of keras_tupe vocabularies.

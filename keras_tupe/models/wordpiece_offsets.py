@@ -18,7 +18,7 @@ from keras_hub.src.tokenizers.word_piece_tokenizer import PY_PUNCTUATION_REGEX
 from keras_hub.src.tokenizers.word_piece_tokenizer import PY_WHITESPACE_REGEX
 from keras_hub.src.utils.tensor_utils import casefold_utf8
 
-from keras_tupe.data.masking import special_ids
+from keras_tupe.models.tupe_tokenizer import special_ids
 
 
 def wordpiece_offsets(tokenizer):
