@@ -27,8 +27,8 @@ evaluated, noting that its positions beyond the pre-training length were never
 trained. Results are appended one (checkpoint, length) at a time to the study's
 committed record, `<results_dir>/records/<study>/results.jsonl`, so a stopped study
 continues where it was (in this checkout or the next: a model whose lengths are all
-recorded is not needed on disk), and the report reads that file alone, beside each
-encoder's pre-training step time (the median of its committed `metrics.csv`).
+recorded is not needed on disk), and `experiments.report` reads that file alone, beside
+each encoder's pre-training step time (the median of its committed `metrics.csv`).
 """
 
 import json
@@ -40,35 +40,9 @@ import numpy as np
 from experiments import config as study_config
 from experiments import records
 from experiments.config import StudyError
+from experiments.report import UNIGRAM, length_key, length_pages, length_results, masking
+from experiments.report import length_plan as plan  # where each row's record is (stage.py too)
 from keras_tupe.files import file_sha256
-
-
-def plan(config, only_variants=None):
-    jobs = []
-    for pretrain, variant, step, path in study_config.checkpoints(config, only_variants):
-        settings = pretrain["settings"]
-        jobs.append({
-            "pretrain_study": pretrain["study"], "variant": variant.name,
-            "preset": variant.preset, "overrides": variant.overrides, "step": step,
-            "final": step == settings["steps"],
-            "model": path, "vocab": os.path.join(variant.run_dir, "vocab.txt"),
-            "lowercase": pretrain["vocabulary"]["lowercase"],
-            "trained_seq_len": settings["seq_len"],
-            "tokens_per_step": settings["batch_size"] * settings["seq_len"],
-            "pretrain_record": records.record_dir(pretrain, variant.name),
-            "masking": _masking(settings),
-        })
-    if not jobs:
-        raise StudyError(f"{config['_path']}: nothing to evaluate with these filters.")
-    return jobs
-
-
-def results_path(config):
-    return os.path.join(records.record_dir(config), "results.jsonl")
-
-
-def _key(row):
-    return (row["pretrain_study"], row["variant"], row["step"], row["length"])
 
 
 class _Batches:
@@ -106,11 +80,6 @@ class _Batches:
                 f"{corpus} gives only {len(batches)} batches of {config['tokens_per_batch']} "
                 f"tokens at length {length}; the config asks for {config['batches']}.")
         return batches
-
-
-def _masking(settings):
-    return {k: settings.get(k, default) for k, default in (
-        ("mask_rate", 0.15), ("mask_token_rate", 0.8), ("random_token_rate", 0.1))}
 
 
 def _batches_key(config, job, length):
@@ -171,7 +140,7 @@ def write_prepared(config, out):
     pretrain = study_config.related_configs(config, "pretrain_configs")[0]
     vocabulary = pretrain["vocabulary"]
     job = {"vocab": vocabulary["file"], "lowercase": vocabulary["lowercase"],
-           "masking": _masking(pretrain["settings"])}
+           "masking": masking(pretrain["settings"])}
     os.makedirs(out, exist_ok=True)
     batches, paths = _Batches(config), []
     for length in config["lengths"]:
@@ -188,10 +157,6 @@ def save_prepared(path, key, arrays):
     refuses it for any other). Returns `path`."""
     np.savez_compressed(path, key=json.dumps(key), **arrays)
     return path
-
-
-UNIGRAM = {"pretrain_study": "baseline", "variant": "unigram", "preset": "(no model)",
-           "step": 0, "final": True}
 
 
 def unigram_log_probs(vocabulary):
@@ -264,8 +229,8 @@ def run_study(config, command, report_command, only_variants=None):
 
     import keras_tupe.models  # noqa: F401  (registers the classes for loading)
 
-    path = results_path(config)
-    done = {_key(row) for row in records.read_jsonl(path)}
+    path = length_results(config)
+    done = {length_key(row) for row in records.read_jsonl(path)}
     jobs = []
     for job in plan(config, only_variants):
         job["todo"] = [n for n in config["lengths"]
@@ -295,12 +260,12 @@ def run_study(config, command, report_command, only_variants=None):
     on_disk = [job for job in plan(config) if os.path.exists(job["vocab"])]
     if on_disk:  # the reference is scored on the batches of a model's vocabulary
         _unigram_rows(config, on_disk[0], batches, done, path, command)
-    return report(config, report_command)
+    return length_pages(config, report_command)
 
 
 def _unigram_rows(config, job, batches, done, path, command):
     """The context-free reference at every length not `done` (evaluated or recorded)."""
-    todo = [n for n in config["lengths"] if _key({**UNIGRAM, "length": n}) not in done]
+    todo = [n for n in config["lengths"] if length_key({**UNIGRAM, "length": n}) not in done]
     if not todo:
         return
     # The first pre-training study's vocabulary: every study shares it (the configs are
@@ -320,106 +285,3 @@ def _unigram_rows(config, job, batches, done, path, command):
         records.append_jsonl(path, row)
         print(f"[{config['study']}] baseline/unigram length {length}: loss {loss:.4f}",
               flush=True)
-
-
-def _with_baseline(config, jobs, by_key):
-    if any(_key({**UNIGRAM, "length": n}) in by_key for n in config["lengths"]):
-        return jobs + [{**UNIGRAM, "trained_seq_len": None}]
-    return jobs
-
-
-def report(config, command):
-    by_key = {_key(row): row for row in records.read_jsonl(results_path(config))}
-    jobs = _with_baseline(config, plan(config), by_key)
-    rows = [by_key[key] for job in jobs for n in config["lengths"]
-            if (key := (job["pretrain_study"], job["variant"], job["step"], n)) in by_key]
-    if not rows:
-        raise StudyError(f"No result yet for study {config['study']!r}: run "
-                         f"python -m experiments.run length {' '.join(config['_flag'])}")
-    out_dir, study = config["results_dir"], config["study"]
-    header = [f"command: {command}", f"study config: {config['_path']}",
-              (f"text: the first {config['batches']} x {config['tokens_per_batch']} tokens of "
-              f"{config['valid_corpus']}, masking seed {config['seed']}")]
-    columns = ("pretrain_study", "variant", "preset", "step", "trained_seq_len", "length",
-               "batch_size", "batches", "masked_tokens", "loss", "accuracy", "seconds", "note")
-    paths = records.write_pages(out_dir, f"{study}_loss.csv", columns, rows, header,
-                        f"{study}_loss.png", lambda path: _plot(config, jobs, by_key, path),
-                        f"{study}_table.md", _table(config, jobs, by_key, command))
-    paths["config"] = records.write_json(os.path.join(out_dir, f"{study}_config.json"), {
-        "command": command, "study_config": study_config.resolved(config), "evaluated": jobs,
-        "seconds": sum(r["seconds"] for r in rows)})
-    return paths
-
-
-def _label(job):
-    return f"{job['pretrain_study']}/{job['variant']}" + ("" if job["final"] else f"@{job['step']}")
-
-
-def _plot(config, jobs, by_key, path):
-    figure, axis = records.pyplot().subplots(figsize=(7, 4.5))
-    drawn = 0
-    for job in jobs:
-        points = [(n, by_key[k]["loss"]) for n in config["lengths"]
-                  if (k := (job["pretrain_study"], job["variant"], job["step"], n)) in by_key
-                  and by_key[k]["loss"] is not None]
-        if points and job["pretrain_study"] == UNIGRAM["pretrain_study"]:
-            axis.plot(*zip(*points), "--", color="black", lw=1.2, label=_label(job))
-        elif points:
-            axis.plot(*zip(*points), ms=3.5, lw=1.2, label=_label(job),
-                      **records.line_style(drawn))
-            drawn += 1
-    axis.set_xscale("log", base=2)
-    axis.set_xticks(config["lengths"], [str(n) for n in config["lengths"]])
-    trained = sorted({j["trained_seq_len"] for j in jobs} - {None})
-    axis.set_xlabel("evaluation sequence length (pre-trained at "
-                    f"{', '.join(map(str, trained))})")
-    axis.set_ylabel("validation masked-LM loss")
-    axis.grid(alpha=0.3)
-    records.legend_outside(axis, fontsize=7)
-    return records.save_figure(figure, path)
-
-
-def _table(config, jobs, by_key, command):
-    lengths = config["lengths"]
-    lines = [
-        f"# Study `{config['study']}`: masked-LM loss by evaluation length",
-        "",
-        f"Regenerate: `{command}`",
-        "",
-        *([config["description"], ""] if config.get("description") else []),
-        (f"Text: the first {config['batches']} batches of {config['tokens_per_batch']:,} tokens "
-        f"of `{config['valid_corpus']}` at every length (`{config['tokens_per_batch']} / length` "
-        f"sequences a batch), masking seed {config['seed']}; the same masked batches for every "
-        "model at a given length."),
-        "",
-        "| encoder | preset | step | " + " | ".join(f"{n}" for n in lengths)
-        + " | pre-training s/step | notes |",
-        "| --- | --- | ---: | " + " | ".join("---:" for _ in lengths) + " | ---: | --- |",
-    ]
-    for job in jobs:
-        speed = (records.median_tokens_per_second(records.read_metrics(job["pretrain_record"])[0])
-                 if "pretrain_record" in job else None)
-        step_time = f"{job['tokens_per_step'] / speed:.2f}" if speed else "–"
-        cells, notes = [], []
-        for n in lengths:
-            row = by_key.get((job["pretrain_study"], job["variant"], job["step"], n))
-            if row is None:
-                cells.append("–")
-            elif row["loss"] is None:
-                cells.append("n/a")
-                notes.append(f"{n}: {row['note']}")
-            else:
-                cells.append(f"{row['loss']:.3f}")
-                if row["note"]:
-                    notes.append(f"{n}: {row['note']}")
-        texts = {note.split(": ", 1)[1] for note in notes}
-        if len(notes) == len(lengths) and len(texts) == 1:  # one note for every length
-            notes = sorted(texts)
-        lines.append(f"| {job['pretrain_study']}/{job['variant']} | {job['preset']} | "
-                     f"{job['step']} | " + " | ".join(cells)
-                     + f" | {step_time} | {'; '.join(notes)} |")
-    lines += ["", ("Pre-training s/step: the run's median seconds a step of "
-                   "`batch_size × seq_len` tokens over its logged blocks (from its committed "
-                   "`metrics.csv`; validation included, so a step costs a little less), on the "
-                   "machine its record names."), ""]
-    return "\n".join(lines)

@@ -3,16 +3,15 @@
     python -m experiments.run report [--study NAME | --config FILE]
     python -m experiments.claims [--out DIR]
 
-`report` writes each recorded study's own pages (a pre-training study's by `study_pages`:
-`<study>_loss.csv`, `_val_loss.png` (TUPE Figure 4a), `_pairs.csv`, `_table.md`,
-`_config.json`; a fine-tuning or length study's by its module's `report`), then the pages
-over several studies that the chosen ones are part of: a study with its seed replicates
-(`seed_pages`: `<study>_seeds.*`), seed groups in one figure (`GROUP_COMPARISONS`), studies
-that differ only in their `overrides` (`COMPARISONS`: `<name>_compare.*`) and, without a
-study, the positional maps again from their arrays. `claims` writes what `docs/results.md`
-quotes for the papers' claims that no other page prints (T2 in loss, the two pipelines, the
-plateau control).
-Nothing here reads `runs/`: from the same records, the same bytes (tested).
+`report` writes each recorded study's pages (pre-training: `<study>_loss.csv`,
+`_val_loss.png` (TUPE Figure 4a), `_pairs.csv`, `_table.md`, `_config.json`; fine-tuning:
+`_glue.csv`, `_table.md`, `_config.json`; length: `_loss.csv`, `_loss.png`, `_table.md`,
+`_config.json`), then the pages over several studies that the chosen ones are part of: a
+study with its seed replicates (`<study>_seeds.*`), seed groups in one figure
+(`GROUP_COMPARISONS`), studies that differ only in their `overrides` (`COMPARISONS`:
+`<name>_compare.*`) and, without a study, the positional maps again from their arrays.
+`claims` writes what `docs/results.md` quotes that no other page prints. The pages' prose is
+in `templates/`. Nothing here reads `runs/`: from the same records, the same bytes (tested).
 """
 
 import argparse
@@ -20,10 +19,14 @@ import glob
 import itertools
 import json
 import os
+import re
 import statistics
+import string
+
+import numpy as np
 
 from experiments import config as study_config
-from experiments import finetune_study, length_study, records
+from experiments import floors, records
 from experiments.config import StudyError
 from experiments.maps import redraw_maps
 from experiments.pretrain_study import RECORD
@@ -35,9 +38,89 @@ SEED_FRACTIONS = (0.3, 0.5, 1.0)
 # Fields of `run_config.json` that may differ between the runs of a study.
 FREE_FIELDS = ("preset", "out", "backbone_overrides")
 LOSS_LABEL = "validation masked-LM loss"
+TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
+# A fine-tuning job of `finetune` or `finetune_intermediate`, run before each fine-tuning run
+# was recorded: each task's median, best rate and seed range, as their CSV had them.
+SUMMARY_FILE = "summary.json"
+TASK_NAMES = {"squad": "SQuAD F1 (EM)",
+              "cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "stsb": "STS-B", "rte": "RTE",
+              "qnli": "QNLI", "mnli": "MNLI", "qqp": "QQP", "wnli": "WNLI"}
+METRIC_NAMES = {"f1": "F1", "accuracy": "acc.", "pearson": "Pearson", "spearman": "Spearman",
+                "matthews": "Matthews"}
+# The length study's context-free reference, a row of its table.
+UNIGRAM = {"pretrain_study": "baseline", "variant": "unigram", "preset": "(no model)",
+           "step": 0, "final": True}
 
 
-# === Reading the records ===
+# === Writing: templates, tables, figures ===
+
+def prose(name, section, /, **fields):
+    """Section `[[section]]` of `templates/<name>.md`, its `$fields` filled in."""
+    with open(os.path.join(TEMPLATES, f"{name}.md"), encoding="utf-8") as f:
+        parts = re.split(r"^\[\[(\w+)\]\]$", f.read(), flags=re.M)
+    return string.Template(dict(zip(parts[1::2], parts[2::2]))[section].strip("\n")).substitute(
+        fields)
+
+
+def _paragraph(text):
+    """`text` as a paragraph after the one before it ("" when there is none)."""
+    return f"\n\n{text}" if text else ""
+
+
+def _row(cells):
+    return "| " + " | ".join(cells) + " |"
+
+
+def _table(header, align, rows):
+    """A Markdown table: `header`, `align` ("l" or "r" per column), rows of cells."""
+    return "\n".join([_row(header), _row("---:" if a == "r" else "---" for a in align),
+                      *map(_row, rows)])
+
+
+def _lines(rows):
+    """Rows after a template's table header."""
+    return "".join(f"\n{_row(cells)}" for cells in rows)
+
+
+def _loss(value):
+    return "–" if value is None else f"{value:.3f}"
+
+
+def _figure(draw, path, xlabel, title=None, tight=False, fontsize=8, size=(7, 4.5)):
+    """A loss plot: `draw(axis)` draws the lines, the rest is shared; returns `path`."""
+    figure, axis = records.pyplot().subplots(figsize=size)
+    draw(axis)
+    axis.set_xlabel(xlabel)
+    axis.set_ylabel(LOSS_LABEL)
+    if title is not None:
+        axis.set_title(title, fontsize=10)
+    axis.grid(alpha=0.3)
+    if tight:
+        figure.tight_layout()
+    records.legend_outside(axis, fontsize=fontsize)
+    return records.save_figure(figure, path)
+
+
+def _write(out_dir, name, table, csv=None, png=None, config=None):
+    """Writes a page's Markdown `table`, its CSV (`(columns, rows, header)`), figure
+    (`draw(path)`) and config record, each where given; returns their paths."""
+    paths = {}
+    if csv:
+        paths["csv"] = records.write_csv(os.path.join(out_dir, csv[0]), *csv[1:])
+    if png:
+        paths["png"] = png[1](os.path.join(out_dir, png[0]))
+    if table:
+        paths["table"] = records.write_text(os.path.join(out_dir, name), table)
+    if config:
+        paths["config"] = records.write_json(os.path.join(out_dir, config[0]), config[1])
+    return paths
+
+
+def _header(config, command):
+    return [f"command: {command}", f"study config: {config['_path']}"]
+
+
+# === Reading the pre-training records ===
 
 def read_runs(config):
     """Every variant of a study with its record (`"not started"` without one).
@@ -98,11 +181,9 @@ def read_runs(config):
 def read_references(config, own_runs=None):
     """The runs of other studies named by `references`, as `(study config, run)` pairs.
 
-    Raises `StudyError` when a reference study was trained with other settings
-    than this one (the seed aside), another size or vocabulary, or lacks a named
-    variant: a curve drawn beside the study's own must be comparable with them, and
-    when its runs started from another initialization than this study's (`own_runs`:
-    this study's `read_runs`, when the caller has them).
+    Raises `StudyError` when a reference study was trained with other settings than this
+    one (the seed aside), from another initialization than `own_runs` (this study's
+    `read_runs`), or lacks a named variant: its curves are drawn beside the study's own.
     """
     result = []
     mine = {run["record"].get("initialization") for run in (
@@ -151,9 +232,9 @@ def evaluation_step(config, fraction):
 
 
 def fraction_steps(config):
-    """`{fraction: step}`, in order: the evaluation step nearest to each of `FRACTIONS`
-    of the budget, and each saved checkpoint's own fraction where an evaluation falls on
-    it (the long runs' 30%, TUPE's claim, is a column of their table)."""
+    """`{fraction: step}`, in order: the evaluation step nearest to each of `FRACTIONS`, and
+    each saved checkpoint's own fraction where an evaluation falls on it (the long runs' 30%,
+    TUPE's claim, is a column of their table)."""
     settings = config["settings"]
     steps, every = settings["steps"], settings.get("eval_every", 1000)
     columns = {f: evaluation_step(config, f) for f in FRACTIONS}
@@ -172,30 +253,13 @@ def _machines(runs):
                              if run["record"]}))
 
 
-# === Shared writers ===
-
-def _finish(figure, axis, path, xlabel, title, tight=False):
-    axis.set_xlabel(xlabel)
-    axis.set_ylabel(LOSS_LABEL)
-    axis.set_title(title, fontsize=10)
-    axis.grid(alpha=0.3)
-    if tight:
-        figure.tight_layout()
-    records.legend_outside(axis)
-    return records.save_figure(figure, path)
-
-
-def _loss(value):
-    return "–" if value is None else f"{value:.3f}"
-
-
 # === A pre-training study's pages ===
 
 PAIR_COLUMNS = ("a", "b", "evaluations", "a_lower", "diff_min", "diff_max", "final_step",
                 "diff_final")
 
 
-def study_pages(config, command):
+def pretrain_pages(config, command):
     """Writes the study's CSV, plot, pairs, table and config record; returns their paths."""
     runs = read_runs(config)
     references = read_references(config, runs)
@@ -206,15 +270,17 @@ def study_pages(config, command):
                          f"python -m experiments.run pretrain {' '.join(config['_flag'])}")
     out_dir, study = config["results_dir"], config["study"]
     vocabulary = started[0]["record"]["vocabulary"]
-    header = [f"command: {command}", f"study config: {config['_path']}"]
+    header = _header(config, command)
     rows = [{"variant": run["variant"].name, "preset": run["variant"].preset,
              "tokens": row["step"] * _tokens_per_step(config), **row}
             for run in started for row in run["rows"]]
-    paths = records.write_pages(
-        out_dir, f"{study}_loss.csv",
-        ("variant", "preset", "step", "tokens") + records.METRIC_COLUMNS[1:], rows, header,
-        f"{study}_val_loss.png", lambda path: _study_plot(config, started, path, references),
-        f"{study}_table.md", _study_table(config, runs, command, vocabulary, references))
+    paths = _write(
+        out_dir, f"{study}_table.md", _pretrain_table(config, runs, command, vocabulary,
+                                                      references),
+        csv=(f"{study}_loss.csv", ("variant", "preset", "step", "tokens")
+             + records.METRIC_COLUMNS[1:], rows, header),
+        png=(f"{study}_val_loss.png", lambda path: _pretrain_plot(config, started, path,
+                                                                  references)))
     paths["pairs"] = records.write_csv(
         os.path.join(out_dir, f"{study}_pairs.csv"), PAIR_COLUMNS,
         pair_differences([(run["variant"].name, run) for run in started] + [
@@ -236,11 +302,8 @@ def study_pages(config, command):
 
 
 def pair_differences(named_runs):
-    """Per pair of runs, how their validation losses differ over the shared evaluations.
-
-    The numbers results.md quotes ("below at all 20 evaluations, by 0.02 to 0.08")
-    come from here rather than from subtracting CSV columns by hand.
-    """
+    """Per pair of runs, how their validation losses differ over the shared evaluations (the
+    numbers results.md quotes: "below at all 20 evaluations, by 0.02 to 0.08")."""
     curves = [(name, validation_losses(run)) for name, run in named_runs]
     rows = []
     for i, (a, losses_a) in enumerate(curves):
@@ -262,75 +325,53 @@ def _reference_label(config, other, run):
             + ("" if seed == config["settings"]["seed"] else f", seed {seed}") + ")")
 
 
-def _study_plot(config, runs, path, references=()):
-    figure, axis = records.pyplot().subplots(figsize=(7, 4.5))
-    curves = [(run, False, run["variant"].name) for run in runs] + [
-        (run, True, _reference_label(config, other, run)) for other, run in references]
-    styles = {}  # one colour and marker per variant name: a reference of it shares them
-    for run, is_reference, label in curves:
-        name = run["variant"].name
-        style = dict(styles.setdefault(name, records.line_style(len(styles))))
-        if is_reference:
-            style.update(linestyle=":")
-        points = sorted(validation_losses(run).items())
-        if points:
-            axis.plot(*zip(*points), ms=2.5, lw=1.0 if is_reference else 1.3, label=label,
-                      **style)
-    return _finish(figure, axis, path,
-                   f"pre-training step (× {_tokens_per_step(config):,} tokens)",
+def _pretrain_plot(config, runs, path, references):
+    def draw(axis):
+        styles = {}  # one colour and marker per variant name: a reference of it shares them
+        for run, is_reference, label in [(run, False, run["variant"].name) for run in runs] + [
+                (run, True, _reference_label(config, other, run)) for other, run in references]:
+            name = run["variant"].name
+            style = dict(styles.setdefault(name, records.line_style(len(styles))))
+            if is_reference:
+                style.update(linestyle=":")
+            points = sorted(validation_losses(run).items())
+            if points:
+                axis.plot(*zip(*points), ms=2.5, lw=1.0 if is_reference else 1.3, label=label,
+                          **style)
+
+    return _figure(draw, path, f"pre-training step (× {_tokens_per_step(config):,} tokens)",
                    f"{config['study']}: {config['size']} encoders, identical data and settings")
 
 
-def _study_table(config, runs, command, vocabulary, references=()):
-    settings = config["settings"]
-    steps = settings["steps"]
-    columns = fraction_steps(config)
-    lines = [
-        f"# Study `{config['study']}`: validation masked-LM loss",
-        "",
-        (f"Runs: `python -m experiments.run pretrain {' '.join(config['_flag'])}`; this table, "
-         f"the CSV and the plot: `{command}`"),
-        "",
-        *([config["description"], ""] if config.get("description") else []),
-        (f"Every run: `{config['size']}` encoders, {steps:,} steps × {settings['batch_size']} × "
-         f"{settings['seq_len']} tokens = {steps * _tokens_per_step(config):,} tokens, peak LR "
-         f"{settings['learning_rate']:g}, seed {settings['seed']}, the shared vocabulary "
-         f"(sha256 `{vocabulary['sha256'][:16]}…`); validation on "
-         f"{settings.get('valid_batches', 50)} fixed batches every "
-         f"{settings.get('eval_every', 1000)} steps. The settings of every run are in its "
-         f"record (`records/{config['study']}/<variant>/run_config.json`) and were checked "
-         "identical."),
-        "",
-        "| variant | preset | " + " | ".join(f"{round(f * 100)}% (step {s})" for f, s in
-                                            columns.items())
-        + " | val. accuracy (100%) | wall time | tokens/s | status |",
-        "| --- | --- | " + " | ".join("---:" for _ in columns) + " | ---: | ---: | ---: | --- |",
-    ]
+def _pretrain_table(config, runs, command, vocabulary, references):
+    settings, columns = config["settings"], fraction_steps(config)
     rows = [(run, run["variant"].name, run["status"]) for run in runs] + [
         (run, f"*{_reference_label(config, other, run)}*", f"reference: {run['status']}")
         for other, run in references]
+    cells = []
     for run, name, status in rows:
-        variant = run["variant"]
-        by_step = {r["step"]: r for r in run["rows"]}
-        losses = [by_step.get(step, {}).get("val_loss") for step in columns.values()]
+        variant, by_step = run["variant"], {r["step"]: r for r in run["rows"]}
         speed = records.median_tokens_per_second(run["rows"])
         overrides = ", ".join(f"{k}={v}" for k, v in variant.overrides.items())
-        preset = variant.preset + (f" ({overrides})" if overrides else "")
-        lines.append(
-            f"| {name} | {preset} | " + " | ".join(map(_loss, losses))
-            + f" | {_loss(by_step.get(columns[1.0], {}).get('val_accuracy'))} | "
-            f"{records.format_seconds(run['wall_seconds']) if run['rows'] else '–'} | "
-            f"{'–' if speed is None else f'{speed:,.0f}'} | {status} |")
-    lines += ["", "Wall time: training and validation, summed over the processes that ran the "
-                  "run (start-up and the shared vocabulary not included). Machine: "
-              + _machines(run for run, _, _ in rows) + "."]
-    if references:
-        lines += ["", ("*Italic* rows: reference runs of other studies (`references` in the "
-                       "config), checked to have been trained with this study's settings "
-                       "(the seed aside: a different seed is named). Their own study's "
-                       "report is where they come from.")]
-    lines.append("")
-    return "\n".join(lines)
+        cells.append([name, variant.preset + (f" ({overrides})" if overrides else ""),
+                      *(_loss(by_step.get(step, {}).get("val_loss")) for step in columns.values()),
+                      _loss(by_step.get(columns[1.0], {}).get("val_accuracy")),
+                      records.format_seconds(run["wall_seconds"]) if run["rows"] else "–",
+                      "–" if speed is None else f"{speed:,.0f}", status])
+    table = _table(["variant", "preset", *(f"{round(f * 100)}% (step {s})" for f, s in
+                                           columns.items()),
+                    "val. accuracy (100%)", "wall time", "tokens/s", "status"],
+                   "ll" + "r" * len(columns) + "rrrl", cells)
+    return prose(
+        "pretrain", "table", study=config["study"], flags=" ".join(config["_flag"]),
+        command=command, description=_paragraph(config.get("description")),
+        size=config["size"], steps=f"{settings['steps']:,}", batch_size=settings["batch_size"],
+        seq_len=settings["seq_len"], tokens=f"{settings['steps'] * _tokens_per_step(config):,}",
+        learning_rate=f"{settings['learning_rate']:g}", seed=settings["seed"],
+        sha256=vocabulary["sha256"][:16], valid_batches=settings.get("valid_batches", 50),
+        eval_every=settings.get("eval_every", 1000), table=table,
+        machines=_machines(run for run, _, _ in rows),
+        references=_paragraph(references and prose("pretrain", "references"))) + "\n"
 
 
 # === Seed replicates: a study and the studies that differ from it only in the seed ===
@@ -363,43 +404,57 @@ def seed_groups(configs):
     return groups
 
 
-def _seed_curves(configs, only=None):
-    """`{variant: {seed: {step: val_loss}}}` of the studies' records."""
+def _seed_summaries(configs, only=None):
+    """`(curves, summaries)` of replicates: `{variant: {seed: {step: val_loss}}}` and per
+    variant `{step: {seeds, mean, lowest, highest, by_seed_values}}` at the steps every seed
+    logged."""
+    studies, seeds = [c["study"] for c in configs], [c["settings"]["seed"] for c in configs]
+    if len(set(seeds)) != len(seeds):
+        raise StudyError(f"the studies {studies} must each have a seed of their own; their "
+                         f"seeds are {seeds}.")
+    study_config.require_alike(configs, ("seed",), "replicates differ only in the seed.")
     curves = {}
     for config in configs:
         for run in read_runs(config):
-            variant = run["variant"].name
             losses = validation_losses(run)
-            if losses and (not only or variant in only):
-                curves.setdefault(variant, {})[config["settings"]["seed"]] = losses
-    return curves
+            if losses and (not only or run["variant"].name in only):
+                curves.setdefault(run["variant"].name, {})[config["settings"]["seed"]] = losses
+    summaries = {}
+    for variant, by_seed in curves.items():
+        common = sorted(set.intersection(*(set(losses) for losses in by_seed.values())))
+        summaries[variant] = {}
+        for step in common:
+            values = {seed: by_seed[seed][step] for seed in sorted(by_seed)}
+            summaries[variant][step] = {
+                "seeds": len(values), "mean": statistics.fmean(values.values()),
+                "lowest": min(values.values()), "highest": max(values.values()),
+                "by_seed_values": {str(seed): v for seed, v in values.items()}}
+    return curves, summaries
 
 
 def seed_pages(configs, name, command, only=None):
-    """Writes `<name>_seeds.csv` (per variant and logged step: the validation loss of every
-    seed, their mean, lowest and highest), `.png` (TUPE Figure 4a at small scale: the mean
-    against tokens, the band from the lowest to the highest seed around it) and `.md` (per
-    variant the loss at `SEED_FRACTIONS` of the budget; per pair of variants the gap
-    between their means against the spread across seeds; each variant at 30% and 50%
+    """Writes `<name>_seeds.csv` (per variant and logged step: every seed's validation loss,
+    their mean, lowest and highest), `.png` (TUPE Figure 4a at small scale: the mean against
+    tokens, the seeds as a band) and `.md` (per variant the loss at `SEED_FRACTIONS`; the
+    gaps between variants against the spread across seeds; each variant at 30% and 50%
     against the others at 100%, TUPE's claim); returns their paths."""
-    _check_replicates(configs)
-    curves = _seed_curves(configs, only)  # variant -> {seed: {step: val_loss}}
+    curves, summaries = _seed_summaries(configs, only)
     order = [v.name for v in study_config.variants(configs[0])]
     variants = sorted(curves, key=lambda v: order.index(v) if v in order else len(order))
     if not variants:
         raise StudyError(f"None of the studies {[c['study'] for c in configs]} has logged a "
                          "step yet: pre-train them first.")
-    summaries = {v: _summarize(curves[v]) for v in variants}
     rows = [{"variant": v, "step": step, "tokens": step * _tokens_per_step(configs[0]),
              **{k: s[k] for k in ("seeds", "mean", "lowest", "highest")},
              "by_seed": json.dumps(s["by_seed_values"])}
             for v in variants for step, s in summaries[v].items()]
     header = [f"command: {command}", "studies (seed): " + "; ".join(
         f"{c['study']} ({c['settings']['seed']})" for c in configs)]
-    return records.write_pages(
-        configs[0]["results_dir"], f"{name}_seeds.csv", SEED_COLUMNS, rows, header,
-        f"{name}_seeds.png", lambda path: _seed_plot(variants, summaries, configs, path),
-        f"{name}_seeds.md", _seed_table(configs, variants, curves, summaries, name, command))
+    return _write(
+        configs[0]["results_dir"], f"{name}_seeds.md",
+        _seed_table(configs, variants, curves, summaries, name, command),
+        csv=(f"{name}_seeds.csv", SEED_COLUMNS, rows, header),
+        png=(f"{name}_seeds.png", lambda path: _seed_plot(variants, summaries, configs, path)))
 
 
 def group_figure(groups, name, out_dir=None):
@@ -411,131 +466,81 @@ def group_figure(groups, name, out_dir=None):
                                f"{list(GROUP_FREE_SETTINGS)} and the initialization.")
     series = []
     for label, configs, variants in groups:
-        _check_replicates(configs)
-        curves = _seed_curves(configs, variants)
-        series += [(f"{v}, {label}", _summarize(curves[v])) for v in variants if v in curves]
+        _, summaries = _seed_summaries(configs, variants)
+        series += [(f"{v}, {label}", summaries[v]) for v in variants if v in summaries]
     path = os.path.join(out_dir or groups[0][1][0]["results_dir"], f"{name}.png")
     return {"png": _seed_plot([label for label, _ in series], dict(series), groups[0][1], path,
                               title=" vs ".join(configs[0]["study"] for _, configs, _ in groups)
                               + ": seeds as bands")}
 
 
-def _check_replicates(configs):
-    studies = [c["study"] for c in configs]
-    seeds = [c["settings"]["seed"] for c in configs]
-    if len(set(seeds)) != len(seeds):
-        raise StudyError(f"the studies {studies} must each have a seed of their own; their "
-                         f"seeds are {seeds}.")
-    study_config.require_alike(configs, ("seed",), "replicates differ only in the seed.")
-
-
-def _summarize(by_seed):
-    """`{step: {seeds, mean, lowest, highest, by_seed_values}}` at the steps every seed
-    logged."""
-    common = sorted(set.intersection(*(set(losses) for losses in by_seed.values())))
-    result = {}
-    for step in common:
-        values = {seed: by_seed[seed][step] for seed in sorted(by_seed)}
-        result[step] = {"seeds": len(values), "mean": statistics.fmean(values.values()),
-                        "lowest": min(values.values()), "highest": max(values.values()),
-                        "by_seed_values": {str(seed): v for seed, v in values.items()}}
-    return result
-
-
-def _cell(summary, step):
-    s = summary.get(step)
-    if s is None:
-        return "–"
-    if s["seeds"] == 1:
-        return f"{s['mean']:.3f}"
-    return f"{s['mean']:.3f} ({s['lowest']:.3f}–{s['highest']:.3f})"
-
-
-def _gap(curves, a, step_a, b, step_b):
-    """`(mean of a - mean of b, [a - b seed by seed])` over the seeds both logged."""
-    seeds = sorted(s for s in set(curves[a]) & set(curves[b])
-                   if step_a in curves[a][s] and step_b in curves[b][s])
-    if not seeds:
-        return None, []
-    diffs = [curves[a][s][step_a] - curves[b][s][step_b] for s in seeds]
-    return statistics.fmean(diffs), diffs
-
-
 def _seed_table(configs, variants, curves, summaries, name, command):
-    first = configs[0]
-    settings = first["settings"]
+    settings = configs[0]["settings"]
     # The evaluation step of each fraction, logged or not yet: a cell or gap at a step some
     # seed has not reached stays empty.
-    at = {f: evaluation_step(first, f) for f in SEED_FRACTIONS}
-    seeds = ", ".join(f"`{c['study']}` (seed {c['settings']['seed']})" for c in configs)
-    lines = [f"# Seed replicates: `{name}`", "", f"This table, the CSV and the plot: `{command}`",
-             "", (f"`{first['size']}` encoders, {settings['steps']:,} steps of "
-                  f"{settings['batch_size']} × {settings['seq_len']} tokens; the studies "
-                  f"{seeds} differ only in the seed (checked). A cell is the mean validation "
-                  "loss over the seeds, with the lowest and highest seed in parentheses."), ""]
-    lines += ["| variant | " + " | ".join(f"{f:.0%} (step {at[f]:,})" for f in SEED_FRACTIONS)
-              + " | seeds |", "| --- | " + " | ".join("---:" for _ in SEED_FRACTIONS)
-              + " | ---: |"]
-    for v in variants:
-        lines.append(f"| {v} | " + " | ".join(_cell(summaries[v], at[f])
-                                               for f in SEED_FRACTIONS)
-                     + f" | {len(curves[v])} |")
-    if len(variants) > 1:
-        for text, steps, gaps in (
-                ("**Gaps between variants** at the same step: the difference of the mean "
-                 "losses, and the difference seed by seed (seed k of one variant against seed "
-                 "k of the other). *Beyond the seed spread*: every seed's difference has the "
-                 "same sign and the mean gap is larger than the widest seed range of either "
-                 "variant at that step. A step that not every seed of both has logged yet: –.",
-                 "step", [(a, at[f], b, at[f], f"{a} − {b}", f"{at[f]:,}")
-                          for a, b in itertools.combinations(variants, 2)
-                          for f in SEED_FRACTIONS]),
-                ("**Early against final** (TUPE's claim: TUPE at 30% of the steps reaches "
-                 "BERT's final loss): each variant at 30% and 50% of the budget against every "
-                 "other variant at 100%. A negative gap: the early checkpoint is already lower.",
-                 "steps", [(a, at[f], b, at[1.0], f"{a} at {f:.0%} − {b} at 100%",
-                            f"{at[f]:,} vs {at[1.0]:,}")
-                           for a, b in itertools.permutations(variants, 2)
-                           for f in SEED_FRACTIONS[:-1]])):
-            lines += ["", text, "", f"| pair | {steps} | mean gap | seed by seed | beyond the "
-                      "seed spread |", "| --- | ---: | ---: | --- | --- |"]
-            lines += [_gap_row(curves, summaries, *gap) for gap in gaps]
-    lines += ["", "Validation: the same batches of the validation text for every run and step "
-                  "(`valid_batches` × `batch_size` sequences, masked with seed + 1 of each "
-                  "study: the masks differ between seeds, the text does not).", ""]
-    return "\n".join(lines)
+    at = {f: evaluation_step(configs[0], f) for f in SEED_FRACTIONS}
+
+    def cell(summary, step):
+        s = summary.get(step)
+        if s is None:
+            return "–"
+        return f"{s['mean']:.3f}" + (f" ({s['lowest']:.3f}–{s['highest']:.3f})"
+                                     if s["seeds"] > 1 else "")
+
+    table = _table(["variant", *(f"{f:.0%} (step {at[f]:,})" for f in SEED_FRACTIONS), "seeds"],
+                   "l" + "r" * len(SEED_FRACTIONS) + "r",
+                   [[v, *(cell(summaries[v], at[f]) for f in SEED_FRACTIONS), str(len(curves[v]))]
+                    for v in variants])
+    gaps = {"gaps": [(a, at[f], b, at[f], f"{a} − {b}", f"{at[f]:,}")
+                     for a, b in itertools.combinations(variants, 2) for f in SEED_FRACTIONS],
+            "early": [(a, at[f], b, at[1.0], f"{a} at {f:.0%} − {b} at 100%",
+                       f"{at[f]:,} vs {at[1.0]:,}")
+                      for a, b in itertools.permutations(variants, 2)
+                      for f in SEED_FRACTIONS[:-1]]}
+    return prose(
+        "pretrain", "seeds", name=name, command=command, size=configs[0]["size"],
+        steps=f"{settings['steps']:,}", batch_size=settings["batch_size"],
+        seq_len=settings["seq_len"], table=table,
+        seeds=", ".join(f"`{c['study']}` (seed {c['settings']['seed']})" for c in configs),
+        gaps="".join(_paragraph(prose("pretrain", section, rows=_lines(
+            _gap_row(curves, summaries, *gap) for gap in rows)))
+            for section, rows in gaps.items()) if len(variants) > 1 else "") + "\n"
 
 
 def _gap_row(curves, summaries, a, step_a, b, step_b, label, steps):
-    mean, diffs = _gap(curves, a, step_a, b, step_b)
+    """Cells of `a` at `step_a` minus `b` at `step_b`, over the seeds both logged."""
+    seeds = sorted(s for s in set(curves[a]) & set(curves[b])
+                   if step_a in curves[a][s] and step_b in curves[b][s])
     # Judged only where every seed of both sides has logged the step (the spread is theirs).
-    if mean is None or step_a not in summaries[a] or step_b not in summaries[b]:
-        return f"| {label} | {steps} | – | – | – |"
+    if not seeds or step_a not in summaries[a] or step_b not in summaries[b]:
+        return [label, steps, "–", "–", "–"]
+    diffs = [curves[a][s][step_a] - curves[b][s][step_b] for s in seeds]
     ranges = [summaries[a][step_a]["highest"] - summaries[a][step_a]["lowest"],
               summaries[b][step_b]["highest"] - summaries[b][step_b]["lowest"]]
     beyond = len(diffs) > 1 and records.beyond_seed_spread(diffs, max(ranges))
-    verdict = ("yes" if beyond else "no") if len(diffs) > 1 else "one seed"
-    return (f"| {label} | {steps} | {mean:+.3f} | "
-            + ", ".join(f"{d:+.3f}" for d in diffs) + f" | {verdict} |")
+    return [label, steps, f"{statistics.fmean(diffs):+.3f}",
+            ", ".join(f"{d:+.3f}" for d in diffs),
+            ("yes" if beyond else "no") if len(diffs) > 1 else "one seed"]
 
 
 def _seed_plot(variants, summaries, configs, path, title=None):
-    figure, axis = records.pyplot().subplots(figsize=(7.5, 4.5))
-    for i, v in enumerate(variants):
-        points = sorted(summaries[v].items())
-        tokens = [step * _tokens_per_step(configs[0]) / 1e6 for step, _ in points]
-        style = records.line_style(i)
-        seeds = points[0][1]["seeds"] if points else 0
-        axis.plot(tokens, [s["mean"] for _, s in points], ms=3, lw=1.4, markevery=max(
-            1, len(points) // 12), **style,
-            label=f"{v} (mean of {seeds} seeds)" if seeds > 1 else f"{v} (one seed)")
-        if seeds > 1:
-            axis.fill_between(tokens, [s["lowest"] for _, s in points],
-                              [s["highest"] for _, s in points], color=style["color"],
-                              alpha=0.2, lw=0, label=f"{v}: lowest to highest seed")
-    return _finish(figure, axis, path, "pre-training tokens (millions)",
+    def draw(axis):
+        for i, v in enumerate(variants):
+            points = sorted(summaries[v].items())
+            tokens = [step * _tokens_per_step(configs[0]) / 1e6 for step, _ in points]
+            style = records.line_style(i)
+            seeds = points[0][1]["seeds"] if points else 0
+            axis.plot(tokens, [s["mean"] for _, s in points], ms=3, lw=1.4, markevery=max(
+                1, len(points) // 12), **style,
+                label=f"{v} (mean of {seeds} seeds)" if seeds > 1 else f"{v} (one seed)")
+            if seeds > 1:
+                axis.fill_between(tokens, [s["lowest"] for _, s in points],
+                                  [s["highest"] for _, s in points], color=style["color"],
+                                  alpha=0.2, lw=0, label=f"{v}: lowest to highest seed")
+
+    return _figure(draw, path, "pre-training tokens (millions)",
                    title or ", ".join(c["study"] for c in configs) + ": seeds as bands",
-                   tight=True)
+                   tight=True, size=(7.5, 4.5))
 
 
 # === Comparisons: studies that differ only in their overrides ===
@@ -556,17 +561,13 @@ COMPARISONS = {
 FREE_SETTINGS = (*study_config.OVERRIDABLE_FIELDS, "seed")
 
 
-def _describe(config):
-    overrides = config.get("overrides", {})
-    return ", ".join(f"{k}={v}" for k, v in overrides.items()) or "base settings"
-
-
-def _describe_run(config, run, runs):
-    """The study's settings, and the run's initialization where the compared runs differ in
-    it (their records name it)."""
-    initializations = {other["record"].get("initialization") for other in runs.values()}
-    return _describe(config) + (f"; initialization={run['record'].get('initialization')}"
-                                if len(initializations) > 1 else "")
+def _describe(config, run=None, runs=None):
+    """The study's overrides, and the run's initialization where the compared `runs` differ
+    in it (their records name it)."""
+    text = ", ".join(f"{k}={v}" for k, v in config.get("overrides", {}).items())
+    if run and len({other["record"].get("initialization") for other in runs.values()}) > 1:
+        return (text or "base settings") + f"; initialization={run['record'].get('initialization')}"
+    return text or "base settings"
 
 
 def compare_pages(configs, name, command):
@@ -574,9 +575,8 @@ def compare_pages(configs, name, command):
     loss against steps, one panel a variant, one colour a study) and `.md`: per study and
     variant the median tokens/s and its ratio to the first study's, the validation loss at
     the last step every compared run reached, its largest difference from the first study's
-    curve and that difference over the second half of the evaluations both logged (past the
-    warm-up and the plateau); per variant the study with the lowest loss there (the sweep's
-    choice). Returns their paths."""
+    curve and that difference over the second half of the evaluations both logged; per
+    variant the study with the lowest loss there (the sweep's choice). Returns their paths."""
     if len(configs) < 2:
         raise StudyError(f"comparison {name!r} needs at least two studies.")
     studies = [c["study"] for c in configs]
@@ -584,11 +584,8 @@ def compare_pages(configs, name, command):
         raise StudyError(f"comparison {name!r} names a study twice: {studies}")
     study_config.require_alike(configs, FREE_SETTINGS, f"only studies that differ in "
                                f"{list(FREE_SETTINGS)} can be compared (give them one base).")
-    runs = {}  # (study, variant) -> run
-    for config in configs:
-        for run in read_runs(config):
-            if run["rows"]:
-                runs[config["study"], run["variant"].name] = run
+    runs = {(config["study"], run["variant"].name): run for config in configs
+            for run in read_runs(config) if run["rows"]}
     order = [r.name for c in configs for r in study_config.variants(c)]  # first study first
     variants = sorted({v for _, v in runs}, key=order.index)
     if not variants:
@@ -596,30 +593,19 @@ def compare_pages(configs, name, command):
                          "them first.")
     header = [f"command: {command}",
               "studies: " + "; ".join(f"{c['study']} ({_describe(c)})" for c in configs)]
-    rows = [{"study": study, "overrides": _describe(config), "variant": variant, **row}
-            for config in configs for study in [config["study"]] for variant in variants
-            for row in runs.get((study, variant), {"rows": []})["rows"]]
-    return records.write_pages(
-        configs[0]["results_dir"], f"{name}_compare.csv", COMPARE_COLUMNS, rows, header,
-        f"{name}_compare.png", lambda path: _compare_plot(configs, variants, runs, path),
-        f"{name}_compare.md", _compare_table(configs, variants, runs, name, command))
+    rows = [{"study": config["study"], "overrides": _describe(config), "variant": variant, **row}
+            for config in configs for variant in variants
+            for row in runs.get((config["study"], variant), {"rows": []})["rows"]]
+    return _write(
+        configs[0]["results_dir"], f"{name}_compare.md",
+        _compare_table(configs, variants, runs, name, command),
+        csv=(f"{name}_compare.csv", COMPARE_COLUMNS, rows, header),
+        png=(f"{name}_compare.png", lambda path: _compare_plot(configs, variants, runs, path)))
 
 
 def _compare_table(configs, variants, runs, name, command):
     first = configs[0]
-    settings = first["settings"]
-    lines = [f"# Compared studies: `{name}`", "", f"This table, the CSV and the plot: `{command}`",
-             "", (f"`{first['size']}` encoders, {settings['batch_size']} × {settings['seq_len']} "
-                  f"tokens a step, the shared vocabulary; the studies differ only in the "
-                  f"settings named (checked) and, where named, in the initialization their "
-                  f"runs recorded. Runs: `python -m experiments.run pretrain --study "
-                  f"STUDY` (`--until-step N` for a partial run)."), ""]
-    lines += ["| variant | study | settings | steps run | median tokens/s | speed vs "
-              f"`{first['study']}` | val. loss at the common step | largest val. loss "
-              f"difference from `{first['study']}` | the difference over the second half: "
-              "range (mean) | wall time |",
-              "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    best, at_common = {}, {}  # at_common: variant -> {study: val. loss at its common step}
+    rows, best, at_common = [], {}, {}  # at_common: variant -> {study: loss at its common step}
     for variant in variants:
         present = [c for c in configs if (c["study"], variant) in runs]
         curves = {c["study"]: validation_losses(runs[c["study"], variant]) for c in present}
@@ -628,10 +614,8 @@ def _compare_table(configs, variants, runs, name, command):
         base_run = runs.get((first["study"], variant))
         base_speed = base_run and records.median_tokens_per_second(base_run["rows"])
         for config in present:
-            run = runs[config["study"], variant]
-            curve = curves[config["study"]]
+            run, curve = runs[config["study"], variant], curves[config["study"]]
             speed = records.median_tokens_per_second(run["rows"])
-            ratio = (f"{speed / base_speed:.2f}x" if speed and base_speed else "–")
             largest, late = "–", "–"
             if base_run is not None and config is not first:
                 base_curve = curves[first["study"]]
@@ -645,29 +629,27 @@ def _compare_table(configs, variants, runs, name, command):
                 at_common.setdefault(variant, {})[config["study"]] = loss
                 if variant not in best or loss < best[variant][1]:
                     best[variant] = (config["study"], loss, step)
-            lines.append(
-                f"| {variant} | {config['study']} | {_describe_run(config, run, runs)} | "
-                f"{run['rows'][-1]['step']:,} | "
-                f"{'–' if speed is None else f'{speed:,.0f}'} | {ratio} | "
-                f"{'–' if loss is None else f'{loss:.3f} (step {step:,})'} | {largest} | "
-                f"{late} | {records.format_seconds(run['wall_seconds'])} |")
-    lines += ["", "Lowest validation loss at the common step, per variant: "
-              + "; ".join(f"{v}: `{s}` ({loss:.3f} at step {step:,})"
-                          for v, (s, loss, step) in best.items()) + "."]
-    shared = [v for v in variants if len(at_common.get(v, {})) == len(configs)]
+            rows.append([variant, config["study"], _describe(config, run, runs),
+                         f"{run['rows'][-1]['step']:,}",
+                         "–" if speed is None else f"{speed:,.0f}",
+                         f"{speed / base_speed:.2f}x" if speed and base_speed else "–",
+                         "–" if loss is None else f"{loss:.3f} (step {step:,})", largest, late,
+                         records.format_seconds(run["wall_seconds"])])
+    shared, choice = [v for v in variants if len(at_common.get(v, {})) == len(configs)], ""
     if shared:
         means = {c["study"]: sum(at_common[v][c["study"]] for v in shared) / len(shared)
                  for c in configs}
-        choice = min(means, key=means.get)
-        lines += ["", (f"One shared setting for {', '.join(shared)} (the variants every study "
-                       f"ran): `{choice}`, the lowest mean of their losses at the common step "
-                       f"({means[choice]:.3f}; "
-                       + ", ".join(f"`{study}` {mean:.3f}" for study, mean in means.items())
-                       + ").")]
-    lines += ["", "Tokens/s: median over the run's logged blocks of `eval_every` steps "
-                  "(validation and, in the first block, compilation included). Machine: "
-              + _machines(runs.values()) + ".", ""]
-    return "\n".join(lines)
+        best_study = min(means, key=means.get)
+        choice = prose("pretrain", "shared", variants=", ".join(shared), choice=best_study,
+                       mean=f"{means[best_study]:.3f}",
+                       means=", ".join(f"`{study}` {mean:.3f}" for study, mean in means.items()))
+    settings = first["settings"]
+    return prose(
+        "pretrain", "compare", name=name, command=command, size=first["size"],
+        batch_size=settings["batch_size"], seq_len=settings["seq_len"], first=first["study"],
+        rows=_lines(rows), shared=_paragraph(choice), machines=_machines(runs.values()),
+        lowest="; ".join(f"{v}: `{s}` ({loss:.3f} at step {step:,})"
+                         for v, (s, loss, step) in best.items())) + "\n"
 
 
 def _second_half(steps, diffs):
@@ -690,7 +672,7 @@ def _compare_plot(configs, variants, runs, path):
                 continue
             points = sorted(validation_losses(run).items())
             axis.plot(*zip(*points), ms=3.5, lw=1.4, **records.line_style(i),
-                      label=f"{config['study']} ({_describe_run(config, run, runs)})")
+                      label=f"{config['study']} ({_describe(config, run, runs)})")
         axis.set_title(variant, fontsize=10)
         axis.set_xlabel("pre-training step")
         axis.grid(alpha=0.3)
@@ -706,30 +688,392 @@ def _compare_plot(configs, variants, runs, path):
     return records.save_figure(figure, path)
 
 
+# === A fine-tuning study's pages ===
+
+def finetune_plan(config, only_variants=None, only_checkpoints=None):
+    """Every (pre-trained checkpoint, record folder) the study fine-tunes."""
+    wanted = config.get("variants")  # every name of `checkpoint_variants` is fine-tuned
+    known = {(p["study"], v.name) for p in study_config.related_configs(
+        config, "pretrain_configs") for v in study_config.variants(p)
+        if not wanted or v.name in wanted}
+    for key, names in config.get("checkpoint_variants", {}).items():
+        for name in names:
+            study, _, variant = name.rpartition("/")
+            if not ((study, variant) in known if study else any(v == variant for _, v in known)):
+                choices = sorted({v for _, v in known} | {f"{s}/{v}" for s, v in known})
+                raise StudyError(f"{config['_path']}: `checkpoint_variants` {key}: no variant "
+                                 f"{name!r} among the fine-tuned ones. Valid: {choices}")
+    jobs = [{"pretrain_study": pretrain["study"], "variant": variant.name,
+             "preset": variant.preset, "step": step, "init": init,
+             "vocab": os.path.join(variant.run_dir, "vocab.txt"),
+             "lowercase": pretrain["vocabulary"]["lowercase"],
+             "out": records.record_dir(config, pretrain["study"], variant.name,
+                                       f"step_{step:07d}")}
+            for pretrain, variant, step, init in study_config.checkpoints(
+                config, only_variants, only_checkpoints)]
+    if not jobs:
+        raise StudyError(f"{config['_path']}: nothing to fine-tune with these filters.")
+    return jobs
+
+
+def protocol(config):
+    """The study's `keras_tupe.finetuning.Protocol`."""
+    from keras_tupe.finetuning import Protocol
+
+    return Protocol.from_config(config)
+
+
+def is_squad(config):
+    """A SQuAD study: `tasks` is `["squad"]`, fine-tuned on an article split of `squad_file`."""
+    return config["tasks"] == ["squad"]
+
+
+def job_summary(config, rows):
+    """What the table shows of one checkpoint, from its `results.jsonl` rows: per task the
+    median over seeds at the best learning rate (with a selection seed, the rate it chose),
+    whether its protocol has run to the end, the medians of the ceiling's other metrics at
+    that rate and, for SQuAD, the median exact match there; the runs done and their time."""
+    chosen = protocol(config)
+    rows = chosen.rows(rows, config["tasks"])
+    tasks = {}
+    for summary in chosen.summarize(rows, config["tasks"]):
+        task, best = summary["task"], summary["best_learning_rate"]
+        summary["complete"] = not chosen.runs_to_do(rows, task)
+        at_best = [r for r in rows if r["task"] == task and r["learning_rate"] == best]
+        if task == "squad":
+            summary["exact_match"] = float(np.median([r["dev"]["eval"]["exact_match"]
+                                                      for r in at_best]))
+        summary["metrics"] = {metric: 100 * float(np.median([
+            np.mean([split[metric] for split in r["dev"].values()]) for r in at_best]))
+            for metric in _ceiling_metrics(config).get(task, [])}
+        tasks[task] = summary
+    timed = [r["wall_seconds"] for r in rows if "wall_seconds" in r]
+    return {"tasks": tasks, "runs_done": len(rows),
+            "runs_expected": chosen.size(rows, config["tasks"]),
+            "wall_seconds": sum(timed) if timed else None, "timed_runs": len(timed),
+            "train_seconds": sum(r.get("train_seconds", 0) for r in rows)}
+
+
+def _ceiling_metrics(config):
+    """`{task: [metric, ...]}`: the ceiling's metrics other than the task's score, each a
+    column of its own."""
+    from keras_tupe.metrics import glue_score_metric
+
+    extra = {task: [metric for metric in value if metric != glue_score_metric(task)]
+             for task, value in config.get("ceiling", {}).get("scores", {}).items()
+             if isinstance(value, dict)}
+    return {task: metrics for task, metrics in extra.items() if metrics}
+
+
+def finetune_pages(config, command):
+    """Collects every job's record into the study's table, CSV and config record."""
+    tasks = config["tasks"]
+    csv_rows, table_rows, job_records = [], [], []
+    for job in finetune_plan(config):
+        rows = records.read_jsonl(os.path.join(job["out"], "results.jsonl"))
+        summary = (job_summary(config, rows) if rows else
+                   records.read_json(os.path.join(job["out"], SUMMARY_FILE))
+                   or job_summary(config, []))
+        by_task = summary["tasks"]
+        complete = {t for t in tasks if by_task.get(t, {}).get("complete")}
+        scores = [by_task[t]["score"] if t in by_task else None for t in tasks]
+        table_rows.append({
+            "job": job, "summary": summary, "scores": scores, "complete": complete,
+            "average": sum(scores) / len(scores) if len(complete) == len(tasks) else None})
+        csv_rows += [{**{k: job[k] for k in ("pretrain_study", "variant", "step")},
+                      **by_task[t], "complete": t in complete,
+                      "medians_by_learning_rate": json.dumps(by_task[t][
+                          "medians_by_learning_rate"])} for t in tasks if t in by_task]
+        if "runs_expected" not in summary:  # a summary.json
+            summary["runs_expected"] = protocol(config).size([], config["tasks"])
+        job_records.append({**job, **{k: summary[k] for k in ("runs_done", "runs_expected",
+                                "wall_seconds", "timed_runs", "train_seconds")}})
+    if not any(row["summary"]["runs_done"] for row in table_rows):
+        raise StudyError(f"No fine-tuning result yet for study {config['study']!r}: run "
+                         f"python -m experiments.run finetune {' '.join(config['_flag'])}")
+    study, floor = config["study"], floors.majority_class(config)
+    header = _header(config, command) + [
+        ("score: median over seeds at the best learning rate of the task (x100); "
+         if config.get("selection_seed") is None else
+         f"score: median over seeds at the rate chosen with seed {config['selection_seed']} "
+         "(x100); ") + "Matthews (CoLA), Pearson (STS-B), accuracy (others)"]
+    return _write(
+        config["results_dir"], f"{study}_table.md",
+        _finetune_table(config, table_rows, command, floor),
+        csv=(f"{study}_glue.csv", ("pretrain_study", "variant", "step", "task", "score",
+                                   "best_learning_rate", "seeds", "seed_min", "seed_max",
+                                   "complete", "medians_by_learning_rate"), csv_rows, header),
+        config=(f"{study}_config.json", {
+            "command": command, "study_config": study_config.resolved(config),
+            "jobs": job_records, "majority_class": floor}))
+
+
+def _encoder(job):
+    """The table's name of a job's encoder; step 0 is the run's random initialization."""
+    name = (f"{job['pretrain_study']}/{job['variant']}" if job["pretrain_study"]
+            else job["variant"])
+    return f"{name}, random init" if job["step"] == 0 else name
+
+
+def _protocol_text(config):
+    rates, seeds = config["learning_rates"], config["seeds"]
+    settings = (f"settings {json.dumps(config['settings'])}"
+                + (f", by task {json.dumps(config['task_settings'])}"
+                   if config.get("task_settings") else ""))
+    metrics = prose("finetune", "metrics")
+    if config.get("selection_seed") is None:
+        return prose("finetune", "grid", rates=rates, seeds=seeds, settings=settings,
+                     metrics=metrics)
+    edges = config.get("edge_learning_rates", [])
+    return prose("finetune", "selection", selection_seed=config["selection_seed"], rates=rates,
+                 edges=prose("finetune", "edges", edges=edges) if edges else "", seeds=seeds,
+                 count=len(seeds), settings=settings, metrics=metrics)
+
+
+def _finetune_table(config, table_rows, command, floor):
+    tasks = config["tasks"]
+    rates = list(config["learning_rates"]) + list(config.get("edge_learning_rates", []))
+    extra = [(task, metric) for task, metrics in _ceiling_metrics(config).items()
+             for metric in metrics]
+    names = ([TASK_NAMES.get(t, t) for t in tasks]
+             + [f"{TASK_NAMES.get(t, t)} {METRIC_NAMES.get(m, m)}" for t, m in extra])
+    rows = []
+    for row in table_rows:
+        job, average, summary = row["job"], row["average"], row["summary"]
+        done, wall, timed = summary["runs_done"], summary["wall_seconds"], summary["timed_runs"]
+        cells = []
+        for task in tasks:
+            task_summary = summary["tasks"].get(task)
+            if task_summary is None:
+                cells.append("–")
+                continue
+            exact, best = task_summary.get("exact_match"), task_summary["best_learning_rate"]
+            edge = ("↑" if best == max(rates) else "↓" if best == min(rates) else ""
+                    ) if len(rates) > 1 else ""  # the best rate at the grid's edge
+            cells.append(f"{task_summary['score']:.2f}"
+                         + ("" if exact is None else f" ({exact:.2f})") + edge
+                         + ("" if task in row["complete"] else "*"))
+        for task, metric in extra:
+            value = summary["tasks"].get(task, {}).get("metrics", {}).get(metric)
+            cells.append("–" if value is None else f"{value:.2f}"
+                         + ("" if task in row["complete"] else "*"))
+        rows.append([_encoder(job), str(job["step"]), *cells,
+                     "–" if average is None else f"**{average:.2f}**",
+                     f"{done}/{summary['runs_expected']}", records.format_seconds(wall)
+                     + ("" if wall is None or timed >= done else f" ({timed} of {done} runs)")])
+    if not is_squad(config):
+        values = [floor[t] for t in tasks] + [floors.majority_class(config, task, metric)
+                                              for task, metric in extra]
+        rows.append(["*majority class*", "–",
+                     *("(0)" if value is None else f"{value:.2f}" for value in values),
+                     f"{sum(floor[t] or 0.0 for t in tasks) / len(tasks):.2f}", "–", "–"])
+    if config.get("ceiling"):
+        rows.append(_ceiling_row(config, extra))
+    seed_rows = [[_encoder(row["job"]), str(row["job"]["step"]), *(
+        "–" if t not in by_task else f"{by_task[t]['seed_min']:.1f}–{by_task[t]['seed_max']:.1f}"
+        + ("" if t in row["complete"] else "*") for t in tasks)]
+        for row in table_rows if row["summary"]["runs_done"]
+        for by_task in [row["summary"]["tasks"]]]
+    return prose(
+        "finetune", "table", command=command, description=_paragraph(config.get("description")),
+        title=prose("finetune", "squad" if is_squad(config) else "glue", study=config["study"],
+                    squad_file=config.get("squad_file")),
+        protocol=_protocol_text(config), seeds=len(config["seeds"]),
+        table=_table(["encoder", "step", *names, "average", "runs", "time"],
+                     "lr" + "r" * len(names) + "rrr", rows),
+        seed_table=_table(["encoder", "step", *(TASK_NAMES.get(t, t) for t in tasks)],
+                          "lr" + "r" * len(tasks), seed_rows),
+        spread=_paragraph(_seed_spread(config, table_rows)),
+        random_init=_paragraph(any(row["job"]["step"] == 0 for row in table_rows)
+                               and prose("finetune", "random_init")),
+        majority=_paragraph(not is_squad(config) and prose("finetune", "majority")),
+        ceiling=_paragraph(config.get("ceiling") and prose(
+            "finetune", "ceiling", name=config["ceiling"]["name"]))) + "\n"
+
+
+def _seed_spread(config, table_rows):
+    """The table across pre-training seeds: for a variant fine-tuned from the same step of
+    studies with different seeds (a study and its replicates), each task's score per
+    pre-training seed, and the gaps between variants against that spread ("" without two
+    seeds)."""
+    seeds = {p["study"]: p["settings"]["seed"]
+             for p in study_config.related_configs(config, "pretrain_configs")}
+    groups = {}  # (variant, step) -> {pre-training seed: row}
+    for row in table_rows:
+        job = row["job"]
+        if row["average"] is not None:  # every task complete
+            groups.setdefault((job["variant"], job["step"]), {})[
+                seeds[job["pretrain_study"]]] = row
+    groups = {key: rows for key, rows in groups.items() if len(rows) > 1}
+    if not groups:
+        return ""
+    names = [TASK_NAMES.get(t, t) for t in config["tasks"]] + ["average"]
+
+    def scores(row):
+        return list(row["scores"]) + [row["average"]]
+
+    rows = []
+    for (variant, step), by_seed in groups.items():
+        columns = list(zip(*(scores(by_seed[seed]) for seed in sorted(by_seed))))
+        rows.append([_encoder({"pretrain_study": None, "variant": variant, "step": step}),
+                     str(step), ", ".join(str(seed) for seed in sorted(by_seed)),
+                     *(f"{min(c):.2f}–{max(c):.2f} ({np.mean(c):.2f})" for c in columns)])
+    gaps = []
+    for a, b in [(a, b) for a in groups for b in groups
+                 if a < b and a[1] == b[1] and set(groups[a]) == set(groups[b])]:
+        cells = []
+        for column in range(len(names)):
+            by_seed = [(scores(groups[a][s])[column], scores(groups[b][s])[column])
+                       for s in sorted(groups[a])]
+            diffs = [x - y for x, y in by_seed]
+            spread = max(max(v) - min(v) for v in zip(*by_seed))
+            cells.append(f"{np.mean(diffs):+.2f}"
+                         + (" !" if records.beyond_seed_spread(diffs, spread) else ""))
+        gaps.append([f"{a[0]} − {b[0]}", str(a[1]), *cells])
+    return prose(
+        "finetune", "spread",
+        table=_table(["variant", "step", "pre-training seeds", *names],
+                     "lrl" + "r" * len(names), rows),
+        gaps=_paragraph(gaps and prose("finetune", "spread_gaps", table=_table(
+            ["pair", "step", *names], "lr" + "r" * len(names), gaps))))
+
+
+def _ceiling_row(config, extra):
+    from keras_tupe.metrics import glue_score_metric
+
+    scores = config["ceiling"]["scores"]
+
+    def value(task, metric=None):
+        given = scores.get(task)
+        if isinstance(given, dict):
+            return given.get(metric or glue_score_metric(task))
+        return given if metric is None else None
+
+    cells = [value(t) for t in config["tasks"]] + [value(t, m) for t, m in extra]
+    main = cells[:len(config["tasks"])]
+    return ["*ceiling*", "–", *("–" if c is None else f"{c:.1f}" for c in cells),
+            "–" if None in main else f"{sum(main) / len(main):.2f}", "–", "–"]
+
+
+# === A length study's pages ===
+
+def masking(settings):
+    """The masking rates of a pre-training study's `settings`."""
+    return {k: settings.get(k, default) for k, default in (
+        ("mask_rate", 0.15), ("mask_token_rate", 0.8), ("random_token_rate", 0.1))}
+
+
+def length_plan(config, only_variants=None):
+    """Every checkpoint the length study evaluates, with what its evaluation needs."""
+    jobs = []
+    for pretrain, variant, step, path in study_config.checkpoints(config, only_variants):
+        settings = pretrain["settings"]
+        jobs.append({
+            "pretrain_study": pretrain["study"], "variant": variant.name,
+            "preset": variant.preset, "overrides": variant.overrides, "step": step,
+            "final": step == settings["steps"],
+            "model": path, "vocab": os.path.join(variant.run_dir, "vocab.txt"),
+            "lowercase": pretrain["vocabulary"]["lowercase"],
+            "trained_seq_len": settings["seq_len"],
+            "tokens_per_step": settings["batch_size"] * settings["seq_len"],
+            "pretrain_record": records.record_dir(pretrain, variant.name),
+            "masking": masking(settings),
+        })
+    if not jobs:
+        raise StudyError(f"{config['_path']}: nothing to evaluate with these filters.")
+    return jobs
+
+
+def length_results(config):
+    """The length study's record: one (checkpoint, length) a line."""
+    return os.path.join(records.record_dir(config), "results.jsonl")
+
+
+def length_key(row):
+    return (row["pretrain_study"], row["variant"], row["step"], row["length"])
+
+
+def length_pages(config, command):
+    """Writes the length study's CSV, plot, table and config record; returns their paths."""
+    by_key = {length_key(row): row for row in records.read_jsonl(length_results(config))}
+    jobs = length_plan(config)
+    if any(length_key({**UNIGRAM, "length": n}) in by_key for n in config["lengths"]):
+        jobs.append({**UNIGRAM, "trained_seq_len": None})
+    results = {id(job): [by_key.get(length_key({**job, "length": n})) for n in config["lengths"]]
+               for job in jobs}
+    rows = [row for job in jobs for row in results[id(job)] if row]
+    if not rows:
+        raise StudyError(f"No result yet for study {config['study']!r}: run "
+                         f"python -m experiments.run length {' '.join(config['_flag'])}")
+    study = config["study"]
+    header = _header(config, command) + [
+        f"text: the first {config['batches']} x {config['tokens_per_batch']} tokens of "
+        f"{config['valid_corpus']}, masking seed {config['seed']}"]
+    columns = ("pretrain_study", "variant", "preset", "step", "trained_seq_len", "length",
+               "batch_size", "batches", "masked_tokens", "loss", "accuracy", "seconds", "note")
+    return _write(
+        config["results_dir"], f"{study}_table.md",
+        _length_table(config, jobs, results, command),
+        csv=(f"{study}_loss.csv", columns, rows, header),
+        png=(f"{study}_loss.png", lambda path: _length_plot(config, jobs, results, path)),
+        config=(f"{study}_config.json", {
+            "command": command, "study_config": study_config.resolved(config),
+            "evaluated": jobs, "seconds": sum(r["seconds"] for r in rows)}))
+
+
+def _length_plot(config, jobs, results, path):
+    lengths = config["lengths"]
+
+    def draw(axis):
+        drawn = 0
+        for job in jobs:
+            points = [(n, row["loss"]) for n, row in zip(lengths, results[id(job)])
+                      if row and row["loss"] is not None]
+            label = (f"{job['pretrain_study']}/{job['variant']}"
+                     + ("" if job["final"] else f"@{job['step']}"))
+            if points and job["pretrain_study"] == UNIGRAM["pretrain_study"]:
+                axis.plot(*zip(*points), "--", color="black", lw=1.2, label=label)
+            elif points:
+                axis.plot(*zip(*points), ms=3.5, lw=1.2, label=label,
+                          **records.line_style(drawn))
+                drawn += 1
+        axis.set_xscale("log", base=2)
+        axis.set_xticks(lengths, [str(n) for n in lengths])
+
+    trained = sorted({j["trained_seq_len"] for j in jobs} - {None})
+    return _figure(draw, path, "evaluation sequence length (pre-trained at "
+                   f"{', '.join(map(str, trained))})", fontsize=7)
+
+
+def _length_table(config, jobs, results, command):
+    lengths, rows = config["lengths"], []
+    for job in jobs:
+        speed = (records.median_tokens_per_second(records.read_metrics(job["pretrain_record"])[0])
+                 if "pretrain_record" in job else None)
+        cells, notes = [], []
+        for n, row in zip(lengths, results[id(job)]):
+            cells.append("–" if row is None else "n/a" if row["loss"] is None
+                         else f"{row['loss']:.3f}")
+            if row is not None and (row["loss"] is None or row["note"]):
+                notes.append(f"{n}: {row['note']}")
+        texts = {note.split(": ", 1)[1] for note in notes}
+        if len(notes) == len(lengths) and len(texts) == 1:  # one note for every length
+            notes = sorted(texts)
+        rows.append([f"{job['pretrain_study']}/{job['variant']}", job["preset"],
+                     str(job["step"]), *cells,
+                     f"{job['tokens_per_step'] / speed:.2f}" if speed else "–",
+                     "; ".join(notes)])
+    return prose(
+        "length", "length", study=config["study"], command=command,
+        description=_paragraph(config.get("description")), batches=config["batches"],
+        tokens=f"{config['tokens_per_batch']:,}", corpus=config["valid_corpus"],
+        tokens_per_batch=config["tokens_per_batch"], seed=config["seed"],
+        table=_table(["encoder", "preset", "step", *map(str, lengths), "pre-training s/step",
+                      "notes"], "llr" + "r" * len(lengths) + "rl", rows)) + "\n"
+
+
 # === Claims: the numbers results.md quotes that no other page prints ===
 
-CLAIMS = """Numbers `docs/results.md` quotes for the papers' claims that no report page prints.
-
-T2 (TUPE Table 2: TUPE-A at 30% of the pre-training steps matches BERT-A at 100%), read in
-masked-LM loss on the long runs (`long_v2_jax` and its seed replicates): for each seed, the
-first evaluation at which TUPE-A's validation loss is at or below the final validation loss
-of the BERT-A run of the same seed (same data order and masks), as a step, as a share of
-BERT-A's steps, as a share of BERT-A's training FLOPs (a TUPE-A step costs more:
-`benchmarks.encoders.variant_flops_per_token`), and as a share of BERT-A's measured wall
-time.
-
-The plateau control (issue 48 item 3): at the swept setting (peak LR 1e-3, 20% warm-up,
-2,000 steps), does a pre-LN BERT-A get below the unigram plateau (`PLATEAU_LOSS`) as TUPE-A
-does and post-LN BERT-A does not? For each run of `PLATEAU_RUNS` with a record: its first
-evaluation below `PLATEAU_LOSS`, and its loss at steps 1,000 and 2,000; written with its figure
-to `docs/results/plateau_control.{md,png}`.
-
-The two pipelines: TUPE-A seed 0 trained on the CPU (TensorFlow and tf.data, `long_v2`)
-against the band of the three GPU seeds (JAX and token-id shards: another data order and
-other masks), at the evaluations all four logged: how often it lies above and below the band,
-and from step `PIPELINE_FROM` on (past the 3,200-step warm-up) how often it lies above the
-band's mean and by how much.
-"""
 # The long runs on the corrected initialization: the base study's seed replicates, whose
 # `references` name the base (`seed_groups` puts the three together).
 T2_REPLICATES = ("long_v2_jax_seed1", "long_v2_jax_seed2")
@@ -782,10 +1126,9 @@ def reach_final_loss(fast_folder, slow_folder, fast_step_flops=1.0, slow_step_fl
     result = {"slow_steps": slow_steps, "slow_final": slow_final, "step": step,
               "step_share": None, "flop_share": None, "time_share": None}
     if step is not None:
-        fast_seconds_per_step = fast_wall / fast[-1]["step"]
         result.update(step_share=step / slow_steps,
                       flop_share=step * fast_step_flops / (slow_steps * slow_step_flops),
-                      time_share=step * fast_seconds_per_step / slow_wall)
+                      time_share=step * (fast_wall / fast[-1]["step"]) / slow_wall)
     return result
 
 
@@ -823,25 +1166,11 @@ def t2_table(rows, fast=T2_FAST, slow=T2_SLOW):
     def share(value):
         return "–" if value is None else f"{100 * value:.2f}%"
 
-    lines = [f"T2 in loss: the first evaluation at which {fast} reaches the final validation "
-             f"loss of {slow} of the same seed",
-             "",
-             f"| study | seed | {slow} final (step) | {fast} step | share of steps | "
-             "share of FLOPs | share of wall time |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for row in rows:
-        step = "never" if row["step"] is None else f"{row['step']:,}"
-        lines.append(f"| {row['study']} | {row['seed']} | {row['slow_final']:.3f} "
-                     f"({row['slow_steps']:,}) | {step} | {share(row['step_share'])} | "
-                     f"{share(row['flop_share'])} | {share(row['time_share'])} |")
-    ratios = sorted({f"{row['flop_ratio']:.4f}" for row in rows})
-    lines += ["",
-              f"FLOPs: a {fast} training step costs {' / '.join(ratios)} x a {slow} step "
-              "(benchmarks.encoders.variant_flops_per_token: the encoder, 3 x forward; "
-              "embeddings and the masked-LM head, alike in both, are not counted). Wall "
-              "time: each run's whole recorded time over its steps. A step is a logged "
-              "evaluation, so the crossing lies within one evaluation interval before it."]
-    return "\n".join(lines)
+    return prose("claims", "t2", fast=fast, slow=slow, rows=_lines(
+        [row["study"], str(row["seed"]), f"{row['slow_final']:.3f} ({row['slow_steps']:,})",
+         "never" if row["step"] is None else f"{row['step']:,}", share(row["step_share"]),
+         share(row["flop_share"]), share(row["time_share"])] for row in rows),
+        ratios=" / ".join(sorted({f"{row['flop_ratio']:.4f}" for row in rows})))
 
 
 def plateau_rows(results_dir, runs=PLATEAU_RUNS, loss=PLATEAU_LOSS):
@@ -866,27 +1195,25 @@ def plateau_rows(results_dir, runs=PLATEAU_RUNS, loss=PLATEAU_LOSS):
 
 def plateau_page(rows, results_dir, loss=PLATEAU_LOSS):
     """Writes `plateau_control.md` and `.png` into `results_dir`; returns their paths."""
-    lines = [f"# The plateau control: which runs get below {loss} within 2,000 steps", "",
-             "Peak LR 1e-3, 20% warm-up, 2,000 steps of 32 x 128 tokens (the sweep's setting); "
-             f"records in `records/<study>/<variant>/`. Made by `python -m experiments.claims`.",
-             "", f"| run | study | status | first step below {loss} | loss at 1,000 | "
-             "loss at 2,000 |", "| --- | --- | --- | ---: | ---: | ---: |"]
-    for row in rows:
-        below = "never" if row["below"] is None else f"{row['below']:,}"
-        if row["below"] is None and row["last_step"] < 2000:
-            below = f"not by {row['last_step']:,}"
-        lines.append(f"| {row['label']} | {row['study']} | {row['status']} | {below} | "
-                     f"{_loss(row['at_1000'])} | {_loss(row['at_2000'])} |")
-    page = records.write_text(os.path.join(results_dir, f"{PLATEAU_PAGE}.md"),
-                              "\n".join(lines) + "\n")
-    figure, axis = records.pyplot().subplots(figsize=(7, 4.5))
-    for index, row in enumerate(rows):
-        style = records.line_style(index)
-        if "old init." in row["label"]:
-            style.update(linestyle=":")
-        axis.plot(*zip(*row["curve"]), ms=2.5, lw=1.3, label=row["label"], **style)
-    axis.axhline(loss, color="grey", lw=0.8, linestyle="--")
-    return page, _finish(figure, axis, os.path.join(results_dir, f"{PLATEAU_PAGE}.png"),
+    def below(row):
+        if row["below"] is not None:
+            return f"{row['below']:,}"
+        return "never" if row["last_step"] >= 2000 else f"not by {row['last_step']:,}"
+
+    page = records.write_text(os.path.join(results_dir, f"{PLATEAU_PAGE}.md"), prose(
+        "claims", "plateau", loss=loss, rows=_lines(
+            [row["label"], row["study"], row["status"], below(row), _loss(row["at_1000"]),
+             _loss(row["at_2000"])] for row in rows)) + "\n")
+
+    def draw(axis):
+        for index, row in enumerate(rows):
+            style = records.line_style(index)
+            if "old init." in row["label"]:
+                style.update(linestyle=":")
+            axis.plot(*zip(*row["curve"]), ms=2.5, lw=1.3, label=row["label"], **style)
+        axis.axhline(loss, color="grey", lw=0.8, linestyle="--")
+
+    return page, _figure(draw, os.path.join(results_dir, f"{PLATEAU_PAGE}.png"),
                          "pre-training step (x 4,096 tokens)",
                          f"Pre-LN against post-LN: who leaves the plateau (dashed: {loss})")
 
@@ -918,25 +1245,22 @@ def band_position(results_dir, run=PIPELINE_RUN, band=PIPELINE_BAND, from_step=P
 
 def band_text(result, run=PIPELINE_RUN, band=PIPELINE_BAND, from_step=PIPELINE_FROM):
     """`band_position`'s result in words."""
-    members = ", ".join("/".join(member) for member in band)
-    lines = [f"The two pipelines: {'/'.join(run)} against the band of {members}",
-             "",
-             f"- at the {result['evaluations']} evaluations all of them logged: above the band "
-             f"at {result['above']}, below it at {result['below']}"]
-    if result["late"]:
-        lines.append(
-            f"- from step {from_step:,} ({result['late']} evaluations): above the band's mean "
-            f"at {result['late_above_mean']}; the difference from the mean "
-            f"{result['late_mean']:+.3f} on average ({result['late_min']:+.3f} to "
-            f"{result['late_max']:+.3f})")
-    return "\n".join(lines)
+    late = result["late"] and "\n" + prose(
+        "claims", "band_late", from_step=f"{from_step:,}", late=result["late"],
+        late_above_mean=result["late_above_mean"], **{
+            k: f"{result[k]:+.3f}" for k in ("late_mean", "late_min", "late_max")})
+    return prose("claims", "band", run="/".join(run),
+                 members=", ".join("/".join(member) for member in band),
+                 evaluations=result["evaluations"], above=result["above"],
+                 below=result["below"], late=late or "")
 
 
 def claims(argv=None):
     """`python -m experiments.claims [--out DIR]`: prints T2's table and the two pipelines'
     comparison, writes the plateau page (into `--out`, default the records' results
     folder)."""
-    parser = argparse.ArgumentParser(prog="python -m experiments.claims", description=CLAIMS,
+    parser = argparse.ArgumentParser(prog="python -m experiments.claims",
+                                     description=prose("claims", "help") + "\n",
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", help="where the plateau page goes (default: the results "
                                       "folder of the records, docs/results)")
@@ -958,6 +1282,12 @@ def report_command(config):
     return records.command_line(["report", *config["_flag"]])
 
 
+def study_pages(config, command):
+    """Writes one study's own pages; returns `{what: path}`."""
+    return {"pretrain": pretrain_pages, "finetune": finetune_pages,
+            "length": length_pages}[config["kind"]](config, command)
+
+
 def report(reference=None):
     """Writes, from the records alone, the pages of the study `reference` (a name or a
     `.json` file; default: every study of `experiments/studies.json` that has records, and
@@ -976,10 +1306,8 @@ def report(reference=None):
     def recorded(config):  # a fine-tuning study that has only pinned its settings: not yet
         folder = records.record_dir(config)
         return any(glob.glob(os.path.join(folder, "**", name), recursive=True)
-                   for name in (RECORD, "results.jsonl", finetune_study.SUMMARY_FILE))
+                   for name in (RECORD, "results.jsonl", SUMMARY_FILE))
 
-    writers = {"pretrain": study_pages, "finetune": finetune_study.report,
-               "length": length_study.report}
     paths = {}
 
     def add(prefix, pages):
@@ -987,7 +1315,7 @@ def report(reference=None):
 
     for config in named:
         if reference or recorded(config):
-            add(config["study"], writers[config["kind"]](config, report_command(config)))
+            add(config["study"], study_pages(config, report_command(config)))
     chosen = {c["study"] for c in named}
     command = records.command_line(["report"])
     groups = seed_groups(every)

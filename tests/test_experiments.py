@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from experiments import config as study_config
-from experiments import finetune_study, length_study, pretrain_study, records
+from experiments import finetune_study, floors, length_study, pretrain_study, records
 from experiments import report as report_module
 from experiments import run as run_module
 from experiments.run import main
@@ -78,8 +78,8 @@ def study(tmp_path_factory):
     for name in ("pretrain", "relative"):
         assert main(["pretrain", "--config", paths[name], "--verbose", "0"]) == 0
     # The floors the fine-tuning tables read, as `python -m experiments.floors` makes them.
-    finetune_study.record_floors([{"results_dir": results, "tasks": ["mrpc", "rte"],
-                                   "data_dir": str(GLUE)}])
+    floors.record_floors([{"results_dir": results, "tasks": ["mrpc", "rte"],
+                           "data_dir": str(GLUE)}])
     return {"root": root, "runs": Path(runs), "results": Path(results), "configs": paths}
 
 
@@ -212,7 +212,7 @@ def test_the_full_report_passes_over_a_finetuning_study_that_has_only_pinned_its
     with pytest.raises(study_config.StudyError, match="No fine-tuning result yet"):  # empty)
         report_module.report()
     (pinned / "results.jsonl").unlink()  # the older studies' summary file counts as a result
-    (pinned / finetune_study.SUMMARY_FILE).write_text("{}")  # (`finetune`, `_intermediate`)
+    (pinned / report_module.SUMMARY_FILE).write_text("{}")  # (`finetune`, `_intermediate`)
     with pytest.raises(study_config.StudyError, match="No fine-tuning result yet"):
         report_module.report()
 
@@ -593,10 +593,10 @@ def test_finetune_study_records_its_runs_and_pins_its_settings(study, tmp_path, 
     copy = _copy_study(study, tmp_path / "copy")
     config = copy["configs"]["finetune"]
     # Without the floors record: `finetune`, which reads the data, writes RTE's.
-    (copy["results"] / "records" / finetune_study.FLOORS_RECORD).unlink()
+    (copy["results"] / "records" / floors.FLOORS_RECORD).unlink()
     assert main(["finetune", "--config", config]) == 0
-    floors = json.loads((copy["results"] / "records" / finetune_study.FLOORS_RECORD).read_text())
-    assert list(floors["tasks"]) == ["rte"]
+    written = json.loads((copy["results"] / "records" / floors.FLOORS_RECORD).read_text())
+    assert list(written["tasks"]) == ["rte"]
     jobs = copy["results"] / "records" / "finetune" / "pretrain" / "bert_a"
     for step in ("step_0000002", "step_0000004"):
         [row] = records.read_jsonl(str(jobs / step / "results.jsonl"))
@@ -670,7 +670,7 @@ def test_the_table_is_the_median_at_the_best_rate_of_complete_grids(study, tmp_p
     assert json.loads(row["medians_by_learning_rate"]) == pytest.approx(
         {"5e-05": 65.0, "0.0001": 60.0})
     # A job fine-tuned before each run was recorded keeps its summary instead.
-    summary = finetune_study.job_summary(study_config.load_config(str(path)),
+    summary = report_module.job_summary(study_config.load_config(str(path)),
                                          records.read_jsonl(str(job / "results.jsonl")))
     (job / "results.jsonl").unlink()
     records.write_json(str(job / "summary.json"), summary)
@@ -748,8 +748,8 @@ def _glue_unreadable(*args, **kwargs):
 def test_the_majority_class_floor_is_the_best_constant_answer_on_dev(tmp_path, monkeypatch):
     config = {"tasks": ["cola", "mrpc", "stsb"], "data_dir": str(GLUE),
               "results_dir": str(tmp_path)}
-    [path] = finetune_study.record_floors([config])
-    assert path == str(tmp_path / "records" / finetune_study.FLOORS_RECORD)
+    [path] = floors.record_floors([config])
+    assert path == str(tmp_path / "records" / floors.FLOORS_RECORD)
     labels = glue.load_glue("mrpc", "validation", str(GLUE)).labels
     positive = np.mean(labels == 1)
     record = json.loads(Path(path).read_text())
@@ -757,17 +757,17 @@ def test_the_majority_class_floor_is_the_best_constant_answer_on_dev(tmp_path, m
     assert record["tasks"]["mrpc"]["dev_labels"] == {"validation": np.bincount(labels).tolist()}
     # From here on the GLUE data cannot be read: the floors come from the record alone.
     monkeypatch.setattr(glue, "load_glue", _glue_unreadable)
-    scores = finetune_study.majority_class(config)
+    scores = floors.majority_class(config)
     assert 50 < scores["mrpc"] == 100 * max(positive, 1 - positive)
     # A constant answer has Matthews correlation 0, and no correlation at all for STS-B.
     assert scores["cola"] == 0.0 and scores["stsb"] is None
     # MRPC's F1 of always answering "paraphrase": 2p / (1 + p).
-    assert finetune_study.majority_class(config, "mrpc", "f1") == pytest.approx(
+    assert floors.majority_class(config, "mrpc", "f1") == pytest.approx(
         100 * 2 * positive / (1 + positive))
-    assert finetune_study.record_floors([config], missing_only=True) == [path]  # nothing read
+    assert floors.record_floors([config], missing_only=True) == [path]  # nothing read
     with pytest.raises(study_config.StudyError,
                        match=r"holds no majority-class floor of rte: .*python -m experiments"):
-        finetune_study.majority_class({**config, "tasks": ["rte"]})
+        floors.majority_class({**config, "tasks": ["rte"]})
 
 
 def test_a_finetune_table_is_made_from_the_records_without_the_glue_data(tmp_path,
@@ -778,18 +778,18 @@ def test_a_finetune_table_is_made_from_the_records_without_the_glue_data(tmp_pat
     committed = REPO / "docs" / "results"
     results = tmp_path / "checkout" / "docs" / "results"
     shutil.copytree(committed / "records" / "finetune", results / "records" / "finetune")
-    shutil.copy(committed / "records" / finetune_study.FLOORS_RECORD, results / "records")
+    shutil.copy(committed / "records" / floors.FLOORS_RECORD, results / "records")
     config = study_config.load_config("finetune")
     monkeypatch.chdir(tmp_path / "checkout")
     assert not os.path.exists(config["data_dir"])
     monkeypatch.setattr(glue, "load_glue", _glue_unreadable)
-    finetune_study.report({**config, "results_dir": str(results)},
+    report_module.finetune_pages({**config, "results_dir": str(results)},
                           report_module.report_command(config))
     for page in ("finetune_table.md", "finetune_glue.csv"):
         assert (results / page).read_bytes() == (committed / page).read_bytes()
-    floors = [json.loads((folder / "finetune_config.json").read_text())["majority_class"]
-              for folder in (results, committed)]
-    assert floors[0] == floors[1] and floors[0]["mrpc"] > 50
+    both = [json.loads((folder / "finetune_config.json").read_text())["majority_class"]
+            for folder in (results, committed)]
+    assert both[0] == both[1] and both[0]["mrpc"] > 50
 
 
 def test_finetune_report_judges_variants_against_the_pretraining_seed_spread(study, tmp_path):
