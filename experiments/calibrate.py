@@ -1,14 +1,5 @@
-"""Stage S0: what the card does, measured first, so that the stages plan from it.
-
-Pre-training steps/s at 1, 3 and 6 processes at once (scratch runs of the stage's study
-for a few blocks, sharing one compilation cache), fine-tuning steps/s and compile time
-per task (two seeds a task from the first run's step-0 checkpoint: the first compiles, the
-second finds the cache), that the gradients of the positional terms are equal between the
-fused and the einsum attention (`tests/test_fused_gradients.py`), and the headline rows of
-the GPU benchmark. `experiments.stage.calibration_jobs` runs them; `summarize` turns what
-came back into `calibration.json`: the `pace` that `experiments.stage.estimate` reads, and
-the plan it gives.
-"""
+"""Stage S0's summary: what the card measured (experiments/README.md, "The GPU stages"), as
+the `pace` that `experiments.stage.estimate` reads and S1's plan at that pace."""
 
 import glob
 import json
@@ -26,8 +17,7 @@ def summarize(work):
     stage = records.read_json(os.path.join(work, "logs", "stage.json"), {})
     seconds = {p["run"]: p.get("seconds") for p in stage.get("processes", [])}
     rounds = {}
-    for path in sorted(glob.glob(os.path.join(folder, "pace_*.json"))):
-        config = load_config(path)
+    for config in map(load_config, sorted(glob.glob(os.path.join(folder, "pace_*.json")))):
         tokens = config["settings"]["batch_size"] * config["settings"]["seq_len"]
         rates = [rows[-1]["tokens_per_second"] / tokens for rows, _ in (
             records.read_metrics(os.path.join(config["runs_dir"], config["study"], name))
@@ -39,13 +29,12 @@ def summarize(work):
                                        "*", "results.jsonl")):
         if len(records.read_jsonl(path)) < 2:
             continue  # its process did not finish both runs: no pace from it
-        cold, warm = records.read_jsonl(path)[:2]
+        cold, warm = records.read_jsonl(path)[:2]  # the second finds the compilation cache
         steps = -(-warm["train_examples"] // records.read_json(path.replace(
             "results.jsonl", "finetune_settings.json"))["settings"]["batch_size"])
         tasks[warm["task"]] = {"steps": steps, "warm_seconds": warm["train_seconds"],
                                "compile_seconds": cold["train_seconds"] - warm["train_seconds"],
                                "process_seconds": seconds.get(f"finetune {warm['task']}")}
-    report = records.read_json(os.path.join(work, "logs", "benchmark", "benchmark.json"), {})
     pace = {k: v for k, v in gpu_pace().items() if k not in ("basis", "calibrated")}
     pace.update(pretrain_step_seconds=best / rounds[best]["total"], at_once=best,
                 install_seconds=stage.get("install_seconds", 0))
@@ -54,21 +43,16 @@ def summarize(work):
                                               for t in tasks.values()),
                     finetune_start_seconds=max(t["process_seconds"] - t["warm_seconds"] * 2
                                                for t in tasks.values()))
-    if report.get("rows"):  # training rows; an inference row at the estimate's ratio
-        row = seconds["benchmark"] / len(report["rows"])
-        pace["benchmark_row_seconds"] = {"train": row, "infer": row * 25 / 60}
     spec = stage_spec("S1")  # its plan at this pace; at --tiny, with the tiny configs
-    tiny = os.path.exists(os.path.join(work, "pretrain.json"))
     try:
-        plan = estimate("S1", spec, {**pace, "basis": "this calibration"},
-                        stage_configs(spec, tiny, work))
+        plan = estimate("S1", spec, {**pace, "basis": "this calibration"}, stage_configs(
+            spec, os.path.exists(os.path.join(work, "pretrain.json")), work))
     except StudyError as error:
         plan = [str(error)]
     records.write_json(os.path.join(work, "logs", "calibration.json"), {
         "pace": pace, "plan": plan, "pretrain_rounds": rounds, "finetune_tasks": tasks,
         "gradients_exit": next((p["exit"] for p in stage.get("processes", [])
-                                if p["run"] == "gradients"), None),
-        "benchmark_rows": report.get("rows", []), "card": stage.get("card")})
+                                if p["run"] == "gradients"), None), "card": stage.get("card")})
     print(json.dumps(pace, indent=2), *plan, sep="\n")
 
 

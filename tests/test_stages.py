@@ -511,7 +511,7 @@ def test_a_later_call_fine_tunes_the_encoders_brought_home_without_pre_training(
                    capture_output=True)
     record = {"processes": []}
     jobs = {label: ready for label, _, ready in stage._jobs(
-        "S1", spec, pretrain, then, stage.PHASES, True, work, str(tmp_path / "out"), record,
+        spec, pretrain, then, True, work, str(tmp_path / "out"), record,
         str(carried))}
     assert "pretrain bert_a" not in jobs and "pretrain tupe_a" in jobs
     assert jobs["finetune bert_a step 50"]()  # its encoder is laid out: ready at once
@@ -556,7 +556,7 @@ def test_prepare_carries_the_encoders_compressed_checked_against_their_record(tm
     xz.parent.mkdir(parents=True)
     xz.write_bytes(lzma.compress((home / stage.ENCODERS / name).read_bytes()))
     jobs = {label: ready for label, _, ready in stage._jobs(
-        "S1", spec, pretrain, then, stage.PHASES, True, str(tmp_path / "work"),
+        spec, pretrain, then, True, str(tmp_path / "work"),
         str(tmp_path / "out"), {"processes": []}, str(tmp_path / "carried"))}
     assert "pretrain bert_a" not in jobs and jobs["finetune bert_a step 50"]()
     assert "encoder bert_a step 50" not in jobs and "encoder tupe_a step 50" in jobs
