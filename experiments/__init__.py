@@ -6,8 +6,8 @@
 `experiments/README.md` lists the commands, the committed record of each run and how to
 resume. Modules: `config` (the studies and the exact `PretrainConfig` of every
 variant), `pretrain_study`, `finetune_study`, `length_study` (each runs its kind of study
-and records it; the last two also write its pages), `report` (every page of
-`docs/results/` from the records: a pre-training study's, the seed replicates', the
-comparisons', the claims'), `maps` (positional maps), `records`
-(record folders, file and plot helpers), `run` (the command line), `claims` (an alias).
+and records it), `report` (every page of `docs/results/` from the records, its prose in
+`templates/`), `floors` (the GLUE majority-class floors), `maps` (positional maps),
+`records` (record folders, file and plot helpers), `run` (the command line), `claims` (an
+alias).
 """

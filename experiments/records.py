@@ -1,4 +1,4 @@
-"""Where a run's committed record lives, and the small file and plot helpers of the reports.
+"""Where a run's committed record lives, and the small file and plot helpers of the report.
 
 Every run keeps a small record under `<results_dir>/records/`, the path of its run folder
 under `<runs_dir>` (`records/<study>/<variant>/` of a pre-training run; `records/<study>/
@@ -58,7 +58,8 @@ def read_metrics(folder):
     by_step = {}
     wall, segment, previous = 0.0, 0.0, -1.0
     for row in read_csv_rows(path):
-        parsed = {key: parse_number(row.get(key)) for key in METRIC_COLUMNS}
+        parsed = {key: None if row.get(key) in (None, "") or math.isnan(float(row[key]))
+                  else float(row[key]) for key in METRIC_COLUMNS}
         if parsed["step"] is None:
             continue
         parsed["step"] = int(parsed["step"])
@@ -69,13 +70,6 @@ def read_metrics(folder):
         by_step[parsed["step"]] = parsed
     wall += max(segment, 0.0)
     return [by_step[step] for step in sorted(by_step)], wall
-
-
-def parse_number(text):
-    if text is None or text == "":
-        return None
-    value = float(text)
-    return None if math.isnan(value) else value
 
 
 def read_csv_rows(path):
@@ -131,16 +125,9 @@ def write_csv(path, columns, rows, comments=()):
     writer = csv.DictWriter(buffer, fieldnames=list(columns), extrasaction="ignore")
     writer.writeheader()
     for row in rows:
-        writer.writerow({k: _csv_value(row.get(k)) for k in columns})
+        writer.writerow({k: "" if row.get(k) is None else f"{row[k]:.6g}"
+                         if isinstance(row[k], float) else row[k] for k in columns})
     return write_text(path, buffer.getvalue())
-
-
-def _csv_value(value):
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    return value
 
 
 def write_json(path, payload):
@@ -154,13 +141,6 @@ def write_text(path, text):
         f.write(text)
     os.replace(path + ".tmp", path)
     return path
-
-
-def write_pages(out_dir, csv_name, columns, rows, header, png_name, draw, md_name, table):
-    """Writes a page's CSV, figure (`draw(path)`) and Markdown table; returns their paths."""
-    return {"csv": write_csv(os.path.join(out_dir, csv_name), columns, rows, header),
-            "png": draw(os.path.join(out_dir, png_name)),
-            "table": write_text(os.path.join(out_dir, md_name), table)}
 
 
 def beyond_seed_spread(diffs, spread):

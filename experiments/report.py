@@ -101,19 +101,13 @@ def _figure(draw, path, xlabel, title=None, tight=False, fontsize=8, size=(7, 4.
     return records.save_figure(figure, path)
 
 
-def _write(out_dir, name, table, csv=None, png=None, config=None):
-    """Writes a page's Markdown `table`, its CSV (`(columns, rows, header)`), figure
-    (`draw(path)`) and config record, each where given; returns their paths."""
-    paths = {}
-    if csv:
-        paths["csv"] = records.write_csv(os.path.join(out_dir, csv[0]), *csv[1:])
-    if png:
-        paths["png"] = png[1](os.path.join(out_dir, png[0]))
-    if table:
-        paths["table"] = records.write_text(os.path.join(out_dir, name), table)
-    if config:
-        paths["config"] = records.write_json(os.path.join(out_dir, config[0]), config[1])
-    return paths
+def _write(out_dir, **pages):
+    """Writes each page `kind=(file name, content...)` into `out_dir` by its ending (CSV:
+    columns, rows, comments; PNG: a function that draws it; Markdown; JSON); returns paths."""
+    writers = {".csv": records.write_csv, ".md": records.write_text,
+               ".json": records.write_json, ".png": lambda path, draw: draw(path)}
+    return {kind: writers[os.path.splitext(name)[1]](os.path.join(out_dir, name), *content)
+            for kind, (name, *content) in pages.items()}
 
 
 def _header(config, command):
@@ -123,12 +117,9 @@ def _header(config, command):
 # === Reading the pre-training records ===
 
 def read_runs(config):
-    """Every variant of a study with its record (`"not started"` without one).
-
-    Raises `StudyError`, naming the runs and fields, when a run was trained with other
-    settings than the config's (or than another run's), another vocabulary, or an encoder
-    other than its preset plus the allowed overrides.
-    """
+    """Every variant of a study with its record (`"not started"` without one); raises
+    `StudyError`, naming run and field, for a run trained with other settings than the
+    config's or another run's, another vocabulary, or another encoder than its preset's."""
     runs, problems, reference = [], [], None
     for variant in study_config.variants(config):
         folder = records.record_dir(config, variant.name)
@@ -179,12 +170,8 @@ def read_runs(config):
 
 
 def read_references(config, own_runs=None):
-    """The runs of other studies named by `references`, as `(study config, run)` pairs.
-
-    Raises `StudyError` when a reference study was trained with other settings than this
-    one (the seed aside), from another initialization than `own_runs` (this study's
-    `read_runs`), or lacks a named variant: its curves are drawn beside the study's own.
-    """
+    """The runs of other studies that `references` names, as `(study config, run)` pairs,
+    checked to be trained as this study's `own_runs` were (the seed aside)."""
     result = []
     mine = {run["record"].get("initialization") for run in (
         read_runs(config) if own_runs is None else own_runs) if run["record"]}
@@ -232,9 +219,8 @@ def evaluation_step(config, fraction):
 
 
 def fraction_steps(config):
-    """`{fraction: step}`, in order: the evaluation step nearest to each of `FRACTIONS`, and
-    each saved checkpoint's own fraction where an evaluation falls on it (the long runs' 30%,
-    TUPE's claim, is a column of their table)."""
+    """`{fraction: step}`: the evaluation step nearest to each of `FRACTIONS`, and each
+    saved checkpoint's own fraction where an evaluation falls on it (the long runs' 30%)."""
     settings = config["settings"]
     steps, every = settings["steps"], settings.get("eval_every", 1000)
     columns = {f: evaluation_step(config, f) for f in FRACTIONS}
@@ -268,55 +254,47 @@ def pretrain_pages(config, command):
         raise StudyError(f"No run of study {config['study']!r} has a record yet (looked in "
                          f"{records.record_dir(config)}). Pre-train first: "
                          f"python -m experiments.run pretrain {' '.join(config['_flag'])}")
-    out_dir, study = config["results_dir"], config["study"]
-    vocabulary = started[0]["record"]["vocabulary"]
+    study, vocabulary = config["study"], started[0]["record"]["vocabulary"]
     header = _header(config, command)
     rows = [{"variant": run["variant"].name, "preset": run["variant"].preset,
              "tokens": row["step"] * _tokens_per_step(config), **row}
             for run in started for row in run["rows"]]
-    paths = _write(
-        out_dir, f"{study}_table.md", _pretrain_table(config, runs, command, vocabulary,
-                                                      references),
+    # Per pair of runs, how their validation losses differ over the evaluations both logged
+    # (the numbers results.md quotes: "below at all 20 evaluations, by 0.02 to 0.08").
+    curves = [(run["variant"].name, validation_losses(run)) for run in started] + [
+        (_reference_label(config, other, run), validation_losses(run))
+        for other, run in references]
+    pairs = []
+    for (a, losses_a), (b, losses_b) in itertools.combinations(curves, 2):
+        steps = sorted(set(losses_a) & set(losses_b))
+        diffs = [losses_a[step] - losses_b[step] for step in steps]
+        if steps:
+            pairs.append({"a": a, "b": b, "evaluations": len(steps),
+                          "a_lower": sum(d < 0 for d in diffs), "diff_min": min(diffs),
+                          "diff_max": max(diffs), "final_step": steps[-1],
+                          "diff_final": diffs[-1]})
+    return _write(
+        config["results_dir"],
         csv=(f"{study}_loss.csv", ("variant", "preset", "step", "tokens")
              + records.METRIC_COLUMNS[1:], rows, header),
         png=(f"{study}_val_loss.png", lambda path: _pretrain_plot(config, started, path,
-                                                                  references)))
-    paths["pairs"] = records.write_csv(
-        os.path.join(out_dir, f"{study}_pairs.csv"), PAIR_COLUMNS,
-        pair_differences([(run["variant"].name, run) for run in started] + [
-            (_reference_label(config, other, run), run) for other, run in references]),
-        header + ["diff = val_loss(a) - val_loss(b) at the evaluations both logged; "
-                  "a_lower: how many of them a was below b"])
-    paths["config"] = records.write_json(os.path.join(out_dir, f"{study}_config.json"), {
-        "command": command, "study_config": study_config.resolved(config), "vocabulary": vocabulary,
-        "runs": {run["variant"].name: {
-            "preset": run["variant"].preset, "variant": run["variant"].variant,
-            "structural_overrides": run["variant"].overrides, "status": run["status"],
-            "wall_seconds": run["wall_seconds"], "record": run["folder"] if run["record"]
-            else None} for run in runs},
-        "references": [{"study": other["study"], "config": other["_path"],
-                        "variant": run["variant"].name, "seed": other["settings"]["seed"],
-                        "status": run["status"], "record": run["folder"]}
-                       for other, run in references]})
-    return paths
-
-
-def pair_differences(named_runs):
-    """Per pair of runs, how their validation losses differ over the shared evaluations (the
-    numbers results.md quotes: "below at all 20 evaluations, by 0.02 to 0.08")."""
-    curves = [(name, validation_losses(run)) for name, run in named_runs]
-    rows = []
-    for i, (a, losses_a) in enumerate(curves):
-        for b, losses_b in curves[i + 1:]:
-            steps = sorted(set(losses_a) & set(losses_b))
-            if not steps:
-                continue
-            diffs = [losses_a[step] - losses_b[step] for step in steps]
-            rows.append({"a": a, "b": b, "evaluations": len(steps),
-                         "a_lower": sum(d < 0 for d in diffs), "diff_min": min(diffs),
-                         "diff_max": max(diffs), "final_step": steps[-1],
-                         "diff_final": diffs[-1]})
-    return rows
+                                                                  references)),
+        table=(f"{study}_table.md", _pretrain_table(config, runs, command, vocabulary,
+                                                    references)),
+        pairs=(f"{study}_pairs.csv", PAIR_COLUMNS, pairs, header + [
+            "diff = val_loss(a) - val_loss(b) at the evaluations both logged; a_lower: how "
+            "many of them a was below b"]),
+        config=(f"{study}_config.json", {
+            "command": command, "study_config": study_config.resolved(config),
+            "vocabulary": vocabulary, "runs": {run["variant"].name: {
+                "preset": run["variant"].preset, "variant": run["variant"].variant,
+                "structural_overrides": run["variant"].overrides, "status": run["status"],
+                "wall_seconds": run["wall_seconds"],
+                "record": run["folder"] if run["record"] else None} for run in runs},
+            "references": [{"study": other["study"], "config": other["_path"],
+                            "variant": run["variant"].name, "seed": other["settings"]["seed"],
+                            "status": run["status"], "record": run["folder"]}
+                           for other, run in references]}))
 
 
 def _reference_label(config, other, run):
@@ -405,9 +383,8 @@ def seed_groups(configs):
 
 
 def _seed_summaries(configs, only=None):
-    """`(curves, summaries)` of replicates: `{variant: {seed: {step: val_loss}}}` and per
-    variant `{step: {seeds, mean, lowest, highest, by_seed_values}}` at the steps every seed
-    logged."""
+    """`(curves, summaries)` of replicates: `{variant: {seed: {step: val_loss}}}` and,
+    at the steps every seed logged, `{variant: {step: {seeds, mean, lowest, highest, ...}}}`."""
     studies, seeds = [c["study"] for c in configs], [c["settings"]["seed"] for c in configs]
     if len(set(seeds)) != len(seeds):
         raise StudyError(f"the studies {studies} must each have a seed of their own; their "
@@ -433,11 +410,8 @@ def _seed_summaries(configs, only=None):
 
 
 def seed_pages(configs, name, command, only=None):
-    """Writes `<name>_seeds.csv` (per variant and logged step: every seed's validation loss,
-    their mean, lowest and highest), `.png` (TUPE Figure 4a at small scale: the mean against
-    tokens, the seeds as a band) and `.md` (per variant the loss at `SEED_FRACTIONS`; the
-    gaps between variants against the spread across seeds; each variant at 30% and 50%
-    against the others at 100%, TUPE's claim); returns their paths."""
+    """Writes `<name>_seeds.csv`, `.png` (TUPE Figure 4a at small scale: the mean over the
+    seeds against tokens, the seeds as a band) and `.md`; returns their paths."""
     curves, summaries = _seed_summaries(configs, only)
     order = [v.name for v in study_config.variants(configs[0])]
     variants = sorted(curves, key=lambda v: order.index(v) if v in order else len(order))
@@ -451,16 +425,15 @@ def seed_pages(configs, name, command, only=None):
     header = [f"command: {command}", "studies (seed): " + "; ".join(
         f"{c['study']} ({c['settings']['seed']})" for c in configs)]
     return _write(
-        configs[0]["results_dir"], f"{name}_seeds.md",
-        _seed_table(configs, variants, curves, summaries, name, command),
-        csv=(f"{name}_seeds.csv", SEED_COLUMNS, rows, header),
-        png=(f"{name}_seeds.png", lambda path: _seed_plot(variants, summaries, configs, path)))
+        configs[0]["results_dir"], csv=(f"{name}_seeds.csv", SEED_COLUMNS, rows, header),
+        png=(f"{name}_seeds.png", lambda path: _seed_plot(variants, summaries, configs, path)),
+        table=(f"{name}_seeds.md", _seed_table(configs, variants, curves, summaries, name,
+                                               command)))
 
 
 def group_figure(groups, name, out_dir=None):
     """Draws seed groups (`[(label, [base config and replicates], variants)]`) in one
-    figure, `<out_dir>/<name>.png` (default: the first study's results folder): each variant
-    of each group as its mean and seed band."""
+    figure, `<out_dir>/<name>.png`: each variant of each group as its mean and seed band."""
     study_config.require_alike([configs[0] for _, configs, _ in groups], GROUP_FREE_SETTINGS,
                                f"seed groups in one figure differ only in "
                                f"{list(GROUP_FREE_SETTINGS)} and the initialization.")
@@ -565,18 +538,15 @@ def _describe(config, run=None, runs=None):
     """The study's overrides, and the run's initialization where the compared `runs` differ
     in it (their records name it)."""
     text = ", ".join(f"{k}={v}" for k, v in config.get("overrides", {}).items())
+    initialization = run and run["record"].get("initialization")
     if run and len({other["record"].get("initialization") for other in runs.values()}) > 1:
-        return (text or "base settings") + f"; initialization={run['record'].get('initialization')}"
+        return (text or "base settings") + f"; initialization={initialization}"
     return text or "base settings"
 
 
 def compare_pages(configs, name, command):
-    """Writes `<name>_compare.csv` (every logged evaluation of every run), `.png` (validation
-    loss against steps, one panel a variant, one colour a study) and `.md`: per study and
-    variant the median tokens/s and its ratio to the first study's, the validation loss at
-    the last step every compared run reached, its largest difference from the first study's
-    curve and that difference over the second half of the evaluations both logged; per
-    variant the study with the lowest loss there (the sweep's choice). Returns their paths."""
+    """Writes `<name>_compare.csv` (every logged evaluation of every run), `.png` (one
+    panel a variant, one colour a study) and `.md`; returns their paths."""
     if len(configs) < 2:
         raise StudyError(f"comparison {name!r} needs at least two studies.")
     studies = [c["study"] for c in configs]
@@ -597,10 +567,9 @@ def compare_pages(configs, name, command):
             for config in configs for variant in variants
             for row in runs.get((config["study"], variant), {"rows": []})["rows"]]
     return _write(
-        configs[0]["results_dir"], f"{name}_compare.md",
-        _compare_table(configs, variants, runs, name, command),
-        csv=(f"{name}_compare.csv", COMPARE_COLUMNS, rows, header),
-        png=(f"{name}_compare.png", lambda path: _compare_plot(configs, variants, runs, path)))
+        configs[0]["results_dir"], csv=(f"{name}_compare.csv", COMPARE_COLUMNS, rows, header),
+        png=(f"{name}_compare.png", lambda path: _compare_plot(configs, variants, runs, path)),
+        table=(f"{name}_compare.md", _compare_table(configs, variants, runs, name, command)))
 
 
 def _compare_table(configs, variants, runs, name, command):
@@ -729,10 +698,9 @@ def is_squad(config):
 
 
 def job_summary(config, rows):
-    """What the table shows of one checkpoint, from its `results.jsonl` rows: per task the
-    median over seeds at the best learning rate (with a selection seed, the rate it chose),
-    whether its protocol has run to the end, the medians of the ceiling's other metrics at
-    that rate and, for SQuAD, the median exact match there; the runs done and their time."""
+    """What the table shows of one checkpoint, from its `results.jsonl` rows: per task
+    `Protocol.summarize` and whether it is complete, the ceiling's other metrics and
+    SQuAD's exact match at the chosen rate; the runs done and their time."""
     chosen = protocol(config)
     rows = chosen.rows(rows, config["tasks"])
     tasks = {}
@@ -798,11 +766,10 @@ def finetune_pages(config, command):
          f"score: median over seeds at the rate chosen with seed {config['selection_seed']} "
          "(x100); ") + "Matthews (CoLA), Pearson (STS-B), accuracy (others)"]
     return _write(
-        config["results_dir"], f"{study}_table.md",
-        _finetune_table(config, table_rows, command, floor),
-        csv=(f"{study}_glue.csv", ("pretrain_study", "variant", "step", "task", "score",
-                                   "best_learning_rate", "seeds", "seed_min", "seed_max",
-                                   "complete", "medians_by_learning_rate"), csv_rows, header),
+        config["results_dir"], csv=(f"{study}_glue.csv", (
+            "pretrain_study", "variant", "step", "task", "score", "best_learning_rate", "seeds",
+            "seed_min", "seed_max", "complete", "medians_by_learning_rate"), csv_rows, header),
+        table=(f"{study}_table.md", _finetune_table(config, table_rows, command, floor)),
         config=(f"{study}_config.json", {
             "command": command, "study_config": study_config.resolved(config),
             "jobs": job_records, "majority_class": floor}))
@@ -815,22 +782,9 @@ def _encoder(job):
     return f"{name}, random init" if job["step"] == 0 else name
 
 
-def _protocol_text(config):
-    rates, seeds = config["learning_rates"], config["seeds"]
-    settings = (f"settings {json.dumps(config['settings'])}"
-                + (f", by task {json.dumps(config['task_settings'])}"
-                   if config.get("task_settings") else ""))
-    metrics = prose("finetune", "metrics")
-    if config.get("selection_seed") is None:
-        return prose("finetune", "grid", rates=rates, seeds=seeds, settings=settings,
-                     metrics=metrics)
-    edges = config.get("edge_learning_rates", [])
-    return prose("finetune", "selection", selection_seed=config["selection_seed"], rates=rates,
-                 edges=prose("finetune", "edges", edges=edges) if edges else "", seeds=seeds,
-                 count=len(seeds), settings=settings, metrics=metrics)
-
-
 def _finetune_table(config, table_rows, command, floor):
+    from keras_tupe.metrics import glue_score_metric
+
     tasks = config["tasks"]
     rates = list(config["learning_rates"]) + list(config.get("edge_learning_rates", []))
     extra = [(task, metric) for task, metrics in _ceiling_metrics(config).items()
@@ -868,17 +822,32 @@ def _finetune_table(config, table_rows, command, floor):
                      *("(0)" if value is None else f"{value:.2f}" for value in values),
                      f"{sum(floor[t] or 0.0 for t in tasks) / len(tasks):.2f}", "–", "–"])
     if config.get("ceiling"):
-        rows.append(_ceiling_row(config, extra))
+        scores = config["ceiling"]["scores"]  # a score, or {metric: value}
+        cells = [scores.get(t) if not isinstance(scores.get(t), dict) else scores[t].get(
+            glue_score_metric(t)) for t in tasks] + [
+            scores[t].get(m) if isinstance(scores.get(t), dict) else None for t, m in extra]
+        rows.append(["*ceiling*", "–", *("–" if c is None else f"{c:.1f}" for c in cells),
+                     "–" if None in cells[:len(tasks)] else
+                     f"{sum(cells[:len(tasks)]) / len(tasks):.2f}", "–", "–"])
+    edges, settings = config.get("edge_learning_rates", []), (
+        f"settings {json.dumps(config['settings'])}" + (
+            f", by task {json.dumps(config['task_settings'])}"
+            if config.get("task_settings") else ""))
     seed_rows = [[_encoder(row["job"]), str(row["job"]["step"]), *(
-        "–" if t not in by_task else f"{by_task[t]['seed_min']:.1f}–{by_task[t]['seed_max']:.1f}"
-        + ("" if t in row["complete"] else "*") for t in tasks)]
-        for row in table_rows if row["summary"]["runs_done"]
-        for by_task in [row["summary"]["tasks"]]]
+        "–" if t not in row["summary"]["tasks"] else "{seed_min:.1f}–{seed_max:.1f}".format(
+            **row["summary"]["tasks"][t]) + ("" if t in row["complete"] else "*") for t in tasks)]
+        for row in table_rows if row["summary"]["runs_done"]]
     return prose(
         "finetune", "table", command=command, description=_paragraph(config.get("description")),
         title=prose("finetune", "squad" if is_squad(config) else "glue", study=config["study"],
                     squad_file=config.get("squad_file")),
-        protocol=_protocol_text(config), seeds=len(config["seeds"]),
+        protocol=prose(
+            "finetune", "grid" if config.get("selection_seed") is None else "selection",
+            rates=config["learning_rates"], seeds=config["seeds"], count=len(config["seeds"]),
+            selection_seed=config.get("selection_seed"), settings=settings,
+            edges=prose("finetune", "edges", edges=edges) if edges else "",
+            metrics=prose("finetune", "metrics")),
+        seeds=len(config["seeds"]),
         table=_table(["encoder", "step", *names, "average", "runs", "time"],
                      "lr" + "r" * len(names) + "rrr", rows),
         seed_table=_table(["encoder", "step", *(TASK_NAMES.get(t, t) for t in tasks)],
@@ -892,10 +861,8 @@ def _finetune_table(config, table_rows, command, floor):
 
 
 def _seed_spread(config, table_rows):
-    """The table across pre-training seeds: for a variant fine-tuned from the same step of
-    studies with different seeds (a study and its replicates), each task's score per
-    pre-training seed, and the gaps between variants against that spread ("" without two
-    seeds)."""
+    """The scores of a variant fine-tuned from several pre-training seeds (a study and its
+    replicates), and the gaps between variants against that spread ("" if none)."""
     seeds = {p["study"]: p["settings"]["seed"]
              for p in study_config.related_configs(config, "pretrain_configs")}
     groups = {}  # (variant, step) -> {pre-training seed: row}
@@ -936,23 +903,6 @@ def _seed_spread(config, table_rows):
                      "lrl" + "r" * len(names), rows),
         gaps=_paragraph(gaps and prose("finetune", "spread_gaps", table=_table(
             ["pair", "step", *names], "lr" + "r" * len(names), gaps))))
-
-
-def _ceiling_row(config, extra):
-    from keras_tupe.metrics import glue_score_metric
-
-    scores = config["ceiling"]["scores"]
-
-    def value(task, metric=None):
-        given = scores.get(task)
-        if isinstance(given, dict):
-            return given.get(metric or glue_score_metric(task))
-        return given if metric is None else None
-
-    cells = [value(t) for t in config["tasks"]] + [value(t, m) for t, m in extra]
-    main = cells[:len(config["tasks"])]
-    return ["*ceiling*", "–", *("–" if c is None else f"{c:.1f}" for c in cells),
-            "–" if None in main else f"{sum(main) / len(main):.2f}", "–", "–"]
 
 
 # === A length study's pages ===
@@ -1012,10 +962,9 @@ def length_pages(config, command):
     columns = ("pretrain_study", "variant", "preset", "step", "trained_seq_len", "length",
                "batch_size", "batches", "masked_tokens", "loss", "accuracy", "seconds", "note")
     return _write(
-        config["results_dir"], f"{study}_table.md",
-        _length_table(config, jobs, results, command),
-        csv=(f"{study}_loss.csv", columns, rows, header),
+        config["results_dir"], csv=(f"{study}_loss.csv", columns, rows, header),
         png=(f"{study}_loss.png", lambda path: _length_plot(config, jobs, results, path)),
+        table=(f"{study}_table.md", _length_table(config, jobs, results, command)),
         config=(f"{study}_config.json", {
             "command": command, "study_config": study_config.resolved(config),
             "evaluated": jobs, "seconds": sum(r["seconds"] for r in rows)}))
@@ -1106,15 +1055,9 @@ def first_step_below(rows, target, or_at=False):
 
 
 def reach_final_loss(fast_folder, slow_folder, fast_step_flops=1.0, slow_step_flops=1.0):
-    """When the run recorded in `fast_folder` first reaches the final validation loss of the
-    run in `slow_folder` (each folder holds a record's `metrics.csv`).
-
-    Returns a dict: `slow_steps` and `slow_final` (the slow run's last logged step and its
-    validation loss there), `step` (the fast run's first evaluation at or below it, None if
-    it never gets there) and that step as shares of the slow run's budget: `step_share`
-    (steps), `flop_share` (training FLOPs, from the FLOPs of one step of each) and
-    `time_share` (wall time, at each run's mean seconds a step over its whole record).
-    """
+    """When the run recorded in `fast_folder` first reaches the final validation loss of
+    the run in `slow_folder`: that `step` (None if never) and its shares of the slow run's
+    steps, training FLOPs (from each one's FLOPs a step) and wall time."""
     fast, fast_wall = records.read_metrics(fast_folder)
     slow, slow_wall = records.read_metrics(slow_folder)
     evaluated = [row for row in slow if row["val_loss"] is not None]
@@ -1132,28 +1075,25 @@ def reach_final_loss(fast_folder, slow_folder, fast_step_flops=1.0, slow_step_fl
     return result
 
 
-def step_flops(config, variant):
-    """Training FLOPs of one step of a study's variant (`benchmarks.encoders`' count)."""
-    from benchmarks import encoders
-
-    if variant.overrides:
-        raise StudyError(f"{variant.name} changes {sorted(variant.overrides)} of its preset; "
-                         "benchmarks.encoders counts the FLOPs of library presets only.")
-    batch, length = config["settings"]["batch_size"], config["settings"]["seq_len"]
-    per_token = encoders.variant_flops_per_token(variant.variant, config["size"], length, batch)
-    return per_token * batch * length
-
-
 def t2_rows(group_configs, fast=T2_FAST, slow=T2_SLOW):
     """`reach_final_loss` of `fast` against `slow`, one row a seed of a seed group (a study
     and its replicates), each row also naming its `study` and `seed`."""
+    from benchmarks import encoders
+
     rows = []
     for config in group_configs:
         runs = {run["variant"].name: run for run in read_runs(config)}
         missing = [name for name in (fast, slow) if not (name in runs and runs[name]["record"])]
         if missing:
             raise StudyError(f"{config['study']} has no record of {missing}: pre-train it first.")
-        flops = {name: step_flops(config, runs[name]["variant"]) for name in (fast, slow)}
+        flops, (batch, length) = {}, (config["settings"][k] for k in ("batch_size", "seq_len"))
+        for variant in (runs[fast]["variant"], runs[slow]["variant"]):
+            if variant.overrides:  # a training step's FLOPs, as benchmarks.encoders counts them
+                raise StudyError(f"{variant.name} changes {sorted(variant.overrides)} of its "
+                                 "preset; benchmarks.encoders counts the FLOPs of library "
+                                 "presets only.")
+            flops[variant.name] = encoders.variant_flops_per_token(
+                variant.variant, config["size"], length, batch) * batch * length
         rows.append({"study": config["study"], "seed": config["settings"]["seed"],
                      "flop_ratio": flops[fast] / flops[slow],
                      **reach_final_loss(runs[fast]["folder"], runs[slow]["folder"],
@@ -1174,8 +1114,8 @@ def t2_table(rows, fast=T2_FAST, slow=T2_SLOW):
 
 
 def plateau_rows(results_dir, runs=PLATEAU_RUNS, loss=PLATEAU_LOSS):
-    """One row a recorded run of `runs`: label, status, last step, first step below `loss`,
-    and the validation losses at steps 1,000 and 2,000 (None where not logged)."""
+    """One row a recorded run of `runs`: its status, last step, first step below `loss`
+    and losses at steps 1,000 and 2,000."""
     rows = []
     for label, study, variant in runs:
         folder = os.path.join(results_dir, "records", study, variant)
@@ -1219,12 +1159,9 @@ def plateau_page(rows, results_dir, loss=PLATEAU_LOSS):
 
 
 def band_position(results_dir, run=PIPELINE_RUN, band=PIPELINE_BAND, from_step=PIPELINE_FROM):
-    """Where the validation loss of `run` (a `(study, variant)` of `results_dir`'s records)
-    lies against the band (lowest to highest) of the runs of `band`, at the evaluations all
-    of them logged: their number, how many lie `above` and `below` the band and, from
-    `from_step` on, their number (`late`), how many lie above the band's mean
-    (`late_above_mean`) and the difference from that mean (`late_mean`, `late_min`,
-    `late_max`)."""
+    """Where the validation loss of `run` (`(study, variant)`) lies against the band of
+    the runs of `band` at the evaluations all logged: how often above and below it and, from
+    `from_step` on, how often above the band's mean and by how much."""
     def curve(study, variant):
         rows, _ = records.read_metrics(os.path.join(results_dir, "records", study, variant))
         return {row["step"]: row["val_loss"] for row in rows if row["val_loss"] is not None}
@@ -1243,22 +1180,9 @@ def band_position(results_dir, run=PIPELINE_RUN, band=PIPELINE_BAND, from_step=P
             "late_min": min(late, default=None), "late_max": max(late, default=None)}
 
 
-def band_text(result, run=PIPELINE_RUN, band=PIPELINE_BAND, from_step=PIPELINE_FROM):
-    """`band_position`'s result in words."""
-    late = result["late"] and "\n" + prose(
-        "claims", "band_late", from_step=f"{from_step:,}", late=result["late"],
-        late_above_mean=result["late_above_mean"], **{
-            k: f"{result[k]:+.3f}" for k in ("late_mean", "late_min", "late_max")})
-    return prose("claims", "band", run="/".join(run),
-                 members=", ".join("/".join(member) for member in band),
-                 evaluations=result["evaluations"], above=result["above"],
-                 below=result["below"], late=late or "")
-
-
 def claims(argv=None):
-    """`python -m experiments.claims [--out DIR]`: prints T2's table and the two pipelines'
-    comparison, writes the plateau page (into `--out`, default the records' results
-    folder)."""
+    """`python -m experiments.claims [--out DIR]`: prints T2's table and the two pipelines,
+    writes the plateau page (into `--out`, default the records' results folder)."""
     parser = argparse.ArgumentParser(prog="python -m experiments.claims",
                                      description=prose("claims", "help") + "\n",
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -1269,7 +1193,14 @@ def claims(argv=None):
     (group_configs, _), = seed_groups(replicate_configs).values()
     print(t2_table(t2_rows(group_configs)))
     results_dir = replicate_configs[0]["results_dir"]
-    print("\n" + band_text(band_position(results_dir)) + "\n")
+    band = band_position(results_dir)
+    late = band["late"] and "\n" + prose(
+        "claims", "band_late", from_step=f"{PIPELINE_FROM:,}", **{
+            k: f"{band[k]:+.3f}" if k.startswith("late_m") else band[k]
+            for k in ("late", "late_above_mean", "late_mean", "late_min", "late_max")})
+    print("\n" + prose("claims", "band", **{
+        **band, "run": "/".join(PIPELINE_RUN), "late": late or "",
+        "members": ", ".join("/".join(member) for member in PIPELINE_BAND)}) + "\n")
     for path in plateau_page(plateau_rows(results_dir), args.out or results_dir):
         print(f"wrote {path}")
     return 0
@@ -1289,10 +1220,9 @@ def study_pages(config, command):
 
 
 def report(reference=None):
-    """Writes, from the records alone, the pages of the study `reference` (a name or a
-    `.json` file; default: every study of `experiments/studies.json` that has records, and
-    the positional maps again from their arrays), and the seed and comparison pages each
-    of them is part of; returns `{what: path}`."""
+    """Writes the pages of the study `reference` (a name or a `.json` file; default: every
+    recorded study, and the positional maps) and the seed and comparison pages it is part
+    of, from the records alone; returns `{what: path}`."""
     if reference and reference.endswith(".json"):  # a study in a file, among its folder's
         folder = os.path.dirname(reference)
         every = [study_config.load_config(p)
