@@ -117,6 +117,8 @@ def prepare(name, tiny=False, dest=STAGE_DIR, encoders=None):
     """Refuses a stage that would not fit, then writes `dest/NAME[_tiny]/` (`encoders`: what
     an earlier call brought home, carried xz-compressed; with every final one there, no
     shards travel); returns what travels and, last, the command to run there."""
+    from keras_tupe.staging import staged  # imports keras_tupe
+
     spec, machine = stage_spec(name), load_stages()["machine"]
     brought = _carried_encoders(name, spec, tiny, encoders) if encoders else {}
     full = stage_configs(spec)
@@ -124,46 +126,43 @@ def prepare(name, tiny=False, dest=STAGE_DIR, encoders=None):
         _recorded_elsewhere(*full, _chosen(spec, full[0]), encoders)
     lines = [] if tiny else estimate(name, spec, configs=full)  # refuses before any work
     folder = os.path.join(dest, name + ("_tiny" if tiny else ""))
-    staging = folder + ".partial"
-    data = os.path.join(staging, "data")
-    shutil.rmtree(staging, ignore_errors=True)  # only ever this command's own leftover
-    os.makedirs(data)
-    pretrain, then = stage_configs(spec, tiny, os.path.join(staging, "work"))
-    if pretrain:
-        _prepare_pretraining(pretrain, data, tiny, shards=not brought.get("all"))
-    for relative, path in brought.get("files", {}).items():
-        os.makedirs(os.path.dirname(os.path.join(staging, ENCODERS, relative)), exist_ok=True)
-        with open(path, "rb") as source, lzma.open(
-                os.path.join(staging, ENCODERS, relative + ".xz"), "wb") as target:
-            shutil.copyfileobj(source, target)
-    if then and then["kind"] == "length":
-        from experiments.length_study import write_prepared  # imports keras_tupe
+    with staged(folder, folder=True) as staging:  # replaces the previous preparation whole
+        data = os.path.join(staging, "data")
+        os.makedirs(data)
+        pretrain, then = stage_configs(spec, tiny, os.path.join(staging, "work"))
+        if pretrain:
+            _prepare_pretraining(pretrain, data, tiny, shards=not brought.get("all"))
+        for relative, path in brought.get("files", {}).items():
+            target = os.path.join(staging, ENCODERS, relative + ".xz")
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            with open(path, "rb") as source, lzma.open(target, "wb") as f:
+                shutil.copyfileobj(source, f)
+        if then and then["kind"] == "length":
+            from experiments.length_study import write_prepared  # imports keras_tupe
 
-        write_prepared(then, os.path.join(data, "length"))
-    elif then:
-        _prepare_finetune_data(full[1], data, tiny)
-    with tarfile.open(os.path.join(staging, "data.tar.xz"), "w:xz") as archive:
-        for part in sorted(os.listdir(data)):  # token ids compress to about half
-            archive.add(os.path.join(data, part), arcname=part)
-    shutil.rmtree(data)
-    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
-                    "--only-binary=:all:", "--python-version=3.12", "--implementation=cp",
-                    *(f"--platform=manylinux{p}_x86_64" for p in (
-                        "2014", "_2_17", "_2_24", "_2_27", "_2_28")),
-                    "-d", os.path.join(staging, "wheels"),
-                    *(f"{wheel}=={version(wheel)}" for wheel in load_stages()["wheels"])],
-                   check=True)  # for the lent machine's Python 3.12, the versions here
-    carried = _bytes(os.path.join(root, n) for root, _, names in os.walk(staging) for n in names)
-    tree = _bytes(subprocess.run(["git", "ls-files", "-z", "--cached", "--others",  # travels too
-                                  "--exclude-standard"], capture_output=True, check=True
-                                 ).stdout.decode().split("\0"))
-    travels, limit = (carried + tree) / 2**20, machine["carry_bytes"] / 2**20
-    if travels > limit:
-        shutil.rmtree(staging)
-        raise StudyError(f"Stage {name} does not fit: {travels:.1f} MiB would travel, the "
-                         f"limit is {limit:.0f} MiB.")
-    shutil.rmtree(folder, ignore_errors=True)  # the previous preparation: made again whole
-    os.rename(staging, folder)
+            write_prepared(then, os.path.join(data, "length"))
+        elif then:
+            _prepare_finetune_data(full[1], data, tiny)
+        with tarfile.open(os.path.join(staging, "data.tar.xz"), "w:xz") as archive:
+            for part in sorted(os.listdir(data)):  # token ids compress to about half
+                archive.add(os.path.join(data, part), arcname=part)
+        shutil.rmtree(data)
+        platforms = ("2014", "_2_17", "_2_24", "_2_27", "_2_28")  # the lent machine's: x86_64,
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",  # CPython 3.12
+                        "--only-binary=:all:", "--python-version=3.12", "--implementation=cp",
+                        *(f"--platform=manylinux{p}_x86_64" for p in platforms),
+                        "-d", os.path.join(staging, "wheels"),  # the versions installed here
+                        *(f"{wheel}=={version(wheel)}" for wheel in load_stages()["wheels"])],
+                       check=True)
+        carried = _bytes(os.path.join(root, n) for root, _, names in os.walk(staging)
+                         for n in names)
+        tree = _bytes(subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
+                                      "--exclude-standard"], capture_output=True, check=True
+                                     ).stdout.decode().split("\0"))  # travels too
+        travels, limit = (carried + tree) / 2**20, machine["carry_bytes"] / 2**20
+        if travels > limit:
+            raise StudyError(f"Stage {name} does not fit: {travels:.1f} MiB would travel, "
+                             f"the limit is {limit:.0f} MiB.")
     lines.append(f"{folder}: {carried / 2**20:.1f} MiB; working tree {tree / 2**20:.1f} MiB; "
                  f"travels {travels:.1f} of {limit:.0f}")
     if brought:
@@ -292,9 +291,7 @@ def gpu_pace():
             "finetune_step_seconds": max(times), "finetune_start_seconds": 60,
             "benchmark_row_seconds": {"train": 60, "infer": 25}, "install_seconds": 15,
             "basis": f"the recorded GPU pre-training runs ({max(times) * 1000:.1f} ms a step, "
-                     "four at once); fine-tuning a step as a pre-training step, 60 s to start "
-                     "and compile, a benchmark row 60 s to train, 25 s to infer: estimates "
-                     "until S0's calibration comes back"}
+                     "four at once), a fine-tuning step as long, the rest stated estimates"}
 
 
 def _cap(config, task):
@@ -506,11 +503,11 @@ def _calibration_jobs(spec, tiny, work, pretrain, then, stage):
 
     def after(labels):
         return lambda: all(ended.get(label) for label in labels)
+    until = str(spec["blocks"] * pretrain["settings"]["eval_every"])
     for n in spec["processes"]:
         config = _write_config(folder, f"pace_{n}.json", {
             **_raw(pretrain), "study": f"pace_{n}", "variants": {
                 f"p{i}": {"variant": "bert_a"} for i in range(n)}})
-        until = str(spec["blocks"] * pretrain["settings"]["eval_every"])
         jobs += [(f"pace {n} p{i}", _experiment("pretrain", config, [
             "--variants", f"p{i}", "--until-step", until]), after([j[0] for j in jobs]))
             for i in range(n)]  # timed alone: each round after the one before
@@ -622,22 +619,20 @@ def write_encoder(init, path):
     import keras_hub
 
     import keras_tupe.models  # noqa: F401  (registers the classes for loading)
+    from keras_tupe.staging import staged
 
-    with tempfile.TemporaryDirectory() as folder:
-        keras_hub.models.MaskedLM.from_preset(init, dtype="bfloat16").save_to_preset(folder)
-        with tarfile.open(path + ".partial", "w") as archive:
-            archive.add(folder, arcname="preset")
     machine, out = load_stages()["machine"], os.path.dirname(os.path.dirname(
         os.path.dirname(os.path.abspath(path))))
-    files = [os.path.join(root, n) for root, _, names in os.walk(out) for n in names]
-    if len(files) > machine["back_files"] or _bytes(files) > (
-            machine["back_bytes"] - 2**20 * 2) or os.path.getsize(path + ".partial") > (
-            machine["back_file_bytes"]):
-        os.remove(path + ".partial")
-        raise StudyError(f"{os.path.basename(path)} would pass the limits of what comes back "
-                         f"({machine['back_files']} files, {machine['back_bytes']} bytes): "
-                         "not kept")
-    os.replace(path + ".partial", path)
+    with staged(path) as partial, tempfile.TemporaryDirectory() as folder:
+        keras_hub.models.MaskedLM.from_preset(init, dtype="bfloat16").save_to_preset(folder)
+        with tarfile.open(partial, "w") as archive:
+            archive.add(folder, arcname="preset")
+        files = [os.path.join(root, n) for root, _, names in os.walk(out) for n in names]
+        if (len(files) > machine["back_files"] or os.path.getsize(partial) > machine[
+                "back_file_bytes"] or _bytes(files) > machine["back_bytes"] - 2**21):  # records
+            raise StudyError(f"{os.path.basename(path)} would pass the limits of what comes "
+                             f"back ({machine['back_files']} files, {machine['back_bytes']} "
+                             "bytes): not kept")
     print(json.dumps({"encoder": os.path.relpath(path, out), "sha256": _sha256(path),
                       "bytes": os.path.getsize(path)}), flush=True)
 
