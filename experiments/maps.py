@@ -1,18 +1,11 @@
 """Positional maps: the content-free term per head (TUPE Figure 5) and the T5 bias per bucket.
 
-`draw_maps(init, out)` loads an encoder (a pre-training run directory or a preset folder
-such as a run's `preset/` or a step checkpoint) and draws `backbone.positional_bias(n)`,
-the term every layer adds to its attention logits that depends on positions only (the
-untied correlation and/or the T5 bias, after the [CLS] reset), one heatmap per head, as
-TUPE's Figure 5.
-Row `i` is the query position, column `j` the key; position 0 is [CLS].
-
-For encoders with the T5 bias (`bert_r`, `tupe_r`) it also draws the learned bias
-of every bucket and head (the `RelativeBucketBias` table) into
-`<out stem>_t5_buckets.png`, the buckets labelled with their relative distances.
-The arrays go to `<out stem>.npz`; the command, model, time and a per-head
-summary (`offset_profile`: the mean term at each offset j - i, the peak offset,
-the [CLS] row and column) to `<out stem>.json`.
+`draw_maps(init, out)` loads an encoder (a run directory or a preset folder) and draws
+`backbone.positional_bias(n)`, the term every layer adds to its attention logits that
+depends on positions only, one heatmap per head (row `i` the query, column `j` the key,
+position 0 [CLS]); with the T5 bias also each bucket's learned bias per head
+(`<out stem>_t5_buckets.png`). The arrays go to `<out stem>.npz`, the command, model and a
+per-head summary (`offset_profile`) to `<out stem>.json`; `redraw_maps` draws them again.
 """
 
 import math

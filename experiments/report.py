@@ -1213,12 +1213,6 @@ def report_command(config):
     return records.command_line(["report", *config["_flag"]])
 
 
-def study_pages(config, command):
-    """Writes one study's own pages; returns `{what: path}`."""
-    return {"pretrain": pretrain_pages, "finetune": finetune_pages,
-            "length": length_pages}[config["kind"]](config, command)
-
-
 def report(reference=None):
     """Writes the pages of the study `reference` (a name or a `.json` file; default: every
     recorded study, and the positional maps) and the seed and comparison pages it is part
@@ -1238,14 +1232,15 @@ def report(reference=None):
         return any(glob.glob(os.path.join(folder, "**", name), recursive=True)
                    for name in (RECORD, "results.jsonl", SUMMARY_FILE))
 
-    paths = {}
+    paths, writers = {}, {"pretrain": pretrain_pages, "finetune": finetune_pages,
+                          "length": length_pages}
 
     def add(prefix, pages):
         paths.update((f"{prefix} {kind}", page) for kind, page in pages.items())
 
     for config in named:
         if reference or recorded(config):
-            add(config["study"], study_pages(config, report_command(config)))
+            add(config["study"], writers[config["kind"]](config, report_command(config)))
     chosen = {c["study"] for c in named}
     command = records.command_line(["report"])
     groups = seed_groups(every)
