@@ -281,9 +281,8 @@ def pretrain_pages(config, command):
                                                                   references)),
         table=(f"{study}_table.md", _pretrain_table(config, runs, command, vocabulary,
                                                     references)),
-        pairs=(f"{study}_pairs.csv", PAIR_COLUMNS, pairs, header + [
-            "diff = val_loss(a) - val_loss(b) at the evaluations both logged; a_lower: how "
-            "many of them a was below b"]),
+        pairs=(f"{study}_pairs.csv", PAIR_COLUMNS, pairs,
+               header + [prose("pretrain", "pairs")]),
         config=(f"{study}_config.json", {
             "command": command, "study_config": study_config.resolved(config),
             "vocabulary": vocabulary, "runs": {run["variant"].name: {
@@ -760,11 +759,9 @@ def finetune_pages(config, command):
         raise StudyError(f"No fine-tuning result yet for study {config['study']!r}: run "
                          f"python -m experiments.run finetune {' '.join(config['_flag'])}")
     study, floor = config["study"], floors.majority_class(config)
-    header = _header(config, command) + [
-        ("score: median over seeds at the best learning rate of the task (x100); "
-         if config.get("selection_seed") is None else
-         f"score: median over seeds at the rate chosen with seed {config['selection_seed']} "
-         "(x100); ") + "Matthews (CoLA), Pearson (STS-B), accuracy (others)"]
+    header = _header(config, command) + [prose(
+        "finetune", "csv_grid" if config.get("selection_seed") is None else "csv_selection",
+        seed=config.get("selection_seed"))]
     return _write(
         config["results_dir"], csv=(f"{study}_glue.csv", (
             "pretrain_study", "variant", "step", "task", "score", "best_learning_rate", "seeds",
@@ -956,9 +953,9 @@ def length_pages(config, command):
         raise StudyError(f"No result yet for study {config['study']!r}: run "
                          f"python -m experiments.run length {' '.join(config['_flag'])}")
     study = config["study"]
-    header = _header(config, command) + [
-        f"text: the first {config['batches']} x {config['tokens_per_batch']} tokens of "
-        f"{config['valid_corpus']}, masking seed {config['seed']}"]
+    header = _header(config, command) + [prose(
+        "length", "csv", batches=config["batches"], tokens_per_batch=config["tokens_per_batch"],
+        corpus=config["valid_corpus"], seed=config["seed"])]
     columns = ("pretrain_study", "variant", "preset", "step", "trained_seq_len", "length",
                "batch_size", "batches", "masked_tokens", "loss", "accuracy", "seconds", "note")
     return _write(
