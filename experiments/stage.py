@@ -71,12 +71,13 @@ def stage_configs(spec, tiny=False, work=None):
     pretrain, then = (spec.get(key) and load_config(spec[key]) for key in (
         "pretrain", "length" if "length" in spec else "finetune"))
     if tiny and pretrain:
-        pretrain = _write_config(work, "pretrain.json", {**_raw(pretrain), "size": "tiny",
-            "vocabulary": {**pretrain["vocabulary"], **TINY["vocabulary"],
-                           "file": os.path.join(work, "vocab.txt")},
-            "settings": {**pretrain["settings"], **TINY["pretrain"],
-                         "shards": os.path.join(work, "shards", "train"),
-                         "valid_shards": os.path.join(work, "shards", "valid")}})
+        vocabulary = {**pretrain["vocabulary"], **TINY["vocabulary"],
+                      "file": os.path.join(work, "vocab.txt")}
+        settings = {**pretrain["settings"], **TINY["pretrain"],
+                    "shards": os.path.join(work, "shards", "train"),
+                    "valid_shards": os.path.join(work, "shards", "valid")}
+        pretrain = _write_config(work, "pretrain.json", {
+            **_raw(pretrain), "size": "tiny", "vocabulary": vocabulary, "settings": settings})
     if tiny and then:
         raw = {**_raw(then), "pretrain_configs": ["pretrain.json"]}
         if then["kind"] == "length":
