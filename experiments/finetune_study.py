@@ -23,7 +23,8 @@ from experiments import records
 from experiments.config import StudyError
 from experiments.floors import record_floors
 from experiments.report import finetune_pages, is_squad, protocol
-from experiments.report import finetune_plan as plan  # where each job's record is (stage.py too)
+# The jobs and their record folders: the report reads them too (stage.py imports `plan`).
+from experiments.report import finetune_plan as plan
 
 SETTINGS_FILE = "finetune_settings.json"
 

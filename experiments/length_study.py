@@ -41,7 +41,8 @@ from experiments import config as study_config
 from experiments import records
 from experiments.config import StudyError
 from experiments.report import UNIGRAM, length_key, length_pages, length_results, masking
-from experiments.report import length_plan as plan  # where each row's record is (stage.py too)
+# The checkpoints and what their evaluation needs: the report reads them too.
+from experiments.report import length_plan as plan
 from keras_tupe.files import file_sha256
 
 
