@@ -4,10 +4,10 @@
     python -m experiments.run report
 
 `experiments/README.md` lists the commands, the committed record of each run and how to
-resume. Modules: `config` (the studies and the exact `PretrainConfig` of every
-variant), `pretrain_study`, `finetune_study`, `length_study` (each runs its kind of study
-and records it), `report` (every page of `docs/results/` from the records, its prose in
-`templates/`), `floors` (the GLUE majority-class floors), `maps` (positional maps),
-`records` (record folders, file and plot helpers), `run` (the command line), `claims` (an
-alias).
+resume. Modules: `config` (the studies and the exact `PretrainConfig` of every variant),
+`run` (the command line and the runner: one loop a kind of study, each run recorded),
+`length_study` (the length study's fixed batches and losses), `report` (every page of
+`docs/results/` from the records, its prose in `templates/`), `floors` (the GLUE
+majority-class floors), `maps` (positional maps), `records` (record folders, file and plot
+helpers), `claims` (an alias), `stage` and `calibrate` (the GPU stages).
 """

@@ -29,6 +29,8 @@ committed record, `<results_dir>/records/<study>/results.jsonl`, so a stopped st
 continues where it was (in this checkout or the next: a model whose lengths are all
 recorded is not needed on disk), and `experiments.report` reads that file alone, beside
 each encoder's pre-training step time (the median of its committed `metrics.csv`).
+
+Here: the batches, the losses and the reference; the loop is `experiments.run.run_length`.
 """
 
 import json
@@ -40,13 +42,11 @@ import numpy as np
 from experiments import config as study_config
 from experiments import records
 from experiments.config import StudyError
-from experiments.report import UNIGRAM, length_key, length_pages, length_results, masking
-# The checkpoints and what their evaluation needs: the report reads them too.
-from experiments.report import length_plan as plan
+from experiments.report import UNIGRAM, length_key, masking
 from keras_tupe.files import file_sha256
 
 
-class _Batches:
+class Batches:
     """The fixed masked batches of each (vocabulary, length, masking), built once: through
     tf.data, or read from `prepared_dir` where `write_prepared` left them for a machine
     without TensorFlow (the same arrays, so the same scores)."""
@@ -143,7 +143,7 @@ def write_prepared(config, out):
     job = {"vocab": vocabulary["file"], "lowercase": vocabulary["lowercase"],
            "masking": masking(pretrain["settings"])}
     os.makedirs(out, exist_ok=True)
-    batches, paths = _Batches(config), []
+    batches, paths = Batches(config), []
     for length in config["lengths"]:
         paths.append(save_prepared(os.path.join(out, f"length_{length}.npz"),
                                    _batches_key(config, job, length),
@@ -205,7 +205,7 @@ def masked_lm_loss(model, batches):
     return total / weight, correct / weight, int(weight)
 
 
-def _note(backbone, length, trained):
+def note(backbone, length, trained):
     limit = backbone.absolute_length_limit
     notes = []
     if limit is not None and length > limit:
@@ -222,49 +222,7 @@ def _note(backbone, length, trained):
     return True, "; ".join(notes)
 
 
-def run_study(config, command, report_command, only_variants=None):
-    """Evaluates every planned model at the lengths its record lacks (resumable); then the
-    unigram reference and the report."""
-    import keras
-    import keras_hub
-
-    import keras_tupe.models  # noqa: F401  (registers the classes for loading)
-
-    path = length_results(config)
-    done = {length_key(row) for row in records.read_jsonl(path)}
-    jobs = []
-    for job in plan(config, only_variants):
-        job["todo"] = [n for n in config["lengths"]
-                       if (job["pretrain_study"], job["variant"], job["step"], n) not in done]
-        jobs += [job] if job["todo"] else []
-    study_config.require_models(job["model"] for job in jobs)
-    batches = _Batches(config)
-    for job in jobs:
-        keras.backend.clear_session()
-        model = keras_hub.models.MaskedLM.from_preset(job["model"], preprocessor=None)
-        for length in job["todo"]:
-            start = time.perf_counter()
-            ok, note = _note(model.backbone, length, job["trained_seq_len"])
-            row = {k: job[k] for k in ("pretrain_study", "variant", "preset", "step",
-                                       "trained_seq_len")}
-            row.update(length=length, batch_size=config["tokens_per_batch"] // length,
-                       batches=config["batches"], loss=None, accuracy=None, masked_tokens=None,
-                       note=note)
-            if ok:
-                loss, accuracy, tokens = masked_lm_loss(model, batches.get(job, length))
-                row.update(loss=loss, accuracy=accuracy, masked_tokens=tokens)
-            row.update(seconds=time.perf_counter() - start, command=command)
-            records.append_jsonl(path, row)
-            shown = "n/a" if row["loss"] is None else f"{row['loss']:.4f}"
-            print(f"[{config['study']}] {job['pretrain_study']}/{job['variant']} step "
-                  f"{job['step']} length {length}: loss {shown} {note}", flush=True)
-    on_disk = [job for job in plan(config) if os.path.exists(job["vocab"])]
-    if on_disk:  # the reference is scored on the batches of a model's vocabulary
-        _unigram_rows(config, on_disk[0], batches, done, path, command)
-    return length_pages(config, report_command)
-
-
-def _unigram_rows(config, job, batches, done, path, command):
+def unigram_rows(config, job, batches, done, path, command):
     """The context-free reference at every length not `done` (evaluated or recorded)."""
     todo = [n for n in config["lengths"] if length_key({**UNIGRAM, "length": n}) not in done]
     if not todo:

@@ -17,6 +17,7 @@ import statistics
 import time
 
 PROGRAM = "python -m experiments.run"
+RUN_RECORD = "run_config.json"  # a pre-training run's settings, and its record's
 METRIC_COLUMNS = ("step", "loss", "accuracy", "val_loss", "val_accuracy", "learning_rate",
                   "tokens_per_second", "elapsed_seconds")
 

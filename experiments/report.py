@@ -29,7 +29,6 @@ from experiments import config as study_config
 from experiments import floors, records
 from experiments.config import StudyError
 from experiments.maps import redraw_maps
-from experiments.pretrain_study import RECORD
 
 # Fractions of the budget: the columns of a study's table (each saved checkpoint's own
 # fraction is added) and of a seed page.
@@ -123,14 +122,15 @@ def read_runs(config):
     runs, problems, reference = [], [], None
     for variant in study_config.variants(config):
         folder = records.record_dir(config, variant.name)
-        record = records.read_json(os.path.join(folder, RECORD))
+        record = records.read_json(os.path.join(folder, records.RUN_RECORD))
         runs.append({"variant": variant, "record": record, "folder": folder,
                      "rows": records.read_metrics(folder)[0] if record else [],
                      "status": record["status"] if record else "not started",
                      "wall_seconds": record["wall_seconds"] if record else None})
         if record is None:
             continue
-        name, saved, where = variant.name, record["config"], os.path.join(folder, RECORD)
+        name, saved = variant.name, record["config"]
+        where = os.path.join(folder, records.RUN_RECORD)
         expected = json.loads(json.dumps(
             study_config.pretrain_config(config, variant).resume_key()))
         # With its encoder's config recorded, a run is checked by that encoder (below), not by
@@ -1116,7 +1116,7 @@ def plateau_rows(results_dir, runs=PLATEAU_RUNS, loss=PLATEAU_LOSS):
     rows = []
     for label, study, variant in runs:
         folder = os.path.join(results_dir, "records", study, variant)
-        record = records.read_json(os.path.join(folder, RECORD))
+        record = records.read_json(os.path.join(folder, records.RUN_RECORD))
         logged, _ = records.read_metrics(folder)
         if record is None or not logged:
             continue
@@ -1227,7 +1227,7 @@ def report(reference=None):
     def recorded(config):  # a fine-tuning study that has only pinned its settings: not yet
         folder = records.record_dir(config)
         return any(glob.glob(os.path.join(folder, "**", name), recursive=True)
-                   for name in (RECORD, "results.jsonl", SUMMARY_FILE))
+                   for name in (records.RUN_RECORD, "results.jsonl", SUMMARY_FILE))
 
     paths, writers = {}, {"pretrain": pretrain_pages, "finetune": finetune_pages,
                           "length": length_pages}

@@ -1,4 +1,4 @@
-"""Run the reproduction studies, one command a study (see experiments/README.md).
+"""The studies' runner: one command a study, one loop a kind (see experiments/README.md).
 
     python -m experiments.run pretrain --study pretrain [--variants A B] [--until-step N]
     python -m experiments.run pretrain --study long_v2_jax --record-only
@@ -10,11 +10,24 @@
 
 Every command can be stopped and started again: finished runs are skipped and an
 interrupted one continues where it was. Each run writes its record under
-`docs/results/records/` when it finishes or stops; `report` regenerates every table and
-figure of `docs/results/` from those records alone.
+`<results_dir>/records/<study>/` when it finishes or stops; `report` regenerates every table
+and figure of `docs/results/` from those records alone.
+
+- `pretrain`: each variant in its own resumable run folder `<runs_dir>/<study>/<variant>`
+  (`keras_tupe.pretraining`), its record (`metrics.csv`, `run_config.json` with its status,
+  wall time, encoder config and vocabulary record) written when it finishes or stops.
+- `finetune`: `keras_tupe.finetuning.run_protocol` (or the SQuAD one) on every planned
+  checkpoint; the job's output folder is its record (`results.jsonl`, a run a line, so a
+  stopped study continues where it was), `finetune_settings.json` pins its settings. The
+  grid is not pinned: each row names its rate and seed, and the report reads the config's.
+- `length`: every planned model scored at the lengths its record (`results.jsonl`) lacks,
+  on `experiments.length_study`'s fixed batches, then the unigram reference.
 """
 
 import argparse
+import dataclasses
+import os
+import shutil
 import sys
 import time
 
@@ -107,23 +120,202 @@ def _main(argv=None):
 
 
 def _run_study(args, config, command):
-    from experiments import finetune_study, length_study, pretrain_study
     from experiments.report import report_command
 
-    kind = config["kind"]
-    if kind == "pretrain":
-        pretrain_study.run_study(config, command, only=args.variants, verbose=args.verbose,
-                                 until_step=args.until_step, record_only=args.record_only,
-                                 steps_per_execution=args.steps_per_execution)
+    if config["kind"] == "pretrain":
+        run_pretrain(config, command, only=args.variants, verbose=args.verbose,
+                     until_step=args.until_step, record_only=args.record_only,
+                     steps_per_execution=args.steps_per_execution)
         print(f"next: {report_command(config)}")
         return None
-    if kind == "finetune":
-        return finetune_study.run_study(config, command, report_command(config),
-                                        only_variants=args.variants,
-                                        only_checkpoints=args.checkpoints,
-                                        steps_per_execution=args.steps_per_execution)
-    return length_study.run_study(config, command, report_command(config),
-                                  only_variants=args.variants)
+    if config["kind"] == "finetune":
+        return run_finetune(config, command, report_command(config),
+                            only_variants=args.variants, only_checkpoints=args.checkpoints,
+                            steps_per_execution=args.steps_per_execution)
+    return run_length(config, command, report_command(config), only_variants=args.variants)
+
+
+# === Pre-training: each variant trained identically, each run recorded ===
+
+def run_pretrain(config, command, only=None, verbose=2, until_step=None, record_only=False,
+                 steps_per_execution=1):
+    """Trains (or resumes, or skips) every selected variant, writing each one's record;
+    with `record_only`, writes the records of the run folders there are and trains nothing.
+    `steps_per_execution` is a speed setting (`PretrainConfig`'s), not one of the study's."""
+    import keras
+
+    from experiments import config as study_config
+    from experiments import records
+    from keras_tupe.pretraining import pretrain
+
+    every = study_config.variants(config)
+    unknown = sorted(set(only or ()) - {v.name for v in every})
+    if unknown:
+        raise study_config.StudyError(f"{config['_path']} has no variant(s) {unknown}. "
+                                      f"Variants: {[v.name for v in every]}")
+    selected = [v for v in every if not only or v.name in only]
+    study_config.ensure_vocabulary(config, command=command)
+    for variant in selected:
+        prefix = f"[{config['study']}] {variant.name}"
+        record = os.path.join(records.record_dir(config, variant.name), records.RUN_RECORD)
+        if record_only:
+            written = write_record(config, variant)
+            print(f"{prefix}: " + (f"{written['status']}, recorded" if written
+                                   else "no run folder"), flush=True)
+            continue
+        if os.path.exists(record) and not os.path.exists(variant.run_dir):
+            print(f"{prefix}: recorded in {record}, its run folder is not here: skipped "
+                  "(delete the record's folder to train it again)", flush=True)
+            continue
+        try:
+            if variant.is_finished:
+                print(f"{prefix}: finished, skipped ({variant.run_dir})", flush=True)
+            else:
+                print(f"{prefix}: pre-training {variant.preset} -> {variant.run_dir}",
+                      flush=True)
+                keras.backend.clear_session()
+                pretrain(dataclasses.replace(
+                    study_config.pretrain_config(config, variant, verbose=verbose),
+                    steps_per_execution=steps_per_execution), until_step=until_step)
+        finally:  # also when stopped: the record is always there to commit
+            written = write_record(config, variant)
+            if written:
+                print(f"{prefix}: {written['status']}, recorded in "
+                      f"{os.path.dirname(record)}", flush=True)
+
+
+def write_record(config, variant):
+    """Copies a run's log and settings into its record folder; returns the record, or None
+    for a run that has no folder (not started, or stopped before its first backup)."""
+    from experiments import config as study_config
+    from experiments import records
+
+    run_config = records.read_json(os.path.join(variant.run_dir, records.RUN_RECORD))
+    if run_config is None:
+        return None
+    rows, wall = records.read_metrics(variant.run_dir)
+    step = rows[-1]["step"] if rows else 0
+    folder = records.record_dir(config, variant.name)
+    os.makedirs(folder, exist_ok=True)
+    if rows:
+        shutil.copyfile(os.path.join(variant.run_dir, "metrics.csv"),
+                        os.path.join(folder, "metrics.csv"))
+    if variant.is_finished:
+        status = "finished"
+    elif step == config["settings"]["steps"]:  # trained elsewhere; its models did not come back
+        status = "trained all its steps; the final model is not in its run folder"
+    else:
+        status = f"stopped at step {step}"
+    record = {**run_config, "status": status, "last_step": step, "wall_seconds": wall,
+              "backbone_config": study_config.run_backbone_config(variant.run_dir),
+              "vocabulary": records.read_json(
+                  study_config.vocabulary_record_path(config["vocabulary"]))}
+    records.write_json(os.path.join(folder, records.RUN_RECORD), record)
+    return record
+
+
+# === Fine-tuning: GLUE (or SQuAD) on the pre-trained checkpoints ===
+
+SETTINGS_FILE = "finetune_settings.json"
+
+
+def run_finetune(config, command, report_command, only_variants=None, only_checkpoints=None,
+                 steps_per_execution=1):
+    """Fine-tunes every planned checkpoint whose grid has not run (resumable); then writes
+    the report, which names `report_command` as the command that regenerates it.
+    `steps_per_execution`: a speed setting, not pinned with the study's settings."""
+    import keras
+
+    from experiments import records
+    from experiments.config import StudyError, require_models
+    from experiments.floors import record_floors
+    from experiments.report import finetune_pages, finetune_plan, is_squad, protocol
+    from keras_tupe.files import tree_sha256
+    from keras_tupe.finetuning import run_protocol, run_squad_protocol
+
+    chosen = protocol(config)
+    jobs = [job for job in finetune_plan(config, only_variants, only_checkpoints) if any(
+        chosen.runs_to_do(records.read_jsonl(os.path.join(job["out"], "results.jsonl")), task)
+        for task in config["tasks"])]
+    require_models(job["init"] for job in jobs)
+    for job in jobs:
+        settings = {"init": job["init"], "vocab": job["vocab"], "lowercase": job["lowercase"],
+                    "data_dir": config.get("data_dir"), "settings": config["settings"]}
+        settings.update({key: config[key] for key in ("task_settings", "squad_file")
+                         if config.get(key)})  # absent: older records still match
+        settings_path = os.path.join(job["out"], SETTINGS_FILE)
+        pinned = records.read_json(settings_path)
+        if pinned is not None and {k: pinned.get(k) for k in settings} != settings:
+            raise StudyError(
+                f"{job['out']} holds results fine-tuned with other settings ({settings_path}: "
+                f"{ {k: pinned.get(k) for k in settings} }, now {settings}). Move it away "
+                "or restore the config.")
+        if pinned is None:
+            records.write_json(settings_path, {
+                **settings, "init_sha256": tree_sha256(job["init"]), "command": command,
+                "created": records.now(), "versions": records.machine()})
+        print(f"[{config['study']}] {job['pretrain_study']}/{job['variant']} step {job['step']}: "
+              f"{config['tasks']} x lr {config['learning_rates']} x seeds {config['seeds']}",
+              flush=True)
+        keras.backend.clear_session()
+        common = dict(protocol=chosen, vocab=job["vocab"], lowercase=job["lowercase"],
+                      steps_per_execution=steps_per_execution, **config["settings"])
+        if is_squad(config):
+            run_squad_protocol(job["init"], job["out"], offline_split=config["squad_file"],
+                               **common)
+        else:
+            run_protocol(config["tasks"], job["init"], job["out"],
+                         data_dir=config.get("data_dir"),
+                         task_settings=config.get("task_settings"), **common)
+    record_floors([config], missing_only=True)  # the data is here; `report` reads only records
+    return finetune_pages(config, report_command)
+
+
+# === Length generalization (Huang Table 4): masked-LM loss at longer sequences ===
+
+def run_length(config, command, report_command, only_variants=None):
+    """Evaluates every planned model at the lengths its record lacks (resumable); then the
+    unigram reference and the report."""
+    import keras
+    import keras_hub
+
+    from experiments import records
+    from experiments.config import require_models
+    from experiments.length_study import Batches, masked_lm_loss, note, unigram_rows
+    from experiments.report import length_key, length_pages, length_plan, length_results
+
+    path = length_results(config)
+    done = {length_key(row) for row in records.read_jsonl(path)}
+    jobs = []
+    for job in length_plan(config, only_variants):
+        job["todo"] = [n for n in config["lengths"]
+                       if (job["pretrain_study"], job["variant"], job["step"], n) not in done]
+        jobs += [job] if job["todo"] else []
+    require_models(job["model"] for job in jobs)
+    batches = Batches(config)
+    for job in jobs:
+        keras.backend.clear_session()
+        model = keras_hub.models.MaskedLM.from_preset(job["model"], preprocessor=None)
+        for length in job["todo"]:
+            start = time.perf_counter()
+            ok, why = note(model.backbone, length, job["trained_seq_len"])
+            row = {k: job[k] for k in ("pretrain_study", "variant", "preset", "step",
+                                       "trained_seq_len")}
+            row.update(length=length, batch_size=config["tokens_per_batch"] // length,
+                       batches=config["batches"], loss=None, accuracy=None, masked_tokens=None,
+                       note=why)
+            if ok:
+                loss, accuracy, tokens = masked_lm_loss(model, batches.get(job, length))
+                row.update(loss=loss, accuracy=accuracy, masked_tokens=tokens)
+            row.update(seconds=time.perf_counter() - start, command=command)
+            records.append_jsonl(path, row)
+            shown = "n/a" if row["loss"] is None else f"{row['loss']:.4f}"
+            print(f"[{config['study']}] {job['pretrain_study']}/{job['variant']} step "
+                  f"{job['step']} length {length}: loss {shown} {why}", flush=True)
+    on_disk = [job for job in length_plan(config) if os.path.exists(job["vocab"])]
+    if on_disk:  # the reference is scored on the batches of a model's vocabulary
+        unigram_rows(config, on_disk[0], batches, done, path, command)
+    return length_pages(config, report_command)
 
 
 if __name__ == "__main__":

@@ -22,10 +22,11 @@ import tempfile
 import time
 from importlib.metadata import distributions, version
 
-from experiments import pretrain_study, records
+from experiments import records
 from experiments.config import (StudyError, ensure_vocabulary, load_config, variants,
                                 vocabulary_record_path)
-from experiments.finetune_study import plan
+from experiments.report import finetune_plan
+from experiments.run import write_record
 
 STAGE_DIR, PACK, ENCODERS = ".stage", "records.tar.gz", "encoders"
 RECORDS = os.path.join("docs", "results", "records")
@@ -491,7 +492,7 @@ def _jobs(spec, pretrain, then, tiny, work, out, stage, carried=None):
             mark = os.path.exists(metrics) and os.stat(metrics).st_mtime_ns, v.is_finished
             if seen.get(v.name) != mark:
                 seen[v.name] = mark
-                pretrain_study.write_record(pretrain, v)
+                write_record(pretrain, v)
     stage["_records"] = write_records
     return jobs + first + later + tuning  # the final encoders first
 
@@ -671,7 +672,7 @@ def _chosen(spec, pretrain):
 
 def _finetune_jobs(spec, pretrain, then):
     names = [v.name for v in _chosen(spec, pretrain)]
-    return [job for job in plan(then) if job["variant"] in names] if (
+    return [job for job in finetune_plan(then) if job["variant"] in names] if (
         then and then["kind"] == "finetune") else []
 
 

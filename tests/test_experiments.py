@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from experiments import config as study_config
-from experiments import finetune_study, floors, length_study, pretrain_study, records
+from experiments import floors, length_study, records
 from experiments import report as report_module
 from experiments import run as run_module
 from experiments.run import main
@@ -205,7 +205,7 @@ def test_the_full_report_passes_over_a_finetuning_study_that_has_only_pinned_its
     monkeypatch.setattr(study_config, "STUDIES_FILE", _studies_file(copy))
     pinned = _record(copy["results"], "finetune", "pretrain") / "bert_a" / "step_0000004"
     pinned.mkdir(parents=True)
-    (pinned / finetune_study.SETTINGS_FILE).write_text("{}")  # a study started, no result yet
+    (pinned / run_module.SETTINGS_FILE).write_text("{}")  # a study started, no result yet
     pages = report_module.report()
     assert "pretrain table" in pages and not any(key.startswith("finetune ") for key in pages)
     (pinned / "results.jsonl").write_text("")  # a results file: the study is reported (and
@@ -537,7 +537,7 @@ def test_length_study_numbers_for_relative_models_and_na_for_short_absolute_tabl
     # The context-free reference: an add-one unigram of the vocabulary's 400 training lines,
     # counted here line by line, scored on the same masked batches.
     config = study_config.load_config(copy["configs"]["length"])
-    job = length_study.plan(config)[0]
+    job = report_module.length_plan(config)[0]
     tokenizer = data.load_tokenizer(job["vocab"], lowercase=True)
     counts = np.ones(tokenizer.vocabulary_size())
     for line in (copy["root"] / "train.txt").read_text(encoding="utf-8").splitlines():
@@ -547,7 +547,7 @@ def test_length_study_numbers_for_relative_models_and_na_for_short_absolute_tabl
         counts[tokenizer.token_to_id(token)] = 1
     log_p = np.log(counts / counts.sum())
     for length in (32, 256):
-        batches = length_study._Batches(config).get(job, length)
+        batches = length_study.Batches(config).get(job, length)
         expected = (sum(-(log_p[y] * w).sum() for _, y, w in batches)
                     / sum(w.sum() for _, _, w in batches))
         assert rows[("unigram", length)]["loss"] == pytest.approx(expected, rel=1e-9)
@@ -583,7 +583,7 @@ def test_length_study_numbers_for_relative_models_and_na_for_short_absolute_tabl
     jsonl.write_text("".join(line for line in jsonl.read_text().splitlines(True)
                              if '"tupe_r"' not in line))
     with pytest.raises(study_config.StudyError, match=r"(?s)Not pre-trained yet.*tupe_r/preset"):
-        length_study.run_study(config, "c", "r")
+        run_module.run_length(config, "c", "r")
 
 
 # === Fine-tuning ===
@@ -829,7 +829,7 @@ def test_checkpoint_variants_fine_tune_a_checkpoint_of_only_the_encoders_named(t
         path.write_text(json.dumps({**spec, **changes}))
         return study_config.load_config(str(path))
 
-    jobs = finetune_study.plan(load())
+    jobs = report_module.finetune_plan(load())
     assert sorted((j["pretrain_study"], j["variant"], j["step"]) for j in jobs) == sorted([
         ("long", "bert_a", 16000), ("long", "tupe_a", 16000), ("long_seed1", "bert_a", 16000),
         ("long_seed1", "tupe_a", 16000), ("long", "tupe_a", 4800),
@@ -851,10 +851,10 @@ def test_checkpoint_variants_fine_tune_a_checkpoint_of_only_the_encoders_named(t
     for name in ("bert_r", "long/bert_x", "pretrain/bert_a"):
         with pytest.raises(study_config.StudyError,
                            match=rf"no variant '{name}'.*Valid: \['bert_a', 'long/bert_a'"):
-            finetune_study.plan(load(checkpoint_variants={"0.0": [name]}))
+            report_module.finetune_plan(load(checkpoint_variants={"0.0": [name]}))
     with pytest.raises(study_config.StudyError, match=r"no checkpoint at 0.25 of the budget "
                                                       r"\(step 4000\)"):
-        finetune_study.plan(load(checkpoints=[0.25], checkpoint_variants={}))
+        report_module.finetune_plan(load(checkpoints=[0.25], checkpoint_variants={}))
 
 
 @pytest.mark.slow

@@ -16,7 +16,7 @@ import time
 import numpy as np
 import pytest
 
-from experiments import length_study, records, stage
+from experiments import length_study, records, report, stage
 from experiments.config import StudyError, load_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -413,8 +413,8 @@ def test_s5a_rehearsed_at_tiny_size_under_jax_without_tensorflow(tmp_path):
         assert rows[(variant, 256)]["loss"] is None
     work = tmp_path / "stage" / "S5a_tiny" / "work"
     config = load_config(str(work / "length.json"))
-    job = length_study.plan(config, ["bert_a"])[0]
-    batches = length_study._Batches(config)
+    job = report.length_plan(config, ["bert_a"])[0]
+    batches = length_study.Batches(config)
     for length in stage.TINY["length"]["lengths"]:
         prepared, here = batches.get(job, length), batches._tf_data(job, length)
         assert len(prepared) == len(here) == stage.TINY["length"]["batches"]
