@@ -126,7 +126,8 @@ def prepare(name, tiny=False, dest=STAGE_DIR, encoders=None):
     full = stage_configs(spec)
     if full[0] and not tiny and "calibrate" not in spec:  # S0's runs are scratch runs
         _recorded_elsewhere(*full, _chosen(spec, full[0]), encoders)
-    lines = [] if tiny else estimate(name, spec, configs=full)  # refuses before any work
+    lines = [] if tiny else estimate(name, spec, configs=full,  # refuses before any work
+                                     carried=bool(brought.get("all")))
     folder = os.path.join(dest, name + ("_tiny" if tiny else ""))
     with staged(folder, folder=True) as staging:  # replaces the previous preparation whole
         data = os.path.join(staging, "data")
@@ -218,10 +219,11 @@ def _carried_encoders(name, spec, tiny, folder):
     return {"files": files, "all": final <= set(files)}
 
 
-def estimate(name, spec, pace=None, configs=None):
+def estimate(name, spec, pace=None, configs=None, carried=False):
     """The stage's time on the card, with its basis (`pace`: `gpu_pace()`'s); refuses a
     stage whose pre-training and first fine-tuning run of each final encoder would not fit
-    (the rest goes on in a later call, from the encoders that came home)."""
+    (the rest goes on in a later call, from the encoders that came home). `carried`: every
+    final encoder travels, so nothing pre-trains."""
     machine, pace, lines = load_stages()["machine"], pace or gpu_pace(), []
     limit = machine["call_seconds"] - STOP_RESERVE - pace["install_seconds"]
     if "command" in spec:
@@ -241,8 +243,10 @@ def estimate(name, spec, pace=None, configs=None):
         pretrain, then = configs or stage_configs(spec)
         runs, steps = len(spec.get("variants") or pretrain["variants"]), pretrain["settings"][
             "steps"]
-        needed = -(-runs // pace["at_once"]) * steps * pace["pretrain_step_seconds"]
-        what = f"{runs} pre-training runs of {steps} steps, {pace['at_once']} at once"
+        needed = 0 if carried else -(-runs // pace["at_once"]) * steps * pace[
+            "pretrain_step_seconds"]
+        what = ("no pre-training (every final encoder carried)" if carried else
+                f"{runs} pre-training runs of {steps} steps, {pace['at_once']} at once")
         if then and then["kind"] == "finetune" and not then.get("squad_file"):
             from keras_tupe.data.glue import get_task  # imports keras_tupe
 

@@ -1,6 +1,7 @@
 """A stand-in of the lent GPU machine, to rehearse a stage as it will run there.
 
     .venv/bin/python -m tests.gpu_standin [--stage S1] [--kill-after S] [--command CMD]
+    .venv/bin/python -m tests.gpu_standin --full --encoders ../gpu_out/S1/encoders --deadline 400
 
 The lent machine has CPython 3.12 with its image's packages (experiments/gpu_image.txt)
 and no TensorFlow, no network, a fresh HOME and no KERAS_BACKEND; the repository arrives
@@ -12,12 +13,16 @@ verbatim, in that copy with only the venv's `python3` on PATH, and collects what
 in `$OUT` into records. `--kill-after S` kills the command's whole process group S seconds
 in, then checks that every record written in the copy at least `TICK` seconds before the
 kill came back whole. `--command` runs another command in the same place (e.g. an older
-stage's). Exits 1 with the reason when the stage fails; `make test-stage` runs S1.
+stage's). `--full` prepares the stage as the lent machine gets it (not `--tiny`: the real
+encoders, data and plan) and runs its command with `--deadline` cut to what this CPU can
+spare: the next window's command, rehearsed until its deadline stops it. Exits 1 with the
+reason when the stage fails; `make test-stage` runs S1.
 """
 
 import argparse
 import glob
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -109,18 +114,26 @@ def main(argv=None):
     parser.add_argument("--repo", default=REPO, help="another checkout (e.g. an older commit)")
     parser.add_argument("--encoders", help="what an earlier rehearsal brought home (its "
                         "out/encoders): prepared to travel, fine-tuned, not pre-trained again")
+    parser.add_argument("--full", action="store_true", help="the stage at its real size, "
+                        "its command's --deadline cut to --deadline")
+    parser.add_argument("--deadline", type=int, default=400,
+                        help="with --full: the seconds the command may run here (default 400)")
     args = parser.parse_args(argv)
     root = args.keep or tempfile.mkdtemp(prefix="gpu_standin_")
     start = time.time()
     venv = build(root)
     print(f"stand-in venv: {time.time() - start:.0f} s", flush=True)
     lines = subprocess.run([sys.executable, "-m", "experiments.stage", "prepare", args.stage,
-                            "--tiny", *(["--encoders", args.encoders] if args.encoders else [])],
+                            *([] if args.full else ["--tiny"]),
+                            *(["--encoders", args.encoders] if args.encoders else [])],
                            cwd=args.repo, check=True, capture_output=True,
                            text=True).stdout.strip().splitlines()
     print("\n".join(lines), flush=True)
     command = args.command or lines[-1].split("): ", 1)[1]
-    copy = copy_tree(root, os.path.join(".stage", f"{args.stage}_tiny"), args.repo)
+    if args.full:
+        command = re.sub(r"--deadline \d+", f"--deadline {args.deadline}", command)
+    folder = args.stage if args.full else f"{args.stage}_tiny"
+    copy = copy_tree(root, os.path.join(".stage", folder), args.repo)
     code, out, killed = run_there(command, copy, venv, root, args.kill_after)
     print(f"exit {code} after {time.time() - start:.0f} s; came back: {sorted(os.listdir(out))}",
           flush=True)
@@ -140,16 +153,18 @@ def main(argv=None):
     if code != 0:
         print(f"error: the stage's command exited {code} on the stand-in", file=sys.stderr)
         return 1
-    return verify(args.stage, back, args.encoders)
+    return verify(args.stage, back, args.encoders, cut_short=args.full)
 
 
-def verify(stage, back, encoders=None):
+def verify(stage, back, encoders=None, cut_short=False):
     """What a finished tiny stage brings back: every process ended well, every record;
-    with carried `encoders`, no pre-training and fine-tuning of each of them."""
+    with carried `encoders`, no pre-training and fine-tuning of each of them. `cut_short`
+    (the deadline stopped it): every process ended well or was stopped by the deadline."""
     import json
 
     log = json.load(open(os.path.join(back, "records", "stages", stage, "logs", "stage.json")))
-    bad = [p for p in log["processes"] if p["exit"] != 0 or p["stopped"]]
+    bad = [p for p in log["processes"] if p["exit"] != 0 and not (cut_short and p["stopped"])
+           or p["stopped"] and not cut_short]
     if bad or not log["processes"]:
         print(f"error: processes that did not end well: {bad or 'none ran'}", file=sys.stderr)
         return 1

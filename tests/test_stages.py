@@ -48,6 +48,12 @@ def test_every_stage_names_configs_that_load_and_fit_its_window(basis, monkeypat
         pretrain, then = stage.stage_configs(spec)
         if then:
             assert then["pretrain_configs"] == [spec["pretrain"]]
+        if name == "S1":  # its encoders carried: the same first runs, no pre-training
+            carried, *_ = stage.estimate(name, spec, carried=True)
+            assert carried.startswith("S1: no pre-training (every final encoder carried), "
+                                      "then a first sst2 run"), carried
+            needed = [int(re.search(r"about (\d+) s of", text)[1]) for text in (carried, line)]
+            assert 0 < needed[0] < needed[1]
 
 
 def test_s1_trains_the_plateau_control_and_fine_tunes_what_it_trained():
