@@ -3,10 +3,8 @@
     python -m experiments.run report [--study NAME | --config FILE]
     python -m experiments.claims [--out DIR]
 
-`report` writes each recorded study's pages (pre-training: `<study>_loss.csv`,
-`_val_loss.png` (TUPE Figure 4a), `_pairs.csv`, `_table.md`, `_config.json`; fine-tuning:
-`_glue.csv`, `_table.md`, `_config.json`; length: `_loss.csv`, `_loss.png`, `_table.md`,
-`_config.json`), then the pages over several studies that the chosen ones are part of: a
+`report` writes each recorded study's pages (`pretrain_pages`, `finetune_pages`,
+`length_pages`), then the pages over several studies that the chosen ones are part of: a
 study with its seed replicates (`<study>_seeds.*`), seed groups in one figure
 (`GROUP_COMPARISONS`), studies that differ only in their `overrides` (`COMPARISONS`:
 `<name>_compare.*`) and, without a study, the positional maps again from their arrays.
@@ -41,9 +39,9 @@ TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates"
 # A fine-tuning job of `finetune` or `finetune_intermediate`, run before each fine-tuning run
 # was recorded: each task's median, best rate and seed range, as their CSV had them.
 SUMMARY_FILE = "summary.json"
-TASK_NAMES = {"squad": "SQuAD F1 (EM)",
-              "cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "stsb": "STS-B", "rte": "RTE",
-              "qnli": "QNLI", "mnli": "MNLI", "qqp": "QQP", "wnli": "WNLI"}
+TASK_NAMES = {"squad": "SQuAD F1 (EM)", "cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC",
+              "stsb": "STS-B", "rte": "RTE", "qnli": "QNLI", "mnli": "MNLI", "qqp": "QQP",
+              "wnli": "WNLI"}
 METRIC_NAMES = {"f1": "F1", "accuracy": "acc.", "pearson": "Pearson", "spearman": "Spearman",
                 "matthews": "Matthews"}
 # The length study's context-free reference, a row of its table.
@@ -81,8 +79,9 @@ def _lines(rows):
     return "".join(f"\n{_row(cells)}" for cells in rows)
 
 
-def _loss(value):
-    return "–" if value is None else f"{value:.3f}"
+def _cell(value, spec=".3f"):
+    """`value` as a table's cell: "–" when there is none."""
+    return "–" if value is None else format(value, spec)
 
 
 def _figure(draw, path, xlabel, title=None, tight=False, fontsize=8, size=(7, 4.5)):
@@ -100,12 +99,14 @@ def _figure(draw, path, xlabel, title=None, tight=False, fontsize=8, size=(7, 4.
     return records.save_figure(figure, path)
 
 
-def _write(out_dir, **pages):
-    """Writes each page `kind=(file name, content...)` into `out_dir` by its ending (CSV:
-    columns, rows, comments; PNG: a function that draws it; Markdown; JSON); returns paths."""
+def _write(out_dir, prefix, **pages):
+    """Writes each page `kind=(name, content...)` as `<prefix>_<name>` into `out_dir` by its
+    ending (CSV: columns, rows, comments; PNG: a function that draws it; Markdown; JSON);
+    returns the paths."""
     writers = {".csv": records.write_csv, ".md": records.write_text,
                ".json": records.write_json, ".png": lambda path, draw: draw(path)}
-    return {kind: writers[os.path.splitext(name)[1]](os.path.join(out_dir, name), *content)
+    return {kind: writers[os.path.splitext(name)[1]](os.path.join(out_dir, f"{prefix}_{name}"),
+                                                     *content)
             for kind, (name, *content) in pages.items()}
 
 
@@ -135,8 +136,7 @@ def read_runs(config):
             study_config.pretrain_config(config, variant).resume_key()))
         # With its encoder's config recorded, a run is checked by that encoder (below), not by
         # how the preset was named: `huang_m4_mini` with overrides, or a preset of their own.
-        free = ("out", "preset", "backbone_overrides") if record.get("backbone_config") else (
-            "out",)
+        free = FREE_FIELDS if record.get("backbone_config") else ("out",)
         problems += [f"{name}: {key} is {saved.get(key)!r} in {where}, the config says "
                      f"{expected.get(key)!r}" for key in sorted(set(saved) | set(expected))
                      if key not in free and saved.get(key) != expected.get(key)]
@@ -206,9 +206,15 @@ def _referenced(config, file):
     return study_config.load_config(study_config.locate(file, config["_dir"]), kind="pretrain")
 
 
-def validation_losses(run):
-    """`{step: validation loss}` of a run's logged evaluations."""
-    return {r["step"]: r["val_loss"] for r in run["rows"] if r["val_loss"] is not None}
+def validation_losses(rows):
+    """`{step: validation loss}` of the evaluations among a run's metrics `rows`."""
+    return {row["step"]: row["val_loss"] for row in rows if row["val_loss"] is not None}
+
+
+def _differences(curve, other):
+    """The steps both `{step: loss}` curves logged, in order, and `curve - other` at each."""
+    steps = sorted(set(curve) & set(other))
+    return steps, [curve[step] - other[step] for step in steps]
 
 
 def evaluation_step(config, fraction):
@@ -254,36 +260,31 @@ def pretrain_pages(config, command):
         raise StudyError(f"No run of study {config['study']!r} has a record yet (looked in "
                          f"{records.record_dir(config)}). Pre-train first: "
                          f"python -m experiments.run pretrain {' '.join(config['_flag'])}")
-    study, vocabulary = config["study"], started[0]["record"]["vocabulary"]
-    header = _header(config, command)
+    vocabulary, header = started[0]["record"]["vocabulary"], _header(config, command)
     rows = [{"variant": run["variant"].name, "preset": run["variant"].preset,
              "tokens": row["step"] * _tokens_per_step(config), **row}
             for run in started for row in run["rows"]]
     # Per pair of runs, how their validation losses differ over the evaluations both logged
     # (the numbers results.md quotes: "below at all 20 evaluations, by 0.02 to 0.08").
-    curves = [(run["variant"].name, validation_losses(run)) for run in started] + [
-        (_reference_label(config, other, run), validation_losses(run))
+    curves = [(run["variant"].name, validation_losses(run["rows"])) for run in started] + [
+        (_reference_label(config, other, run), validation_losses(run["rows"]))
         for other, run in references]
     pairs = []
     for (a, losses_a), (b, losses_b) in itertools.combinations(curves, 2):
-        steps = sorted(set(losses_a) & set(losses_b))
-        diffs = [losses_a[step] - losses_b[step] for step in steps]
+        steps, diffs = _differences(losses_a, losses_b)
         if steps:
             pairs.append({"a": a, "b": b, "evaluations": len(steps),
                           "a_lower": sum(d < 0 for d in diffs), "diff_min": min(diffs),
                           "diff_max": max(diffs), "final_step": steps[-1],
                           "diff_final": diffs[-1]})
     return _write(
-        config["results_dir"],
-        csv=(f"{study}_loss.csv", ("variant", "preset", "step", "tokens")
-             + records.METRIC_COLUMNS[1:], rows, header),
-        png=(f"{study}_val_loss.png", lambda path: _pretrain_plot(config, started, path,
-                                                                  references)),
-        table=(f"{study}_table.md", _pretrain_table(config, runs, command, vocabulary,
-                                                    references)),
-        pairs=(f"{study}_pairs.csv", PAIR_COLUMNS, pairs,
-               header + [prose("pretrain", "pairs")]),
-        config=(f"{study}_config.json", {
+        config["results_dir"], config["study"],
+        csv=("loss.csv", ("variant", "preset", "step", "tokens") + records.METRIC_COLUMNS[1:],
+             rows, header),
+        png=("val_loss.png", lambda path: _pretrain_plot(config, started, path, references)),
+        table=("table.md", _pretrain_table(config, runs, command, vocabulary, references)),
+        pairs=("pairs.csv", PAIR_COLUMNS, pairs, header + [prose("pretrain", "pairs")]),
+        config=("config.json", {
             "command": command, "study_config": study_config.resolved(config),
             "vocabulary": vocabulary, "runs": {run["variant"].name: {
                 "preset": run["variant"].preset, "variant": run["variant"].variant,
@@ -311,7 +312,7 @@ def _pretrain_plot(config, runs, path, references):
             style = dict(styles.setdefault(name, records.line_style(len(styles))))
             if is_reference:
                 style.update(linestyle=":")
-            points = sorted(validation_losses(run).items())
+            points = sorted(validation_losses(run["rows"]).items())
             if points:
                 axis.plot(*zip(*points), ms=2.5, lw=1.0 if is_reference else 1.3, label=label,
                           **style)
@@ -328,13 +329,12 @@ def _pretrain_table(config, runs, command, vocabulary, references):
     cells = []
     for run, name, status in rows:
         variant, by_step = run["variant"], {r["step"]: r for r in run["rows"]}
-        speed = records.median_tokens_per_second(run["rows"])
         overrides = ", ".join(f"{k}={v}" for k, v in variant.overrides.items())
         cells.append([name, variant.preset + (f" ({overrides})" if overrides else ""),
-                      *(_loss(by_step.get(step, {}).get("val_loss")) for step in columns.values()),
-                      _loss(by_step.get(columns[1.0], {}).get("val_accuracy")),
+                      *(_cell(by_step.get(s, {}).get("val_loss")) for s in columns.values()),
+                      _cell(by_step.get(columns[1.0], {}).get("val_accuracy")),
                       records.format_seconds(run["wall_seconds"]) if run["rows"] else "–",
-                      "–" if speed is None else f"{speed:,.0f}", status])
+                      _cell(records.median_tokens_per_second(run["rows"]), ",.0f"), status])
     table = _table(["variant", "preset", *(f"{round(f * 100)}% (step {s})" for f, s in
                                            columns.items()),
                     "val. accuracy (100%)", "wall time", "tokens/s", "status"],
@@ -392,7 +392,7 @@ def _seed_summaries(configs, only=None):
     curves = {}
     for config in configs:
         for run in read_runs(config):
-            losses = validation_losses(run)
+            losses = validation_losses(run["rows"])
             if losses and (not only or run["variant"].name in only):
                 curves.setdefault(run["variant"].name, {})[config["settings"]["seed"]] = losses
     summaries = {}
@@ -404,30 +404,35 @@ def _seed_summaries(configs, only=None):
             summaries[variant][step] = {
                 "seeds": len(values), "mean": statistics.fmean(values.values()),
                 "lowest": min(values.values()), "highest": max(values.values()),
-                "by_seed_values": {str(seed): v for seed, v in values.items()}}
+                "by_seed": json.dumps({str(seed): v for seed, v in values.items()})}
     return curves, summaries
+
+
+def _logged_variants(configs, names):
+    """The variants `names` that have logged a step, as the studies list them (the first
+    study first); raises `StudyError` when there are none."""
+    order = [variant.name for config in configs for variant in study_config.variants(config)]
+    if not names:
+        raise StudyError(f"None of the studies {[c['study'] for c in configs]} has logged a "
+                         "step yet: pre-train them first.")
+    return sorted(names, key=order.index)
 
 
 def seed_pages(configs, name, command, only=None):
     """Writes `<name>_seeds.csv`, `.png` (TUPE Figure 4a at small scale: the mean over the
     seeds against tokens, the seeds as a band) and `.md`; returns their paths."""
     curves, summaries = _seed_summaries(configs, only)
-    order = [v.name for v in study_config.variants(configs[0])]
-    variants = sorted(curves, key=lambda v: order.index(v) if v in order else len(order))
-    if not variants:
-        raise StudyError(f"None of the studies {[c['study'] for c in configs]} has logged a "
-                         "step yet: pre-train them first.")
-    rows = [{"variant": v, "step": step, "tokens": step * _tokens_per_step(configs[0]),
-             **{k: s[k] for k in ("seeds", "mean", "lowest", "highest")},
-             "by_seed": json.dumps(s["by_seed_values"])}
+    variants = _logged_variants(configs, curves)
+    rows = [{"variant": v, "step": step, "tokens": step * _tokens_per_step(configs[0]), **s}
             for v in variants for step, s in summaries[v].items()]
     header = [f"command: {command}", "studies (seed): " + "; ".join(
         f"{c['study']} ({c['settings']['seed']})" for c in configs)]
     return _write(
-        configs[0]["results_dir"], csv=(f"{name}_seeds.csv", SEED_COLUMNS, rows, header),
-        png=(f"{name}_seeds.png", lambda path: _seed_plot(variants, summaries, configs, path)),
-        table=(f"{name}_seeds.md", _seed_table(configs, variants, curves, summaries, name,
-                                               command)))
+        configs[0]["results_dir"], name, csv=("seeds.csv", SEED_COLUMNS, rows, header),
+        png=("seeds.png", lambda path: _seed_plot([(v, summaries[v]) for v in variants],
+                                                  configs[0], path,
+                                                  ", ".join(c["study"] for c in configs))),
+        table=("seeds.md", _seed_table(configs, variants, curves, summaries, name, command)))
 
 
 def group_figure(groups, name, out_dir=None):
@@ -441,9 +446,8 @@ def group_figure(groups, name, out_dir=None):
         _, summaries = _seed_summaries(configs, variants)
         series += [(f"{v}, {label}", summaries[v]) for v in variants if v in summaries]
     path = os.path.join(out_dir or groups[0][1][0]["results_dir"], f"{name}.png")
-    return {"png": _seed_plot([label for label, _ in series], dict(series), groups[0][1], path,
-                              title=" vs ".join(configs[0]["study"] for _, configs, _ in groups)
-                              + ": seeds as bands")}
+    return {"png": _seed_plot(series, groups[0][1][0], path,
+                              " vs ".join(configs[0]["study"] for _, configs, _ in groups))}
 
 
 def _seed_table(configs, variants, curves, summaries, name, command):
@@ -495,11 +499,12 @@ def _gap_row(curves, summaries, a, step_a, b, step_b, label, steps):
             ("yes" if beyond else "no") if len(diffs) > 1 else "one seed"]
 
 
-def _seed_plot(variants, summaries, configs, path, title=None):
+def _seed_plot(series, config, path, studies):
+    """Each `(label, summaries)` of `series` as its mean over the seeds and their band."""
     def draw(axis):
-        for i, v in enumerate(variants):
-            points = sorted(summaries[v].items())
-            tokens = [step * _tokens_per_step(configs[0]) / 1e6 for step, _ in points]
+        for i, (v, summaries) in enumerate(series):
+            points = sorted(summaries.items())
+            tokens = [step * _tokens_per_step(config) / 1e6 for step, _ in points]
             style = records.line_style(i)
             seeds = points[0][1]["seeds"] if points else 0
             axis.plot(tokens, [s["mean"] for _, s in points], ms=3, lw=1.4, markevery=max(
@@ -510,8 +515,7 @@ def _seed_plot(variants, summaries, configs, path, title=None):
                                   [s["highest"] for _, s in points], color=style["color"],
                                   alpha=0.2, lw=0, label=f"{v}: lowest to highest seed")
 
-    return _figure(draw, path, "pre-training tokens (millions)",
-                   title or ", ".join(c["study"] for c in configs) + ": seeds as bands",
+    return _figure(draw, path, "pre-training tokens (millions)", f"{studies}: seeds as bands",
                    tight=True, size=(7.5, 4.5))
 
 
@@ -537,9 +541,8 @@ def _describe(config, run=None, runs=None):
     """The study's overrides, and the run's initialization where the compared `runs` differ
     in it (their records name it)."""
     text = ", ".join(f"{k}={v}" for k, v in config.get("overrides", {}).items())
-    initialization = run and run["record"].get("initialization")
     if run and len({other["record"].get("initialization") for other in runs.values()}) > 1:
-        return (text or "base settings") + f"; initialization={initialization}"
+        return (text or "base settings") + f"; initialization={run['record'].get('initialization')}"
     return text or "base settings"
 
 
@@ -555,20 +558,16 @@ def compare_pages(configs, name, command):
                                f"{list(FREE_SETTINGS)} can be compared (give them one base).")
     runs = {(config["study"], run["variant"].name): run for config in configs
             for run in read_runs(config) if run["rows"]}
-    order = [r.name for c in configs for r in study_config.variants(c)]  # first study first
-    variants = sorted({v for _, v in runs}, key=order.index)
-    if not variants:
-        raise StudyError(f"None of the studies {studies} has logged a step yet: pre-train "
-                         "them first.")
+    variants = _logged_variants(configs, {v for _, v in runs})
     header = [f"command: {command}",
               "studies: " + "; ".join(f"{c['study']} ({_describe(c)})" for c in configs)]
     rows = [{"study": config["study"], "overrides": _describe(config), "variant": variant, **row}
             for config in configs for variant in variants
             for row in runs.get((config["study"], variant), {"rows": []})["rows"]]
     return _write(
-        configs[0]["results_dir"], csv=(f"{name}_compare.csv", COMPARE_COLUMNS, rows, header),
-        png=(f"{name}_compare.png", lambda path: _compare_plot(configs, variants, runs, path)),
-        table=(f"{name}_compare.md", _compare_table(configs, variants, runs, name, command)))
+        configs[0]["results_dir"], name, csv=("compare.csv", COMPARE_COLUMNS, rows, header),
+        png=("compare.png", lambda path: _compare_plot(configs, variants, runs, path)),
+        table=("compare.md", _compare_table(configs, variants, runs, name, command)))
 
 
 def _compare_table(configs, variants, runs, name, command):
@@ -576,7 +575,8 @@ def _compare_table(configs, variants, runs, name, command):
     rows, best, at_common = [], {}, {}  # at_common: variant -> {study: loss at its common step}
     for variant in variants:
         present = [c for c in configs if (c["study"], variant) in runs]
-        curves = {c["study"]: validation_losses(runs[c["study"], variant]) for c in present}
+        curves = {c["study"]: validation_losses(runs[c["study"], variant]["rows"])
+                  for c in present}
         common = set.intersection(*(set(curve) for curve in curves.values()))
         step = max(common) if common else None
         base_run = runs.get((first["study"], variant))
@@ -586,20 +586,17 @@ def _compare_table(configs, variants, runs, name, command):
             speed = records.median_tokens_per_second(run["rows"])
             largest, late = "–", "–"
             if base_run is not None and config is not first:
-                base_curve = curves[first["study"]]
-                shared = sorted(set(curve) & set(base_curve))
-                diffs = [curve[s] - base_curve[s] for s in shared]
+                shared, diffs = _differences(curve, curves[first["study"]])
                 if diffs:
                     largest = f"{max(diffs, key=abs):+.3f} ({len(shared)} evaluations)"
                 late = _second_half(shared, diffs)
-            loss = curve.get(step) if step is not None else None
+            loss = curve.get(step)
             if loss is not None:
                 at_common.setdefault(variant, {})[config["study"]] = loss
                 if variant not in best or loss < best[variant][1]:
                     best[variant] = (config["study"], loss, step)
             rows.append([variant, config["study"], _describe(config, run, runs),
-                         f"{run['rows'][-1]['step']:,}",
-                         "–" if speed is None else f"{speed:,.0f}",
+                         f"{run['rows'][-1]['step']:,}", _cell(speed, ",.0f"),
                          f"{speed / base_speed:.2f}x" if speed and base_speed else "–",
                          "–" if loss is None else f"{loss:.3f} (step {step:,})", largest, late,
                          records.format_seconds(run["wall_seconds"])])
@@ -638,21 +635,19 @@ def _compare_plot(configs, variants, runs, path):
             run = runs.get((config["study"], variant))
             if run is None:
                 continue
-            points = sorted(validation_losses(run).items())
+            points = sorted(validation_losses(run["rows"]).items())
             axis.plot(*zip(*points), ms=3.5, lw=1.4, **records.line_style(i),
                       label=f"{config['study']} ({_describe(config, run, runs)})")
         axis.set_title(variant, fontsize=10)
         axis.set_xlabel("pre-training step")
         axis.grid(alpha=0.3)
     axes[0][0].set_ylabel(LOSS_LABEL)
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    for axis in axes[0][1:]:
+    legend = {}  # a study's entry from the first panel that drew it
+    for axis in axes[0]:
         for handle, label in zip(*axis.get_legend_handles_labels()):
-            if label not in labels:
-                handles.append(handle)
-                labels.append(label)
+            legend.setdefault(label, handle)
     figure.tight_layout()
-    records.legend_outside(axes[0][-1], handles, labels)
+    records.legend_outside(axes[0][-1], list(legend.values()), list(legend))
     return records.save_figure(figure, path)
 
 
@@ -758,16 +753,16 @@ def finetune_pages(config, command):
     if not any(row["summary"]["runs_done"] for row in table_rows):
         raise StudyError(f"No fine-tuning result yet for study {config['study']!r}: run "
                          f"python -m experiments.run finetune {' '.join(config['_flag'])}")
-    study, floor = config["study"], floors.majority_class(config)
+    floor = floors.majority_class(config)
     header = _header(config, command) + [prose(
         "finetune", "csv_grid" if config.get("selection_seed") is None else "csv_selection",
         seed=config.get("selection_seed"))]
     return _write(
-        config["results_dir"], csv=(f"{study}_glue.csv", (
+        config["results_dir"], config["study"], csv=("glue.csv", (
             "pretrain_study", "variant", "step", "task", "score", "best_learning_rate", "seeds",
             "seed_min", "seed_max", "complete", "medians_by_learning_rate"), csv_rows, header),
-        table=(f"{study}_table.md", _finetune_table(config, table_rows, command, floor)),
-        config=(f"{study}_config.json", {
+        table=("table.md", _finetune_table(config, table_rows, command, floor)),
+        config=("config.json", {
             "command": command, "study_config": study_config.resolved(config),
             "jobs": job_records, "majority_class": floor}))
 
@@ -952,17 +947,16 @@ def length_pages(config, command):
     if not rows:
         raise StudyError(f"No result yet for study {config['study']!r}: run "
                          f"python -m experiments.run length {' '.join(config['_flag'])}")
-    study = config["study"]
     header = _header(config, command) + [prose(
         "length", "csv", batches=config["batches"], tokens_per_batch=config["tokens_per_batch"],
         corpus=config["valid_corpus"], seed=config["seed"])]
     columns = ("pretrain_study", "variant", "preset", "step", "trained_seq_len", "length",
                "batch_size", "batches", "masked_tokens", "loss", "accuracy", "seconds", "note")
     return _write(
-        config["results_dir"], csv=(f"{study}_loss.csv", columns, rows, header),
-        png=(f"{study}_loss.png", lambda path: _length_plot(config, jobs, results, path)),
-        table=(f"{study}_table.md", _length_table(config, jobs, results, command)),
-        config=(f"{study}_config.json", {
+        config["results_dir"], config["study"], csv=("loss.csv", columns, rows, header),
+        png=("loss.png", lambda path: _length_plot(config, jobs, results, path)),
+        table=("table.md", _length_table(config, jobs, results, command)),
+        config=("config.json", {
             "command": command, "study_config": study_config.resolved(config),
             "evaluated": jobs, "seconds": sum(r["seconds"] for r in rows)}))
 
@@ -1044,11 +1038,11 @@ PIPELINE_BAND = tuple((study, T2_FAST) for study in ("long_v2_jax", *T2_REPLICAT
 PIPELINE_FROM = 4000
 
 
-def first_step_below(rows, target, or_at=False):
-    """The first logged step whose validation loss is below `target` (`or_at`: at or below
-    it); None if none."""
-    return next((row["step"] for row in rows if row["val_loss"] is not None and (
-        row["val_loss"] < target or or_at and row["val_loss"] == target)), None)
+def first_step_below(losses, target, or_at=False):
+    """The first step of `losses` (`{step: loss}`) whose loss is below `target` (`or_at`: at
+    or below it); None if none."""
+    return next((step for step, loss in sorted(losses.items())
+                 if loss < target or or_at and loss == target), None)
 
 
 def reach_final_loss(fast_folder, slow_folder, fast_step_flops=1.0, slow_step_flops=1.0):
@@ -1057,12 +1051,13 @@ def reach_final_loss(fast_folder, slow_folder, fast_step_flops=1.0, slow_step_fl
     steps, training FLOPs (from each one's FLOPs a step) and wall time."""
     fast, fast_wall = records.read_metrics(fast_folder)
     slow, slow_wall = records.read_metrics(slow_folder)
-    evaluated = [row for row in slow if row["val_loss"] is not None]
+    evaluated = validation_losses(slow)
     if not fast or not evaluated:
         raise StudyError(f"{fast_folder if not fast else slow_folder} has no logged "
                          "evaluation in its metrics.csv: nothing to compare.")
-    slow_steps, slow_final = evaluated[-1]["step"], evaluated[-1]["val_loss"]
-    step = first_step_below(fast, slow_final, or_at=True)
+    slow_steps = max(evaluated)
+    slow_final = evaluated[slow_steps]
+    step = first_step_below(validation_losses(fast), slow_final, or_at=True)
     result = {"slow_steps": slow_steps, "slow_final": slow_final, "step": step,
               "step_share": None, "flop_share": None, "time_share": None}
     if step is not None:
@@ -1072,12 +1067,12 @@ def reach_final_loss(fast_folder, slow_folder, fast_step_flops=1.0, slow_step_fl
     return result
 
 
-def t2_rows(group_configs, fast=T2_FAST, slow=T2_SLOW):
-    """`reach_final_loss` of `fast` against `slow`, one row a seed of a seed group (a study
-    and its replicates), each row also naming its `study` and `seed`."""
+def t2_rows(group_configs):
+    """`reach_final_loss` of `T2_FAST` against `T2_SLOW`, one row a seed of a seed group (a
+    study and its replicates), each row also naming its `study` and `seed`."""
     from benchmarks import encoders
 
-    rows = []
+    fast, slow, rows = T2_FAST, T2_SLOW, []
     for config in group_configs:
         runs = {run["variant"].name: run for run in read_runs(config)}
         missing = [name for name in (fast, slow) if not (name in runs and runs[name]["record"])]
@@ -1098,21 +1093,19 @@ def t2_rows(group_configs, fast=T2_FAST, slow=T2_SLOW):
     return rows
 
 
-def t2_table(rows, fast=T2_FAST, slow=T2_SLOW):
+def t2_table(rows):
     """The rows of `t2_rows` as a Markdown table."""
-    def share(value):
-        return "–" if value is None else f"{100 * value:.2f}%"
-
-    return prose("claims", "t2", fast=fast, slow=slow, rows=_lines(
+    return prose("claims", "t2", fast=T2_FAST, slow=T2_SLOW, rows=_lines(
         [row["study"], str(row["seed"]), f"{row['slow_final']:.3f} ({row['slow_steps']:,})",
-         "never" if row["step"] is None else f"{row['step']:,}", share(row["step_share"]),
-         share(row["flop_share"]), share(row["time_share"])] for row in rows),
+         "never" if row["step"] is None else f"{row['step']:,}",
+         *(_cell(row[k], ".2%") for k in ("step_share", "flop_share", "time_share"))]
+        for row in rows),
         ratios=" / ".join(sorted({f"{row['flop_ratio']:.4f}" for row in rows})))
 
 
-def plateau_rows(results_dir, runs=PLATEAU_RUNS, loss=PLATEAU_LOSS):
-    """One row a recorded run of `runs`: its status, last step, first step below `loss`
-    and losses at steps 1,000 and 2,000."""
+def plateau_rows(results_dir, runs=PLATEAU_RUNS):
+    """One row a recorded run of `runs`: its status, last step, first step below
+    `PLATEAU_LOSS` and losses at steps 1,000 and 2,000."""
     rows = []
     for label, study, variant in runs:
         folder = os.path.join(results_dir, "records", study, variant)
@@ -1120,17 +1113,16 @@ def plateau_rows(results_dir, runs=PLATEAU_RUNS, loss=PLATEAU_LOSS):
         logged, _ = records.read_metrics(folder)
         if record is None or not logged:
             continue
-        by_step = {row["step"]: row["val_loss"] for row in logged}
+        losses = validation_losses(logged)
         rows.append({"label": label, "study": study, "variant": variant,
                      "status": record["status"], "last_step": logged[-1]["step"],
-                     "below": first_step_below(logged, loss),
-                     "at_1000": by_step.get(1000), "at_2000": by_step.get(2000),
-                     "curve": [(row["step"], row["val_loss"]) for row in logged
-                               if row["val_loss"] is not None]})
+                     "below": first_step_below(losses, PLATEAU_LOSS),
+                     "at_1000": losses.get(1000), "at_2000": losses.get(2000),
+                     "curve": sorted(losses.items())})
     return rows
 
 
-def plateau_page(rows, results_dir, loss=PLATEAU_LOSS):
+def plateau_page(rows, results_dir):
     """Writes `plateau_control.md` and `.png` into `results_dir`; returns their paths."""
     def below(row):
         if row["below"] is not None:
@@ -1138,9 +1130,9 @@ def plateau_page(rows, results_dir, loss=PLATEAU_LOSS):
         return "never" if row["last_step"] >= 2000 else f"not by {row['last_step']:,}"
 
     page = records.write_text(os.path.join(results_dir, f"{PLATEAU_PAGE}.md"), prose(
-        "claims", "plateau", loss=loss, rows=_lines(
-            [row["label"], row["study"], row["status"], below(row), _loss(row["at_1000"]),
-             _loss(row["at_2000"])] for row in rows)) + "\n")
+        "claims", "plateau", loss=PLATEAU_LOSS, rows=_lines(
+            [row["label"], row["study"], row["status"], below(row), _cell(row["at_1000"]),
+             _cell(row["at_2000"])] for row in rows)) + "\n")
 
     def draw(axis):
         for index, row in enumerate(rows):
@@ -1148,11 +1140,11 @@ def plateau_page(rows, results_dir, loss=PLATEAU_LOSS):
             if "old init." in row["label"]:
                 style.update(linestyle=":")
             axis.plot(*zip(*row["curve"]), ms=2.5, lw=1.3, label=row["label"], **style)
-        axis.axhline(loss, color="grey", lw=0.8, linestyle="--")
+        axis.axhline(PLATEAU_LOSS, color="grey", lw=0.8, linestyle="--")
 
     return page, _figure(draw, os.path.join(results_dir, f"{PLATEAU_PAGE}.png"),
                          "pre-training step (x 4,096 tokens)",
-                         f"Pre-LN against post-LN: who leaves the plateau (dashed: {loss})")
+                         f"Pre-LN against post-LN: who leaves the plateau (dashed: {PLATEAU_LOSS})")
 
 
 def band_position(results_dir, run=PIPELINE_RUN, band=PIPELINE_BAND, from_step=PIPELINE_FROM):
@@ -1160,8 +1152,8 @@ def band_position(results_dir, run=PIPELINE_RUN, band=PIPELINE_BAND, from_step=P
     the runs of `band` at the evaluations all logged: how often above and below it and, from
     `from_step` on, how often above the band's mean and by how much."""
     def curve(study, variant):
-        rows, _ = records.read_metrics(os.path.join(results_dir, "records", study, variant))
-        return {row["step"]: row["val_loss"] for row in rows if row["val_loss"] is not None}
+        return validation_losses(records.read_metrics(
+            os.path.join(results_dir, "records", study, variant))[0])
 
     single, others = curve(*run), [curve(*member) for member in band]
     steps = sorted(set(single).intersection(*others))
