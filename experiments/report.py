@@ -1,15 +1,9 @@
-"""Every page of `docs/results/`, made from the committed records alone.
-
-    python -m experiments.run report [--study NAME | --config FILE]
-    python -m experiments.claims [--out DIR]
-
-`report` writes each recorded study's pages (`pretrain_pages`, `finetune_pages`,
-`length_pages`), then the pages over several studies that the chosen ones are part of: a
-study with its seed replicates (`<study>_seeds.*`), seed groups in one figure
-(`GROUP_COMPARISONS`), studies that differ only in their `overrides` (`COMPARISONS`:
-`<name>_compare.*`) and, without a study, the positional maps again from their arrays.
-`claims` writes what `docs/results.md` quotes that no other page prints. The pages' prose is
-in `templates/`. Nothing here reads `runs/`: from the same records, the same bytes (tested).
+"""Every page of `docs/results/`, made from the committed records alone (never `runs/`: from
+the same records, the same bytes; tested). `report` writes each recorded study's pages
+(`pretrain_pages`, `finetune_pages`, `length_pages`), then the pages over several studies that
+the chosen ones are part of (`seed_pages`, `GROUP_COMPARISONS`, `COMPARISONS`) and the maps;
+`claims` what `docs/results.md` quotes that no other page prints. Their commands and pages:
+experiments/README.md; their prose: `templates/`.
 """
 
 import argparse
@@ -746,8 +740,7 @@ def finetune_pages(config, command):
                       **by_task[t], "complete": t in complete,
                       "medians_by_learning_rate": json.dumps(by_task[t][
                           "medians_by_learning_rate"])} for t in tasks if t in by_task]
-        if "runs_expected" not in summary:  # a summary.json
-            summary["runs_expected"] = protocol(config).size([], config["tasks"])
+        summary.setdefault("runs_expected", protocol(config).size([], tasks))  # summary.json
         job_records.append({**job, **{k: summary[k] for k in ("runs_done", "runs_expected",
                                 "wall_seconds", "timed_runs", "train_seconds")}})
     if not any(row["summary"]["runs_done"] for row in table_rows):
@@ -777,8 +770,10 @@ def _encoder(job):
 def _finetune_table(config, table_rows, command, floor):
     from keras_tupe.metrics import glue_score_metric
 
-    tasks = config["tasks"]
-    rates = list(config["learning_rates"]) + list(config.get("edge_learning_rates", []))
+    tasks, edges = config["tasks"], config.get("edge_learning_rates", [])
+    rates = list(config["learning_rates"]) + list(edges)
+    # The best rate at the grid's edge, which then does not bracket it.
+    edge_mark = {min(rates): "↓", max(rates): "↑"} if len(rates) > 1 else {}
     extra = [(task, metric) for task, metrics in _ceiling_metrics(config).items()
              for metric in metrics]
     names = ([TASK_NAMES.get(t, t) for t in tasks]
@@ -793,11 +788,10 @@ def _finetune_table(config, table_rows, command, floor):
             if task_summary is None:
                 cells.append("–")
                 continue
-            exact, best = task_summary.get("exact_match"), task_summary["best_learning_rate"]
-            edge = ("↑" if best == max(rates) else "↓" if best == min(rates) else ""
-                    ) if len(rates) > 1 else ""  # the best rate at the grid's edge
+            exact = task_summary.get("exact_match")
             cells.append(f"{task_summary['score']:.2f}"
-                         + ("" if exact is None else f" ({exact:.2f})") + edge
+                         + ("" if exact is None else f" ({exact:.2f})")
+                         + edge_mark.get(task_summary["best_learning_rate"], "")
                          + ("" if task in row["complete"] else "*"))
         for task, metric in extra:
             value = summary["tasks"].get(task, {}).get("metrics", {}).get(metric)
@@ -821,10 +815,8 @@ def _finetune_table(config, table_rows, command, floor):
         rows.append(["*ceiling*", "–", *("–" if c is None else f"{c:.1f}" for c in cells),
                      "–" if None in cells[:len(tasks)] else
                      f"{sum(cells[:len(tasks)]) / len(tasks):.2f}", "–", "–"])
-    edges, settings = config.get("edge_learning_rates", []), (
-        f"settings {json.dumps(config['settings'])}" + (
-            f", by task {json.dumps(config['task_settings'])}"
-            if config.get("task_settings") else ""))
+    settings = f"settings {json.dumps(config['settings'])}" + (
+        f", by task {json.dumps(config['task_settings'])}" if config.get("task_settings") else "")
     seed_rows = [[_encoder(row["job"]), str(row["job"]["step"]), *(
         "–" if t not in row["summary"]["tasks"] else "{seed_min:.1f}–{seed_max:.1f}".format(
             **row["summary"]["tasks"][t]) + ("" if t in row["complete"] else "*") for t in tasks)]
@@ -910,17 +902,15 @@ def length_plan(config, only_variants=None):
     jobs = []
     for pretrain, variant, step, path in study_config.checkpoints(config, only_variants):
         settings = pretrain["settings"]
-        jobs.append({
-            "pretrain_study": pretrain["study"], "variant": variant.name,
-            "preset": variant.preset, "overrides": variant.overrides, "step": step,
-            "final": step == settings["steps"],
-            "model": path, "vocab": os.path.join(variant.run_dir, "vocab.txt"),
-            "lowercase": pretrain["vocabulary"]["lowercase"],
-            "trained_seq_len": settings["seq_len"],
-            "tokens_per_step": settings["batch_size"] * settings["seq_len"],
-            "pretrain_record": records.record_dir(pretrain, variant.name),
-            "masking": masking(settings),
-        })
+        jobs.append({"pretrain_study": pretrain["study"], "variant": variant.name,
+                     "preset": variant.preset, "overrides": variant.overrides, "step": step,
+                     "final": step == settings["steps"], "model": path,
+                     "vocab": os.path.join(variant.run_dir, "vocab.txt"),
+                     "lowercase": pretrain["vocabulary"]["lowercase"],
+                     "trained_seq_len": settings["seq_len"],
+                     "tokens_per_step": _tokens_per_step(pretrain),
+                     "pretrain_record": records.record_dir(pretrain, variant.name),
+                     "masking": masking(settings)})
     if not jobs:
         raise StudyError(f"{config['_path']}: nothing to evaluate with these filters.")
     return jobs
@@ -1170,8 +1160,8 @@ def band_position(results_dir, run=PIPELINE_RUN, band=PIPELINE_BAND, from_step=P
 
 
 def claims(argv=None):
-    """`python -m experiments.claims [--out DIR]`: prints T2's table and the two pipelines,
-    writes the plateau page (into `--out`, default the records' results folder)."""
+    """`python -m experiments.claims`: prints T2's table and the two pipelines, writes the
+    plateau page."""
     parser = argparse.ArgumentParser(prog="python -m experiments.claims",
                                      description=prose("claims", "help") + "\n",
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -1204,8 +1194,7 @@ def report_command(config):
 
 def report(reference=None):
     """Writes the pages of the study `reference` (a name or a `.json` file; default: every
-    recorded study, and the positional maps) and the seed and comparison pages it is part
-    of, from the records alone; returns `{what: path}`."""
+    recorded study, and the maps) and the pages it is part of; returns `{what: path}`."""
     if reference and reference.endswith(".json"):  # a study in a file, among its folder's
         folder = os.path.dirname(reference)
         every = [study_config.load_config(p)
