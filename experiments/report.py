@@ -849,23 +849,19 @@ def _seed_spread(config, table_rows):
     replicates), and the gaps between variants against that spread ("" if none)."""
     seeds = {p["study"]: p["settings"]["seed"]
              for p in study_config.related_configs(config, "pretrain_configs")}
-    groups = {}  # (variant, step) -> {pre-training seed: row}
+    groups = {}  # (variant, step) -> {pre-training seed: its scores and their average}
     for row in table_rows:
         job = row["job"]
         if row["average"] is not None:  # every task complete
             groups.setdefault((job["variant"], job["step"]), {})[
-                seeds[job["pretrain_study"]]] = row
-    groups = {key: rows for key, rows in groups.items() if len(rows) > 1}
+                seeds[job["pretrain_study"]]] = [*row["scores"], row["average"]]
+    groups = {key: by_seed for key, by_seed in groups.items() if len(by_seed) > 1}
     if not groups:
         return ""
     names = [TASK_NAMES.get(t, t) for t in config["tasks"]] + ["average"]
-
-    def scores(row):
-        return list(row["scores"]) + [row["average"]]
-
     rows = []
     for (variant, step), by_seed in groups.items():
-        columns = list(zip(*(scores(by_seed[seed]) for seed in sorted(by_seed))))
+        columns = list(zip(*(by_seed[seed] for seed in sorted(by_seed))))
         rows.append([_encoder({"pretrain_study": None, "variant": variant, "step": step}),
                      str(step), ", ".join(str(seed) for seed in sorted(by_seed)),
                      *(f"{min(c):.2f}–{max(c):.2f} ({np.mean(c):.2f})" for c in columns)])
@@ -874,8 +870,7 @@ def _seed_spread(config, table_rows):
                  if a < b and a[1] == b[1] and set(groups[a]) == set(groups[b])]:
         cells = []
         for column in range(len(names)):
-            by_seed = [(scores(groups[a][s])[column], scores(groups[b][s])[column])
-                       for s in sorted(groups[a])]
+            by_seed = [(groups[a][s][column], groups[b][s][column]) for s in sorted(groups[a])]
             diffs = [x - y for x, y in by_seed]
             spread = max(max(v) - min(v) for v in zip(*by_seed))
             cells.append(f"{np.mean(diffs):+.2f}"
@@ -1196,11 +1191,10 @@ def report(reference=None):
     """Writes the pages of the study `reference` (a name or a `.json` file; default: every
     recorded study, and the maps) and the pages it is part of; returns `{what: path}`."""
     if reference and reference.endswith(".json"):  # a study in a file, among its folder's
-        folder = os.path.dirname(reference)
-        every = [study_config.load_config(p)
-                 for p in sorted(glob.glob(os.path.join(folder, "*.json")))]
+        names = sorted(glob.glob(os.path.join(os.path.dirname(reference), "*.json")))
     else:
-        every = [study_config.load_config(name) for name in sorted(study_config.studies())]
+        names = sorted(study_config.studies())
+    every = [study_config.load_config(name) for name in names]
     named = [c for c in every if reference in (c["study"], c["_path"])] if reference else every
     if reference and not named:  # not among them (or nowhere: load_config says so)
         named = [study_config.load_config(reference)]
