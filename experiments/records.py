@@ -17,7 +17,9 @@ import statistics
 import time
 
 PROGRAM = "python -m experiments.run"
-RUN_RECORD = "run_config.json"  # a pre-training run's settings, and its record's
+# A pre-training run's settings and its record's (keras_tupe.pretraining.RUN_CONFIG; that
+# module imports Keras, which a report does not need).
+RUN_RECORD = "run_config.json"
 METRIC_COLUMNS = ("step", "loss", "accuracy", "val_loss", "val_accuracy", "learning_rate",
                   "tokens_per_second", "elapsed_seconds")
 
@@ -59,8 +61,7 @@ def read_metrics(folder):
     by_step = {}
     wall, segment, previous = 0.0, 0.0, -1.0
     for row in read_csv_rows(path):
-        parsed = {key: None if row.get(key) in (None, "") or math.isnan(float(row[key]))
-                  else float(row[key]) for key in METRIC_COLUMNS}
+        parsed = {key: _number(row.get(key)) for key in METRIC_COLUMNS}
         if parsed["step"] is None:
             continue
         parsed["step"] = int(parsed["step"])
@@ -71,6 +72,11 @@ def read_metrics(folder):
         by_step[parsed["step"]] = parsed
     wall += max(segment, 0.0)
     return [by_step[step] for step in sorted(by_step)], wall
+
+
+def _number(text):
+    value = None if text in (None, "") else float(text)
+    return None if value is None or math.isnan(value) else value
 
 
 def read_csv_rows(path):
@@ -126,9 +132,14 @@ def write_csv(path, columns, rows, comments=()):
     writer = csv.DictWriter(buffer, fieldnames=list(columns), extrasaction="ignore")
     writer.writeheader()
     for row in rows:
-        writer.writerow({k: "" if row.get(k) is None else f"{row[k]:.6g}"
-                         if isinstance(row[k], float) else row[k] for k in columns})
+        writer.writerow({k: _csv_value(row.get(k)) for k in columns})
     return write_text(path, buffer.getvalue())
+
+
+def _csv_value(value):
+    if value is None:
+        return ""
+    return f"{value:.6g}" if isinstance(value, float) else value
 
 
 def write_json(path, payload):

@@ -8,7 +8,6 @@
 
 import argparse
 import glob
-import hashlib
 import json
 import lzma
 import math
@@ -289,14 +288,15 @@ def gpu_pace():
             return {**calibration["pace"], "calibrated": True, "basis": f"the S0 calibration "
                     f"({path})", **({"finetune_task_step_seconds": tasks} if tasks else {})}
     times = [run["wall_seconds"] / run["last_step"] for run in map(records.read_json, glob.glob(
-        os.path.join(RECORDS, "*", "*", "run_config.json")))
+        os.path.join(RECORDS, "*", "*", records.RUN_RECORD)))
         if "gpu" in run.get("versions", {}).get("machine", "") and run.get("last_step")]
     if not times:
         raise StudyError(f"No recorded GPU run to time a stage by ({RECORDS}).")
-    return {"pretrain_step_seconds": max(times), "at_once": 4, "calibrated": False,
-            "finetune_step_seconds": max(times), "finetune_start_seconds": 60,
+    step = max(times)
+    return {"pretrain_step_seconds": step, "at_once": 4, "calibrated": False,
+            "finetune_step_seconds": step, "finetune_start_seconds": 60,
             "benchmark_row_seconds": {"train": 60, "infer": 25}, "install_seconds": 15,
-            "basis": f"the recorded GPU pre-training runs ({max(times) * 1000:.1f} ms a step, "
+            "basis": f"the recorded GPU pre-training runs ({step * 1000:.1f} ms a step, "
                      "four at once), a fine-tuning step as long, the rest stated estimates"}
 
 
@@ -665,8 +665,9 @@ def read_encoder(path, init, vocab=None):
 
 def _sha256(path):
     """The file's sha256 (a carried `.tar.xz`: its `.tar`'s, as recorded)."""
-    with (lzma.open if path.endswith(".xz") else open)(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
+    from keras_tupe.files import file_sha256  # imports keras_tupe
+
+    return file_sha256(path, opener=lzma.open if path.endswith(".xz") else open)
 
 
 def _chosen(spec, pretrain):
@@ -685,7 +686,7 @@ def _recorded_elsewhere(pretrain, then, chosen, carried):
     run recorded in an earlier window (so skipped) with neither its run folder nor its
     final encoder here."""
     names = [v.name for v in chosen if then and not os.path.isdir(v.run_dir) and os.path.exists(
-        records.record_dir(pretrain, v.name, "run_config.json")) and not _carried(
+        records.record_dir(pretrain, v.name, records.RUN_RECORD)) and not _carried(
         carried, _encoder_name(pretrain["study"], v.name, pretrain["settings"]["steps"]))]
     if names:
         raise StudyError(

@@ -15,10 +15,11 @@ def read_json(path):
         return json.load(f)
 
 
-def file_sha256(path):
-    """The sha256 hex digest of the file's bytes, read in 1 MiB blocks (checkpoints are large)."""
+def file_sha256(path, opener=open):
+    """The sha256 hex digest of the file's bytes, read in 1 MiB blocks (checkpoints are large);
+    `opener`: e.g. `lzma.open`, for the bytes a compressed file holds."""
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
+    with opener(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()

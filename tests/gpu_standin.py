@@ -163,8 +163,8 @@ def verify(stage, back, encoders=None, cut_short=False):
     import json
 
     log = json.load(open(os.path.join(back, "records", "stages", stage, "logs", "stage.json")))
-    bad = [p for p in log["processes"] if p["exit"] != 0 and not (cut_short and p["stopped"])
-           or p["stopped"] and not cut_short]
+    bad = [p for p in log["processes"]
+           if (p["exit"] != 0 or p["stopped"]) and not (cut_short and p["stopped"])]
     if bad or not log["processes"]:
         print(f"error: processes that did not end well: {bad or 'none ran'}", file=sys.stderr)
         return 1

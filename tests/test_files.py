@@ -3,6 +3,7 @@ appended JSON-lines records (`keras_tupe.jsonl`)."""
 
 import errno
 import hashlib
+import lzma
 import os
 import resource
 
@@ -25,6 +26,10 @@ def test_file_sha256_streams_large_files_and_the_old_names_agree(tmp_path):
     empty = tmp_path / "empty"
     empty.write_bytes(b"")
     assert file_sha256(empty) == hashlib.sha256(b"").hexdigest()
+    # Through an opener: the bytes a compressed file holds (a carried encoder's .tar.xz).
+    packed = tmp_path / "blob.xz"
+    packed.write_bytes(lzma.compress(data))
+    assert file_sha256(packed, opener=lzma.open) == want != file_sha256(packed)
 
 
 def test_tree_sha256_fingerprints_every_file_of_a_folder(tmp_path):
