@@ -45,11 +45,16 @@ class LinearWarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
         self.total_steps = total_steps
 
     def __call__(self, step):
+        return self.peak_learning_rate * self.fraction(step)
+
+    def fraction(self, step):
+        """The rate at `step` as a fraction of the peak (a grid scales it by each
+        member's peak: `keras_tupe.grid`)."""
         step = ops.cast(step, "float32")
         warmup = (step + 1.0) / max(self.warmup_steps, 1)
         decay = (self.total_steps - step) / (self.total_steps - self.warmup_steps)
         fraction = ops.where(step < self.warmup_steps, warmup, decay)
-        return self.peak_learning_rate * ops.clip(fraction, 0.0, 1.0)
+        return ops.clip(fraction, 0.0, 1.0)
 
     def get_config(self):
         return {
@@ -160,8 +165,15 @@ def create_optimizer(
 
     Call it inside the distribution strategy's scope, after the model is built.
     """
+    return adamw(model, LinearWarmupLinearDecay(learning_rate, warmup_steps, total_steps),
+                 weight_decay, beta_1, beta_2, epsilon, clip_norm)
+
+
+def adamw(model, learning_rate, weight_decay=0.01, beta_1=0.9, beta_2=0.999, epsilon=1e-6,
+          clip_norm=1.0):
+    """`AdamW` at `learning_rate` (a float or a schedule) with `model`'s decay exclusions."""
     optimizer = AdamW(
-        learning_rate=LinearWarmupLinearDecay(learning_rate, warmup_steps, total_steps),
+        learning_rate=learning_rate,
         weight_decay=weight_decay,
         beta_1=beta_1,
         beta_2=beta_2,

@@ -1,0 +1,329 @@
+"""Many runs of one keras-hub task in one compiled program (JAX): `GridTrainer`.
+
+A grid is K *members*, each a `(seed, learning_rate)`: the same task model (one
+architecture), each member with its own initialization, dropout seeds, data order and
+peak learning rate, under one warm-up/decay schedule. The members' weights and optimizer
+variables are stacked on a leading member axis; one training step is `jax.vmap` of the
+task's own loss and gradient (`model.compute_loss_and_updates`, what `fit` runs on JAX)
+and the optimizer's `stateless_apply` (Keras's documented JAX training-loop API), and
+`jax.lax.scan` runs many steps a dispatch, gathering each member's batch from arrays
+already on the device. A member is the run `fit` makes from the same start on the same
+batches (tests/test_grid.py holds it to that).
+
+Why: a small encoder's step leaves an accelerator idle between Python dispatches, and a
+run per process compiles its program again; a grid compiles one program for all its runs
+(and a second for a last, shorter scan) and dispatches once every `steps_per_dispatch`
+steps.
+"""
+
+import dataclasses
+import math
+import os
+
+import keras
+import numpy as np
+
+from keras_tupe.layers.utils import check_int
+from keras_tupe.optimization import LinearWarmupLinearDecay, adamw
+
+if keras.backend.backend() == "jax":  # JAX is optional: a grid runs on that backend alone
+    import jax
+    import jax.numpy as jnp
+
+PRECISIONS = ("float32", "mixed_bfloat16")
+# Bytes a parameter holds in a member's training state: float32 weights, the two Adam
+# moments and the gradient.
+STATE_BYTES_PER_PARAMETER = 16
+
+
+def check_backend():
+    """Raises ValueError unless Keras runs on JAX (the grid's `vmap` and `scan`)."""
+    backend = keras.backend.backend()
+    if backend != "jax":
+        raise ValueError(f"A grid trains on the JAX backend; this process runs Keras on "
+                         f"{backend}. Set KERAS_BACKEND=jax (valid: jax) before Keras is "
+                         "imported, or train the runs one by one with `fit`.")
+
+
+def check_members(seeds, learning_rates):
+    """The members `(seed, learning_rate)` of two equal-length lists, or one clear error."""
+    seeds, learning_rates = list(seeds), list(learning_rates)
+    if len(seeds) != len(learning_rates) or not seeds:
+        raise ValueError(f"learning_rates must give one rate per seed (a member each): "
+                         f"received {len(seeds)} seeds {seeds} and {len(learning_rates)} "
+                         f"learning_rates {learning_rates}.")
+    for seed in seeds:
+        check_int("seeds", seed, 0)
+    bad = [rate for rate in learning_rates
+           if isinstance(rate, bool) or not isinstance(rate, (int, float)) or rate <= 0]
+    if bad:
+        raise ValueError(f"learning_rates must be positive numbers; received {bad}.")
+    return list(zip(seeds, map(float, learning_rates)))
+
+
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+    """The optimizer every member shares, but for its peak rate: AdamW (`adamw`), linear
+    warm-up over `warmup_steps` and decay to 0 at `total_steps`, as `create_optimizer`."""
+
+    total_steps: int
+    warmup_steps: int
+    weight_decay: float = 0.01
+    clip_norm: float = 1.0
+
+
+def epoch_rows(count, batch_size, seed, epochs, shuffle=True):
+    """The example rows of every batch, `(epochs * per_epoch, batch_size)`, and their
+    weights: a fresh permutation each epoch from `(seed, epoch)`, the last batch of an
+    epoch filled with copies of its first rows, weighted `batch_size / n` on its `n` real
+    rows and 0 on the copies (the batches of `keras_tupe.finetuning.batches` on Grain)."""
+    per_epoch = -(-count // batch_size)
+    rows, weights = [], []
+    for epoch in range(epochs):
+        order = (np.random.default_rng([seed, epoch]).permutation(count) if shuffle
+                 else np.arange(count))
+        for step in range(per_epoch):
+            real = order[step * batch_size:(step + 1) * batch_size]
+            n = len(real)
+            rows.append(real[np.arange(batch_size) % n])
+            weights.append(np.where(np.arange(batch_size) < n, np.float32(batch_size / n),
+                                    np.float32(0.0)))
+    return np.stack(rows).astype(np.int32), np.stack(weights).astype(np.float32)
+
+
+class GridTrainer:
+    """K runs of one task model trained at once, in one compiled program (JAX).
+
+    Args:
+        build: called as `build(seed)` after `keras.utils.set_random_seed(seed)`: returns
+            a built, uncompiled keras-hub task (e.g. a `TupeTextClassifier` without
+            preprocessor, a `TupeMaskedLM`). Members with the same seed share one call.
+        seeds: the members' seeds (initialization, dropout; the data order is the
+            caller's, through `rows`).
+        learning_rates: the members' peak learning rates, one per seed.
+        schedule: a `Schedule`: steps, warm-up, weight decay, clipping.
+        precision: "float32" or "mixed_bfloat16" (Keras's dtype policy while the
+            members are built). Defaults to "float32".
+        steps_per_dispatch: int. Steps one call of the compiled program runs
+            (`jax.lax.scan`). Defaults to 100.
+
+    Example:
+    >>> trainer = GridTrainer(lambda seed: TupeTextClassifier(backbone(), num_classes=2),
+    ...                       seeds=[0, 1], learning_rates=[2e-5, 3e-5],
+    ...                       schedule=Schedule(total_steps=100, warmup_steps=6))
+    >>> losses = trainer.fit(source, rows, weights)       # (100, 2): a loss a step a member
+    >>> outputs = trainer.predict(x)                      # (2, len(x), 2)
+    """
+
+    def __init__(self, build, seeds, learning_rates, schedule, precision="float32",
+                 steps_per_dispatch=100):
+        check_backend()
+        self.members = check_members(seeds, learning_rates)
+        if precision not in PRECISIONS:
+            raise ValueError(f"Unknown precision {precision!r}. Valid: {', '.join(PRECISIONS)}.")
+        check_int("steps_per_dispatch", steps_per_dispatch, 1)
+        self.schedule, self.precision = schedule, precision
+        self.steps_per_dispatch = steps_per_dispatch
+        models = self._build(build)
+        self.model = models[self.members[0][0]]
+        self._check_one_architecture(models)
+        self.optimizer = adamw(self.model, 0.0, schedule.weight_decay,
+                               clip_norm=schedule.clip_norm)
+        self.model.compile(optimizer=self.optimizer)
+        self.optimizer.build(self.model.trainable_variables)
+        self._decay = LinearWarmupLinearDecay(1.0, schedule.warmup_steps, schedule.total_steps)
+        variables = self.optimizer.variables
+        # Keras's public `learning_rate` is the value; the grid sets the variable itself.
+        [self._rate_index] = [i for i, v in enumerate(variables) if v.name == "learning_rate"]
+        [self._step_index] = [i for i, v in enumerate(variables)
+                              if v is self.optimizer.iterations]
+        stack = lambda values: [jnp.stack(column) for column in zip(*values)]  # noqa: E731
+        self.state = (
+            stack([[v.value for v in models[seed].trainable_variables]
+                   for seed, _ in self.members]),
+            stack([[v.value for v in models[seed].non_trainable_variables]
+                   for seed, _ in self.members]),
+            [jnp.stack([v.value] * len(self.members)) for v in variables],
+            jnp.asarray([rate for _, rate in self.members], jnp.float32),
+        )
+        self._programs = {}
+        self.compiles = 0
+
+    def _build(self, build):
+        models = {}
+        previous = keras.config.dtype_policy()
+        keras.config.set_dtype_policy(self.precision)
+        try:
+            for seed in dict.fromkeys(seed for seed, _ in self.members):
+                keras.utils.set_random_seed(seed)
+                models[seed] = build(seed)
+        finally:
+            keras.config.set_dtype_policy(previous)
+        return models
+
+    def _check_one_architecture(self, models):
+        # Layer names differ (Keras numbers them); the classes, shapes and dtypes must not.
+        shapes = {seed: (type(model), [(tuple(v.shape), v.dtype) for v in model.variables])
+                  for seed, model in models.items()}
+        first = shapes[self.members[0][0]]
+        other = [seed for seed, found in shapes.items() if found != first]
+        if other:
+            raise ValueError(f"The members of a grid share one architecture: build(seed) for "
+                             f"seeds {other} made a model whose variables differ from seed "
+                             f"{self.members[0][0]}'s. Build one task class and config for "
+                             "every seed.")
+
+    @property
+    def size(self):
+        return len(self.members)
+
+    def check_memory(self, batch_size, sequence_length, limit_bytes=None):
+        """Raises ValueError when K members' training state and activations would not fit
+        the device (`limit_bytes`, default: the device's own limit, or this machine's
+        memory on a CPU). The estimate is written in the message."""
+        parameters = sum(math.prod(v.shape) for v in self.model.trainable_variables)
+        backbone = self.model.backbone
+        width = 2 if self.precision == "mixed_bfloat16" else 4
+        # Activations kept for the backward pass: ~34 values a token a layer a hidden unit
+        # plus the attention maps (heads x length a token a layer; Korthikanti et al. 2022).
+        activations = backbone.num_layers * batch_size * sequence_length * width * (
+            34 * backbone.hidden_dim + 5 * backbone.num_heads * sequence_length)
+        need = self.size * (STATE_BYTES_PER_PARAMETER * parameters + activations)
+        limit = limit_bytes or device_memory()
+        if need > 0.9 * limit:
+            raise ValueError(
+                f"A grid of K={self.size} members needs about {need / 2**30:.1f} GiB (per "
+                f"member {STATE_BYTES_PER_PARAMETER} bytes x {parameters:,} parameters and "
+                f"activations at batch {batch_size} x {sequence_length} tokens); the device "
+                f"holds {limit / 2**30:.1f} GiB. Use at most "
+                f"K={max(1, int(0.9 * limit // (need / self.size)))} members a grid.")
+        return need
+
+    def fit(self, source, rows, sample_weight=None, transform=None):
+        """Trains every member; returns the losses, `(steps, K)` (NumPy).
+
+        Args:
+            source: `(x, y)`: a nest of arrays (x: the task's inputs, y: labels), first
+                axis the examples, put on the device once and shared by the members.
+            rows: int `(steps, K, batch)`: the examples of each member's batch at each step.
+            sample_weight: float `(steps, K, batch)` or None.
+            transform: None, or `transform(key, x, y) -> (x, y, sample_weight)` applied to
+                each gathered batch on the device with a key of the member and step (e.g.
+                masking token ids, `keras_tupe.data.device_masking`).
+        """
+        rows = np.asarray(rows, np.int32)
+        if rows.ndim != 3 or rows.shape[1] != self.size:
+            raise ValueError(f"rows must be (steps, K={self.size}, batch); received shape "
+                             f"{rows.shape}.")
+        steps = rows.shape[0]
+        if sample_weight is None:
+            sample_weight = np.ones(rows.shape, np.float32)
+        source = jax.device_put(keras.tree.map_structure(jnp.asarray, source))
+        keys = jnp.stack([jax.random.key_data(jax.random.PRNGKey(seed))
+                          for seed, _ in self.members])
+        losses = []
+        metrics = [v.value for v in self.model.metrics_variables]
+        for start in range(0, steps, self.steps_per_dispatch):
+            end = min(start + self.steps_per_dispatch, steps)
+            program = self._program("fit", end - start, transform)
+            self.state, chunk = program(self.state, source, metrics, keys,
+                                        jnp.asarray(rows[start:end]),
+                                        jnp.asarray(sample_weight[start:end], jnp.float32),
+                                        jnp.arange(start, end))
+            losses.append(chunk)
+        return np.asarray(jnp.concatenate(losses))
+
+    def _program(self, kind, length, transform):
+        key = (kind, length, transform)
+        if key not in self._programs:
+            self._programs[key] = jax.jit(
+                self._scan_fit(transform) if kind == "fit" else self._scan_predict(),
+                donate_argnums=(0,) if kind == "fit" else ())
+            self.compiles += 1
+        return self._programs[key]
+
+    def _scan_fit(self, transform):
+        model, optimizer, decay = self.model, self.optimizer, self._decay
+
+        def member_step(state, metrics, x, y, sample_weight):
+            trainable, non_trainable, optimizer_variables, peak = state
+            optimizer_variables = list(optimizer_variables)
+            # The schedule's rate at this member's step, as `LinearWarmupLinearDecay` gives
+            # it (peak x fraction), into the optimizer's learning-rate variable.
+            optimizer_variables[self._rate_index] = peak * decay.fraction(
+                optimizer_variables[self._step_index])
+            grad_fn = jax.value_and_grad(model.compute_loss_and_updates, has_aux=True)
+            (_, (loss, _, non_trainable, _)), grads = grad_fn(
+                trainable, non_trainable, metrics, x, y, sample_weight, training=True,
+                optimizer_variables=optimizer_variables)
+            trainable, optimizer_variables = optimizer.stateless_apply(
+                optimizer_variables, grads, trainable)
+            return (trainable, non_trainable, optimizer_variables, peak), loss
+
+        def member(state, source, metrics, key, rows, sample_weight, step):
+            x, y = keras.tree.map_structure(lambda leaf: leaf[rows], source)
+            if transform is not None:
+                x, y, mask_weight = transform(
+                    jax.random.fold_in(jax.random.wrap_key_data(key), step), x, y)
+                sample_weight = sample_weight[:, None] * mask_weight
+            return member_step(state, metrics, x, y, sample_weight)
+
+        def scanned(state, source, metrics, keys, rows, sample_weight, steps):
+            def body(state, inputs):
+                rows, sample_weight, step = inputs
+                return jax.vmap(member, in_axes=(0, None, None, 0, 0, 0, None))(
+                    state, source, metrics, keys, rows, sample_weight, step)
+
+            return jax.lax.scan(body, state, (rows, sample_weight, steps))
+
+        return scanned
+
+    def predict(self, x, batch_size=256):
+        """Every member's outputs on `x` (a nest of arrays, first axis the examples), in
+        inference mode: `(K, examples, ...)` (NumPy). One compiled program a shape."""
+        count = len(keras.tree.flatten(x)[0])
+        batches = -(-count // batch_size)
+        rows = np.arange(batches * batch_size) % count
+        x = keras.tree.map_structure(
+            lambda leaf: jnp.asarray(np.asarray(leaf)[rows].reshape(
+                (batches, batch_size) + np.shape(leaf)[1:])), x)
+        trainable, non_trainable, _, _ = self.state
+        outputs = self._program("predict", batches, None)(trainable, non_trainable, x)
+        outputs = np.asarray(outputs, np.float32)  # (batches, K, batch, ...)
+        outputs = np.moveaxis(outputs, 1, 0).reshape((self.size, -1) + outputs.shape[3:])
+        return outputs[:, :count]
+
+    def _scan_predict(self):
+        model = self.model
+
+        def member(trainable, non_trainable, x):
+            outputs, _ = model.stateless_call(trainable, non_trainable, x, training=False)
+            return outputs
+
+        def scanned(trainable, non_trainable, x):
+            def body(carry, batch):
+                return carry, jax.vmap(member, in_axes=(0, 0, None))(
+                    trainable, non_trainable, batch)
+
+            return jax.lax.scan(body, None, x)[1]
+
+        return scanned
+
+    def member_model(self, index):
+        """The task model holding member `index`'s weights (the grid's one model: the next
+        call gives it another member's)."""
+        trainable, non_trainable, _, _ = self.state
+        for variable, value in zip(self.model.trainable_variables, trainable):
+            variable.assign(value[index])
+        for variable, value in zip(self.model.non_trainable_variables, non_trainable):
+            variable.assign(value[index])
+        return self.model
+
+
+def device_memory():
+    """Bytes the first device can hold: its own limit (an accelerator), else this
+    machine's physical memory."""
+    stats = jax.devices()[0].memory_stats() or {}
+    if "bytes_limit" in stats:
+        return stats["bytes_limit"]
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
