@@ -192,21 +192,22 @@ def device_command(name, folder, tiny, deadline, encoders=False):
 
 def _carried_encoders(name, spec, tiny, folder):
     """The encoders in `folder` that the stage fine-tunes, `{"files": {name: path}, "all":
-    every final one is there}`, each checked against the sha256 of its stage record (the
-    committed one, but for a rehearsal, then one beside `folder`)."""
+    every final one is there}`, each checked against the sha256 of its stage record; one
+    that no record names cannot be checked, so it is refused."""
     with tempfile.TemporaryDirectory() as work:  # the names alone: nothing is kept
         pretrain, then = stage_configs(spec, tiny, work)
         jobs = _finetune_jobs(spec, pretrain, then)
-    recorded = {}
-    for path in ([] if tiny else [os.path.join(RECORDS, "stages", name, "logs", "stage.json")]) + [
-            os.path.join(os.path.dirname(os.path.abspath(folder)), "logs", "stage.json")]:
-        recorded.update({os.path.relpath(key, ENCODERS): value["sha256"] for key, value in
-                         records.read_json(path, {}).get("encoders", {}).items()})
+    recorded, sources = _recorded_encoders(name, tiny, folder)
     names = [_encoder_name(job["pretrain_study"], job["variant"], job["step"]) for job in jobs]
     files = {}
     for encoder in (name for name in names if os.path.exists(os.path.join(folder, name))):
-        path, digest = os.path.join(folder, encoder), _sha256(os.path.join(folder, encoder))
-        if recorded.get(encoder, digest) != digest:
+        path = os.path.join(folder, encoder)
+        if encoder not in recorded:
+            raise StudyError(f"{path}: no stage record names it (read {' and '.join(sources)};"
+                             f" they name {', '.join(sorted(recorded)) or 'no encoder'}), so "
+                             "its sha256 cannot be checked: not carried.")
+        digest = _sha256(path)
+        if recorded[encoder] != digest:
             raise StudyError(f"{path}: its sha256 {digest} is not the one its stage record "
                              f"holds ({recorded[encoder]}): not carried.")
         files[encoder] = path
@@ -216,6 +217,26 @@ def _carried_encoders(name, spec, tiny, folder):
     final = {encoder for job, encoder in zip(jobs, names)
              if job["step"] == pretrain["settings"]["steps"]}
     return {"files": files, "all": final <= set(files)}
+
+
+def _recorded_encoders(name, tiny, folder):
+    """`({encoder: sha256}, where it looked)` from the stage records: the committed one (not
+    for a rehearsal), then the one that came back beside `folder`, as `logs/stage.json` or
+    inside the records pack."""
+    beside = os.path.dirname(os.path.abspath(folder))
+    sources = ([] if tiny else [os.path.join(RECORDS, "stages", name, "logs", "stage.json")]) + [
+        os.path.join(beside, "logs", "stage.json"), os.path.join(beside, PACK)]
+    recorded = {}
+    for path in sources:
+        record = records.read_json(path, {}) if path.endswith(".json") else {}
+        if path.endswith(PACK) and os.path.exists(path):
+            with tarfile.open(path, "r:gz") as archive:
+                names = archive.getnames()
+                record = json.load(archive.extractfile("logs/stage.json")) if (
+                    "logs/stage.json" in names) else {}
+        recorded.update({os.path.relpath(key, ENCODERS): value["sha256"] for key, value in
+                         record.get("encoders", {}).items()})
+    return recorded, sources
 
 
 def estimate(name, spec, pace=None, configs=None, carried=False):
@@ -448,10 +469,22 @@ def _lay_out(pretrain, then, folder):
         shutil.copy(os.path.join(folder, "vocab.txt"), vocab["file"])
 
 
+# What a damaged carried encoder raises as it is read: its xz stream, its tar, its weights.
+UNREADABLE = (EOFError, OSError, ValueError, lzma.LZMAError, tarfile.TarError)
+
+
+def _skipped(stage, label, path, error):
+    stage["processes"].append({"run": label, "exit": None, "stopped": (
+        f"not started: {path} unreadable ({type(error).__name__}: {error})")})
+    print(f"{path}: unreadable ({type(error).__name__}: {error}); its fine-tuning is not run, "
+          "the others go on", flush=True)
+
+
 def _jobs(spec, pretrain, then, tiny, work, out, stage, carried=None):
     """Every process of the stage, `(label, command, ready)`, in priority order; `ready`
     says, once a second, whether it may start now. An encoder in `carried` is laid where
-    its run kept it, and its variant is not pre-trained again."""
+    its run kept it, and its variant is not pre-trained again; one that cannot be read is
+    named in the record and not fine-tuned, and the other jobs go on."""
     if "command" in spec:
         return [("benchmark", [sys.executable, "-m", *spec["command"], "--out",
                                os.path.join(work, "logs", "benchmark"), "--overwrite",
@@ -481,7 +514,11 @@ def _jobs(spec, pretrain, then, tiny, work, out, stage, carried=None):
         label = f"{job['variant']} step {job['step']}"
         encoder = _encoder_name(job["pretrain_study"], job["variant"], job["step"])
         if _carried(carried, encoder):  # home already: laid out, not written again
-            read_encoder(_carried(carried, encoder), job["init"], job["vocab"])
+            try:
+                read_encoder(_carried(carried, encoder), job["init"], job["vocab"])
+            except UNREADABLE as error:  # this encoder's fine-tuning is lost, not the rest
+                _skipped(stage, f"encoder {label}", _carried(carried, encoder), error)
+                continue
         else:
             (first if final else later).append((f"encoder {label}", [
                 sys.executable, "-m", "experiments.stage", "encoder", job["init"],
@@ -646,14 +683,15 @@ def write_encoder(init, path):
 def read_encoder(path, init, vocab=None):
     """The masked LM that `write_encoder` brought home (its `.tar`, or the `.tar.xz` that
     `prepare` carries) as a float32 preset folder at `init`, and its vocabulary at `vocab`."""
-    import keras_hub
-
-    import keras_tupe.models  # noqa: F401  (registers the classes for loading)
-    from keras_tupe.models.preset_folders import write_preset_folder
-
     with tempfile.TemporaryDirectory() as folder:
-        with tarfile.open(path) as archive:
+        with tarfile.open(path, "r:xz" if path.endswith(".xz") else "r:") as archive:
+            # a damaged file fails here, before Keras loads
             archive.extractall(folder, filter="data")
+        import keras_hub
+
+        import keras_tupe.models  # noqa: F401  (registers the classes for loading)
+        from keras_tupe.models.preset_folders import write_preset_folder
+
         preset = os.path.join(folder, "preset")
         model = keras_hub.models.MaskedLM.from_preset(preset, dtype="float32")
         write_preset_folder(model, init, "keras_tupe_encoder", {

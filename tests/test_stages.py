@@ -547,14 +547,28 @@ def test_prepare_carries_the_encoders_compressed_checked_against_their_record(tm
     (home / stage.ENCODERS / pretrain["study"]).mkdir(parents=True)
     subprocess.run([sys.executable, "-m", "experiments.stage", "encoder", str(tmp_path / "trained"),
                     str(home / stage.ENCODERS / name)], cwd=REPO, check=True, capture_output=True)
-    carried = stage._carried_encoders("S1", spec, True, str(home / stage.ENCODERS))
-    assert carried == {"files": {name: str(home / stage.ENCODERS / name)}, "all": False}
+    # No record names it (a tiny rehearsal reads only the one beside it): its sha256
+    # cannot be checked, so it is refused.
+    with pytest.raises(StudyError, match=rf"{name}: no stage record names it \(read .*"
+                                         r"they name no encoder\), so its sha256 cannot be "
+                                         r"checked: not carried"):
+        stage._carried_encoders("S1", spec, True, str(home / stage.ENCODERS))
     digest = hashlib.sha256((home / stage.ENCODERS / name).read_bytes()).hexdigest()
     (home / "logs").mkdir()  # a record beside it that says another sha256: refused
-    (home / "logs" / "stage.json").write_text(json.dumps({"encoders": {
-        f"{stage.ENCODERS}/{name}": {"sha256": "0" * 64}}}))
-    with pytest.raises(StudyError, match=f"its sha256 {digest} is not the one its stage record"):
-        stage._carried_encoders("S1", spec, True, str(home / stage.ENCODERS))
+    for recorded in ("0" * 64, digest):
+        (home / "logs" / "stage.json").write_text(json.dumps({"encoders": {
+            f"{stage.ENCODERS}/{name}": {"sha256": recorded}}}))
+        if recorded != digest:
+            with pytest.raises(StudyError, match=f"its sha256 {digest} is not the one its "
+                                                 "stage record"):
+                stage._carried_encoders("S1", spec, True, str(home / stage.ENCODERS))
+    carried = stage._carried_encoders("S1", spec, True, str(home / stage.ENCODERS))
+    assert carried == {"files": {name: str(home / stage.ENCODERS / name)}, "all": False}
+    # As a call brings it back: the record inside the records pack beside the encoders.
+    with tarfile.open(home / stage.PACK, "w:gz") as archive:
+        archive.add(home / "logs", arcname="logs")
+    (home / "logs" / "stage.json").unlink()
+    assert stage._carried_encoders("S1", spec, True, str(home / stage.ENCODERS)) == carried
     with pytest.raises(StudyError, match="none of stage S1's encoders is there"):
         stage._carried_encoders("S1", spec, True, str(tmp_path))
     # What prepare writes: the same tar, xz-compressed; read as the .tar it was.
@@ -570,6 +584,38 @@ def test_prepare_carries_the_encoders_compressed_checked_against_their_record(tm
     assert open(os.path.join(run_dir, "vocab.txt")).read().split() == vocabulary
     record = json.load(open(os.path.join(run_dir, "preset", "metadata.json")))
     assert digest in json.dumps(record)
+
+
+def test_a_damaged_carried_encoder_is_skipped_by_name_and_the_others_go_on(tmp_path, capsys):
+    """A carried `.tar.xz` whose bytes changed on the way fails xz's check as it is read:
+    its fine-tuning is not run and the record names it; the other encoders' jobs remain."""
+    import io
+    import lzma
+
+    spec = stage.stage_spec("S1")
+    pretrain, then = stage.stage_configs(spec, tiny=True, work=str(tmp_path / "work"))
+    tar = io.BytesIO()
+    with tarfile.open(fileobj=tar, mode="w") as archive:
+        member = tarfile.TarInfo("preset/config.json")
+        member.size = 4096
+        archive.addfile(member, io.BytesIO(b"{}".ljust(4096)))
+    damaged = bytearray(lzma.compress(tar.getvalue()))
+    damaged[len(damaged) // 2] ^= 0xFF
+    path = tmp_path / "carried" / pretrain["study"] / (
+        f"bert_a__step{stage.TINY['pretrain']['steps']:07d}.tar.xz")
+    path.parent.mkdir(parents=True)
+    path.write_bytes(bytes(damaged))
+    record = {"processes": []}
+    labels = [label for label, _, _ in stage._jobs(
+        spec, pretrain, then, True, str(tmp_path / "work"), str(tmp_path / "out"), record,
+        str(tmp_path / "carried"))]
+    assert "finetune bert_a step 50" not in labels and "pretrain bert_a" not in labels
+    assert {"finetune bert_a step 0", "pretrain tupe_a", "finetune tupe_a step 50",
+            "pretrain bert_a_pre", "finetune bert_a_pre step 50"} <= set(labels)
+    assert record["processes"] == [{"run": "encoder bert_a step 50", "exit": None,
+                                    "stopped": record["processes"][0]["stopped"]}]
+    assert record["processes"][0]["stopped"].startswith(f"not started: {path} unreadable (")
+    assert f"{path}: unreadable (" in capsys.readouterr().out
 
 
 def test_a_stage_whose_runs_were_recorded_elsewhere_is_refused_without_their_encoders(tmp_path):
