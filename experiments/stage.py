@@ -27,7 +27,7 @@ from experiments.config import (StudyError, ensure_vocabulary, load_config, vari
 from experiments.report import finetune_plan
 from experiments.run import write_record
 
-STAGE_DIR, PACK, ENCODERS = ".stage", "records.tar.gz", "encoders"
+STAGE_DIR, PACK, ENCODERS, WHEELS_LIST = ".stage", "records.tar.gz", "encoders", "wheels.txt"
 RECORDS = os.path.join("docs", "results", "records")
 # S0's calibration: made on this machine in the same window, else the record that came back.
 CALIBRATIONS = (os.path.join(STAGE_DIR, "S0", "work", "logs", "calibration.json"),
@@ -156,6 +156,8 @@ def prepare(name, tiny=False, dest=STAGE_DIR, encoders=None):
                         "-d", os.path.join(staging, "wheels"),  # the versions installed here
                         *(f"{wheel}=={version(wheel)}" for wheel in load_stages()["wheels"])],
                        check=True)
+        records.write_text(os.path.join(staging, WHEELS_LIST), "".join(  # what must arrive
+            f"{wheel}\n" for wheel in sorted(os.listdir(os.path.join(staging, "wheels")))))
         carried = _bytes(os.path.join(root, n) for root, _, names in os.walk(staging)
                          for n in names)
         tree = _bytes(subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
@@ -398,9 +400,7 @@ def run(name, out, tiny=False, deadline=None, started=None, folder=None, encoder
              "started": records.now(), "install_seconds": round(time.time() - started, 1),
              "processes": [], "encoders": {}}
     jobs = _jobs(spec, pretrain, then, tiny, work, out, stage, encoders)
-    stream = Stream(out, [(c["study"], records.record_dir(c)) for c in (pretrain, then) if c]
-                    + [("logs", logs)] + ([stage.pop("_stream")] if "_stream" in stage else []),
-                    stage, logs)
+    stream = Stream(out, home_folders(spec, pretrain, then, work), stage, logs)
     if pretrain:
         _lay_out(pretrain, then, folder)
     env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false", "PYTHONUNBUFFERED": "1",
@@ -423,8 +423,18 @@ def run(name, out, tiny=False, deadline=None, started=None, folder=None, encoder
     return stage
 
 
+def home_folders(spec, pretrain, then, work):
+    """What the stage sends home in its records pack, `(arcname, folder)`: each study's
+    records, the logs and, for the calibration, its results; nothing else written comes."""
+    return ([(c["study"], records.record_dir(c)) for c in (pretrain, then) if c]
+            + [("logs", os.path.join(work, "logs"))]
+            + ([("calibration", os.path.join(work, "calibration", "results"))]
+               if "calibrate" in spec else []))
+
+
 def _check_packages(folder):
-    """Names each module the run path needs that this machine lacks, with the real error."""
+    """Names each module the run path needs that this machine lacks, with the real error,
+    and each wheel file `prepare` listed that did not arrive."""
     missing = []
     for module, wheel in (("keras", "keras"), ("keras_hub", "keras-hub"), ("jax", "jax"),
                           ("grain", "grain"), ("subword_nmt", "subword-nmt")):
@@ -433,9 +443,14 @@ def _check_packages(folder):
         except ImportError as error:
             missing.append(f"{wheel} ({type(error).__name__}: {error})")
     if missing:
-        raise StudyError(f"This machine cannot import: {'; '.join(missing)}. Carry the "
-                         f"wheels ({folder}/wheels/, made by `prepare`) and install them "
-                         "first: run the command prepare printed, as it is.")
+        listed = os.path.join(folder, WHEELS_LIST)
+        absent = [wheel for wheel in (open(listed).read().split() if os.path.exists(listed)
+                                      else []) if not os.path.exists(os.path.join(
+                                          folder, "wheels", wheel))]
+        raise StudyError(f"This machine cannot import: {'; '.join(missing)}. " + (
+            f"Not carried: {', '.join(absent)} (listed in {listed}, not in {folder}/wheels/). "
+            if absent else "") + f"Carry the wheels ({folder}/wheels/, made by `prepare`) and "
+            "install them first: run the command prepare printed, as it is.")
 
 
 def _card():
@@ -542,7 +557,6 @@ def _calibration_jobs(spec, tiny, work, pretrain, then, stage):
     """S0: the pre-training rounds one after the other, then fine-tuning (from the first
     round's step-0 checkpoint) and the gradient test, then the summary."""
     folder, ended, jobs = os.path.join(work, "calibration"), stage.setdefault("_ended", {}), []
-    stage["_stream"] = ("calibration", os.path.join(folder, "results"))
 
     def after(labels):
         return lambda: all(ended.get(label) for label in labels)
@@ -748,19 +762,20 @@ def _carried(folder, name):
 
 def collect(name, folder, results_dir="docs/results"):
     """Unpacks what came back into `results_dir/records/` (the logs under `stages/NAME/`);
-    refuses to replace a record that differs, but takes a `.jsonl` record that grew.
-    Returns the files written."""
+    refuses to replace a record that differs, but takes a `.jsonl` record that grew, and
+    leaves one with the same bytes untouched. Returns the files written."""
     path = os.path.join(folder, PACK)
     if not os.path.exists(path):
         raise StudyError(f"{folder} holds no {PACK}: nothing came back from stage {name}.")
     target, written = os.path.join(results_dir, "records"), []
     with tarfile.open(path, mode="r:gz") as archive:
         for member in (m for m in archive.getmembers() if m.isfile()):
-            where = os.path.join(target, *(("stages", name) if member.name.startswith(
-                "logs/") else ()), member.name)
+            where = collected_path(target, name, member.name)
             content = archive.extractfile(member).read()
             here = open(where, "rb").read() if os.path.exists(where) else None
-            if here not in (None, content) and not (
+            if here == content:
+                continue  # collected already: nothing to write
+            if here is not None and not (
                     where.endswith(".jsonl") and content.startswith(here)):
                 raise StudyError(f"{where} exists with other content: move it away first "
                                  f"(stage {name} brought another version back).")
@@ -770,6 +785,13 @@ def collect(name, folder, results_dir="docs/results"):
         with open(where, "wb") as f:
             f.write(content)
     return [where for where, _ in written]
+
+
+def collected_path(target, name, member):
+    """Where `collect` puts pack member `member` of stage `name` under `target` (the
+    records folder): a study's record under its study, the logs under `stages/NAME/`."""
+    return os.path.join(target, *(("stages", name) if member.startswith("logs/") else ()),
+                        member)
 
 
 def main(argv=None):
@@ -802,8 +824,10 @@ def main(argv=None):
         elif args.command == "encoder":
             write_encoder(args.init, args.path)
         else:
-            print(*(f"wrote {path}" for path in collect(args.stage, args.folder)),
-                  "next: python -m experiments.run report", sep="\n")
+            written = collect(args.stage, args.folder)
+            print(*(f"wrote {path}" for path in written), "next: python -m experiments.run "
+                  "report" if written else "nothing new: every record there is here already",
+                  sep="\n")
         return 0
     return run_cli(_main, argv)
 

@@ -91,16 +91,25 @@ def run_there(command, copy, venv, root, kill_after=None, timeout=1800):
         return process.wait(), out, killed
 
 
-def check_kill(copy, back, killed):
-    """Every record file in the copy written `TICK` s before the kill came back whole."""
+def check_kill(name, copy, back, killed, tiny=True):
+    """Every file that stage `name` sends home (`stage.home_folders`: its studies' records
+    and its logs) written in the copy `TICK` s before the kill came back whole, as collected
+    into `back`; what it writes and does not send (the floors' `majority_class.json`)
+    is not counted. Returns the files that did not."""
+    from experiments import stage
+
+    spec = stage.stage_spec(name)
+    work = os.path.join(copy, stage.STAGE_DIR, name + ("_tiny" if tiny else ""), "work")
     missing = []
-    for path in glob.glob(os.path.join(copy, ".stage", "*", "work", "results", "records", "**",
-                                       "*"), recursive=True):
-        if os.path.isfile(path) and os.path.getmtime(path) < killed - TICK:
-            name = path.split(os.sep + "records" + os.sep, 1)[1]
-            here = os.path.join(back, "records", name)
-            if not os.path.exists(here) or open(here, "rb").read() != open(path, "rb").read():
-                missing.append(name)
+    for arcname, folder in stage.home_folders(spec, *stage.stage_configs(spec, tiny, work),
+                                              work):  # the configs the run wrote, again
+        folder = os.path.join(copy, folder)  # a full stage's records: the copy's docs/
+        for path in (os.path.join(root, n) for root, _, names in os.walk(folder) for n in names):
+            member = "/".join([arcname, *os.path.relpath(path, folder).split(os.sep)])
+            here = stage.collected_path(os.path.join(back, "records"), name, member)
+            if os.path.getmtime(path) < killed - TICK and not (os.path.exists(here) and open(
+                    here, "rb").read() == open(path, "rb").read()):
+                missing.append(member)
     return missing
 
 
@@ -146,7 +155,7 @@ def main(argv=None):
         print(f"collected {len(collected)} files:", *sorted(
             os.path.relpath(p, back) for p in collected), sep="\n  ")
     if killed:
-        missing = check_kill(copy, back, killed)
+        missing = check_kill(args.stage, copy, back, killed, tiny=not args.full)
         print(f"killed at {killed - start:.0f} s; records written {TICK} s before the kill "
               f"and not back: {missing or 'none'}", flush=True)
         return 1 if missing else 0

@@ -171,7 +171,7 @@ def test_records_stream_into_out_as_they_change_and_are_never_half_there(tmp_pat
     assert os.path.getmtime(os.path.join(out, stage.PACK)) == mtime
 
 
-def test_what_comes_back_never_replaces_a_differing_record(tmp_path):
+def test_what_comes_back_never_replaces_a_differing_record(tmp_path, monkeypatch, capsys):
     config = {"results_dir": str(tmp_path / "there"), "study": "stage_x"}
     folder = records.record_dir(config, "bert_a")
     os.makedirs(folder)
@@ -186,7 +186,14 @@ def test_what_comes_back_never_replaces_a_differing_record(tmp_path):
     written = stage.collect("SX", out, results_dir=here)
     assert sorted(os.path.relpath(p, here) for p in written) == [
         "records/stage_x/bert_a/metrics.csv", "records/stages/SX/logs/stage.json"]
-    assert stage.collect("SX", out, results_dir=here) == written  # the same bytes again
+    mtimes = [os.stat(path).st_mtime_ns for path in written]
+    assert stage.collect("SX", out, results_dir=here) == []  # the same bytes: nothing written
+    assert [os.stat(path).st_mtime_ns for path in written] == mtimes
+    os.makedirs(tmp_path / "cli")
+    monkeypatch.chdir(tmp_path / "cli")  # the command collects into ./docs/results
+    assert stage.main(["collect", "SX", out]) == 0 and "wrote" in capsys.readouterr().out
+    assert stage.main(["collect", "SX", out]) == 0
+    assert capsys.readouterr().out == "nothing new: every record there is here already\n"
     with open(written[0], "w") as f:
         f.write("step,loss\n200,9.9\n")  # a record that differs is never replaced silently
     with pytest.raises(StudyError, match="exists with other content"):
@@ -219,16 +226,49 @@ def test_a_jsonl_record_that_grew_is_collected_and_one_that_lost_rows_is_not(tmp
 
 
 def test_a_machine_without_keras_hub_is_told_which_wheel_and_the_real_error(tmp_path):
+    """And names the wheel file that `prepare` listed and that did not arrive."""
     blocker = tmp_path / "sitecustomize.py"
     blocker.write_text("import sys\nsys.modules['keras_hub'] = None\n")
+    folder = tmp_path / "S1"
+    (folder / "wheels").mkdir(parents=True)
+    wheels = ["keras_hub-0.32.0-py3-none-any.whl", "namex-0.1.0-py3-none-any.whl"]
+    (folder / stage.WHEELS_LIST).write_text("".join(f"{wheel}\n" for wheel in wheels))
+    (folder / "wheels" / wheels[1]).touch()  # keras-hub's was left out on the way
     code = ("from experiments import stage\n"
-            "try:\n    stage._check_packages('.stage/S1')\n"
+            f"try:\n    stage._check_packages({str(folder)!r})\n"
             "except Exception as error:\n    print(error)\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(tmp_path)}).stdout
     assert re.search(r"cannot import: .*keras-hub \(ModuleNotFoundError: import of keras_hub "
-                     r"halted; None in sys.modules\).* Carry the wheels \(\.stage/S1/wheels/",
-                     out), out
+                     r"halted; None in sys.modules\)\. Not carried: keras_hub-0\.32\.0-py3-"
+                     rf"none-any\.whl \(listed in {re.escape(str(folder))}/wheels\.txt, not in "
+                     rf".*\)\. Carry the wheels \({re.escape(str(folder))}/wheels/", out), out
+
+
+def test_the_stand_ins_kill_check_counts_only_what_the_stage_sends_home(tmp_path):
+    """A file the stage writes but does not pack (the floors' majority_class.json, beside
+    the study records) is not counted as lost; a streamed record that did not come is."""
+    from tests.gpu_standin import TICK, check_kill
+
+    copy, back = tmp_path / "copy", tmp_path / "back"
+    work = copy / stage.STAGE_DIR / "S1_tiny" / "work"
+    pretrain, then = stage.stage_configs(stage.stage_spec("S1"), tiny=True, work=str(work))
+    record = records.record_dir(then, "stage_s1", "bert_a", "results.jsonl")
+    killed = time.time()
+    for path in (record, os.path.join(work, "results", "records", "majority_class.json")):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        open(path, "w").write("{}")
+        os.utime(path, (killed - TICK - 1, killed - TICK - 1))  # before the kill
+    out = tmp_path / "out"
+    out.mkdir()
+    os.makedirs(work / "logs")
+    stage.Stream(str(out), stage.home_folders(stage.stage_spec("S1"), pretrain, then,
+                                              str(work)), {"stage": "S1"}, str(work / "logs"))()
+    stage.collect("S1", str(out), results_dir=str(back))
+    assert check_kill("S1", str(copy), str(back), killed) == []
+    os.remove(back / "records" / "glue_s1" / "stage_s1" / "bert_a" / "results.jsonl")
+    assert check_kill("S1", str(copy), str(back), killed) == [
+        "glue_s1/stage_s1/bert_a/results.jsonl"]
 
 
 def test_a_deadline_too_short_for_one_run_is_refused_at_once(tmp_path):
