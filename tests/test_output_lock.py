@@ -78,13 +78,66 @@ def test_reentrant_in_one_process_and_parents_it_made_go_again(tmp_path):
     assert not (tmp_path / "new").exists()  # made for the lock file, empty again
 
 
+# One of a pair: loads the lock, says `ready` and waits for `go` (the start barrier); then
+# tries the lock once and says `held` or the refusal. A holder keeps the lock until told
+# `release`, which the test sends only once both have answered: the two attempts overlap by
+# construction, however slowly either process starts. `broken` makes `flock` a no-op (the
+# check that the test can fail).
+PAIR = f"""
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("output_lock", {str(MODULE)!r})
+lock = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(lock)
+if sys.argv[2] == "broken":
+    lock.fcntl.flock = lambda fd, mode: None
+print("ready", flush=True)
+assert sys.stdin.readline() == "go\\n"
+try:
+    with lock.output_lock(sys.argv[1], command="pair-test"):
+        print("held", flush=True)
+        sys.stdin.readline()  # `release`, once the other has tried
+except lock.OutputLockedError as error:
+    print(error, flush=True)
+    sys.exit(2)
+"""
+
+
+def race_a_pair(out, lock="flock"):
+    """Two processes try `out`'s lock at once and both answer while any holder still holds.
+
+    Returns their answers (`held` or a refusal) and exit statuses, in start order.
+    """
+    pair = [subprocess.Popen([sys.executable, "-c", PAIR, str(out), lock],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            for _ in range(2)]
+    try:
+        for process in pair:
+            assert process.stdout.readline() == "ready\n"
+        for process in pair:
+            process.stdin.write("go\n")
+            process.stdin.flush()
+        answers = [process.stdout.readline().strip() for process in pair]
+        for process in pair:
+            process.stdin.close()  # releases a holder: both have answered
+        codes = [process.wait(timeout=60) for process in pair]
+    finally:
+        for process in pair:
+            process.kill()
+            process.wait()
+    return answers, codes
+
+
 def test_twenty_pairs_started_together_never_share_a_folder(tmp_path):
     """Two processes at once on one folder, many times: exactly one writes, the other is refused."""
     for i in range(20):
-        out = tmp_path / f"run{i}"
-        pair = [subprocess.Popen([sys.executable, "-c", HOLD, str(out), "0.3"],
-                                 stdout=subprocess.PIPE, text=True) for _ in range(2)]
-        outputs = [p.communicate(timeout=60)[0] for p in pair]
-        codes = sorted(p.returncode for p in pair)
-        assert codes == [0, 2], outputs
-        assert any("is being written by process" in o for o in outputs), outputs
+        answers, codes = race_a_pair(tmp_path / f"run{i}")
+        assert sorted(codes) == [0, 2], answers
+        refusal = answers[codes.index(2)]
+        assert answers[codes.index(0)] == "held", answers
+        assert f"--out {tmp_path / f'run{i}'} is being written by " in refusal, answers
+
+
+def test_the_pair_race_catches_a_lock_that_does_not_lock(tmp_path):
+    """Without `flock` both of a pair hold the folder, so the test above would fail."""
+    answers, codes = race_a_pair(tmp_path / "run", lock="broken")
+    assert answers == ["held", "held"] and codes == [0, 0]
