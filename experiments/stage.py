@@ -13,7 +13,6 @@ import lzma
 import math
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tarfile
@@ -21,7 +20,7 @@ import tempfile
 import time
 from importlib.metadata import distributions, version
 
-from experiments import records
+from experiments import records, window
 from experiments.config import (StudyError, ensure_vocabulary, load_config, variants,
                                 vocabulary_record_path)
 from experiments.report import finetune_plan
@@ -403,10 +402,7 @@ def run(name, out, tiny=False, deadline=None, started=None, folder=None, encoder
     stream = Stream(out, home_folders(spec, pretrain, then, work), stage, logs)
     if pretrain:
         _lay_out(pretrain, then, folder)
-    env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false", "PYTHONUNBUFFERED": "1",
-           "TF_CPP_MIN_LOG_LEVEL": "2",  # one compilation cache for every process
-           "JAX_COMPILATION_CACHE_DIR": os.path.abspath(os.path.join(work, "xla_cache")),
-           "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
+    env = job_environment()
     pace = gpu_pace()
     if "calibrate" in spec:  # its rounds need their processes at once
         stage["parallel"] = max(spec["calibrate"]["processes"])
@@ -421,6 +417,16 @@ def run(name, out, tiny=False, deadline=None, started=None, folder=None, encoder
     print(f"stage {name}: {stage['seconds']:.0f} s; in {out}: "
           f"{', '.join(sorted(os.listdir(out)))}", flush=True)
     return stage
+
+
+def job_environment():
+    """Every job's environment: this one, and one persistent compilation cache for every
+    process, outside the carried folder (a call's carry replaces that folder, so a cache in
+    it starts empty each call; in the temporary folder it lasts while the machine is warm)."""
+    return {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false", "PYTHONUNBUFFERED": "1",
+            "TF_CPP_MIN_LOG_LEVEL": "2",
+            "JAX_COMPILATION_CACHE_DIR": os.path.join(tempfile.gettempdir(), "stage_xla_cache"),
+            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
 
 
 def home_folders(spec, pretrain, then, work):
@@ -589,53 +595,25 @@ def _experiment(command, config, extra):
 
 
 def _schedule(jobs, parallel, stop, logs, env, stage, stream):
-    """Starts each job once it is ready, `parallel` at a time, in order, and streams the
-    records every second; at `stop`, SIGTERM, then SIGKILL after `STOP_GRACE`."""
-    os.makedirs(logs, exist_ok=True)
-    waiting, running, ended = list(jobs), {}, stage.setdefault("_ended", {})
-    last_line = begun = time.time()
-    while time.time() < stop and (running or any(r is None or r() for _, _, r in waiting)):
-        for job in [j for j in waiting if j[2] is None or j[2]()][:parallel - len(running)]:
-            waiting.remove(job)
-            log = open(os.path.join(logs, job[0].replace(" ", "_") + ".log"), "w")
-            running[job[0]] = (subprocess.Popen(job[1], stdout=log, stderr=subprocess.STDOUT,
-                                                env=env, start_new_session=True), log, time.time())
-        time.sleep(1)
-        for label in [label for label, entry in running.items() if entry[0].poll() is not None]:
-            _ended(stage, running.pop(label), label, stop=False)
-            ended[label] = True
-        stage.get("_records", lambda: None)()
-        stream()
-        if time.time() - last_line >= 60:
-            last_line = time.time()
-            print(f"{last_line - begun:.0f} s: running {', '.join(running) or 'nothing'}; "
-                  f"{len(waiting)} waiting", flush=True)
-    for process, _, _ in running.values():
-        os.killpg(process.pid, signal.SIGTERM)
-    grace = time.time() + STOP_GRACE
-    for label, entry in running.items():
-        try:
-            entry[0].wait(max(0.1, grace - time.time()))
-        except subprocess.TimeoutExpired:
-            os.killpg(entry[0].pid, signal.SIGKILL)
-            entry[0].wait()
-        _ended(stage, entry, label, stop=True)
-    stage["processes"] += [{"run": label, "exit": None, "stopped": "not started"}
-                           for label, _, _ in waiting]
-    stage.get("_records", lambda: None)()  # a run killed mid-block: recorded where it stopped
+    """Runs the jobs in the window until `stop` (`window.run`), recording each as it ends
+    (an encoder's last log line: its name, sha256 and size) and streaming the records every
+    tick; a run killed mid-block is recorded where it stopped."""
+    ended, write_records = stage.setdefault("_ended", {}), stage.get("_records", lambda: None)
 
+    def on_end(record, log):
+        if record["run"].startswith("encoder ") and record["exit"] == 0:
+            with open(log) as f:
+                written = json.loads(f.read().strip().splitlines()[-1])
+            stage["encoders"][written.pop("encoder")] = written
+        stage["processes"].append(record)
+        ended[record["run"]] = not record["stopped"]
+        if record["stopped"] != "not started":
+            print(f"{record['run']}: exit {record['exit']}"
+                  f"{' (stopped at the deadline)' if record['stopped'] else ''}", flush=True)
 
-def _ended(stage, entry, label, stop):
-    process, log, at = entry
-    log.close()
-    if label.startswith("encoder ") and process.returncode == 0:
-        with open(log.name) as f:  # its last line: name, sha256, bytes
-            written = json.loads(f.read().strip().splitlines()[-1])
-        stage["encoders"][written.pop("encoder")] = written
-    stage["processes"].append({"run": label, "exit": process.returncode, "stopped": stop,
-                               "seconds": round(time.time() - at, 1)})
-    print(f"{label}: exit {process.returncode}{' (stopped at the deadline)' if stop else ''}",
-          flush=True)
+    window.run(jobs, parallel, stop, logs, env, on_end=on_end,
+               tick=lambda: (write_records(), stream()), grace=STOP_GRACE)
+    write_records()
 
 
 class Stream:

@@ -108,35 +108,30 @@ def test_the_s2_parts_measure_every_row_of_the_benchmark_once_with_fused_trainin
         stage.estimate("S2a", spec)
 
 
-def test_runs_past_the_deadline_are_stopped_and_said_so(tmp_path):
-    sleep = [sys.executable, "-c", "import time; time.sleep(60)"]
-    quick = [sys.executable, "-c", "print('done')"]
-    record = {"processes": []}
-    start = time.time()
-    stage._schedule([("quick", quick, None), ("slow", sleep, None),
-                     ("never", quick, lambda: False)], 2, time.time() + 3,
-                    str(tmp_path / "logs"), dict(os.environ), record, lambda **_: None)
-    assert time.time() - start < 3 + stage.STOP_GRACE + 2
-    by_run = {d["run"]: d for d in record["processes"]}
-    assert by_run["quick"]["exit"] == 0 and not by_run["quick"]["stopped"]
-    assert by_run["slow"]["stopped"] and by_run["slow"]["exit"] != 0
-    assert by_run["never"]["stopped"] == "not started"
-    assert (tmp_path / "logs" / "quick.log").read_text().strip() == "done"
+def test_the_stage_records_each_job_as_the_window_ends_it(tmp_path, monkeypatch):
+    """`_schedule` runs the jobs in the window (`experiments/window.py`, tested there) and
+    records each end in the stage record: an encoder's name, sha256 and size from its log's
+    last line; a job never ready as not started; the records streamed at every tick."""
+    from experiments import window
 
-
-def test_a_job_starts_once_what_it_needs_exists_while_others_run(tmp_path):
-    """Fine-tuning a checkpoint starts as soon as the pre-training run wrote it."""
-    checkpoint = tmp_path / "step_0"
-    write = [sys.executable, "-c", f"import time, os; os.makedirs({str(checkpoint)!r}); "
-                                   "time.sleep(4)"]
-    check = [sys.executable, "-c", f"import os; assert os.path.isdir({str(checkpoint)!r})"]
-    record = {"processes": []}
-    stage._schedule([("pretrain", write, None), ("finetune", check, checkpoint.exists)], 2,
-                    time.time() + 30, str(tmp_path / "logs"), dict(os.environ), record,
+    monkeypatch.setattr(window, "TICK", 0.05)
+    line = {"encoder": "encoders/s/v__step0000050.tar", "sha256": "ab", "bytes": 3}
+    encoder = [sys.executable, "-c", f"print('loading'); print({json.dumps(line)!r})"]
+    record, streamed = {"processes": [], "encoders": {}, "_records": lambda: streamed.append(1)}, []
+    stage._schedule([("encoder v step 50", encoder, None), ("never", encoder, lambda: False)],
+                    2, math.inf, str(tmp_path / "logs"), dict(os.environ), record,
                     lambda **_: None)
-    by_run = {d["run"]: d for d in record["processes"]}
-    assert by_run["finetune"]["exit"] == 0
-    assert [d["run"] for d in record["processes"]] == ["finetune", "pretrain"]  # it ran beside
+    assert record["encoders"] == {line["encoder"]: {"sha256": "ab", "bytes": 3}}
+    assert [(p["run"], p["exit"], p["stopped"]) for p in record["processes"]] == [
+        ("encoder v step 50", 0, False), ("never", None, "not started")]
+    assert record["_ended"] == {"encoder v step 50": True, "never": False} and streamed
+
+
+def test_every_job_shares_one_compilation_cache_outside_the_carried_folder():
+    """A call's carry replaces `.stage/NAME`: a cache in it would start empty every call."""
+    cache = stage.job_environment()["JAX_COMPILATION_CACHE_DIR"]
+    assert os.path.isabs(cache) and not cache.startswith(os.path.abspath(stage.STAGE_DIR))
+    assert not os.path.abspath(cache).startswith(REPO + os.sep)
 
 
 def test_records_stream_into_out_as_they_change_and_are_never_half_there(tmp_path):
