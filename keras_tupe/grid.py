@@ -203,10 +203,12 @@ class GridTrainer:
         """Trains every member; returns the losses, `(steps, K)` (NumPy).
 
         Args:
-            source: `(x, y)`: a nest of arrays (x: the task's inputs, y: labels), first
-                axis the examples, put on the device once and shared by the members.
+            source: `(x, y)` or `(x, y, sample_weight)`: nests of arrays (the task's
+                inputs, labels and weights), first axis the examples, put on the device
+                once and shared by the members.
             rows: int `(steps, K, batch)`: the examples of each member's batch at each step.
-            sample_weight: float `(steps, K, batch)` or None.
+            sample_weight: float `(steps, K, batch)` or None (ones): each member's weight of
+                each row, for a source without weights of its own.
             transform: None, or `transform(key, x, y) -> (x, y, sample_weight)` applied to
                 each gathered batch on the device with a key of the member and step (e.g.
                 masking token ids, `keras_tupe.data.device_masking`).
@@ -261,7 +263,9 @@ class GridTrainer:
             return (trainable, non_trainable, optimizer_variables, peak), loss
 
         def member(state, source, metrics, key, rows, sample_weight, step):
-            x, y = keras.tree.map_structure(lambda leaf: leaf[rows], source)
+            x, y, *weights = keras.tree.map_structure(lambda leaf: leaf[rows], source)
+            if weights:  # the source's own, e.g. a masked LM's slot weights
+                sample_weight = weights[0]
             if transform is not None:
                 x, y, mask_weight = transform(
                     jax.random.fold_in(jax.random.wrap_key_data(key), step), x, y)

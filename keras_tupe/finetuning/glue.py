@@ -33,6 +33,7 @@ from keras_tupe.finetuning.protocol import Protocol
 from keras_tupe.finetuning.summary import append_result, read_results, write_tables
 from keras_tupe.finetuning_configs import PAPER_LEARNING_RATES, PAPER_SEEDS, FinetuneConfig
 from keras_tupe.folders import made_folder
+from keras_tupe.grid import GridTrainer, Schedule, check_backend, check_members, epoch_rows
 from keras_tupe.metrics import glue_metrics, glue_score
 from keras_tupe.models import (
     TupeBackbone,
@@ -73,30 +74,14 @@ def finetune_glue(config, splits=None):
     if config.save_dir:  # refused before anything is read, by save_classifier's own rule
         refuse_existing_folder(config.save_dir)
     keras.utils.set_random_seed(config.seed)
-    backbone = load_backbone(config.init)
-    backbone.check_sequence_length(config.seq_len)
-    tokenizer = task_tokenizer(config.init, backbone, config.vocab, config.lowercase)
-    splits = splits or {split: glue.load_glue(config.task, split, config.data_dir)
-                        for split in ("train", *spec.eval_splits)}
-    train_examples = splits["train"]
-    if config.max_train_examples:
-        train_examples = _head(train_examples, config.max_train_examples)
-    if not len(train_examples):
-        raise ValueError(f"GLUE {config.task} train has no examples: nothing to fine-tune on.")
-    epochs = config.epochs or paper_epochs(config.task)
+    backbone, tokenizer, splits, train_examples, epochs = _task_inputs(config, spec, splits)
     # One preprocessor a sequence length: the saved one at `seq_len`, the training one at
     # the train split's, one for each evaluation split.
     preprocessor = TupeTextClassifierPreprocessor(tokenizer, sequence_length=config.seq_len)
     check_tokenizes(preprocessor, _segments(train_examples), config.init)
-    lengths = {split: _padded_length(config, tokenizer, examples)
-               for split, examples in (("train", train_examples),
-                                       *((split, splits[split]) for split in spec.eval_splits))}
+    lengths = _split_lengths(config, tokenizer, spec, splits, train_examples)
     pad_multiple = BATCH_PAD_MULTIPLE if config.pad_each_batch else None
-    # Dropout of the pre-trained encoder: the fine-tuning value.
-    backbone = _with_dropout(backbone, config.dropout)
-    model = TupeTextClassifier(backbone, num_classes=spec.num_classes, dropout=config.dropout,
-                               preprocessor=TupeTextClassifierPreprocessor(
-                                   tokenizer, sequence_length=lengths["train"]))
+    model = task_classifier(config, backbone, tokenizer, lengths["train"])
     # The train split is packed once by the task's own preprocessor, and `fit` trains on
     # those arrays without it; each batch is cut after its longest example with
     # `pad_each_batch`. The last batch is filled to the batch size (its copies weigh 0).
@@ -139,6 +124,95 @@ def finetune_glue(config, splits=None):
             "sequence_lengths": lengths, "train_lengths_compiled_at_most": train_lengths,
             "train_seconds": seconds, "epoch_seconds": epoch_seconds, "data_loader": loader,
             "dev": results}
+
+
+def _task_inputs(config, spec, splits):
+    """A run's encoder (its length checked), tokenizer, splits (loaded unless given),
+    train examples (`max_train_examples` of them) and epochs."""
+    backbone = load_backbone(config.init)
+    backbone.check_sequence_length(config.seq_len)
+    tokenizer = task_tokenizer(config.init, backbone, config.vocab, config.lowercase)
+    splits = splits or {split: glue.load_glue(config.task, split, config.data_dir)
+                        for split in ("train", *spec.eval_splits)}
+    train_examples = splits["train"]
+    if config.max_train_examples:
+        train_examples = _head(train_examples, config.max_train_examples)
+    if not len(train_examples):
+        raise ValueError(f"GLUE {config.task} train has no examples: nothing to fine-tune on.")
+    return backbone, tokenizer, splits, train_examples, config.epochs or paper_epochs(config.task)
+
+
+def _split_lengths(config, tokenizer, spec, splits, train_examples):
+    """`{split: packed length}` of the train and evaluation splits (`_padded_length`)."""
+    return {split: _padded_length(config, tokenizer, examples)
+            for split, examples in (("train", train_examples),
+                                    *((split, splits[split]) for split in spec.eval_splits))}
+
+
+def task_classifier(config, backbone, tokenizer, train_length):
+    """The classifier a run of `config.task` trains: `backbone` at the fine-tuning dropout,
+    a head of the task's size, and the task's preprocessor at `train_length`."""
+    backbone = _with_dropout(backbone, config.dropout)
+    return TupeTextClassifier(backbone, num_classes=glue.get_task(config.task).num_classes,
+                              dropout=config.dropout, preprocessor=TupeTextClassifierPreprocessor(
+                                  tokenizer, sequence_length=train_length))
+
+
+def finetune_glue_grid(config, learning_rates, seeds, splits=None, precision="float32",
+                       steps_per_dispatch=100):
+    """Fine-tunes `config.init` on `config.task` at every `(learning_rates[i], seeds[i])`
+    at once, in one compiled program (`keras_tupe.grid.GridTrainer`, JAX); returns a row
+    a member, as `finetune_glue` returns for one run.
+
+    Each member is the run `finetune_glue` makes at its rate and seed on the Grain loader
+    (the same initialization, dropout seeds and batch order), but the task is tokenized
+    and packed once for every member, at one length (`seq_len`, or the split's longest
+    with `pad_to_longest`; no `pad_each_batch`: one shape, one compile), and the schedule
+    is stepped on the device. `config.learning_rate` and `config.seed` are not used.
+    """
+    check_backend()
+    members = check_members(seeds, learning_rates)
+    if config.pad_each_batch:
+        raise ValueError("pad_each_batch cuts each batch to its own length, a compile per "
+                         "length; a grid trains one length. Valid: pad_each_batch=False "
+                         "(pad_to_longest still pads a split to its longest example).")
+    spec = glue.get_task(config.task)
+    _, tokenizer, splits, train_examples, epochs = _task_inputs(config, spec, splits)
+    lengths = _split_lengths(config, tokenizer, spec, splits, train_examples)
+    train_x = packed(TupeTextClassifierPreprocessor(tokenizer, sequence_length=lengths["train"]),
+                     _segments(train_examples))
+    count = len(train_examples.labels)
+    orders = [epoch_rows(count, config.batch_size, seed, epochs) for seed, _ in members]
+    rows, weights = (np.stack(parts, axis=1) for parts in zip(*orders))
+    steps = len(rows)
+
+    def build(seed):
+        model = task_classifier(config, load_backbone(config.init), tokenizer, lengths["train"])
+        model.preprocessor = None
+        return model
+
+    trainer = GridTrainer(build, [seed for seed, _ in members], [rate for _, rate in members],
+                          Schedule(steps, int(config.warmup_ratio * steps), config.weight_decay),
+                          precision=precision, steps_per_dispatch=steps_per_dispatch)
+    trainer.check_memory(config.batch_size, lengths["train"])
+    start = time.perf_counter()
+    trainer.fit((train_x, _labels(spec, train_examples)), rows, weights)
+    seconds = time.perf_counter() - start
+    results = [{} for _ in members]
+    for split in spec.eval_splits:
+        examples = splits[split]
+        outputs = trainer.predict(packed(TupeTextClassifierPreprocessor(
+            tokenizer, sequence_length=lengths[split]), _segments(examples)), config.batch_size)
+        for result, output in zip(results, outputs):
+            predictions = output if spec.num_classes == 1 else np.argmax(output, axis=-1)
+            metrics = glue_metrics(config.task, predictions, examples.labels)
+            result[split] = {**metrics, "score": glue_score(config.task, metrics)}
+    return [{"task": config.task, "learning_rate": rate, "seed": seed, "epochs": epochs,
+             "train_examples": count, "sequence_lengths": lengths,
+             "train_lengths_compiled_at_most": [lengths["train"]], "train_seconds": seconds,
+             "grid_members": len(members), "grid_compiles": trainer.compiles,
+             "precision": precision, "data_loader": "grid", "dev": result}
+            for (seed, rate), result in zip(members, results)]
 
 
 def _use_preprocessor(model, preprocessor):
@@ -313,6 +387,32 @@ def _preflight(tasks, init, config_kwargs, task_settings):
     return splits
 
 
+def _run_grids(protocol, tasks, init, rows, results_path, splits, task_settings,
+               config_kwargs, grid_settings):
+    """`run_protocol`'s rounds of grids: each task's runs to do, in one program a round."""
+    for task in tasks:
+        done = {(row["learning_rate"], row.get("seed")) for row in rows if row["task"] == task}
+        todo = [(rate, seed) for rate in protocol.learning_rates for seed in protocol.seeds
+                if (rate, seed) not in done]
+        while todo := todo or protocol.runs_to_do(rows, task):
+            if config_kwargs.get("progress"):
+                print(f"{task}: {len(todo)} runs in one grid ...", flush=True)
+            settings = {**config_kwargs, **task_settings.get(task, {})}
+            start = time.perf_counter()
+            found = finetune_glue_grid(FinetuneConfig(task=task, init=init, **settings),
+                                       [rate for rate, _ in todo], [seed for _, seed in todo],
+                                       splits[task], **grid_settings)
+            for row in found:
+                row["wall_seconds"] = time.perf_counter() - start  # the whole grid's
+                rows.append(row)
+                append_result(results_path, row)
+                scores = {split: round(100 * m["score"], 2) for split, m in row["dev"].items()}
+                print(f"{task} lr={row['learning_rate']:g} seed={row['seed']}: {scores}",
+                      flush=True)
+            todo = []
+
+
+GRID_SETTINGS = ("precision", "steps_per_dispatch")  # `finetune_glue_grid`'s own
 TASK_SETTINGS = ("epochs", "batch_size", "seq_len", "max_train_examples", "warmup_ratio",
                  "weight_decay", "dropout")
 
@@ -330,7 +430,7 @@ def check_task_settings(tasks, task_settings):
 
 def run_protocol(tasks, init, out_dir, learning_rates=PAPER_LEARNING_RATES, seeds=PAPER_SEEDS,
                  save_models=False, task_settings=None, selection_seed=None,
-                 edge_learning_rates=(), protocol=None, **config_kwargs):
+                 edge_learning_rates=(), protocol=None, grid=False, **config_kwargs):
     """The papers' grid over tasks x learning rates x seeds, resumable; returns the table.
 
     `protocol` (a `Protocol`, or the four arguments that make one) names the grid and
@@ -339,6 +439,12 @@ def run_protocol(tasks, init, out_dir, learning_rates=PAPER_LEARNING_RATES, seed
     {"max_train_examples": 20000}}`. With `save_models`, each run's classifier is kept
     as the preset folder `out_dir/models/<task>_lr<rate>_seed<seed>/`. Holds `out_dir`'s
     lock meanwhile: one writer per folder.
+
+    With `grid` (JAX), a task's runs train together in one program a round
+    (`finetune_glue_grid`): first every rate x every seed (with a selection seed the
+    choice then reads from its rows, the other seeds' rows at the chosen rate counted, the
+    rest kept in `results.jsonl` but outside the table), then any edge rate the choice
+    asks for, then that rate's other seeds. `save_models` is refused with it.
     """
     protocol = protocol or Protocol(learning_rates, seeds, selection_seed, edge_learning_rates)
     # A repeated task is one point of the grid (run and counted once).
@@ -348,6 +454,14 @@ def run_protocol(tasks, init, out_dir, learning_rates=PAPER_LEARNING_RATES, seed
         raise ValueError(f"Unknown GLUE task(s) {unknown}. Valid tasks: {sorted(glue.GLUE_TASKS)}")
     task_settings = task_settings or {}
     check_task_settings(tasks, task_settings)
+    grid_settings = {key: config_kwargs.pop(key) for key in GRID_SETTINGS if key in config_kwargs}
+    if grid:
+        check_backend()
+        if save_models:
+            raise ValueError("save_models keeps each run's classifier; a grid keeps none "
+                             "(valid: grid=False to keep them, or save_models=False).")
+    elif grid_settings:
+        raise ValueError(f"{sorted(grid_settings)} set how a grid trains; pass grid=True.")
     # every input checked before anything is written
     splits = _preflight(tasks, init, config_kwargs, task_settings)
     # An interruption before the first finished run leaves no folder it made; after it,
@@ -355,7 +469,10 @@ def run_protocol(tasks, init, out_dir, learning_rates=PAPER_LEARNING_RATES, seed
     with output_lock(out_dir, command="finetune_glue", flag="`out_dir=`"), \
             made_folder(out_dir, keep=lambda: bool(read_results(out_dir)[1])):
         results_path, rows = read_results(out_dir)
-        for task, rate, seed in protocol.runs(rows, tasks):
+        if grid:
+            _run_grids(protocol, tasks, init, rows, results_path, splits, task_settings,
+                       config_kwargs, grid_settings)
+        for task, rate, seed in ([] if grid else protocol.runs(rows, tasks)):
             save_dir = (os.path.join(out_dir, "models", f"{task}_lr{rate:g}_seed{seed}")
                         if save_models else None)
             if config_kwargs.get("progress"):

@@ -1,0 +1,240 @@
+"""The grid trainer (`keras_tupe.grid`): K members in one program equal K `fit` runs.
+
+Each member of a grid is held to the run Keras's own `fit` makes from the same start
+(`keras.utils.set_random_seed(seed)` then the same build) on the same batches, dropout
+on: per-step losses and final weights, for a classifier, a regressor (STS-B's head) and
+the masked LM, at K = 4 with four learning rates and at K = 1; the comparison is shown to
+fail when a member's rate or seed is swapped. The GLUE protocol through the grid gives
+today's `run_protocol` table. Under JAX (marked `jax`: `make test-jax`); the refusal on
+other backends, in `make test`.
+"""
+
+import os
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+
+from keras_tupe.data.masking import mask_batch
+from keras_tupe.grid import GridTrainer, Schedule, check_members, epoch_rows
+from keras_tupe.models import TupeBackbone, TupeMaskedLM, TupeTextClassifier
+from keras_tupe.optimization import create_optimizer
+
+REPO = Path(__file__).resolve().parents[1]
+DATA_DIR = Path(os.environ.get("KERAS_TUPE_DATA_DIR") or REPO.parent / "shared" / "data")
+VOCABULARY, LENGTH, EXAMPLES, BATCH, EPOCHS, WARMUP = 60, 12, 20, 4, 2, 2
+SEEDS, RATES = (0, 1, 2, 3), (1e-3, 3e-4, 2e-3, 5e-4)
+# float32, one compiled program against another: measured differences are <= 5e-7 (losses)
+# and <= 1e-7 (weights); a swapped rate or seed moves them by > 1e-3.
+LOSS_TOLERANCE, WEIGHT_TOLERANCE = 1e-5, 1e-5
+
+
+def backbone():
+    return TupeBackbone.from_preset("tupe_a_tiny", vocabulary_size=VOCABULARY, num_layers=1)
+
+
+def inputs(seed=0):
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(5, VOCABULARY, (EXAMPLES, LENGTH)).astype(np.int32)
+    ids[:, 0] = 1
+    lengths = rng.integers(4, LENGTH + 1, EXAMPLES)
+    padding = np.arange(LENGTH)[None, :] < lengths[:, None]
+    ids[~padding] = 0
+    return {"token_ids": ids, "padding_mask": padding,
+            "segment_ids": np.zeros_like(ids)}
+
+
+def classifier(num_classes):
+    return lambda seed: TupeTextClassifier(backbone(), num_classes=num_classes)
+
+
+def fit_run(build, seed, rate, x, y, sample_weight, steps):
+    """The reference: `fit` on the member's batches in order; per-step losses (from the
+    epoch's running means) and the trained model."""
+    keras.utils.set_random_seed(seed)
+    model = build(seed)
+    model.compile(optimizer=create_optimizer(model, rate, total_steps=steps,
+                                             warmup_steps=WARMUP), jit_compile=True)
+    means = []
+    model.fit(x, y, sample_weight=sample_weight, batch_size=BATCH, shuffle=False, verbose=0,
+              callbacks=[keras.callbacks.LambdaCallback(
+                  on_train_batch_end=lambda batch, logs: means.append(logs["loss"]))])
+    means = np.asarray(means, np.float64) * np.arange(1, steps + 1)
+    return np.diff(means, prepend=0.0), model
+
+
+def differences(trainer, losses, references, members):
+    """Per member `k` of the grid, against the reference run `members[k]`: the largest loss
+    and weight differences."""
+    found = []
+    for k, index in enumerate(members):
+        reference_losses, reference = references[index]
+        model = trainer.member_model(k)
+        weights = max(float(np.max(np.abs(np.asarray(a.value) - np.asarray(b.value))))
+                      for a, b in zip(reference.trainable_variables, model.trainable_variables))
+        found.append((float(np.max(np.abs(losses[:, k] - reference_losses))), weights))
+    return found
+
+
+def check_equal(found):
+    for loss, weights in found:
+        assert loss <= LOSS_TOLERANCE and weights <= WEIGHT_TOLERANCE, found
+
+
+def classification_data(num_classes):
+    """`(source, rows, weights, fit_batches)`: every member's batches of the same examples
+    in its own order, and the same batches laid out for `fit`."""
+    x = inputs()
+    rng = np.random.default_rng(1)
+    y = (rng.normal(size=EXAMPLES).astype(np.float32) if num_classes == 1
+         else rng.integers(0, num_classes, EXAMPLES).astype(np.int32))
+    count = EXAMPLES - 3  # a last batch of 1: filled, weighted
+    orders = [epoch_rows(count, BATCH, seed, EPOCHS) for seed in SEEDS]
+    rows, weights = (np.stack(parts, axis=1) for parts in zip(*orders))
+    fit_batches = [({name: value[r.reshape(-1)] for name, value in x.items()},
+                    y[r.reshape(-1)], w.reshape(-1)) for r, w in orders]
+    return (x, y), rows, weights, fit_batches
+
+
+def masked_lm_data():
+    """Each member's masked batches (its own masks, from its seed), as one source."""
+    steps = 5
+    x, y, w = {}, [], []
+    for seed in SEEDS:
+        rng = np.random.default_rng([seed, 7])
+        for _ in range(steps):
+            ids = inputs(int(rng.integers(1 << 30)))["token_ids"][:BATCH]
+            batch_x, batch_y, batch_w = mask_batch(ids, rng, VOCABULARY, num_slots=3)
+            for name, value in batch_x.items():
+                x.setdefault(name, []).append(value)
+            y.append(batch_y)
+            w.append(batch_w)
+    x = {name: np.concatenate(parts) for name, parts in x.items()}
+    y, w = np.concatenate(y), np.concatenate(w)
+    # Member k's step s is the source's batch k * steps + s.
+    rows = np.arange(len(SEEDS) * steps * BATCH).reshape(len(SEEDS), steps, BATCH)
+    rows = rows.transpose(1, 0, 2)
+    fit_batches = [({name: value[r.reshape(-1)] for name, value in x.items()},
+                    y[r.reshape(-1)], w[r.reshape(-1)]) for r in rows.transpose(1, 0, 2)]
+    return (x, y, w), rows, None, fit_batches
+
+
+def masked_lm(seed):
+    return TupeMaskedLM(backbone())
+
+
+CASES = {
+    "classifier": (classifier(3), lambda: classification_data(3)),
+    "regressor": (classifier(1), lambda: classification_data(1)),
+    "masked_lm": (masked_lm, masked_lm_data),
+}
+
+
+@pytest.mark.jax
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_each_member_is_the_fit_run_of_its_seed_and_rate(case):
+    """K = 4 members at four rates, then K = 1: each equals `fit` from the same seed on
+    the same batches; the same comparison fails once rates or seeds are swapped."""
+    build, make_data = CASES[case]
+    source, rows, weights, fit_batches = make_data()
+    steps = len(rows)
+    schedule = Schedule(total_steps=steps, warmup_steps=WARMUP)
+    references = [fit_run(build, seed, rate, *batch, steps)
+                  for seed, rate, batch in zip(SEEDS, RATES, fit_batches)]
+
+    trainer = GridTrainer(build, SEEDS, RATES, schedule, steps_per_dispatch=steps)
+    check_equal(differences(trainer, trainer.fit(source, rows, weights), references,
+                            range(4)))
+    assert trainer.compiles == 1  # every step of every member: one program
+
+    single = GridTrainer(build, SEEDS[:1], RATES[:1], schedule, steps_per_dispatch=steps)
+    check_equal(differences(single, single.fit(source, rows[:, :1],
+                                               None if weights is None else weights[:, :1]),
+                            references, [0]))
+
+    if case != "classifier":
+        return
+    # Members 0 and 1 with each other's rate, members 2 and 3 with each other's seed
+    # (the data order stays each position's): compared with the references, each differs.
+    swapped = GridTrainer(build, (0, 1, 3, 2), (RATES[1], RATES[0], RATES[2], RATES[3]),
+                          schedule, steps_per_dispatch=steps)
+    found = differences(swapped, swapped.fit(source, rows, weights), references, range(4))
+    assert all(loss > 100 * LOSS_TOLERANCE or weight > 100 * WEIGHT_TOLERANCE
+               for loss, weight in found), found
+
+
+@pytest.mark.jax
+def test_a_grid_refuses_members_of_different_architectures():
+    def build(seed):
+        return TupeTextClassifier(backbone(), num_classes=2 + seed)
+
+    with pytest.raises(ValueError, match="share one architecture"):
+        GridTrainer(build, (0, 1), (1e-3, 1e-3), Schedule(10, 1))
+
+
+@pytest.mark.jax
+def test_a_grid_too_large_for_the_device_is_refused_with_the_largest_that_fits():
+    trainer = GridTrainer(classifier(2), (0, 1, 2), (1e-3,) * 3, Schedule(10, 1))
+    need = trainer.check_memory(BATCH, LENGTH, limit_bytes=2**40)
+    with pytest.raises(ValueError, match=r"K=3 members needs .* Use at most K=1 members"):
+        trainer.check_memory(BATCH, LENGTH, limit_bytes=int(need / 3 / 0.9) + 1)
+
+
+def test_members_need_one_rate_a_seed():
+    with pytest.raises(ValueError, match=r"one rate per seed .* 3 seeds .* 2 learning_rates"):
+        check_members((0, 1, 2), (1e-3, 2e-3))
+    with pytest.raises(ValueError, match="positive"):
+        check_members((0,), (-1e-3,))
+    assert check_members((0, 1), (1, 2e-3)) == [(0, 1.0), (1, 2e-3)]
+
+
+def test_a_grid_on_another_backend_is_refused_in_one_line_naming_jax(monkeypatch):
+    monkeypatch.setattr(keras.backend, "backend", lambda: "tensorflow")
+    with pytest.raises(ValueError, match="JAX backend; this process runs Keras on tensorflow. "
+                                         "Set KERAS_BACKEND=jax"):
+        GridTrainer(classifier(2), (0,), (1e-3,), Schedule(10, 1))
+
+
+@pytest.fixture(scope="module")
+def encoder(tmp_path_factory):
+    """A freshly initialized one-layer encoder with a vocabulary of SST-2 sentences."""
+    from keras_tupe import data
+    from keras_tupe.data import glue
+    from keras_tupe.models import TupeTokenizer
+
+    directory = tmp_path_factory.mktemp("encoder")
+    corpus = directory / "sst2.txt"
+    corpus.write_text("\n".join(glue.load_glue("sst2", "train", DATA_DIR).sentence1[:3000]))
+    vocabulary = data.train_vocabulary(str(corpus), 400, str(directory / "vocab.txt"))
+    size = data.load_tokenizer(vocabulary).vocabulary_size()
+    TupeBackbone.from_preset("tupe_a_tiny", vocabulary_size=size, num_layers=1).save_to_preset(
+        str(directory / "preset"))
+    TupeTokenizer(vocabulary=vocabulary).save_to_preset(str(directory / "preset"))
+    return directory
+
+
+@pytest.mark.jax
+def test_the_glue_protocol_through_grids_gives_run_protocols_table(encoder, tmp_path):
+    """STS-B (a correlation: no floor that every run shares), two rates x two seeds with a
+    selection seed: `run_protocol` run by run (on Grain, the batches a grid member gets)
+    and in one grid choose the same rate, every run's dev score within 1e-4 of the other's."""
+    from keras_tupe.finetuning import run_protocol
+    from keras_tupe.finetuning.summary import read_results
+
+    settings = dict(learning_rates=[1e-3, 1e-4], seeds=[0, 1], selection_seed=0, epochs=1,
+                    batch_size=16, seq_len=32, max_train_examples=40, data_dir=DATA_DIR / "glue")
+    tables = {name: run_protocol(["stsb"], str(encoder), str(tmp_path / name), **settings,
+                                 **extra)
+              for name, extra in (("runs", {"data_loader": "grain"}), ("grid", {"grid": True}))}
+    rows = {name: {(r["learning_rate"], r["seed"]): r["dev"]["validation"]["score"]
+                   for r in read_results(str(tmp_path / name))[1]} for name in tables}
+    # Run by run: both rates on seed 0, then seed 1 at the chosen rate; the grid ran all four.
+    assert len(rows["runs"]) == 3 and len(rows["grid"]) == 4
+    assert len(set(rows["runs"].values())) == 3  # three different runs, not one floor
+    for run, score in rows["runs"].items():
+        assert abs(rows["grid"][run] - score) <= 1e-4, (run, rows)
+    [runs], [grid] = tables["runs"], tables["grid"]
+    assert (runs["best_learning_rate"], runs["seeds"]) == (grid["best_learning_rate"], 2)
+    for key in ("score", "seed_min", "seed_max"):
+        assert abs(runs[key] - grid[key]) <= 1e-2, (runs, grid)  # percentage points
