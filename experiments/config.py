@@ -35,6 +35,9 @@ OVERRIDABLE_FIELDS = ("precision", "xla", "learning_rate", "warmup_ratio")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_]*$")
 # Every study, by name; a study in a file of its own (`--config FILE`) is loaded as well.
 STUDIES_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "studies.json")
+# Shared vocabularies committed with their records (`vocab_v2.txt` took 343-466 s to train):
+# a study's vocabulary file of the same name and settings is copied from here, not trained.
+VOCABULARIES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "vocabularies")
 # The keys an entry that `extends` another overrides key by key; it replaces any other.
 EXTENDED_BY_KEY = ("settings", "vocabulary")
 
@@ -496,13 +499,28 @@ def ensure_vocabulary(config, command=None, verbose=True):
     Next to the file, `<name>.json` records the settings it was trained with,
     its sha256 and the time it took. An existing vocabulary with other settings
     (or of unknown origin, or changed since) is refused: every run of every
-    study with this vocabulary file must tokenize identically.
+    study with this vocabulary file must tokenize identically. A missing one that
+    `VOCABULARIES` holds with the same name and settings is copied from there with
+    its record (its sha256 checked), not trained again.
     """
     from keras_tupe.data.shards import file_sha256  # no TensorFlow: the GPU stages call this
 
     vocabulary = config["vocabulary"]
     path, record_path = vocabulary["file"], vocabulary_record_path(vocabulary)
     settings = vocabulary_settings(vocabulary)
+    committed = os.path.join(VOCABULARIES, os.path.basename(path))
+    committed_record = records.read_json(vocabulary_record_path({"file": committed}), {})
+    if not os.path.exists(path) and committed_record.get("settings") == settings:
+        recorded, sha = committed_record["sha256"], file_sha256(committed)
+        if sha != recorded:
+            raise StudyError(f"{committed} is not the vocabulary its record names (sha256 "
+                             f"{sha}, recorded {recorded}): restore it from git.")
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        shutil.copy(vocabulary_record_path({"file": committed}), record_path)
+        shutil.copy(committed, path)  # last: the vocabulary exists only with its record
+        if verbose:
+            print(f"Copied the committed vocabulary {committed} -> {path} (sha256 {recorded}; "
+                  "not trained again)", flush=True)
     if os.path.exists(path):
         if not os.path.exists(record_path):
             raise StudyError(f"{path} exists but {record_path} (its settings) does not: refusing "

@@ -266,6 +266,40 @@ def test_the_stand_ins_kill_check_counts_only_what_the_stage_sends_home(tmp_path
         "glue_s1/stage_s1/bert_a/results.jsonl"]
 
 
+def test_prepare_takes_the_committed_shared_vocabulary_instead_of_training_it(
+        tmp_path, monkeypatch, capsys):
+    """S1, S3 and S4 share `vocab_v2.txt`: committed with its record, it is the one their
+    records name, and a checkout without it copies it (sha256 checked), trains nothing; a
+    committed copy that is not the one its record names is refused."""
+    from experiments import config as study_config
+
+    pretrain, _ = stage.stage_configs(stage.stage_spec("S3"))
+    committed = os.path.join(study_config.VOCABULARIES, "vocab_v2.txt")
+    recorded = json.load(open(os.path.join(study_config.VOCABULARIES, "vocab_v2.json")))
+    assert os.path.basename(pretrain["vocabulary"]["file"]) == "vocab_v2.txt"
+    assert recorded["settings"] == study_config.vocabulary_settings(pretrain["vocabulary"])
+    run = json.load(open(os.path.join(stage.RECORDS, "stage_s1", "bert_a", "run_config.json")))
+    assert hashlib.sha256(open(committed, "rb").read()).hexdigest() == recorded["sha256"] == (
+        run["vocabulary_sha256"])
+    config = {**pretrain, "vocabulary": {**pretrain["vocabulary"],
+                                         "file": str(tmp_path / "runs" / "vocab_v2.txt")}}
+    assert study_config.ensure_vocabulary(config) == recorded["sha256"]
+    out = capsys.readouterr().out
+    assert out.startswith(f"Copied the committed vocabulary {committed} -> ") and (
+        "Training" not in out)
+    assert (tmp_path / "runs" / "vocab_v2.txt").read_bytes() == open(committed, "rb").read()
+    assert study_config.ensure_vocabulary(config) == recorded["sha256"]  # there now: kept
+    (tmp_path / "committed").mkdir()
+    (tmp_path / "committed" / "vocab_v2.txt").write_text("[PAD]\n")
+    (tmp_path / "committed" / "vocab_v2.json").write_text(json.dumps(recorded))
+    monkeypatch.setattr(study_config, "VOCABULARIES", str(tmp_path / "committed"))
+    config["vocabulary"]["file"] = str(tmp_path / "other" / "vocab_v2.txt")
+    with pytest.raises(StudyError, match=r"vocab_v2.txt is not the vocabulary its record "
+                                         r"names .* restore it from git"):
+        study_config.ensure_vocabulary(config)
+    assert not (tmp_path / "other").exists()
+
+
 def test_a_deadline_too_short_for_one_run_is_refused_at_once(tmp_path):
     started = time.time() - 50  # the install took 50 s
     with pytest.raises(StudyError, match=r"--deadline 90 s from --started leaves \d+ s once the "
