@@ -14,7 +14,8 @@ folder, `SystemExit("message")`) into `error: <message>` on stderr, a line per p
 argparse's status 2; any other exception is a bug and keeps its traceback (`--traceback` or
 `KERAS_TUPE_TRACEBACK=1` shows it for user errors too). Ctrl-C prints `interrupted` (status
 130), SIGTERM `terminated` (143), after the cleanups of the code they stopped
-(`keras_tupe.folders.made_folder`).
+(`keras_tupe.folders.made_folder`). A warning, and a notice the library logs, reach the user
+as one line, `warning: <message>`, without the module, source line or logger name Python adds.
 
 This module never imports keras_tupe itself (`import keras_tupe` imports Keras and registers
 the model family: seconds); `plumbing` loads the library's standard-library modules alone
@@ -31,6 +32,7 @@ import logging
 import os
 import signal
 import sys
+import warnings
 
 TF_LOGS_FLAG = "--tf-logs"
 TRACEBACK_FLAG = "--traceback"
@@ -173,6 +175,28 @@ def _raise_terminated(signum, frame):
 
 
 @contextlib.contextmanager
+def _plain_notices():
+    """Inside the block, warnings and the library's logged notices print `warning: <message>`
+    on stderr, one line (Python's own forms add the module path, the source line, the
+    logger's name), and come once (not also through a handler set up on the root logger)."""
+    def show(message, category, filename, lineno, file=None, line=None):
+        print(f"warning: {' '.join(str(message).split())}", file=file or sys.stderr)
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(logging.Formatter("warning: %(message)s"))
+    library = logging.getLogger("keras_tupe")
+    saved = warnings.showwarning, library.propagate
+    warnings.showwarning, library.propagate = show, False
+    library.addHandler(handler)
+    try:
+        yield
+    finally:
+        library.removeHandler(handler)
+        warnings.showwarning, library.propagate = saved
+
+
+@contextlib.contextmanager
 def _sigterm_raises():
     """SIGTERM raises `Terminated` in the block (main thread only), then as before."""
     try:
@@ -200,7 +224,7 @@ def run(main, argv=None, flags=None):
     """
     args = sys.argv[1:] if argv is None else list(argv)
     try:
-        with _sigterm_raises():
+        with _sigterm_raises(), _plain_notices():
             return main(argv)
     except (*USER_ERRORS, OSError, ImportError) as error:
         if not isinstance(error, USER_ERRORS) and not _library_user_error(error):
@@ -237,7 +261,7 @@ def _library_user_error(error):
 
 
 # keras_tupe's modules of the standard library alone, which a command uses before Keras.
-PLUMBING = ("extras", "finetuning_configs", "output_lock", "staging")
+PLUMBING = ("corpus_files", "extras", "finetuning_configs", "output_lock", "staging")
 
 
 def plumbing(name):

@@ -126,6 +126,10 @@ def check_paths(args):
                 raise FileNotFoundError(f"{flag} {path} does not exist.{hint}")
             if hint and not os.path.isdir(path):
                 raise NotADirectoryError(f"{flag} {path} is not a folder.{hint}")
+    for flag, paths, when in (("--corpus", args.corpus, "for the vocabulary, then every epoch"),
+                              ("--valid-corpus", args.valid_corpus, "at every validation")):
+        plumbing("corpus_files").refuse_streams(
+            paths, flag, f"keras-tupe-pretrain reads it several times ({when})")
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         raise NotADirectoryError(f"--out {args.out} is a file; a run writes a folder.")
 

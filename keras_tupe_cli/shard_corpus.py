@@ -13,8 +13,12 @@ The folder holds `shard_00000.npy`, ... (uint16 ids while the vocabulary has at
 most 65,536 tokens), `vocab.txt` and `manifest.json`. Without `--vocab`, a
 WordPiece vocabulary of `--vocabulary-size` tokens is trained on `--corpus`
 (as `keras-tupe-pretrain` does).
+
+`--corpus` may be a pipe, read once, e.g. `--corpus <(zcat train.txt.gz) --vocab vocab.txt`
+(`--vocab` is needed then: training a vocabulary would read the corpus a second time).
 """
 
+import contextlib
 import os
 import sys
 import tempfile
@@ -58,8 +62,11 @@ def parse_args(argv=None):
 def check_paths(args):
     """The checks of the paths given that need no TensorFlow."""
     for path in args.corpus:
-        if not path.startswith("tfds:") and not os.path.exists(path):
-            raise FileNotFoundError(f"--corpus {path} does not exist.")
+        if is_stream(path) and args.vocab is None:
+            raise ValueError(
+                f"--corpus {path} is a pipe, which can be read once; without --vocab it would be "
+                "read twice (to train a vocabulary, then to pack it). Pass --vocab VOCAB (e.g. "
+                "the vocab.txt of a shard folder or of a pre-training run), or give a file.")
     if args.vocab is not None and not os.path.isfile(args.vocab):
         raise FileNotFoundError(f"--vocab {args.vocab} does not exist.")
     out = os.path.normpath(args.out)
@@ -75,7 +82,12 @@ def main(argv=None):
     args = parse_flags(argv)
     out = os.path.normpath(args.out)
     # Held before Keras is imported: a second command on --out is refused at once.
-    with plumbing("output_lock").output_lock(out, command="shard_corpus"), tempfile.TemporaryDirectory() as scratch:
+    with plumbing("output_lock").output_lock(out, command="shard_corpus"), \
+            tempfile.TemporaryDirectory() as scratch, contextlib.ExitStack() as streams:
+        # Pipes open here, in the main thread, where a signal stops the wait for a writer.
+        corpus_files = plumbing("corpus_files")
+        args.corpus = [streams.enter_context(corpus_files.open_stream(path))
+                       if is_stream(path) else path for path in args.corpus]
         args = fill_defaults(args, pretrain_defaults(), PRETRAIN_FLAGS)
         from keras_tupe import data
         from keras_tupe.data.sharding import shard_corpus
@@ -83,7 +95,7 @@ def main(argv=None):
         vocab = args.vocab
         if vocab is None:
             print(f"Training a {args.vocabulary_size}-token WordPiece vocabulary on "
-                  f"{args.vocab_lines} lines of {args.corpus} ...", flush=True)
+                  f"{args.vocab_lines} lines of {' '.join(args.corpus)} ...", flush=True)
             vocab = data.train_vocabulary(
                 args.corpus, args.vocabulary_size, os.path.join(scratch, "vocab.txt"),
                 lowercase=args.lowercase, max_lines=args.vocab_lines)
@@ -94,6 +106,11 @@ def main(argv=None):
     print(f"Wrote {manifest['num_sequences']} sequences of {args.seq_len} tokens "
           f"({manifest['num_tokens']} tokens) in {len(manifest['shards'])} shards to {out}.")
     return 0
+
+
+def is_stream(path):
+    """Whether --corpus `path` is a pipe; refuses a device and a path that does not exist."""
+    return not path.startswith("tfds:") and plumbing("corpus_files").corpus_kind(path) == "stream"
 
 
 if __name__ == "__main__":

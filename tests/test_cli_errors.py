@@ -1445,3 +1445,20 @@ def test_the_python_api_names_the_argument_of_an_out_that_cannot_be_written(tmp_
     with pytest.raises(OutputNotWritableError, match=r"^`out=` .* Choose another `out=`, "):
         pretrain(PretrainConfig(preset="tupe_r_tiny", corpus=[str(tmp_path / "file")],
                                 out=str(out)))
+
+
+def test_warnings_and_library_notices_reach_the_user_as_one_plain_line(capsys):
+    """Issue 67: `keras_tupe/jsonl.py:34: UserWarning: ...` with its source line, and
+    `WARNING:keras_tupe.models.span_windows:featurize: ...`, both in Python's words."""
+    import logging
+    import warnings
+
+    def body(argv):
+        warnings.warn("results.jsonl line 3 is cut short\n  (skipped)")
+        logging.getLogger("keras_tupe.models.span_windows").warning("SQuAD: moved %d", 4)
+        return 0
+
+    assert cli.run(body, []) == 0
+    assert capsys.readouterr().err == ("warning: results.jsonl line 3 is cut short (skipped)\n"
+                                       "warning: SQuAD: moved 4\n")
+    assert logging.getLogger("keras_tupe").handlers == []  # as before, once the command ends

@@ -12,6 +12,7 @@ pieces and about `_BATCH_BYTES` of text.
 """
 
 import codecs
+import contextlib
 import os
 from pathlib import Path
 
@@ -19,6 +20,7 @@ import numpy as np
 
 import tensorflow as tf
 
+from keras_tupe.corpus_files import Stream, corpus_kind
 from keras_tupe.data.network import load_tfds
 from keras_tupe.layers.utils import check_int
 
@@ -57,6 +59,8 @@ def line_dataset(source, max_lines=None, text_feature="text"):
             - a WikiText file (`*.tokens`): ` = Title = ` starts a document and is
               dropped, headings ` = = Sub = = ` are kept as `Sub`, blank lines dropped;
             - a directory: its `*.txt` files (not recursive), sorted;
+            - a pipe opened by `keras_tupe.corpus_files.open_stream`, plain text, read
+              once (so the dataset can be iterated once);
             - a list or tuple of the above, in order;
             - `"tfds:NAME[:SPLIT]"` (split defaults to `"train"`, may be a slice): each
               example's `text_feature` is a document, its non-blank lines the paragraphs.
@@ -72,16 +76,22 @@ def line_dataset(source, max_lines=None, text_feature="text"):
     Raises:
         FileNotFoundError: a path does not exist.
         ValueError: the corpus has no non-blank line (within `max_lines`), a file is
-            not UTF-8 text (`check_utf8`), or an argument is invalid.
+            not UTF-8 text (`check_utf8`), a path is neither a file nor a folder
+            (`corpus_kind`: a pipe must come opened), or an argument is invalid.
         RuntimeError: a tfds dataset can neither be read nor downloaded.
     """
     if max_lines is not None:  # before check_utf8, which counts lines with it
         check_int("max_lines", max_lines, 1)
-    for kind, files in _parts(source):
+    parts = _parts(source)
+    for kind, files in parts:
         for path, _ in files if kind == "files" else ():
-            check_utf8(path, max_lines)
+            if not isinstance(path, Stream):  # a stream is checked as it is read
+                check_utf8(path, max_lines)
     batches = line_batches(source, max_lines, text_feature)
     lines = batches.unbatch()
+    if any(isinstance(path, Stream) for kind, files in parts if kind == "files"
+           for path, _ in files):
+        return lines  # looking for a first line would take it from the one reading
     for _ in lines.take(1):
         return lines
     within = f" within its first {max_lines} lines" if max_lines is not None else ""
@@ -181,13 +191,16 @@ def _parts(source):
         if isinstance(item, str) and item.startswith(TFDS_PREFIX):
             parts.append(("tfds", item))
             continue
-        if not isinstance(item, (str, os.PathLike)):
+        if isinstance(item, Stream):
+            files = [(item, _PLAIN)]
+        elif not isinstance(item, (str, os.PathLike)):
             raise ValueError(
                 "A corpus source must be a path, a list of paths or 'tfds:NAME[:SPLIT]'. "
                 f"Received: {item!r}"
             )
-        files = [(str(path), _WIKITEXT if path.name.endswith(".tokens") else _PLAIN)
-                 for path in _files(Path(item))]
+        else:
+            files = [(str(path), _WIKITEXT if path.name.endswith(".tokens") else _PLAIN)
+                     for path in _files(Path(item))]
         if parts and parts[-1][0] == "files":
             parts[-1][1].extend(files)  # consecutive files share one reader
         else:
@@ -196,9 +209,12 @@ def _parts(source):
 
 
 def _files(path):
-    if not path.exists():
-        raise FileNotFoundError(f"Corpus path {path} does not exist.")
-    if not path.is_dir():
+    kind = corpus_kind(path, "Corpus path")
+    if kind == "stream":  # opened here, it would be read in a thread no signal reaches
+        raise ValueError(f"Corpus path {path} is a pipe: pass "
+                         f"`keras_tupe.corpus_files.open_stream({str(path)!r})` instead, "
+                         "which reads it once.")
+    if kind == "file":
         return [path]
     files = sorted(child for child in path.glob("*.txt") if child.is_file())
     if not files:
@@ -252,13 +268,15 @@ def _read_files(paths, modes, offset, max_lines=None, progress=None):
 
 
 def _pieces(path):
-    """(text, whole, ends) for each line of a file, a line over `_PIECE_BYTES` in pieces.
+    """(text, whole, ends) for each line of a file (or `Stream`), a line over `_PIECE_BYTES`
+    in pieces.
 
     A piece ends after the last space or tab within `_PIECE_BYTES` (so the pieces hold
     the line's words whole), or, in a run without one, before a UTF-8 character that
     does not fit. `whole`: the element is a complete line; `ends`: it ends its line.
     """
-    with open(path, "rb") as f:
+    opened = contextlib.nullcontext(path) if isinstance(path, Stream) else open(path, "rb")
+    with opened as f:
         pending = b""
         while True:
             data = f.readline(_PIECE_BYTES)
