@@ -289,7 +289,9 @@ class StepProgress(keras.callbacks.Callback):
             self._line(step, None)  # starts the clock at the first finished step
             self.heartbeat.touch()
             return
-        if time.perf_counter() - self.last >= self.every:
+        # A block's last step is `on_epoch_end`'s line (with validation): printed once.
+        block_end = (self.epoch + 1) * self.steps_per_epoch
+        if step < block_end and time.perf_counter() - self.last >= self.every:
             self._print(self._line(step, logs))
 
     def on_test_begin(self, logs=None):

@@ -81,6 +81,20 @@ def test_step_progress_speaks_while_the_first_step_compiles():
     assert heartbeat_threads() == []
 
 
+def test_a_blocks_last_step_is_one_line():
+    """Issue 67: `step 82/82` came twice, from the step's line and from the block's end."""
+    lines = []
+    progress = StepProgress(2, 2, every=1e-6, print_fn=lines.append)
+    progress.on_train_begin()
+    progress.on_epoch_begin(0)
+    for batch in range(2):
+        time.sleep(0.01)  # past `every`: a line per step would come
+        progress.on_train_batch_end(batch, {"loss": 1.0})
+    progress.on_epoch_end(0, {"loss": 1.0})
+    progress.close()
+    assert [line.split(":")[0] for line in lines if line.startswith("step ")] == ["step 2/2"]
+
+
 def test_finetune_glue_says_which_run_it_starts_and_turns_progress_on(tmp_path, monkeypatch,
                                                                      capsys):
     """Issue 23: `training.finetune_glue` printed nothing for minutes while a run trained."""

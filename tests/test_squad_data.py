@@ -442,9 +442,9 @@ def test_shifted_answer_offsets_are_moved_and_counted_in_one_line(tmp_path, capl
         assert caplog.records == []
         shifted = span_windows.featurize(articles(7), load_tokenizer(vocabulary), 32, 8, 8)
     assert [r.getMessage() for r in caplog.records] == [
-        "featurize: moved 4 answer offset(s) to where their text is (the occurrence in the "
-        "context nearest to an answer_start that does not point at it; e.g. ['q0', 'q1', "
-        "'q2']).",
+        "SQuAD: moved 4 answer offset(s) to where their text is (the occurrence in the "
+        "context nearest to an answer_start that does not point at it), e.g. of q0, q1, q2 "
+        "and 1 more.",
     ]
     for name in ("token_ids", "start_positions", "end_positions"):
         np.testing.assert_array_equal(getattr(shifted, name), getattr(clean, name))

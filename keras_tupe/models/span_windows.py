@@ -152,14 +152,20 @@ def featurize(articles, tokenizer, sequence_length=384, doc_stride=128, max_quer
                 ))
     if moved:  # repaired, but the file's offsets are wrong (shifted?): said, and counted
         logger.warning(
-            "featurize: moved %d answer offset(s) to where their text is (the occurrence in "
-            "the context nearest to an answer_start that does not point at it; e.g. %s).",
-            len(moved), moved[:3])
+            "SQuAD: moved %d answer offset(s) to where their text is (the occurrence in the "
+            "context nearest to an answer_start that does not point at it), e.g. of %s.",
+            len(moved), _some(moved))
     if skipped:
         logger.warning(
-            "featurize: left out %d question(s) whose first answer is not found in its "
-            "context (e.g. %s).", len(skipped), skipped[:3])
+            "SQuAD: left out %d question(s) whose first answer is not found in its context, "
+            "e.g. %s.", len(skipped), _some(skipped))
     return _stack(rows, sequence_length, pad_id, example_ids, training)
+
+
+def _some(ids):
+    """The first three question ids, for a notice: `q0, q1, q2 and 4 more`."""
+    more = f" and {len(ids) - 3} more" if len(ids) > 3 else ""
+    return ", ".join(ids[:3]) + more
 
 
 def _answer_start(context, qa):
