@@ -656,7 +656,7 @@ def _encode_one(params, word_ids, input_mask, type_ids):
                 "relative_embeddings": layer_norm(
                     table["relative_embeddings"], *table["layer_norm"], eps
                 ),  # (2k, d), shared by all layers
-                "bucket_size": params["max_relative_distance"],
+                "bucket_size": params["bucket_size"],
                 "max_position": params["max_sequence_length"],
             }
         if method == "untied_cross":

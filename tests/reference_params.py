@@ -102,6 +102,7 @@ def backbone_params(backbone):
         "cls_reset_style": backbone.cls_reset_style,
         "mask_padding_embeddings": backbone.mask_padding_embeddings,
         "max_relative_distance": backbone.max_relative_distance,
+        "bucket_size": backbone.bucket_size,
         "num_buckets": backbone.num_buckets,
         "max_distance": backbone.max_distance,
         "token_embedding": np_value(backbone.token_embedding.embeddings),

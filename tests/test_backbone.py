@@ -46,7 +46,7 @@ def random_backbone(preset, **kwargs):
 
 @pytest.mark.parametrize("variant", ALL_VARIANTS)
 def test_padding_does_not_change_real_tokens(variant):
-    backbone = random_backbone(f"{variant}_tiny", max_relative_distance=6)
+    backbone = random_backbone(f"{variant}_tiny", max_relative_distance=6, bucket_size=6)
     short = make_inputs(2, 10)
     long = make_inputs(2, 16, real=10, seed=99)  # other ids in the padding
     for name in short:
@@ -339,7 +339,7 @@ def test_get_config_lists_every_constructor_argument_with_its_value():
                  absolute_position="none", absolute_correlation="untied",
                  relative_position="t5_bias", cls_reset=True, cls_reset_style="fairseq",
                  mask_padding_embeddings=True, num_buckets=16, max_distance=64,
-                 max_relative_distance=7, zero_init_relative_tables=True,
+                 max_relative_distance=7, bucket_size=9, zero_init_relative_tables=True,
                  layer_norm_epsilon=1e-6, activation="relu", attention_implementation="einsum",
                  layer_norm_position="pre")
     assert sorted(given) == sorted(CONFIG_KEYS)

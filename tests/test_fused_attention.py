@@ -169,8 +169,8 @@ def test_layer_level_errors():
         TupeBackbone.from_preset("bert_a_tiny", attention_implementation="flash")
     with pytest.raises(ValueError, match=choices):
         layers.UntiedPositionalAttention(H, attention_implementation="flash")
-    with pytest.raises(ValueError, match="relative_method='shaw'"):
-        layers.TransformerEncoderBlock(H, 32, relative_method="shaw",
+    with pytest.raises(ValueError, match="relative_position='shaw'"):
+        layers.TransformerEncoderBlock(H, 32, relative_position="shaw",
                                        attention_implementation="fused")
     pq = RNG.normal(size=(1, N, H, D // H)).astype("float32")
     attention = layers.UntiedPositionalAttention(H, attention_implementation="fused")

@@ -75,12 +75,12 @@ def test_qkr_multiplicative_attention(method):
     )
 
 
-@pytest.mark.parametrize("relative_method", [None, "method3"])
-def test_transformer_encoder_block(relative_method):
-    extra = {} if relative_method else {"attention_bias": BIAS}
+@pytest.mark.parametrize("relative_position", ["none", "method3"])
+def test_transformer_encoder_block(relative_position):
+    extra = {"attention_bias": BIAS} if relative_position == "none" else {}
     run_layer_test(
         layers.TransformerEncoderBlock,
-        dict(num_heads=H, intermediate_dim=32, relative_method=relative_method,
+        dict(num_heads=H, intermediate_dim=32, relative_position=relative_position,
              max_relative_distance=4),
         dict(inputs=X, padding_mask=MASK, **extra),
         expected_output_shape=(B, N, D),
@@ -112,7 +112,9 @@ def test_positional_bias_stays_float32_under_mixed_precision():
         (lambda: layers.QKRMultiplicativeAttention(4, method="method5"), "method"),
         (lambda: layers.UntiedPositionalCorrelation(4, 8, output_mode="bias"), "output_mode"),
         (lambda: layers.RelativeBucketBias(4, num_buckets=3), "num_buckets"),
-        (lambda: layers.TransformerEncoderBlock(4, 8, relative_method="t5"), "relative_method"),
+        (lambda: layers.TransformerEncoderBlock(4, 8, relative_position="t5"),
+         r"`relative_position` must be one of \('none', 't5_bias', .*'disentangled'\)\. "
+         r"Received: relative_position='t5'"),
     ],
 )
 def test_bad_constructor_arguments_name_the_choice(make, message):

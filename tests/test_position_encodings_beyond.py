@@ -390,7 +390,7 @@ def test_deberta_preset_matches_keras_hub_deberta_v3_on_ported_weights():
     and its LayerNorm, each layer's q/k/v/output projections, post-LN blocks,
     exact GELU. What differs and is matched by config: no segment embedding
     (`num_segments=0`), LayerNorm epsilon 1e-7 everywhere
-    (`layer_norm_epsilon=1e-7`), `bucket_size` = `max_relative_distance`,
+    (`layer_norm_epsilon=1e-7`), `bucket_size` the same,
     `max_sequence_length` the same. TupeBackbone has a pooler keras-hub's
     DeBERTa lacks (not compared).
     """
@@ -401,7 +401,7 @@ def test_deberta_preset_matches_keras_hub_deberta_v3_on_ported_weights():
     source = keras_hub.models.DebertaV3Backbone(**sizes, bucket_size=bucket_size, dropout=0.0)
     randomize_weights(source, seed=9)
     target = TupeBackbone(
-        **{**PRESETS["deberta_tiny"], **sizes}, max_relative_distance=bucket_size,
+        **{**PRESETS["deberta_tiny"], **sizes}, bucket_size=bucket_size,
         num_segments=0, layer_norm_epsilon=1e-7, dropout=0.0,
     )
     _port_deberta(source, target)
@@ -420,7 +420,7 @@ def test_deberta_preset_matches_keras_hub_deberta_v3_on_ported_weights():
 
 def test_deberta_backbone_shares_one_table_and_takes_any_length():
     backbone = TupeBackbone.from_preset("deberta_tiny")
-    assert backbone.max_relative_distance == backbone.max_sequence_length // 2  # DeBERTa's 256/512
+    assert backbone.bucket_size == backbone.max_sequence_length // 2  # DeBERTa's 256/512
     tables = [w for w in backbone.weights if w.path.endswith("relative_embeddings")]
     assert len(tables) == 1 and tuple(tables[0].shape) == (backbone.max_sequence_length, 64)
     length = backbone.max_sequence_length + 40
@@ -456,9 +456,9 @@ def test_deberta_backbone_shares_one_table_and_takes_any_length():
         (dict(relative_position="rotary", hidden_dim=60, num_heads=12),
          r"relative_position='rotary' rotates pairs.*must be even\. Received: head size 5 "
          r"\(hidden_dim=60, num_heads=12\)"),
-        (dict(relative_position="disentangled", max_relative_distance=1),
+        (dict(relative_position="disentangled", bucket_size=1),
          r"relative_position='disentangled'.*bucket_size.*"
-         r"Received: max_relative_distance=1, max_sequence_length=128"),
+         r"Received: bucket_size=1, max_sequence_length=128"),
     ],
 )
 def test_bad_config_is_refused_clearly(overrides, message):
@@ -479,9 +479,10 @@ def test_bad_layer_arguments_are_refused_clearly():
         layers.DisentangledAttention(2, bucket_size=4, max_position=16)(
             np.ones((1, 4, 8), "float32")
         )
-    with pytest.raises(ValueError, match=r"relative_method='disentangled'"):
-        block = layers.TransformerEncoderBlock(2, 8, relative_method="disentangled",
-                                               max_relative_distance=4, max_sequence_length=16)
+    with pytest.raises(ValueError, match=r"relative_position='disentangled' needs "
+                                         r"`relative_embeddings`"):
+        block = layers.TransformerEncoderBlock(2, 8, relative_position="disentangled",
+                                               bucket_size=4, max_sequence_length=16)
         block(np.ones((1, 4, 8), "float32"))
     with pytest.raises(ValueError, match=r"`num_heads` must be a positive int\. Received: "
                                          r"num_heads=0"):

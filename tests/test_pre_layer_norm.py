@@ -51,7 +51,7 @@ def test_reference_pre_ln_one_layer_by_hand():
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_pre_ln_backbone_matches_the_reference(variant):
     backbone = TupeBackbone.from_preset(
-        f"{variant}_tiny", max_relative_distance=5, layer_norm_position="pre"
+        f"{variant}_tiny", max_relative_distance=5, bucket_size=5, layer_norm_position="pre"
     )
     randomize_weights(backbone, seed=11)
     inputs = _inputs(backbone)

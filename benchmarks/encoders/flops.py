@@ -72,8 +72,8 @@ def variant_flops_per_token(variant, size, seq_len, batch_size, training=True):
         relative_position=fields.get("relative_position", "none"),
         absolute_correlation=fields.get("absolute_correlation", "none"),
         batch_size=batch_size, training=training,
-        # DeBERTa's table: 2k rows, k = max_relative_distance (default max_len // 2).
-        relative_table_rows=2 * fields.get("max_relative_distance",
+        # DeBERTa's table: 2k rows, k = bucket_size (default max_len // 2).
+        relative_table_rows=2 * fields.get("bucket_size",
                                            size_config["max_sequence_length"] // 2),
     )
 

@@ -9,22 +9,20 @@ from keras_tupe.layers.positional_attention_base import PositionalAttentionBase
 from keras_tupe.layers.utils import relative_positions
 
 
-def check_bucket_size(bucket_size, max_position, names=("bucket_size", "max_position")):
+def check_bucket_size(bucket_size, max_position, scale="max_position"):
     """Raises a clear error unless DeBERTa's log buckets are defined (see the message).
 
-    `names` are the two arguments as the caller calls them (the backbone's
-    `max_relative_distance` and `max_sequence_length`).
+    `scale` is `max_position` as the caller calls it (the backbone's
+    `max_sequence_length`).
     """
-    size, scale = names
     if (isinstance(bucket_size, int) and bucket_size >= 2 and isinstance(max_position, int)
             and max_position > bucket_size // 2 + 1):
         return
-    what = "k" if size == "bucket_size" else "(DeBERTa's bucket_size k)"
     raise ValueError(
-        f"relative_position='disentangled' needs `{size}` {what}, an int >= 2 (distances "
+        "relative_position='disentangled' needs `bucket_size` k, an int >= 2 (distances "
         f"exact up to k // 2), and `{scale}`, an int above k // 2 + 1 (the log buckets "
         f"divide by log(({scale} - 1) / (k // 2))). "
-        f"Received: {size}={bucket_size!r}, {scale}={max_position!r}"
+        f"Received: bucket_size={bucket_size!r}, {scale}={max_position!r}"
     )
 
 

@@ -3,11 +3,12 @@
 A row says everything `TupeBackbone` and `TransformerEncoderBlock` need to know about one
 value: the attention layer of every block and which block settings it takes, the term the
 backbone computes once per forward pass and hands to every block, whether the logits can run
-through the fused `keras.ops.dot_product_attention`, what the value composes with, and whether
-its shared term is position-only (what `cls_reset` resets and `positional_bias` returns). The
-backbone and the block validate and build by looking rows up; neither names a scheme:
-`BackbonePositions` takes the backbone's positional arguments, checks them against the table
-and says what they build.
+through the fused `keras.ops.dot_product_attention`, what the value composes with, whether
+its shared term is position-only (what `cls_reset` resets and `positional_bias` returns) and
+the backbone arguments that are its own knobs, with their defaults. The backbone and the
+block validate and build by looking rows up; neither names a scheme, and both take the same
+`relative_position` value: `BackbonePositions` takes the backbone's positional arguments,
+checks them against the table and says what they build.
 
 A new encoding is one layer file and one row: the rotary scheme, for instance, is
 `rotary_positional_attention.py` plus the `"rotary"` row of `RELATIVE_POSITION_SCHEMES`.
@@ -85,6 +86,10 @@ class PositionalScheme:
 
     Attributes:
         description: what it is, in a few words (for messages and docs).
+        knobs: the backbone arguments of this scheme alone, each with its default: a
+            value, or a function of `max_sequence_length`. An argument left `None` gets it.
+        former_knobs: `{knob: argument}`: configs written before the knob was an
+            argument of its own held it in that argument (`with_own_knobs`).
         attention: relative rows: the attention layer of every block.
         attention_arguments: its constructor arguments, each mapped to the
             `TransformerEncoderBlock` attribute it takes.
@@ -100,8 +105,6 @@ class PositionalScheme:
         fairseq_cls_reset: relative rows: the TUPE authors' [CLS] reset
             (`cls_reset_style="fairseq"`) is defined with it.
         untied_scaling: correlation rows: content logits scaled by `1/sqrt(2 d_h)`.
-        distance_divisor: relative rows: `max_relative_distance` defaults to
-            `max_sequence_length // distance_divisor`.
         beyond_papers: relative rows: a scheme from neither TUPE nor Huang et al.
             (issue 37: ALiBi, rotary, DeBERTa).
         check: further checks of the backbone values (keyword arguments), raising a
@@ -109,6 +112,8 @@ class PositionalScheme:
     """
 
     description: str
+    knobs: dict = dataclasses.field(default_factory=dict)
+    former_knobs: dict = dataclasses.field(default_factory=dict)
     attention: Optional[type] = None
     attention_arguments: dict = dataclasses.field(default_factory=dict)
     attention_inputs: tuple = ()
@@ -119,7 +124,6 @@ class PositionalScheme:
     why_not: str = ""
     fairseq_cls_reset: bool = False
     untied_scaling: bool = False
-    distance_divisor: int = 1
     beyond_papers: bool = False
     check: Optional[Callable] = None
 
@@ -148,10 +152,8 @@ def _check_rotary(hidden_dim, num_heads, **_):
     check_rotary_head_dim(hidden_dim // num_heads, hidden_dim, num_heads)
 
 
-def _check_disentangled(max_relative_distance, max_sequence_length, **_):
-    check_bucket_size(
-        max_relative_distance, max_sequence_length, ("max_relative_distance", "max_sequence_length")
-    )
+def _check_disentangled(bucket_size, max_sequence_length, **_):
+    check_bucket_size(bucket_size, max_sequence_length, "max_sequence_length")
 
 
 def _untied_correlation(output_mode, **row):
@@ -184,9 +186,14 @@ ABSOLUTE_CORRELATION_SCHEMES = {
 }
 
 _QKR_ROW = dict(
+    # No clipping unless asked for.
+    knobs={
+        "max_relative_distance": lambda max_sequence_length: max_sequence_length,
+        "zero_init_relative_tables": False,
+    },
     attention=QKRMultiplicativeAttention,
     attention_arguments={
-        "method": "relative_method", **_same("max_relative_distance", "zero_init_tables")
+        "method": "relative_position", **_same("max_relative_distance", "zero_init_tables")
     },
     fusable=False,
     composes_with=("none",),
@@ -201,6 +208,7 @@ RELATIVE_POSITION_SCHEMES = {
     ),
     "t5_bias": PositionalScheme(
         "T5's bucketed relative bias (BERT-R, TUPE-R; TUPE Eq. 8)",
+        knobs={"num_buckets": 32, "max_distance": 128},
         **_dot_product_attention(UntiedPositionalAttention),
         shared_term=SharedTerm(
             RelativeBucketBias,
@@ -244,19 +252,20 @@ RELATIVE_POSITION_SCHEMES = {
     ),
     "disentangled": PositionalScheme(
         "DeBERTa's disentangled attention",
+        # DeBERTa's 256 for 512 positions.
+        knobs={"bucket_size": lambda max_sequence_length: max_sequence_length // 2},
+        # Before issue 66 DeBERTa's bucket size borrowed the Shaw / Huang clipping distance.
+        former_knobs={"bucket_size": "max_relative_distance"},
         attention=DisentangledAttention,
-        attention_arguments={
-            "bucket_size": "max_relative_distance", "max_position": "max_sequence_length"
-        },
+        attention_arguments={**_same("bucket_size"), "max_position": "max_sequence_length"},
         attention_inputs=("relative_embeddings",),
         shared_term=SharedTerm(
             DisentangledRelativeEmbedding,
             "disentangled_relative_embedding",
             "disentangled_embedding",
             {
-                "bucket_size": "max_relative_distance",
                 "embeddings_initializer": "initializer",
-                **_same("layer_norm_epsilon"),
+                **_same("bucket_size", "layer_norm_epsilon"),
             },
             outputs=("relative_embeddings",),
         ),
@@ -264,7 +273,6 @@ RELATIVE_POSITION_SCHEMES = {
         composes_with=("none",),
         why_not="DeBERTa's logits have position terms of their own and the scale "
         "1/sqrt(3 d_h), which leave no place for TUPE's 1/sqrt(2 d_h) terms",
-        distance_divisor=2,  # DeBERTa's bucket_size 256 for 512 positions.
         beyond_papers=True,
         check=_check_disentangled,
     ),
@@ -278,18 +286,6 @@ ABSOLUTE_CORRELATIONS = tuple(ABSOLUTE_CORRELATION_SCHEMES)
 RELATIVE_POSITIONS = tuple(RELATIVE_POSITION_SCHEMES)
 
 
-def relative_methods():
-    """The block's `relative_method` values: the relative schemes with their own attention.
-
-    `None` stands for the plain attention, whose positions come from the shared terms.
-    """
-    plain = RELATIVE_POSITION_SCHEMES["none"].attention
-    return tuple(
-        name for name, scheme in RELATIVE_POSITION_SCHEMES.items() if scheme.attention is not plain
-    )
-
-
-RELATIVE_METHODS = relative_methods()
 # Every shared term, once per backbone attribute.
 SHARED_TERMS = tuple(
     {
@@ -311,14 +307,39 @@ def build_shared_terms(schemes, values, dtype):
     return layers
 
 
-def relative_scheme(relative_method):
-    """The row of a block's `relative_method` (`None`: the plain attention)."""
-    return RELATIVE_POSITION_SCHEMES["none" if relative_method is None else relative_method]
+def knob_defaults():
+    """`{argument: default}` of every row's knobs (read at each call, as the choices are)."""
+    return {
+        name: default
+        for table in SCHEMES.values()
+        for scheme in table.values()
+        for name, default in scheme.knobs.items()
+    }
 
 
-def block_relative_method(relative_position):
-    """The block's `relative_method` for a `relative_position` (see `RELATIVE_METHODS`)."""
-    return relative_position if relative_position in relative_methods() else None
+def resolve_knobs(knobs, max_sequence_length):
+    """`knobs` (`{argument: value}`) with each `None` replaced by its row's default."""
+    defaults = knob_defaults()
+    resolved = {}
+    for name, value in knobs.items():
+        if value is None:
+            value = defaults[name]
+            if callable(value):
+                value = value(max_sequence_length)
+        resolved[name] = value
+    return resolved
+
+
+def with_own_knobs(config):
+    """A backbone `config` with each knob of its rows that an older version held in
+    another argument (`PositionalScheme.former_knobs`) under its own name."""
+    moved = {}
+    for field, table in SCHEMES.items():
+        scheme = table.get(config.get(field, "none"))
+        for knob, former in (scheme.former_knobs.items() if scheme else ()):
+            if knob not in config and former in config:
+                moved[knob] = config[former]
+    return {**config, **moved}
 
 
 def _values_with(field, keep):
@@ -438,13 +459,12 @@ class BackbonePositions:
 
     Attributes:
         rows: the `absolute_correlation` and `relative_position` rows.
-        arguments: the backbone's scheme-specific constructor arguments
-            (`absolute_position` ... `attention_implementation`), with
-            `max_relative_distance` resolved; the backbone stores and returns them.
+        arguments: the backbone's scheme-specific constructor arguments (the four
+            choices, `cls_reset_style`, `attention_implementation` and the rows' knobs,
+            each knob resolved); the backbone stores and returns them.
         values: what the rows' shared terms and checks are built from: the sizes
             (`hidden_dim`, `num_heads`, `max_sequence_length`, `layer_norm_epsilon`),
-            `num_buckets`, `max_distance`, `max_relative_distance`, `fairseq_reset`
-            and the `initializer`.
+            the knobs, `fairseq_reset` and the `initializer`.
     """
 
     rows: tuple
@@ -452,13 +472,13 @@ class BackbonePositions:
     values: dict
 
     @classmethod
-    def check(cls, absolute_position, absolute_correlation, relative_position, cls_reset,
-              cls_reset_style, attention_implementation, num_buckets, max_distance,
-              max_relative_distance, zero_init_relative_tables, **sizes):
+    def check(cls, *, absolute_position, absolute_correlation, relative_position, cls_reset,
+              cls_reset_style, attention_implementation, hidden_dim, num_heads,
+              max_sequence_length, layer_norm_epsilon, initializer, **knobs):
         """The positions of a backbone whose arguments the table allows.
 
-        `sizes` are the backbone's `hidden_dim`, `num_heads`, `max_sequence_length`,
-        `layer_norm_epsilon` and `initializer`.
+        `knobs` are the backbone's arguments that rows own (`knob_defaults`), each
+        `None` for its row's default.
         """
         check_choice("absolute_position", absolute_position, ABSOLUTE_POSITIONS)
         # Read at each call: a row added to a table (a test's) is a valid choice.
@@ -467,25 +487,20 @@ class BackbonePositions:
         check_choice("relative_position", relative_position, tuple(RELATIVE_POSITION_SCHEMES))
         check_attention_implementation(attention_implementation)
         check_choice("cls_reset_style", cls_reset_style, CLS_RESET_STYLES)
-        if max_relative_distance is None:
-            divisor = RELATIVE_POSITION_SCHEMES[relative_position].distance_divisor
-            max_relative_distance = sizes["max_sequence_length"] // divisor
+        knobs = resolve_knobs(knobs, max_sequence_length)
         values = dict(
-            sizes, num_buckets=num_buckets, max_distance=max_distance,
-            max_relative_distance=max_relative_distance,
-            fairseq_reset=cls_reset and cls_reset_style == "fairseq",
+            knobs, hidden_dim=hidden_dim, num_heads=num_heads,
+            max_sequence_length=max_sequence_length, layer_norm_epsilon=layer_norm_epsilon,
+            initializer=initializer, fairseq_reset=cls_reset and cls_reset_style == "fairseq",
         )
         rows = check_schemes(
             absolute_correlation, relative_position, attention_implementation, cls_reset,
             cls_reset_style, **values,
         )
         arguments = dict(
-            absolute_position=absolute_position, absolute_correlation=absolute_correlation,
+            knobs, absolute_position=absolute_position, absolute_correlation=absolute_correlation,
             relative_position=relative_position, cls_reset=cls_reset,
-            cls_reset_style=cls_reset_style, num_buckets=num_buckets, max_distance=max_distance,
-            max_relative_distance=max_relative_distance,
-            zero_init_relative_tables=zero_init_relative_tables,
-            attention_implementation=attention_implementation,
+            cls_reset_style=cls_reset_style, attention_implementation=attention_implementation,
         )
         return cls(rows, arguments, values)
 
@@ -494,8 +509,9 @@ class BackbonePositions:
         """The positional arguments of every `TransformerEncoderBlock`."""
         return dict(
             untied_scaling=self.rows[0].untied_scaling,
-            relative_method=block_relative_method(self.arguments["relative_position"]),
+            relative_position=self.arguments["relative_position"],
             max_relative_distance=self.arguments["max_relative_distance"],
+            bucket_size=self.arguments["bucket_size"],
             zero_init_tables=self.arguments["zero_init_relative_tables"],
             attention_implementation=self.arguments["attention_implementation"],
         )

@@ -3,21 +3,12 @@
 import keras
 from keras import ops
 
-from keras_tupe.layers.schemes import (
-    RELATIVE_METHODS,
-    check_fused,
-    relative_methods,
-    relative_scheme,
-)
+from keras_tupe.layers.schemes import RELATIVE_POSITION_SCHEMES, check_choice, check_fused
 from keras_tupe.layers.untied_positional_attention import check_attention_implementation
 from keras_tupe.layers.utils import (
     Float32BiasCallMixin, clone_initializer, initializer_or_default,
 )
 
-# Logits that are no scaled dot product plus an additive bias (no fused path).
-UNFUSABLE_METHODS = tuple(
-    method for method in RELATIVE_METHODS if not relative_scheme(method).fusable
-)
 # Where the LayerNorms sit: after each residual sum (BERT) or before each
 # sublayer (Xiong et al. 2020).
 LAYER_NORM_POSITIONS = ("post", "pre")
@@ -44,12 +35,13 @@ class TransformerEncoderBlock(Float32BiasCallMixin, keras.layers.Layer):
         x = x + Dropout(Attention(LayerNorm(x)))
         x = x + Dropout(W2 act(W1 LayerNorm(x)))
 
-    The attention is the one the row of `relative_method` names in
-    `keras_tupe.layers.schemes.RELATIVE_POSITION_SCHEMES`, built with the block
-    settings the row lists; `None` is `UntiedPositionalAttention`, whose
-    positions come from the encoder-wide terms (`attention_bias`, BERT-A^d's
-    `position_query`/`position_key`). keras-hub's `TransformerEncoder`
-    hard-codes Keras's standard attention, hence this block.
+    The attention is the one the row of `relative_position` names in
+    `keras_tupe.layers.schemes.RELATIVE_POSITION_SCHEMES` (the backbone's value,
+    passed on as it is), built with the block settings the row lists; the rows
+    whose positions all come from the encoder-wide terms (`attention_bias`,
+    BERT-A^d's `position_query`/`position_key`) name `UntiedPositionalAttention`.
+    keras-hub's `TransformerEncoder` hard-codes Keras's standard attention, hence
+    this block.
 
     Args:
         num_heads: int. Number of attention heads.
@@ -65,18 +57,20 @@ class TransformerEncoderBlock(Float32BiasCallMixin, keras.layers.Layer):
         untied_scaling: bool. Content logits scaled by `1/sqrt(2 d_h)` (TUPE)
             rather than `1/sqrt(d_h)`. Used by the untied and rotary
             attentions only. Defaults to `False`.
-        relative_method: `None` or one of `"shaw"`, `"method1"` ... `"method4"`,
-            `"rotary"`, `"disentangled"`. Defaults to `None`.
-        max_relative_distance: int, the clipping distance of the relative
-            tables; DeBERTa's `bucket_size` for `"disentangled"`. Defaults to
-            `512`.
+        relative_position: `"none"`, `"t5_bias"`, `"shaw"`, `"method1"` ...
+            `"method4"`, `"alibi"`, `"rotary"` or `"disentangled"` (see
+            `TupeBackbone`). Defaults to `"none"`.
+        max_relative_distance: int, the clipping distance of the Shaw / Huang
+            tables. Defaults to `512`.
+        bucket_size: int, DeBERTa's `bucket_size` (`"disentangled"` only).
+            Defaults to `256`.
         max_sequence_length: int, the distance scale of DeBERTa's log buckets
             (`"disentangled"` only). Defaults to `512`.
         zero_init_tables: bool. Start relative vector tables at zero.
             Defaults to `False`.
         attention_implementation: `"auto"`, `"einsum"` or `"fused"` (see
             `UntiedPositionalAttention`); `"fused"` only where the row of
-            `relative_method` says `fusable`. Defaults to `"auto"`.
+            `relative_position` says `fusable`. Defaults to `"auto"`.
         kernel_initializer: initializer of all kernels. Defaults to a truncated
             normal with stddev 0.02.
 
@@ -100,8 +94,9 @@ class TransformerEncoderBlock(Float32BiasCallMixin, keras.layers.Layer):
         activation="gelu",
         layer_norm_epsilon=1e-12,
         untied_scaling=False,
-        relative_method=None,
+        relative_position="none",
         max_relative_distance=512,
+        bucket_size=256,
         zero_init_tables=False,
         attention_implementation="auto",
         kernel_initializer=None,
@@ -115,16 +110,13 @@ class TransformerEncoderBlock(Float32BiasCallMixin, keras.layers.Layer):
                 f"`layer_norm_position` must be one of {LAYER_NORM_POSITIONS}. "
                 f"Received: layer_norm_position={layer_norm_position!r}"
             )
-        if relative_method is not None and relative_method not in relative_methods():
-            raise ValueError(
-                f"`relative_method` must be None or one of {relative_methods()}. "
-                f"Received: relative_method={relative_method!r}"
-            )
+        # Read at each call: a row added to the table (a test's) is a valid choice.
+        check_choice("relative_position", relative_position, tuple(RELATIVE_POSITION_SCHEMES))
         check_attention_implementation(attention_implementation)
         check_fused(
             attention_implementation,
-            [relative_scheme(relative_method)],
-            f"relative_method={relative_method!r}",
+            [RELATIVE_POSITION_SCHEMES[relative_position]],
+            f"relative_position={relative_position!r}",
         )
         self.num_heads = num_heads
         self.intermediate_dim = intermediate_dim
@@ -139,8 +131,9 @@ class TransformerEncoderBlock(Float32BiasCallMixin, keras.layers.Layer):
         self.layer_norm_epsilon = layer_norm_epsilon
         self.layer_norm_position = layer_norm_position
         self.untied_scaling = untied_scaling
-        self.relative_method = relative_method
+        self.relative_position = relative_position
         self.max_relative_distance = max_relative_distance
+        self.bucket_size = bucket_size
         self.zero_init_tables = zero_init_tables
         self.attention_implementation = attention_implementation
         self.max_sequence_length = max_sequence_length
@@ -149,7 +142,7 @@ class TransformerEncoderBlock(Float32BiasCallMixin, keras.layers.Layer):
 
     def build(self, inputs_shape):
         hidden_dim = inputs_shape[-1]
-        scheme = relative_scheme(self.relative_method)
+        scheme = RELATIVE_POSITION_SCHEMES[self.relative_position]
         arguments = {name: getattr(self, key) for name, key in scheme.attention_arguments.items()}
         self.attention = scheme.attention(
             num_heads=self.num_heads,
@@ -213,17 +206,17 @@ class TransformerEncoderBlock(Float32BiasCallMixin, keras.layers.Layer):
 
     def _shared_inputs(self, **given):
         """The given shared terms, refused where this block's attention does not take them."""
-        scheme = relative_scheme(self.relative_method)
+        scheme = RELATIVE_POSITION_SCHEMES[self.relative_position]
         for name, value in given.items():
             if value is None and name in scheme.needed_inputs:
                 raise ValueError(
-                    f"relative_method={self.relative_method!r} needs `{name}` (the backbone's "
+                    f"relative_position={self.relative_position!r} needs `{name}` (the backbone's "
                     f"{scheme.shared_term.layer.__name__}). Received: {name}=None"
                 )
             if value is not None and name not in scheme.attention_inputs:
                 raise ValueError(
                     f"`{name}` is not taken by this block's {type(self.attention).__name__} "
-                    f"(relative_method={self.relative_method!r}); it takes "
+                    f"(relative_position={self.relative_position!r}); it takes "
                     f"{scheme.attention_inputs + ('attention_bias',)}."
                 )
         return {name: value for name, value in given.items() if value is not None}
@@ -244,8 +237,9 @@ class TransformerEncoderBlock(Float32BiasCallMixin, keras.layers.Layer):
             "layer_norm_epsilon": self.layer_norm_epsilon,
             "layer_norm_position": self.layer_norm_position,
             "untied_scaling": self.untied_scaling,
-            "relative_method": self.relative_method,
+            "relative_position": self.relative_position,
             "max_relative_distance": self.max_relative_distance,
+            "bucket_size": self.bucket_size,
             "zero_init_tables": self.zero_init_tables,
             "attention_implementation": self.attention_implementation,
             "max_sequence_length": self.max_sequence_length,

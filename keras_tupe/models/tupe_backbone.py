@@ -12,6 +12,7 @@ from keras_tupe.layers.schemes import (
     BackbonePositions,
     check_choice,
     check_content_free,
+    with_own_knobs,
 )
 from keras_tupe.layers.transformer_encoder_block import (
     LAYER_NORM_POSITIONS,
@@ -33,7 +34,8 @@ CONFIG_KEYS = (
     "vocabulary_size", "num_layers", "num_heads", "hidden_dim", "intermediate_dim", "dropout",
     "max_sequence_length", "num_segments", "absolute_position", "absolute_correlation",
     "relative_position", "cls_reset", "cls_reset_style", "mask_padding_embeddings",
-    "num_buckets", "max_distance", "max_relative_distance", "zero_init_relative_tables",
+    "num_buckets", "max_distance", "max_relative_distance", "bucket_size",
+    "zero_init_relative_tables",
     "layer_norm_epsilon", "activation", "attention_implementation", "layer_norm_position",
 )
 
@@ -132,17 +134,20 @@ class TupeBackbone(WholeWeightsFiles, StagedPresetSaving, keras_hub.models.Backb
             `cls_reset=True`. Defaults to `"paper"`.
         mask_padding_embeddings: bool. Zero the embeddings at padded positions
             after the input LayerNorm (the authors' code). Defaults to `False`.
-        num_buckets: int. T5 buckets. Defaults to `32`.
-        max_distance: int. T5 distance from which buckets are shared.
-            Defaults to `128`.
+        num_buckets: int. T5 buckets (`"t5_bias"`). Defaults to `32`.
+        max_distance: int. T5 distance from which buckets are shared
+            (`"t5_bias"`). Defaults to `128`.
         max_relative_distance: int `k`, clipping distance of the Shaw / Huang
-            tables. Defaults to `max_sequence_length` (no clipping). For
-            `"disentangled"` it is DeBERTa's `bucket_size` (a table of `2k`
-            rows shared by all layers, distances exact up to `k // 2`, log
-            buckets up to `max_sequence_length`) and defaults to
+            tables. Defaults to `max_sequence_length` (no clipping).
+        bucket_size: int `k`, DeBERTa's `bucket_size` (`"disentangled"`): a
+            table of `2k` rows shared by all layers, distances exact up to
+            `k // 2`, log buckets up to `max_sequence_length`. Defaults to
             `max_sequence_length // 2` (DeBERTa's 256 for 512).
-        zero_init_relative_tables: bool. Start the relative vector tables at
-            zero (Huang's drop-in). Defaults to `False`.
+        zero_init_relative_tables: bool. Start the Shaw / Huang vector tables
+            at zero (Huang's drop-in). Defaults to `False`.
+
+        The last five are the rows' knobs (`PositionalScheme.knobs`): `None`
+        takes the row's default, the one given here.
         layer_norm_epsilon: float. Defaults to `1e-12`.
         layer_norm_position: `"post"` (BERT) or `"pre"` (Xiong et al. 2020; see
             `TransformerEncoderBlock`), which adds one final LayerNorm after the
@@ -182,10 +187,11 @@ class TupeBackbone(WholeWeightsFiles, StagedPresetSaving, keras_hub.models.Backb
         cls_reset=False,
         cls_reset_style="paper",
         mask_padding_embeddings=False,
-        num_buckets=32,
-        max_distance=128,
+        num_buckets=None,
+        max_distance=None,
         max_relative_distance=None,
-        zero_init_relative_tables=False,
+        bucket_size=None,
+        zero_init_relative_tables=None,
         layer_norm_epsilon=1e-12,
         activation="gelu",
         attention_implementation="auto",
@@ -201,11 +207,14 @@ class TupeBackbone(WholeWeightsFiles, StagedPresetSaving, keras_hub.models.Backb
         initializer = keras.initializers.TruncatedNormal(stddev=0.02)
         # The table checks the positional arguments and says what they build.
         positions = BackbonePositions.check(
-            absolute_position, absolute_correlation, relative_position, cls_reset,
-            cls_reset_style, attention_implementation, num_buckets, max_distance,
-            max_relative_distance, zero_init_relative_tables, hidden_dim=hidden_dim,
-            num_heads=num_heads, max_sequence_length=max_sequence_length,
+            absolute_position=absolute_position, absolute_correlation=absolute_correlation,
+            relative_position=relative_position, cls_reset=cls_reset,
+            cls_reset_style=cls_reset_style, attention_implementation=attention_implementation,
+            hidden_dim=hidden_dim, num_heads=num_heads, max_sequence_length=max_sequence_length,
             layer_norm_epsilon=layer_norm_epsilon, initializer=initializer,
+            num_buckets=num_buckets, max_distance=max_distance,
+            max_relative_distance=max_relative_distance, bucket_size=bucket_size,
+            zero_init_relative_tables=zero_init_relative_tables,
         )
 
         # === Layers ===
@@ -303,7 +312,7 @@ class TupeBackbone(WholeWeightsFiles, StagedPresetSaving, keras_hub.models.Backb
         self.layer_norm_epsilon = layer_norm_epsilon
         self.activation = activation
         self.layer_norm_position = layer_norm_position
-        # `absolute_position` ... `attention_implementation`, `max_relative_distance` resolved.
+        # `absolute_position` ... `attention_implementation` and the knobs, resolved.
         for name, value in positions.arguments.items():
             setattr(self, name, value)
 
@@ -446,6 +455,11 @@ class TupeBackbone(WholeWeightsFiles, StagedPresetSaving, keras_hub.models.Backb
 
     def get_config(self):
         return {**super().get_config(), **{key: getattr(self, key) for key in CONFIG_KEYS}}
+
+    @classmethod
+    def from_config(cls, config):
+        # Preset folders written before a knob had its own argument still load.
+        return super().from_config(with_own_knobs(config))
 
 
 class _LayerOutputs(keras.Model):
