@@ -229,15 +229,19 @@ def _recorded_encoders(name, tiny, folder):
         os.path.join(beside, "logs", "stage.json"), os.path.join(beside, PACK)]
     recorded = {}
     for path in sources:
-        record = records.read_json(path, {}) if path.endswith(".json") else {}
-        if path.endswith(PACK) and os.path.exists(path):
-            with tarfile.open(path, "r:gz") as archive:
-                names = archive.getnames()
-                record = json.load(archive.extractfile("logs/stage.json")) if (
-                    "logs/stage.json" in names) else {}
+        record = _packed_record(path) if path.endswith(PACK) else records.read_json(path, {})
         recorded.update({os.path.relpath(key, ENCODERS): value["sha256"] for key, value in
                          record.get("encoders", {}).items()})
     return recorded, sources
+
+
+def _packed_record(path):
+    """The stage record inside the records pack at `path` (`logs/stage.json`), or {}."""
+    if not os.path.exists(path):
+        return {}
+    with tarfile.open(path, "r:gz") as archive:
+        return json.load(archive.extractfile("logs/stage.json")) if (
+            "logs/stage.json" in archive.getnames()) else {}
 
 
 def estimate(name, spec, pace=None, configs=None, carried=False):
@@ -450,9 +454,8 @@ def _check_packages(folder):
             missing.append(f"{wheel} ({type(error).__name__}: {error})")
     if missing:
         listed = os.path.join(folder, WHEELS_LIST)
-        absent = [wheel for wheel in (open(listed).read().split() if os.path.exists(listed)
-                                      else []) if not os.path.exists(os.path.join(
-                                          folder, "wheels", wheel))]
+        wheels = open(listed).read().split() if os.path.exists(listed) else []
+        absent = [w for w in wheels if not os.path.exists(os.path.join(folder, "wheels", w))]
         raise StudyError(f"This machine cannot import: {'; '.join(missing)}. " + (
             f"Not carried: {', '.join(absent)} (listed in {listed}, not in {folder}/wheels/). "
             if absent else "") + f"Carry the wheels ({folder}/wheels/, made by `prepare`) and "
