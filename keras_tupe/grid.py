@@ -23,6 +23,8 @@ import os
 import keras
 import numpy as np
 
+from keras_tupe.data.masking import MASK_ID, UNSELECTABLE_IDS, check_mask_rates
+from keras_tupe.data.shards import ShardSequences
 from keras_tupe.layers.utils import check_int
 from keras_tupe.optimization import LinearWarmupLinearDecay, adamw
 
@@ -322,6 +324,61 @@ class GridTrainer:
         for variable, value in zip(self.model.non_trainable_variables, non_trainable):
             variable.assign(value[index])
         return self.model
+
+
+def device_masking(vocabulary_size, num_slots, mask_rate=0.15, mask_token_rate=0.8,
+                   random_token_rate=0.1):
+    """A `transform` for `GridTrainer.fit` that masks token ids on the device (`jax.random`).
+
+    The rule of `keras_tupe.data.masking.mask_batch` (the tf.data pipeline's): of a row's
+    `n` tokens that are not [PAD], [CLS] or [SEP], exactly `min(num_slots, ceil(mask_rate
+    * n))` chosen uniformly, listed by position; each becomes [MASK] with
+    `mask_token_rate`, a uniform id of `[0, vocabulary_size)` with `random_token_rate`,
+    else stays; slots beyond them have position 0, label 0, weight 0. The draws are JAX's,
+    not NumPy's: the same rule, other masks. `x` is the token ids `(B, L)` (full packed
+    sequences, as shards hold them).
+    """
+    check_mask_rates(mask_rate, mask_token_rate, random_token_rate)
+
+    def transform(key, ids, _):
+        batch, length = ids.shape
+        unselectable = ids <= max(UNSELECTABLE_IDS)
+        wanted = jnp.ceil(jnp.sum(~unselectable, axis=1).astype(jnp.float32)
+                          * jnp.float32(mask_rate)).astype(jnp.int32)
+        count = jnp.minimum(wanted, num_slots)
+        select, draw, replace = jax.random.split(key, 3)
+        # The `count` smallest of uniform keys, the unselectable pushed past every other.
+        keys = jax.random.uniform(select, (batch, length)) + unselectable
+        width = min(num_slots, length)
+        _, chosen = jax.lax.top_k(-keys, width)
+        chosen = jnp.where(jnp.arange(width)[None, :] < count[:, None], chosen, length)
+        positions = jnp.sort(chosen, axis=1)  # by position, the unused slots last
+        positions = jnp.pad(positions, ((0, 0), (0, num_slots - width)), constant_values=length)
+        valid = positions < length
+        positions = jnp.where(valid, positions, 0)
+        labels = jnp.where(valid, jnp.take_along_axis(ids, positions, axis=1), 0)
+        u = jax.random.uniform(draw, (batch, num_slots))
+        random_ids = jax.random.randint(replace, (batch, num_slots), 0, vocabulary_size)
+        replacement = jnp.where(u < mask_token_rate, MASK_ID,
+                                jnp.where(u < mask_token_rate + random_token_rate, random_ids,
+                                          labels))
+        # An unused slot writes its position's own id back (position 0: [CLS]).
+        rows = jnp.arange(batch)[:, None]
+        token_ids = ids.at[rows, positions].set(
+            jnp.where(valid, replacement, ids[rows, positions]).astype(ids.dtype))
+        x = {"token_ids": token_ids, "padding_mask": jnp.ones_like(ids),
+             "segment_ids": jnp.zeros_like(ids), "mask_positions": positions.astype(jnp.int32)}
+        return x, labels.astype(jnp.int32), valid.astype(jnp.float32)
+
+    return transform
+
+
+def shard_source(directory):
+    """Every sequence of a token-id shard folder (`keras-tupe-shard-corpus`), as the
+    `source` of a masked-LM grid: `(ids (N, L) int32, zeros (N,))`, for `device_masking`."""
+    sequences = ShardSequences(directory)
+    ids = sequences.gather(np.arange(len(sequences)))
+    return ids, np.zeros(len(ids), np.int32)
 
 
 def device_memory():
