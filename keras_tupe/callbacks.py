@@ -283,7 +283,8 @@ class StepProgress(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         # `batch` is the last step of the call: with steps_per_execution > 1, `fit`
         # calls the batch hooks once per execution.
-        step = self.epoch * self.steps_per_epoch + batch + 1
+        # An execution longer than the block ends with the block (Keras counts past it).
+        step = self.epoch * self.steps_per_epoch + min(batch + 1, self.steps_per_epoch)
         self.heartbeat.what = f"  training after step {step}/{self.total_steps}"
         if self.first_step is None or self.last is None:
             self._line(step, None)  # starts the clock at the first finished step

@@ -37,7 +37,7 @@ from keras_tupe.models import (TupeBackbone, TupeMaskedLM, TupeMaskedLMPreproces
                                TupeTokenizer)
 from keras_tupe.models.preset_folders import (RUN_CHECKPOINTS, RUN_PRESET, check_weights_file,
                                               run_model, write_preset_folder)
-from keras_tupe.models.presets import PRESETS
+from keras_tupe.models.presets import PRESETS, unknown_preset
 from keras_tupe.models.tupe_backbone import absolute_length_limit
 from keras_tupe.optimization import create_optimizer
 from keras_tupe.output_lock import output_lock
@@ -178,7 +178,7 @@ def validate(config, num_replicas):
     All the conflicts are reported at once, one a line of the `PretrainError`.
     """
     if config.preset not in PRESETS:
-        raise PretrainError(f"Unknown preset {config.preset!r}. Valid presets: {sorted(PRESETS)}")
+        raise PretrainError(unknown_preset(config.preset))
     # The backbone's own arguments but those the run sets (vocabulary_size, dropout).
     fields = sorted(name for name, parameter in
                     inspect.signature(TupeBackbone.__init__).parameters.items()
@@ -211,10 +211,13 @@ def validate(config, num_replicas):
         )
     if config.steps_per_execution < 1 or any(
             step % config.steps_per_execution for step in (config.eval_every, *config.save_steps)):
+        saves = " ".join(map(str, config.save_steps))
         problems.append(
             f"--steps-per-execution ({config.steps_per_execution}) must be a positive divisor "
-            f"of --eval-every ({config.eval_every}) and of each --save-steps "
-            f"({config.save_steps}): callbacks see every steps_per_execution-th step only.")
+            f"of --eval-every ({config.eval_every})"
+            + (f" and of each --save-steps ({saves})" if saves else "")
+            + ": validation and backups happen between executions, which run "
+            "--steps-per-execution steps each.")
     bad_saves = [s for s in config.save_steps if not 0 <= s <= config.steps]
     if bad_saves:
         problems.append(f"--save-steps must lie in [0, --steps={config.steps}] (0: the "

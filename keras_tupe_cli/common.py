@@ -153,6 +153,18 @@ def add_common_flags(parser):
     return parser
 
 
+def positive_int(text):
+    """argparse's `type` for a count of at least 1 (e.g. `--steps-per-execution`): 0 or -3
+    would reach Keras, which fails in its own words (`range() arg 3 must not be zero`)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a whole number of at least 1")
+    return value
+
+
 def one_line_errors(parser):
     """The parser's own errors (an unknown flag, a wrong value, a missing flag) become one
     line, `error: ... (`PROG --help` lists the flags)`, not the usage block."""

@@ -16,7 +16,8 @@ import dataclasses
 import sys
 
 # keras_tupe (with Keras: seconds) is imported inside the functions, after the flags parse.
-from keras_tupe_cli.common import INIT_FLAGS, add_init_flag, command_parser, entry_point, plumbing
+from keras_tupe_cli.common import (INIT_FLAGS, add_init_flag, command_parser, entry_point, plumbing,
+                                   positive_int)
 
 # The papers' grid, the loaders and `FinetuneConfig`'s defaults, from the standard-library
 # module of the fine-tuning configs: the flags parse, and --out is held, before Keras's
@@ -57,7 +58,7 @@ def parse_args(argv=None):
                    help="pad each batch only to its longest example (multiple of 16, at most "
                         "the split's length): same batches and outputs, less work on [PAD]")
     p.add_argument("--no-xla", dest="xla", action="store_false")
-    p.add_argument("--steps-per-execution", type=int, default=DEFAULTS["steps_per_execution"],
+    p.add_argument("--steps-per-execution", type=positive_int, default=DEFAULTS["steps_per_execution"],
                    help="steps one call of the compiled train function runs (Keras fit's "
                         "argument): fewer Python round trips, the same numbers")
     p.add_argument("--save-models", action="store_true",

@@ -15,7 +15,8 @@ import json
 import sys
 
 # keras_tupe (with Keras: seconds) is imported inside the functions, after the flags parse.
-from keras_tupe_cli.common import INIT_FLAGS, add_init_flag, command_parser, entry_point, plumbing
+from keras_tupe_cli.common import (INIT_FLAGS, add_init_flag, command_parser, entry_point, plumbing,
+                                   positive_int)
 
 # `SquadConfig`, from the standard-library module of the fine-tuning configs (a usage error
 # comes before Keras's and TensorFlow's import). Its fields are the flags: a flag each,
@@ -26,6 +27,7 @@ FIELDS = dataclasses.fields(SquadConfig)
 # A bool field is a switch that turns its default around.
 SWITCHES = {"xla": "--no-xla", "lowercase": "--cased"}
 CHOICES = {"data_loader": CONFIGS.LOADERS}
+COUNTS = {"steps_per_execution"}  # at least 1 (`positive_int`)
 VALUE_FLAGS = {field.name: "--" + field.name.replace("_", "-") for field in FIELDS
                if field.name != "init" and field.type is not bool}
 # The library names SquadConfig's fields (`seq_len=`); this command's messages, its flags.
@@ -37,7 +39,8 @@ def parse_args(argv=None):
     p = add_init_flag(command_parser("keras-tupe-finetune-squad", __doc__))
     for field in FIELDS:
         if field.name in VALUE_FLAGS:
-            p.add_argument(VALUE_FLAGS[field.name], type=field.type, default=field.default,
+            kind = positive_int if field.name in COUNTS else field.type
+            p.add_argument(VALUE_FLAGS[field.name], type=kind, default=field.default,
                            choices=CHOICES.get(field.name))
         elif field.type is bool:
             p.add_argument(SWITCHES[field.name], dest=field.name,

@@ -176,7 +176,9 @@ def test_inputs_must_be_the_tf_hub_dict():
 
 
 def test_unknown_preset_lists_the_valid_ones():
-    with pytest.raises(ValueError, match="Unknown preset 'tupe_r_huge'.*tupe_r_base.*huang_m4_tiny"):
+    with pytest.raises(ValueError, match="Unknown preset tupe_r_huge. The nearest: tupe_r_base, "
+                                         "tupe_r_tiny, tupe_r_mini. .*variants bert_a, .*huang_m4, "
+                                         ".*sizes tiny, mini, small, base"):
         TupeBackbone.from_preset("tupe_r_huge")
 
 

@@ -1462,3 +1462,21 @@ def test_warnings_and_library_notices_reach_the_user_as_one_plain_line(capsys):
     assert capsys.readouterr().err == ("warning: results.jsonl line 3 is cut short (skipped)\n"
                                        "warning: SQuAD: moved 4\n")
     assert logging.getLogger("keras_tupe").handlers == []  # as before, once the command ends
+
+
+@pytest.mark.parametrize("value", ["0", "-3"])
+@pytest.mark.parametrize("command", ["finetune_glue", "finetune_squad"])
+def test_steps_per_execution_below_one_is_refused_as_the_flag(command, value, capsys, tmp_path):
+    """Issue 67: 0 reached Keras (`range() arg 3 must not be zero`), -3 too (`Cannot get
+    result() since the metric has not yet been built.`)."""
+    import importlib
+
+    main = importlib.import_module(f"training.{command}").main
+    argv = ["--init", "run", "--out", str(tmp_path / "out"), f"--steps-per-execution={value}"]
+    argv += ["--tasks", "rte"] if command == "finetune_glue" else []
+    with pytest.raises(SystemExit):
+        main(argv)
+    assert capsys.readouterr().err == (
+        f"error: argument --steps-per-execution: {value} is not a whole number of at least 1 "
+        f"(`keras-tupe-{command.replace('_', '-')} --help` lists the flags)\n")
+    assert os.listdir(tmp_path) == []

@@ -52,11 +52,12 @@ def run_cli(argv, capsys):
         # 0 (the initialization) is a step to save; 100 is past --steps.
         (["--save-steps", "0,100"],
          r"--save-steps must lie in \[0, --steps=6\].*Received: \[100\]"),
-        (["--preset", "tupe_r_huge"], "Unknown preset 'tupe_r_huge'.*tupe_r_tiny"),
+        (["--preset", "tupe_r_huge"], "Unknown preset tupe_r_huge. The nearest: .*tupe_r_tiny"),
         (["--steps-per-execution", "4"], r"--steps-per-execution \(4\) must be a positive "
                                          r"divisor of --eval-every \(2\)"),
         (["--steps-per-execution", "2", "--save-steps", "3"],
-         r"--steps-per-execution \(2\).*each --save-steps \(\[3\]\)"),
+         r"--steps-per-execution \(2\).*each --save-steps \(3\): validation and backups "
+         r"happen between executions"),
     ],
 )
 def test_bad_input_fails_before_anything_is_written(tmp_path, vocab, capsys, change, message):

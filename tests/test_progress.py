@@ -95,6 +95,22 @@ def test_a_blocks_last_step_is_one_line():
     assert [line.split(":")[0] for line in lines if line.startswith("step ")] == ["step 2/2"]
 
 
+def test_an_execution_longer_than_a_block_counts_to_the_blocks_end():
+    """Issue 67: `--steps-per-execution 100` on shorter blocks printed a negative steps/s."""
+    lines = []
+    progress = StepProgress(4, 2, every=1e-6, print_fn=lines.append)
+    progress.on_train_begin()
+    for epoch in range(2):
+        progress.on_epoch_begin(epoch)
+        time.sleep(0.01)
+        progress.on_train_batch_end(99, {"loss": 1.0})  # Keras: the last step of a 100-step call
+        progress.on_epoch_end(epoch, {"loss": 1.0})
+    progress.close()
+    steps = [line for line in lines if line.startswith("step ")]
+    assert [line.split(":")[0] for line in steps] == ["step 2/4", "step 4/4"]
+    assert "-" not in "".join(steps), steps
+
+
 def test_finetune_glue_says_which_run_it_starts_and_turns_progress_on(tmp_path, monkeypatch,
                                                                      capsys):
     """Issue 23: `training.finetune_glue` printed nothing for minutes while a run trained."""

@@ -8,7 +8,7 @@ model with a traceback from deep inside; these checks name the folder, the
 problem and what to pass instead.
 """
 
-import difflib
+import importlib.util
 import os
 import shutil
 
@@ -16,7 +16,7 @@ import h5py
 import keras
 
 from keras_tupe.files import read_json
-from keras_tupe.models.presets import PRESETS
+from keras_tupe.models.presets import unknown_preset
 from keras_tupe.staging import arrays_bytes, staged, write_json
 
 REGISTERED_BACKBONE = "keras_tupe>TupeBackbone"
@@ -56,6 +56,15 @@ def run_checkpoint(run_dir, step):
     return os.path.join(os.fspath(run_dir), RUN_CHECKPOINTS, checkpoint_name(step))
 
 
+def _known_package(registered_name):
+    """Whether `registered_name` (`package>Class`) names an installed package."""
+    package, separator, _ = str(registered_name).partition(">")
+    try:
+        return bool(separator) and importlib.util.find_spec(package) is not None
+    except (ImportError, ValueError):  # `a.b` with no `a`, an empty or odd name
+        return False
+
+
 def check_preset_folder(preset, cls=None, load_weights=True):
     """Raises a clear error unless `preset` is a keras_tupe preset folder.
 
@@ -71,13 +80,9 @@ def check_preset_folder(preset, cls=None, load_weights=True):
     if isinstance(preset, str) and "://" in preset:
         return
     if not isinstance(preset, (str, os.PathLike)) or not os.path.isdir(preset):
-        close = difflib.get_close_matches(str(preset), PRESETS, n=3)
-        hint = f" Did you mean {close}?" if close else ""
         raise ValueError(
-            f"Unknown preset {preset!r}: neither a preset folder nor a built-in name.{hint} "
-            f"{name}.from_preset takes a folder written by `save_to_preset` (or by "
-            f"training.pretrain, RUN/preset) or one of {sorted(PRESETS)}."
-        )
+            f"{unknown_preset(preset)} Or a folder written by {name}.save_to_preset or by "
+            "keras-tupe-pretrain (RUN/preset).")
     config_path = os.path.join(preset, "config.json")
     if not os.path.isfile(config_path):
         raise FileNotFoundError(
@@ -86,6 +91,12 @@ def check_preset_folder(preset, cls=None, load_weights=True):
         )
     config = read_json(config_path)
     registered = config.get("registered_name")
+    if registered != REGISTERED_BACKBONE and not _known_package(registered):
+        raise ValueError(
+            f"Preset folder {preset} is damaged: the registered_name of its config.json, "
+            f"{registered}, is no class of a known package (a keras_tupe preset has "
+            f"{REGISTERED_BACKBONE}). Restore the folder from its source, or write it again "
+            "with save_to_preset.")
     if registered != REGISTERED_BACKBONE:
         raise ValueError(
             f"Preset folder {preset} holds a {registered!r} model, not a keras_tupe "

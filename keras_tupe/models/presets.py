@@ -5,6 +5,8 @@ positional encoding is a set of orthogonal fields, so a variant is a dict here,
 not a class.
 """
 
+import difflib
+
 # What the TUPE authors' fork (github.com/guolinke/TUPE) does beyond the paper's TUPE.
 _FAIRSEQ_FORK = dict(
     cls_reset=True,
@@ -70,6 +72,16 @@ PRESETS = {
     for variant, variant_config in VARIANTS.items()
     for size, size_config in SIZES.items()
 }
+
+
+def unknown_preset(name):
+    """What to say of a preset name that is not one: the nearest names, then how names are
+    made (all 64 in one line would hide the answer)."""
+    close = difflib.get_close_matches(str(name), PRESETS, n=3, cutoff=0.5)
+    nearest = f" The nearest: {', '.join(close)}." if close else ""
+    return (f"Unknown preset {name}.{nearest} A preset is a variant and a size, "
+            f"VARIANT_SIZE: variants {', '.join(VARIANTS)}; sizes {', '.join(SIZES)} "
+            "(`keras-tupe-presets` describes each).")
 
 
 def preset_description(name):
