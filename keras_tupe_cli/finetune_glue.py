@@ -13,6 +13,7 @@ lacks) the data come from tensorflow-datasets (online).
 """
 
 import dataclasses
+import os
 import sys
 
 # keras_tupe (with Keras: seconds) is imported inside the functions, after the flags parse.
@@ -115,6 +116,9 @@ def main(argv=None):
         values[:], note = merge_repeats(flag, values)
         if note:
             print(note, file=sys.stderr, flush=True)
+    if os.path.exists(out) and not os.path.isdir(out):  # else found after a first run (41 s)
+        raise NotADirectoryError(f"--out {out} is a file; keras-tupe-finetune-glue writes a "
+                                 "results folder there. Choose another --out.")
     # Held before Keras is imported: a second protocol on --out is refused at once.
     with plumbing("output_lock").output_lock(out):
         from keras_tupe.finetuning import Protocol, run_protocol

@@ -1268,6 +1268,8 @@ sys.meta_path.insert(0, NoTensorFlow())
                            "--vocab", "missing.txt"], "--vocab missing.txt does not exist"),
     ("training.pretrain", ["--preset", "tupe_r_tiny", "--corpus", "README.md", "--out",
                            "README.md"], "--out README.md is a file"),
+    ("training.finetune_glue", ["--init", "r", "--tasks", "rte", "--out", "README.md"],
+     "--out README.md is a file; keras-tupe-finetune-glue writes a results folder there"),
     ("training.pretrain", ["--preset", "tupe_r_tiny", "--shards", "README.md", "--out", "o"],
      "--shards README.md is not a folder. Make it with `keras-tupe-shard-corpus"),
 ])
