@@ -120,6 +120,7 @@ def prepare(name, tiny=False, dest=STAGE_DIR, encoders=None):
     from keras_tupe.staging import staged  # imports keras_tupe
 
     spec, machine = stage_spec(name), load_stages()["machine"]
+    _check_size(name, machine["carry_bytes"])  # the working tree alone: before any work
     brought = _carried_encoders(name, spec, tiny, encoders) if encoders else {}
     full = stage_configs(spec)
     if full[0] and not tiny and "calibrate" not in spec:  # S0's runs are scratch runs
@@ -157,17 +158,14 @@ def prepare(name, tiny=False, dest=STAGE_DIR, encoders=None):
                        check=True)
         records.write_text(os.path.join(staging, WHEELS_LIST), "".join(  # what must arrive
             f"{wheel}\n" for wheel in sorted(os.listdir(os.path.join(staging, "wheels")))))
+        wheels = _bytes(glob.glob(os.path.join(staging, "wheels", "*")))
         carried = _bytes(os.path.join(root, n) for root, _, names in os.walk(staging)
                          for n in names)
-        tree = _bytes(subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
-                                      "--exclude-standard"], capture_output=True, check=True
-                                     ).stdout.decode().split("\0"))  # travels too
-        travels, limit = (carried + tree) / 2**20, machine["carry_bytes"] / 2**20
-        if travels > limit:
-            raise StudyError(f"Stage {name} does not fit: {travels:.1f} MiB would travel, "
-                             f"the limit is {limit:.0f} MiB.")
+        parts = _check_size(name, machine["carry_bytes"],
+                            {"the prepared data": carried - wheels, "the wheels": wheels})
+    tree, limit = parts["tracked files"] + parts["untracked files"], machine["carry_bytes"]
     lines.append(f"{folder}: {carried / 2**20:.1f} MiB; working tree {tree / 2**20:.1f} MiB; "
-                 f"travels {travels:.1f} of {limit:.0f}")
+                 f"travels {(carried + tree) / 2**20:.1f} of {limit / 2**20:.0f}")
     if brought:
         lines.append(f"carried encoders: {len(brought['files'])} (sha256 as recorded), "
                      + ("every final one: no pre-training, no shards" if brought["all"]
@@ -175,6 +173,32 @@ def prepare(name, tiny=False, dest=STAGE_DIR, encoders=None):
     return lines + [f"command (carry {folder}; --deadline: the call's timeout_s less 15): "
                     + device_command(name, folder, tiny, machine["call_seconds"] - 15,
                                      bool(brought))]
+
+
+def _check_size(name, limit, prepared=None):
+    """What travels, by part ({part: bytes}); refuses (one line: the parts with their sizes,
+    the largest untracked files, what to do) where it passes `limit` bytes. The working
+    tree travels whole, its untracked files too; `prepared`: the stage folder's parts."""
+    def listed(*flags):
+        return [path for path in subprocess.run(
+            ["git", "ls-files", "-z", *flags], capture_output=True, check=True
+        ).stdout.decode().split("\0") if os.path.isfile(path)]
+
+    untracked = listed("--others", "--exclude-standard")
+    parts = {"tracked files": _bytes(listed("--cached")), "untracked files": _bytes(untracked),
+             **(prepared or {})}
+    if sum(parts.values()) <= limit:
+        return parts
+    largest = sorted(untracked, key=os.path.getsize, reverse=True)[:3]
+    fix = ("Move the untracked files that need not travel out of the working tree (or list "
+           "them in .gitignore), e.g. "
+           + ", ".join(f"{path} ({os.path.getsize(path) / 2**20:.1f} MiB)" for path in largest)
+           if sum(parts.values()) - parts["untracked files"] <= limit and largest else
+           "Shrink the stage (stages.json) or the data it prepares")
+    raise StudyError(
+        f"Stage {name} does not fit: {sum(parts.values()) / 2**20:.1f} MiB would travel, the "
+        f"limit is {limit / 2**20:.0f} MiB: " + ", ".join(
+            f"{part} {size / 2**20:.1f} MiB" for part, size in parts.items()) + f". {fix}.")
 
 
 def _bytes(paths):
