@@ -189,7 +189,11 @@ def _check_size(name, limit, prepared=None):
              **(prepared or {})}
     if sum(parts.values()) <= limit:
         return parts
-    largest = sorted(untracked, key=os.path.getsize, reverse=True)[:3]
+    largest, excess = [], sum(parts.values()) - limit  # the fewest that make it fit, up to 3
+    for path in sorted(untracked, key=os.path.getsize, reverse=True)[:3]:
+        if excess > 0:
+            largest.append(path)
+            excess -= os.path.getsize(path)
     fix = ("Move the untracked files that need not travel out of the working tree (or list "
            "them in .gitignore), e.g. "
            + ", ".join(f"{path} ({os.path.getsize(path) / 2**20:.1f} MiB)" for path in largest)
