@@ -25,6 +25,7 @@ from keras_tupe_cli.common import (INIT_FLAGS, add_init_flag, command_parser, en
 # seconds-long import.
 CONFIGS = plumbing("finetuning_configs")
 DEFAULTS = {field.name: field.default for field in dataclasses.fields(CONFIGS.FinetuneConfig)}
+GRID_PRECISIONS = ("float32", "mixed_bfloat16")  # keras_tupe.grid.PRECISIONS (tested equal)
 
 
 def parse_args(argv=None):
@@ -70,7 +71,27 @@ def parse_args(argv=None):
                    help="feed the classifier's preprocessor through tf.data or Grain (default: "
                         "tf.data where TensorFlow imports, else Grain)")
     p.add_argument("--verbose", type=int, default=DEFAULTS["verbose"], choices=(0, 1, 2))
+    p.add_argument("--grid", action="store_true",
+                   help="JAX only: train each task's learning rates x seeds at once, in one "
+                        "compiled program (keras_tupe.grid; docs/finetuning.md)")
+    p.add_argument("--precision", choices=GRID_PRECISIONS,
+                   help="with --grid: the members' dtype policy (default: float32)")
+    p.add_argument("--steps-per-dispatch", type=positive_int,
+                   help="with --grid: steps one call of the compiled program runs (default 100)")
     args = p.parse_args(argv)
+    if not args.grid:
+        given = [flag for flag, value in (("--precision", args.precision),
+                                          ("--steps-per-dispatch", args.steps_per_dispatch))
+                 if value is not None]
+        if given:
+            p.error(f"{' and '.join(given)} set how a grid trains: add --grid")
+    elif os.environ.get("KERAS_BACKEND", "jax") != "jax":
+        p.error(f"--grid trains on the JAX backend; KERAS_BACKEND is "
+                f"{os.environ['KERAS_BACKEND']}. Valid: KERAS_BACKEND=jax")
+    elif args.save_models:
+        p.error("--grid keeps no classifier: drop --save-models, or --grid to keep them")
+    elif args.pad_each_batch:
+        p.error("--grid trains one length: drop --pad-each-batch (--pad-to-longest works)")
     if args.selection_seed is not None and args.selection_seed not in args.seeds:
         p.error(f"--selection-seed {args.selection_seed} is not one of --seeds "
                 f"{' '.join(map(str, args.seeds))}: the chosen rate's score is their median")
@@ -127,6 +148,8 @@ def main(argv=None):
                             args.pop("edge_learning_rates"))
         # Progress lines (steps, metrics, time left, evaluation) unless Keras's (--verbose).
         args["progress"] = args["verbose"] == 0
+        args = {key: value for key, value in args.items()
+                if value is not None or key not in ("precision", "steps_per_dispatch")}
         table = run_protocol(tasks, init, out, protocol=protocol, **args)
     for row in table:
         print(f"{row['task']}: {row['score']:.2f} (lr {row['best_learning_rate']:g}, "

@@ -311,3 +311,26 @@ def test_mixed_bfloat16_tracks_float32():
     difference = np.max(np.abs(losses["float32"] - losses["mixed_bfloat16"]))
     assert 0 < difference < 0.02, losses
     assert keras.config.dtype_policy().name == "float32"  # restored
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--precision", "float32"], "--precision set how a grid trains: add --grid"),
+    (["--grid", "--save-models"], "--grid keeps no classifier"),
+    (["--grid", "--pad-each-batch"], "--grid trains one length"),
+    (["--grid", "--precision", "float16"], "invalid choice: 'float16'"),
+    (["--grid", "BACKEND=tensorflow"], "--grid trains on the JAX backend; KERAS_BACKEND is "
+                                       "tensorflow. Valid: KERAS_BACKEND=jax"),
+])
+def test_the_glue_commands_grid_flags_are_checked_before_keras(flags, message, capsys,
+                                                               monkeypatch):
+    from keras_tupe_cli import finetune_glue
+
+    monkeypatch.setenv("KERAS_BACKEND", "jax")
+    if "BACKEND=tensorflow" in flags:
+        flags = flags[:-1]
+        monkeypatch.setenv("KERAS_BACKEND", "tensorflow")
+
+    with pytest.raises(SystemExit) as stop:
+        finetune_glue.parse_args(["--init", "x", "--tasks", "sst2", "--out", "o", *flags])
+    assert stop.value.code == 2 and message in capsys.readouterr().err
+    assert finetune_glue.GRID_PRECISIONS == __import__("keras_tupe.grid").grid.PRECISIONS
