@@ -72,6 +72,9 @@ class Schedule:
     warmup_steps: int
     weight_decay: float = 0.01
     clip_norm: float = 1.0
+    beta_1: float = 0.9
+    beta_2: float = 0.999
+    epsilon: float = 1e-6
 
 
 def epoch_rows(count, batch_size, seed, epochs, shuffle=True):
@@ -129,8 +132,8 @@ class GridTrainer:
         models = self._build(build)
         self.model = models[self.members[0][0]]
         self._check_one_architecture(models)
-        self.optimizer = adamw(self.model, 0.0, schedule.weight_decay,
-                               clip_norm=schedule.clip_norm)
+        self.optimizer = adamw(self.model, 0.0, schedule.weight_decay, schedule.beta_1,
+                               schedule.beta_2, schedule.epsilon, schedule.clip_norm)
         self.model.compile(optimizer=self.optimizer)
         self.optimizer.build(self.model.trainable_variables)
         self._decay = LinearWarmupLinearDecay(1.0, schedule.warmup_steps, schedule.total_steps)

@@ -22,8 +22,10 @@ import json
 import os
 import shutil
 import sys
+import time
 
 import keras
+import numpy as np
 
 from keras_tupe import data
 from keras_tupe.callbacks import (AtomicBackupAndRestore, StepCheckpoint, StepLogger,
@@ -31,6 +33,9 @@ from keras_tupe.callbacks import (AtomicBackupAndRestore, StepCheckpoint, StepLo
 from keras_tupe.data.shards import (MANIFEST, VOCABULARY, MaskedLMShards, ShardError,
                                     read_manifest)
 from keras_tupe.files import file_sha256
+from keras_tupe.grid import PRECISIONS as GRID_PRECISIONS
+from keras_tupe.grid import (GridTrainer, Schedule, check_backend, check_members, device_masking,
+                             epoch_rows, shard_source)
 from keras_tupe.folders import made_folder
 from keras_tupe.layers.utils import INITIALIZATION
 from keras_tupe.models import (TupeBackbone, TupeMaskedLM, TupeMaskedLMPreprocessor,
@@ -38,12 +43,14 @@ from keras_tupe.models import (TupeBackbone, TupeMaskedLM, TupeMaskedLMPreproces
 from keras_tupe.models.preset_folders import (RUN_CHECKPOINTS, RUN_PRESET, check_weights_file,
                                               run_model, write_preset_folder)
 from keras_tupe.models.presets import PRESETS, unknown_preset
+from keras_tupe.models.tupe_masked_lm_preprocessor import mask_selection_length
 from keras_tupe.models.tupe_backbone import absolute_length_limit
 from keras_tupe.optimization import create_optimizer
 from keras_tupe.output_lock import output_lock
 from keras_tupe.progress import Heartbeat
 from keras_tupe.provenance import versions
-from keras_tupe.staging import WriteError, copy_file, space_error, staged, write_json
+from keras_tupe.staging import (WriteError, copy_file, space_error, staged, write_json,
+                                write_text)
 
 RUN_CONFIG = "run_config.json"
 PRESET_DIR = RUN_PRESET  # the run's preset folder; models.preset_folders.RUN_PRESET names it
@@ -572,6 +579,73 @@ def _save_final(model, vocab_path, config, backup_dir):
             if name.endswith(".h5"):
                 check_weights_file(os.path.join(root, name), read_data=True)
     shutil.rmtree(backup_dir, ignore_errors=True)
+
+
+def pretrain_grid(config, seeds, learning_rates=None, steps_per_dispatch=100):
+    """Pre-trains `config.preset` at each of `seeds` at once, in one compiled program
+    (`keras_tupe.grid.GridTrainer`, JAX): `config.shards` held in device memory, each
+    member's batches masked on the device (`device_masking`, the 80/10/10 rule), each in
+    its own order. `learning_rates`: one a seed (default `config.learning_rate` for all).
+
+    Member `i` leaves the run folder `config.out/seed_<seed>` (`..._lr<rate>` when the
+    rates differ) as `pretrain` leaves one: `vocab.txt`, `metrics.csv` (the mean loss of
+    each `eval_every` steps) and `preset/` (`write_preset`), which fine-tuning takes as
+    `--init`. No resume and no validation: a run folder that exists is refused. Returns
+    the folders.
+    """
+    check_backend()
+    if config.precision not in GRID_PRECISIONS:
+        raise PretrainError(f"A grid pre-trains in {' or '.join(GRID_PRECISIONS)}; received "
+                            f"precision={config.precision!r}.")
+    manifest = _shard_manifest(config)
+    if manifest is None:
+        raise PretrainError("A grid pre-trains from token-id shards: pass shards (a folder of "
+                            "keras-tupe-shard-corpus), not corpus.")
+    members = check_members(seeds, learning_rates or [config.learning_rate] * len(seeds))
+    one_rate = len({rate for _, rate in members}) == 1
+    folders = [os.path.join(config.out, f"seed_{seed}" + ("" if one_rate else f"_lr{rate:g}"))
+               for seed, rate in members]
+    taken = [folder for folder in folders if os.path.exists(folder)]
+    if taken:
+        raise PretrainError(f"{', '.join(taken)} exist: a grid starts its runs anew; choose "
+                            "another out, or move them away.")
+    ids, labels = shard_source(config.shards)
+    count = len(ids)
+    epochs = -(-config.steps * config.batch_size // count)
+    rows = np.stack([epoch_rows(count, config.batch_size, seed, epochs)[0][:config.steps]
+                     for seed, _ in members], axis=1)
+    vocabulary_size = manifest["vocabulary_size"]
+
+    def build(seed):
+        backbone = TupeBackbone.from_preset(config.preset, vocabulary_size=vocabulary_size,
+                                            dropout=config.dropout,
+                                            **(config.backbone_overrides or {}))
+        return TupeMaskedLM(backbone)
+
+    trainer = GridTrainer(
+        build, [seed for seed, _ in members], [rate for _, rate in members],
+        Schedule(config.steps, int(config.warmup_ratio * config.steps), config.weight_decay,
+                 config.clip_norm, config.adam_beta1, config.adam_beta2, config.adam_epsilon),
+        precision=config.precision, steps_per_dispatch=steps_per_dispatch)
+    trainer.check_memory(config.batch_size, config.seq_len)
+    start = time.perf_counter()
+    losses = trainer.fit((ids, labels), rows, transform=device_masking(
+        vocabulary_size, mask_selection_length(config.seq_len, config.mask_rate),
+        **_mask_rates(config)))
+    seconds = time.perf_counter() - start
+    shard_vocabulary = os.path.join(config.shards, VOCABULARY)
+    for index, ((seed, rate), folder) in enumerate(zip(members, folders)):
+        member = dataclasses.replace(config, out=folder, seed=seed, learning_rate=rate)
+        with made_folder(folder):
+            vocab_path = copy_file(shard_vocabulary, os.path.join(folder, "vocab.txt"))
+            blocks = losses[:, index].reshape(-1, config.eval_every).mean(axis=1)
+            tokens = config.batch_size * config.seq_len * len(members)
+            write_text(os.path.join(folder, "metrics.csv"), ",".join(StepLogger.COLUMNS) + "\n"
+                       + "".join(f"{(block + 1) * config.eval_every},{loss:.6g},,,,,"
+                                 f"{tokens * config.steps / seconds:.6g},{seconds:.6g}\n"
+                                 for block, loss in enumerate(blocks)))
+            write_preset(trainer.member_model(index), vocab_path, member, run_model(folder))
+    return folders
 
 
 def console_command(name):

@@ -334,3 +334,38 @@ def test_the_glue_commands_grid_flags_are_checked_before_keras(flags, message, c
         finetune_glue.parse_args(["--init", "x", "--tasks", "sst2", "--out", "o", *flags])
     assert stop.value.code == 2 and message in capsys.readouterr().err
     assert finetune_glue.GRID_PRECISIONS == __import__("keras_tupe.grid").grid.PRECISIONS
+
+
+@pytest.mark.jax
+def test_pretrain_grid_leaves_a_run_folder_a_seed(tmp_path):
+    """Two seeds of one variant pre-trained as one program from token-id shards: each seed's
+    folder holds its vocabulary, its loss every `eval_every` steps and a preset folder that
+    keras-hub loads, each with its own weights; a second call on them is refused."""
+    import keras_hub
+
+    from keras_tupe.data.shards import write_shard_folder
+    from keras_tupe.pretraining import PretrainConfig, PretrainError, pretrain_grid
+
+    vocabulary = tmp_path / "vocab.txt"
+    vocabulary.write_text("\n".join(["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"]
+                                    + [f"w{i}" for i in range(VOCABULARY - 5)]) + "\n")
+    ids = np.random.default_rng(0).integers(5, VOCABULARY, (24, 16)).astype(np.int32)
+    ids[:, 0] = 1
+    write_shard_folder(str(tmp_path / "shards"), [ids], str(vocabulary), True, 16, 10)
+    config = PretrainConfig(preset="tupe_a_tiny", corpus=None, shards=str(tmp_path / "shards"),
+                            out=str(tmp_path / "runs"), steps=4, batch_size=4, seq_len=16,
+                            eval_every=2, backbone_overrides={"num_layers": 1})
+    folders = pretrain_grid(config, seeds=[0, 1])
+    assert [Path(f).name for f in folders] == ["seed_0", "seed_1"]
+    weights = []
+    for folder in map(Path, folders):
+        assert (folder / "vocab.txt").read_text() == vocabulary.read_text()
+        lines = (folder / "metrics.csv").read_text().splitlines()
+        assert lines[0].startswith("step,loss") and [line.split(",")[0] for line in lines[1:]] == [
+            "2", "4"]
+        assert all(float(line.split(",")[1]) > 0 for line in lines[1:])
+        backbone = keras_hub.models.Backbone.from_preset(str(folder / "preset"))
+        weights.append(backbone.get_layer("token_embedding").get_weights()[0])
+    assert not np.allclose(weights[0], weights[1])
+    with pytest.raises(PretrainError, match="seed_0.*exist"):
+        pretrain_grid(config, seeds=[0])
