@@ -11,7 +11,8 @@ copy of the tree with the stage prepared at the tiny size (`experiments.stage pr
 --tiny`, which also downloads the stage's wheels); then runs the command `prepare` printed,
 verbatim, in that copy with only the venv's `python3` on PATH, and collects what came back
 in `$OUT` into records. `--kill-after S` kills the command's whole process group S seconds
-in, then checks that every record written in the copy at least `TICK` seconds before the
+in, and every job still working in the copy (each runs in a session of its own), then
+checks that every file the stage sends home written at least `TICK` seconds before the
 kill came back whole. `--command` runs another command in the same place (e.g. an older
 stage's). `--full` prepares the stage as the lent machine gets it (not `--tiny`: the real
 encoders, data and plan) and runs its command with `--deadline` cut to what this CPU can
@@ -88,7 +89,23 @@ def run_there(command, copy, venv, root, kill_after=None, timeout=1800):
     except subprocess.TimeoutExpired:
         killed = time.time()
         os.killpg(process.pid, signal.SIGKILL)
+        for pid in left_behind(copy):  # as the lent machine's end: nothing runs on
+            os.kill(pid, signal.SIGKILL)
         return process.wait(), out, killed
+
+
+def left_behind(copy):
+    """The processes still working in `copy` (their working folder): the stage's jobs run
+    in sessions of their own, so they outlive a kill of the command's process group."""
+    pids = []
+    for pid in (int(entry) for entry in os.listdir("/proc") if entry.isdigit()):
+        try:
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+        except OSError:  # ended meanwhile, or not ours to read
+            continue
+        if cwd == copy or cwd.startswith(copy + os.sep):
+            pids.append(pid)
+    return pids
 
 
 def check_kill(name, copy, back, killed, tiny=True):

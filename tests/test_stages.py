@@ -319,6 +319,23 @@ def test_prepare_takes_the_committed_shared_vocabulary_instead_of_training_it(
     assert not (tmp_path / "other").exists()
 
 
+def test_the_stand_in_finds_the_jobs_a_kill_of_the_commands_group_leaves_running(tmp_path):
+    """A job in a session of its own, working in the copy, is found (and killed) by its id;
+    nothing working elsewhere is."""
+    from tests.gpu_standin import left_behind
+
+    (tmp_path / "copy").mkdir()
+    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                           cwd=tmp_path / "copy", start_new_session=True)
+    try:
+        assert left_behind(str(tmp_path / "copy")) == [job.pid]
+        assert left_behind(str(tmp_path / "co")) == []  # a prefix is not the folder
+    finally:
+        job.kill()
+        job.wait()
+    assert left_behind(str(tmp_path / "copy")) == []
+
+
 def test_a_deadline_too_short_for_one_run_is_refused_at_once(tmp_path):
     started = time.time() - 50  # the install took 50 s
     with pytest.raises(StudyError, match=r"--deadline 90 s from --started leaves \d+ s once the "
