@@ -41,7 +41,7 @@ from keras_tupe.layers.utils import INITIALIZATION
 from keras_tupe.models import (TupeBackbone, TupeMaskedLM, TupeMaskedLMPreprocessor,
                                TupeTokenizer)
 from keras_tupe.models.preset_folders import (RUN_CHECKPOINTS, RUN_PRESET, check_weights_file,
-                                              run_model, write_preset_folder)
+                                              run_checkpoint, run_model, write_preset_folder)
 from keras_tupe.models.presets import PRESETS, unknown_preset
 from keras_tupe.models.tupe_masked_lm_preprocessor import mask_selection_length
 from keras_tupe.models.tupe_backbone import absolute_length_limit
@@ -589,9 +589,10 @@ def pretrain_grid(config, seeds, learning_rates=None, steps_per_dispatch=100):
 
     Member `i` leaves the run folder `config.out/seed_<seed>` (`..._lr<rate>` when the
     rates differ) as `pretrain` leaves one: `vocab.txt`, `metrics.csv` (the mean loss of
-    each `eval_every` steps) and `preset/` (`write_preset`), which fine-tuning takes as
-    `--init`. No resume and no validation: a run folder that exists is refused. Returns
-    the folders.
+    each `eval_every` steps), `preset/` (`write_preset`) and a checkpoint at each of
+    `config.save_steps` (`checkpoints/step_NNNNNNN/`), which fine-tuning takes as
+    `--init`. No resume and no validation: a run folder that exists is refused, and one
+    this call made goes if it fails. Returns the folders.
     """
     check_backend()
     if config.precision not in GRID_PRECISIONS:
@@ -602,6 +603,11 @@ def pretrain_grid(config, seeds, learning_rates=None, steps_per_dispatch=100):
         raise PretrainError("A grid pre-trains from token-id shards: pass shards (a folder of "
                             "keras-tupe-shard-corpus), not corpus.")
     members = check_members(seeds, learning_rates or [config.learning_rate] * len(seeds))
+    bad = [step for step in config.save_steps if not 0 < step < config.steps]
+    if config.steps % config.eval_every or bad:
+        raise PretrainError(f"eval_every ({config.eval_every}) must divide steps "
+                            f"({config.steps}) and each save step lie inside the run; received "
+                            f"save_steps {config.save_steps}.")
     one_rate = len({rate for _, rate in members}) == 1
     folders = [os.path.join(config.out, f"seed_{seed}" + ("" if one_rate else f"_lr{rate:g}"))
                for seed, rate in members]
@@ -628,24 +634,44 @@ def pretrain_grid(config, seeds, learning_rates=None, steps_per_dispatch=100):
                  config.clip_norm, config.adam_beta1, config.adam_beta2, config.adam_epsilon),
         precision=config.precision, steps_per_dispatch=steps_per_dispatch)
     trainer.check_memory(config.batch_size, config.seq_len)
-    start = time.perf_counter()
-    losses = trainer.fit((ids, labels), rows, transform=device_masking(
-        vocabulary_size, mask_selection_length(config.seq_len, config.mask_rate),
-        **_mask_rates(config)))
-    seconds = time.perf_counter() - start
-    shard_vocabulary = os.path.join(config.shards, VOCABULARY)
-    for index, ((seed, rate), folder) in enumerate(zip(members, folders)):
-        member = dataclasses.replace(config, out=folder, seed=seed, learning_rate=rate)
-        with made_folder(folder):
-            vocab_path = copy_file(shard_vocabulary, os.path.join(folder, "vocab.txt"))
+    masking = device_masking(vocabulary_size,
+                             mask_selection_length(config.seq_len, config.mask_rate),
+                             **_mask_rates(config))
+    # One writer of `out`; a failure removes the member folders this call made.
+    with output_lock(config.out, command="pretrain_grid", flag="`out`"), \
+            contextlib.ExitStack() as made:
+        vocabularies = [copy_file(os.path.join(config.shards, VOCABULARY),
+                                  os.path.join(made.enter_context(made_folder(folder)),
+                                               "vocab.txt")) for folder in folders]
+        start, done, losses = time.perf_counter(), 0, []
+        for end in sorted({*config.save_steps, config.steps}):
+            losses.append(trainer.fit((ids, labels), rows[done:end], transform=masking))
+            done = end
+            if end < config.steps:  # as `StepCheckpoint` writes them: fine-tuning's --init
+                for index, (folder, vocab_path) in enumerate(zip(folders, vocabularies)):
+                    _write_checkpoint(trainer.member_model(index), vocab_path, config,
+                                      run_checkpoint(folder, end), end)
+        seconds = time.perf_counter() - start
+        losses = np.concatenate(losses)
+        tokens_per_second = len(members) * config.steps * config.batch_size * config.seq_len / seconds
+        for index, ((seed, rate), folder) in enumerate(zip(members, folders)):
             blocks = losses[:, index].reshape(-1, config.eval_every).mean(axis=1)
-            tokens = config.batch_size * config.seq_len * len(members)
             write_text(os.path.join(folder, "metrics.csv"), ",".join(StepLogger.COLUMNS) + "\n"
                        + "".join(f"{(block + 1) * config.eval_every},{loss:.6g},,,,,"
-                                 f"{tokens * config.steps / seconds:.6g},{seconds:.6g}\n"
+                                 f"{tokens_per_second:.6g},{seconds:.6g}\n"
                                  for block, loss in enumerate(blocks)))
-            write_preset(trainer.member_model(index), vocab_path, member, run_model(folder))
+            write_preset(trainer.member_model(index), vocabularies[index],
+                         dataclasses.replace(config, out=folder, seed=seed, learning_rate=rate),
+                         run_model(folder))
     return folders
+
+
+def _write_checkpoint(model, vocab_path, config, path, step):
+    model.preprocessor = _preprocessor(vocab_path, config)
+    try:
+        write_preset_folder(model, path, "keras_tupe_checkpoint", {"step": step})
+    finally:
+        model.preprocessor = None
 
 
 def console_command(name):

@@ -339,8 +339,9 @@ def test_the_glue_commands_grid_flags_are_checked_before_keras(flags, message, c
 @pytest.mark.jax
 def test_pretrain_grid_leaves_a_run_folder_a_seed(tmp_path):
     """Two seeds of one variant pre-trained as one program from token-id shards: each seed's
-    folder holds its vocabulary, its loss every `eval_every` steps and a preset folder that
-    keras-hub loads, each with its own weights; a second call on them is refused."""
+    folder holds its vocabulary, its loss every `eval_every` steps, a preset folder that
+    keras-hub loads, each with its own weights, and its checkpoint halfway; a second call
+    on them is refused."""
     import keras_hub
 
     from keras_tupe.data.shards import write_shard_folder
@@ -354,7 +355,7 @@ def test_pretrain_grid_leaves_a_run_folder_a_seed(tmp_path):
     write_shard_folder(str(tmp_path / "shards"), [ids], str(vocabulary), True, 16, 10)
     config = PretrainConfig(preset="tupe_a_tiny", corpus=None, shards=str(tmp_path / "shards"),
                             out=str(tmp_path / "runs"), steps=4, batch_size=4, seq_len=16,
-                            eval_every=2, backbone_overrides={"num_layers": 1})
+                            eval_every=2, save_steps=[2], backbone_overrides={"num_layers": 1})
     folders = pretrain_grid(config, seeds=[0, 1])
     assert [Path(f).name for f in folders] == ["seed_0", "seed_1"]
     weights = []
@@ -366,6 +367,10 @@ def test_pretrain_grid_leaves_a_run_folder_a_seed(tmp_path):
         assert all(float(line.split(",")[1]) > 0 for line in lines[1:])
         backbone = keras_hub.models.Backbone.from_preset(str(folder / "preset"))
         weights.append(backbone.get_layer("token_embedding").get_weights()[0])
+        halfway = keras_hub.models.Backbone.from_preset(
+            str(folder / "checkpoints" / "step_0000002"))
+        assert not np.allclose(halfway.get_layer("token_embedding").get_weights()[0],
+                               weights[-1])
     assert not np.allclose(weights[0], weights[1])
     with pytest.raises(PretrainError, match="seed_0.*exist"):
         pretrain_grid(config, seeds=[0])
