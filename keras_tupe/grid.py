@@ -79,21 +79,30 @@ class Schedule:
 
 def epoch_rows(count, batch_size, seed, epochs, shuffle=True):
     """The example rows of every batch, `(epochs * per_epoch, batch_size)`, and their
-    weights: a fresh permutation each epoch from `(seed, epoch)`, the last batch of an
-    epoch filled with copies of its first rows, weighted `batch_size / n` on its `n` real
-    rows and 0 on the copies (the batches of `keras_tupe.finetuning.batches` on Grain)."""
+    weights: the batches of `keras_tupe.finetuning.batches` on Grain (`epoch_order`, then
+    `filled_batch`)."""
     per_epoch = -(-count // batch_size)
-    rows, weights = [], []
-    for epoch in range(epochs):
-        order = (np.random.default_rng([seed, epoch]).permutation(count) if shuffle
-                 else np.arange(count))
-        for step in range(per_epoch):
-            real = order[step * batch_size:(step + 1) * batch_size]
-            n = len(real)
-            rows.append(real[np.arange(batch_size) % n])
-            weights.append(np.where(np.arange(batch_size) < n, np.float32(batch_size / n),
-                                    np.float32(0.0)))
-    return np.stack(rows).astype(np.int32), np.stack(weights).astype(np.float32)
+    rows, weights = zip(*(
+        filled_batch(epoch_order(count, seed, epoch, shuffle)[
+            step * batch_size:(step + 1) * batch_size], batch_size)
+        for epoch in range(epochs) for step in range(per_epoch)))
+    return np.stack(rows).astype(np.int32), np.stack(weights)
+
+
+def epoch_order(count, seed, epoch, shuffle=True):
+    """The examples of one epoch in order: a fresh permutation from `(seed, epoch)`."""
+    if not shuffle:
+        return np.arange(count)
+    return np.random.default_rng([seed, epoch]).permutation(count)
+
+
+def filled_batch(rows, batch_size):
+    """`rows` (at most `batch_size`) completed with copies of its first rows, and their
+    weights: `batch_size / n` on the `n` real rows, 0 on the copies (a mean over the
+    batch is then the mean over the real rows; every batch has one shape)."""
+    n = len(rows)
+    weights = np.where(np.arange(batch_size) < n, np.float32(batch_size / n), np.float32(0.0))
+    return rows[np.arange(batch_size) % n], weights
 
 
 class GridTrainer:

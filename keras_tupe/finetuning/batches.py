@@ -12,6 +12,7 @@ import functools
 import numpy as np
 
 from keras_tupe.finetuning_configs import LOADERS
+from keras_tupe.grid import epoch_order, filled_batch
 from keras_tupe.layers.utils import check_int
 from keras_tupe.models.tupe_text_classifier_preprocessor import trim_packed
 
@@ -186,19 +187,14 @@ class _Batches:
 
     @functools.lru_cache(maxsize=4)
     def _order(self, epoch):
-        if not self.shuffle:
-            return np.arange(self.count)
-        return np.random.default_rng([self.seed, epoch]).permutation(self.count)
+        return epoch_order(self.count, self.seed, epoch, self.shuffle)
 
     def __getitem__(self, index):
         epoch, step = divmod(index, self.per_epoch)
         rows = self._order(epoch)[step * self.batch_size:(step + 1) * self.batch_size]
         sample_weight = None
         if self.fill_last_batch:
-            n = len(rows)
-            sample_weight = np.where(np.arange(self.batch_size) < n,
-                                     np.float32(self.batch_size / n), np.float32(0.0))
-            rows = rows[np.arange(self.batch_size) % n]
+            rows, sample_weight = filled_batch(rows, self.batch_size)
         x = _map(self.x, lambda leaf: leaf[rows])
         if self.trim_to_multiple_of is not None:
             x = trim_packed(x, self.trim_to_multiple_of)
