@@ -32,8 +32,8 @@ def read_jsonl(path):
                 rows.append(json.loads(line))
             except json.JSONDecodeError as error:
                 warnings.warn(
-                    f"{path} line {number} is cut short or not JSON ({error.msg} at column "
-                    f"{error.colno}); it is skipped, so the run it recorded is done again "
+                    f"{path} line {number} is cut short or not JSON "
+                    f"({error.msg.removesuffix(' at')} at column {error.colno}); it is skipped, so the run it recorded is done again "
                     "(delete the line to silence this).")
     return rows
 

@@ -74,6 +74,10 @@ def test_a_cut_jsonl_line_is_skipped_with_one_warning_naming_file_and_line(tmp_p
     with pytest.warns(UserWarning, match=" line 2 is cut short"):
         assert read_jsonl(str(path)) == [{"seed": 0}, {"seed": 2}]
     assert read_jsonl(str(tmp_path / "missing.jsonl")) == []
+    path.write_text('{"seed": 0}\n{"se\n')  # cut inside a string: the decoder says "... at"
+    with pytest.warns(UserWarning) as caught:
+        read_jsonl(str(path))
+    assert "(Invalid control character at column 5);" in str(caught[0].message)  # not "at at"
 
 
 def test_an_append_that_cannot_finish_leaves_no_part_of_its_line(tmp_path):
