@@ -231,6 +231,8 @@ def test_the_glue_protocol_through_grids_gives_run_protocols_table(encoder, tmp_
                    for r in read_results(str(tmp_path / name))[1]} for name in tables}
     # Run by run: both rates on seed 0, then seed 1 at the chosen rate; the grid ran all four.
     assert len(rows["runs"]) == 3 and len(rows["grid"]) == 4
+    # The grid's programs: one for training, one for predicting the dev split.
+    assert {r["grid_compiles"] for r in read_results(str(tmp_path / "grid"))[1]} == {2}
     assert len(set(rows["runs"].values())) == 3  # three different runs, not one floor
     for run, score in rows["runs"].items():
         assert abs(rows["grid"][run] - score) <= 1e-4, (run, rows)
@@ -340,7 +342,8 @@ def test_the_glue_commands_grid_flags_are_checked_before_keras(flags, message, c
 def test_pretrain_grid_leaves_a_run_folder_a_seed(tmp_path):
     """Two seeds of one variant pre-trained as one program from token-id shards: each seed's
     folder holds its vocabulary, its loss every `eval_every` steps, a preset folder that
-    keras-hub loads, each with its own weights, and its checkpoint halfway; a second call
+    keras-hub loads, each with its own weights, its initialization (step 0) and its
+    checkpoint halfway; a second call
     on them is refused."""
     import keras_hub
 
@@ -355,7 +358,7 @@ def test_pretrain_grid_leaves_a_run_folder_a_seed(tmp_path):
     write_shard_folder(str(tmp_path / "shards"), [ids], str(vocabulary), True, 16, 10)
     config = PretrainConfig(preset="tupe_a_tiny", corpus=None, shards=str(tmp_path / "shards"),
                             out=str(tmp_path / "runs"), steps=4, batch_size=4, seq_len=16,
-                            eval_every=2, save_steps=[2], backbone_overrides={"num_layers": 1})
+                            eval_every=2, save_steps=[0, 2], backbone_overrides={"num_layers": 1})
     folders = pretrain_grid(config, seeds=[0, 1])
     assert [Path(f).name for f in folders] == ["seed_0", "seed_1"]
     weights = []
@@ -371,6 +374,10 @@ def test_pretrain_grid_leaves_a_run_folder_a_seed(tmp_path):
             str(folder / "checkpoints" / "step_0000002"))
         assert not np.allclose(halfway.get_layer("token_embedding").get_weights()[0],
                                weights[-1])
+        start = keras_hub.models.Backbone.from_preset(
+            str(folder / "checkpoints" / "step_0000000"))  # the initialization: untrained
+        assert not np.allclose(start.get_layer("token_embedding").get_weights()[0],
+                               halfway.get_layer("token_embedding").get_weights()[0])
     assert not np.allclose(weights[0], weights[1])
     with pytest.raises(PretrainError, match="seed_0.*exist"):
         pretrain_grid(config, seeds=[0])
