@@ -204,6 +204,14 @@ def _check(config, path):
         _check_fractions(config, path)
         _check_checkpoint_variants(config, path)
         _check_ceiling(config, path)
+        grid = config.get("grid")
+        if grid is not None and (not isinstance(grid, dict) or set(grid) - {
+                "precision", "steps_per_dispatch"} or config["settings"].get("pad_each_batch")
+                or "squad" in config["tasks"]):
+            _fail(path, "`grid` trains each GLUE task's rates x seeds as one program: "
+                        "{\"precision\": \"float32\" or \"mixed_bfloat16\", "
+                        "\"steps_per_dispatch\": N}, without `pad_each_batch` (one shape a "
+                        f"task) and not for SQuAD. Received: {grid!r}")
     else:
         _require(config, path, ("pretrain_configs", "lengths", "valid_corpus",
                                 "tokens_per_batch", "batches", "seed"))
@@ -329,6 +337,29 @@ def _check_pretrain(config, path):
         if base == name and any(key in spec for key in STRUCTURAL_FIELDS):
             _fail(path, f"variant {name!r} changes {base!r}'s structure, so it needs a name of its "
                         f"own, e.g. \"{name}_k8\": {{\"variant\": \"{base}\", ...}}.")
+    _check_grid(config, path)
+
+
+def _check_grid(config, path):
+    """A study with `grid` pre-trains each variant's `seeds` as one program (JAX,
+    `pretrain_grid`): from token-id shards, in a grid precision, no save step at the end."""
+    if "grid" not in config:
+        return
+    from keras_tupe.grid import PRECISIONS
+
+    grid, settings = config["grid"], config["settings"]
+    seeds = grid.get("seeds") if isinstance(grid, dict) else None
+    if (not isinstance(seeds, list) or not seeds or len(set(seeds)) != len(seeds) or not all(
+            isinstance(s, int) and not isinstance(s, bool) for s in seeds)
+            or set(grid) - {"seeds", "steps_per_dispatch"}):
+        _fail(path, "`grid` is {\"seeds\": [distinct integers], \"steps_per_dispatch\": N}"
+                    f" (each variant's seeds as one program). Received: {grid!r}")
+    if not settings.get("shards") or settings.get("precision") not in PRECISIONS:
+        _fail(path, f"a `grid` study pre-trains from `shards` in {' or '.join(PRECISIONS)}; "
+                    f"received shards {settings.get('shards')!r}, precision "
+                    f"{settings.get('precision')!r}.")
+    if "seed" in config:
+        _fail(path, "a `grid` study names its seeds in `grid.seeds`, not as a replicate's `seed`.")
 
 
 @dataclasses.dataclass
@@ -341,6 +372,8 @@ class Variant:
     preset: str         # the preset the run is built from, e.g. "huang_m4_k8_mini"
     base_preset: str    # the library preset it derives from, e.g. "huang_m4_mini"
     run_dir: str
+    group: str = ""     # the key in `variants`: in a `grid` study, the seeds' one program
+    seed: int = None    # in a `grid` study, this run's seed (else `settings.seed`)
 
     @property
     def is_finished(self):
@@ -379,15 +412,20 @@ def study_dir(config):
 
 
 def variants(config):
-    """The `Variant`s of a pre-training study, in config order."""
+    """The `Variant`s of a pre-training study, in config order. In a `grid` study each
+    variant's seeds are runs of their own, `<name>_seed<s>` in `<name>/seed_<s>` (the
+    folders `pretrain_grid` leaves), seed by seed."""
     result = []
     for name, spec in config["variants"].items():
         base = spec.get("variant", name)
         overrides = {k: spec[k] for k in STRUCTURAL_FIELDS if k in spec}
         base_preset = f"{base}_{config['size']}"
         preset = f"{name}_{config['size']}" if overrides else base_preset
-        result.append(Variant(name, base, overrides, preset, base_preset,
-                              os.path.join(study_dir(config), name)))
+        folder = os.path.join(study_dir(config), name)
+        result += [Variant(f"{name}_seed{seed}", base, overrides, preset, base_preset,
+                           os.path.join(folder, f"seed_{seed}"), group=name, seed=seed)
+                   for seed in config["grid"]["seeds"]] if "grid" in config else [
+            Variant(name, base, overrides, preset, base_preset, folder, group=name)]
     return result
 
 
@@ -404,6 +442,8 @@ def pretrain_config(config, variant, verbose=2):
 
     vocabulary = config["vocabulary"]
     settings = copy.deepcopy(config["settings"])
+    if variant.seed is not None:  # a grid study's run: its own seed
+        settings["seed"] = variant.seed
     for key in ("corpus", "valid_corpus"):
         if isinstance(settings.get(key), str):
             settings[key] = [settings[key]]

@@ -149,12 +149,22 @@ def run_pretrain(config, command, only=None, verbose=2, until_step=None, record_
     from keras_tupe.pretraining import pretrain
 
     every = study_config.variants(config)
-    unknown = sorted(set(only or ()) - {v.name for v in every})
+    names = {v.name for v in every} | {v.group for v in every}
+    unknown = sorted(set(only or ()) - names)
     if unknown:
         raise study_config.StudyError(f"{config['_path']} has no variant(s) {unknown}. "
-                                      f"Variants: {[v.name for v in every]}")
-    selected = [v for v in every if not only or v.name in only]
+                                      f"Variants: {sorted(names)}")
+    selected = [v for v in every if not only or {v.name, v.group} & set(only)]
     study_config.ensure_vocabulary(config, command=command)
+    if "grid" in config:
+        if until_step or steps_per_execution != 1:
+            raise study_config.StudyError(
+                f"{config['_path']} pre-trains each variant's seeds as one program (`grid`), "
+                "which runs its whole budget and dispatches `grid.steps_per_dispatch` steps at "
+                "once: --until-step and --steps-per-execution do not apply.")
+        for group in dict.fromkeys(v.group for v in selected):
+            run_grid(config, [v for v in every if v.group == group], command, record_only)
+        return
     for variant in selected:
         prefix = f"[{config['study']}] {variant.name}"
         record = os.path.join(records.record_dir(config, variant.name), records.RUN_RECORD)
@@ -182,6 +192,41 @@ def run_pretrain(config, command, only=None, verbose=2, until_step=None, record_
             if written:
                 print(f"{prefix}: {written['status']}, recorded in "
                       f"{os.path.dirname(record)}", flush=True)
+
+
+def run_grid(config, seeds, command, record_only=False):
+    """Pre-trains one variant's seeds (`Variant`s of one group) as one program
+    (`pretrain_grid`), unless they are finished; then writes each run's `run_config.json`
+    (as `pretrain` writes it) and its record. A grid does not resume: the folders of an
+    unfinished one (a stopped window) are started anew."""
+    from experiments import config as study_config
+    from experiments import records
+    from keras_tupe.data.shards import file_sha256
+    from keras_tupe.layers.utils import INITIALIZATION
+    from keras_tupe.pretraining import pretrain_grid
+
+    prefix = f"[{config['study']}] {seeds[0].group} seeds {[v.seed for v in seeds]}"
+    if not record_only and not all(v.is_finished for v in seeds):
+        for v in (v for v in seeds if os.path.isdir(v.run_dir)):
+            print(f"{prefix}: {v.run_dir} unfinished, started anew", flush=True)
+            shutil.rmtree(v.run_dir)
+        print(f"{prefix}: pre-training {seeds[0].preset} as one program -> "
+              f"{os.path.dirname(seeds[0].run_dir)}", flush=True)
+        base = study_config.pretrain_config(config, seeds[0])
+        pretrain_grid(dataclasses.replace(base, out=os.path.dirname(seeds[0].run_dir)),
+                      [v.seed for v in seeds],
+                      steps_per_dispatch=config["grid"].get("steps_per_dispatch", 100))
+        for v in seeds:
+            records.write_json(os.path.join(v.run_dir, records.RUN_RECORD), {
+                "config": dataclasses.replace(base, out=v.run_dir, seed=v.seed).resume_key(),
+                "vocabulary_sha256": file_sha256(os.path.join(v.run_dir, "vocab.txt")),
+                "command": command, "versions": records.machine(), "replicas": 1,
+                "initialization": INITIALIZATION, "grid": {
+                    **config["grid"], "program": "keras_tupe.pretraining.pretrain_grid"}})
+    for v in seeds:
+        written = write_record(config, v)
+        print(f"{prefix}: {v.name} " + (f"{written['status']}, recorded" if written
+                                        else "no finished run to record"), flush=True)
 
 
 def write_record(config, variant):
@@ -259,7 +304,11 @@ def run_finetune(config, command, report_command, only_variants=None, only_check
               flush=True)
         keras.backend.clear_session()
         common = dict(protocol=chosen, vocab=job["vocab"], lowercase=job["lowercase"],
-                      steps_per_execution=steps_per_execution, **config["settings"])
+                      **config["settings"])
+        if config.get("grid"):  # each task's rates x seeds as one program (JAX)
+            common.update(grid=True, **config["grid"])
+        else:
+            common.update(steps_per_execution=steps_per_execution)
         if is_squad(config):
             run_squad_protocol(job["init"], job["out"], offline_split=config["squad_file"],
                                **common)

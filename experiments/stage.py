@@ -20,7 +20,7 @@ import tempfile
 import time
 from importlib.metadata import distributions, version
 
-from experiments import records, window
+from experiments import budget, records, window
 from experiments.config import (StudyError, ensure_vocabulary, load_config, variants,
                                 vocabulary_record_path)
 from experiments.report import finetune_plan
@@ -44,7 +44,7 @@ TINY = {"pretrain": {"steps": 50, "eval_every": 25, "valid_batches": 1, "save_st
         "vocabulary": {"vocabulary_size": 300, "lines": 300},
         "benchmark": ["--size", "tiny", "--seq-lens", "32", "--repeats", "1", "--warmup", "0",
                       "--interleave", "--variants", "bert_a", "tupe_r", "keras_hub_bert"],
-        "examples": 24, "tasks": 2, "squad_articles": 5, "squad_questions": 6}
+        "examples": 24, "tasks": 2, "squad_articles": 5, "squad_questions": 6, "dispatch": 5}
 
 
 def load_stages():
@@ -69,19 +69,24 @@ def stage_configs(spec, tiny=False, work=None):
     either may be None); with `tiny`, copies at the tiny size written into `work`."""
     pretrain, then = (spec.get(key) and load_config(spec[key]) for key in (
         "pretrain", "length" if "length" in spec else "finetune"))
-    if tiny and pretrain:
-        vocabulary = {**pretrain["vocabulary"], **TINY["vocabulary"],
-                      "file": os.path.join(work, "vocab.txt")}
-        settings = {**pretrain["settings"], **TINY["pretrain"],
-                    "shards": os.path.join(work, "shards", "train"),
-                    "valid_shards": os.path.join(work, "shards", "valid")}
-        pretrain = _write_config(work, "pretrain.json", {
-            **_raw(pretrain), "size": "tiny", "vocabulary": vocabulary, "settings": settings})
-    if tiny and then:
+    copied = tiny or "plan" in spec  # a planned window's: copies its calibration rewrites
+    if copied and pretrain and work:
+        raw = _raw(pretrain)
+        if tiny:
+            raw.update(size="tiny", vocabulary={
+                **pretrain["vocabulary"], **TINY["vocabulary"],
+                "file": os.path.join(work, "vocab.txt")}, settings={
+                **pretrain["settings"], **TINY["pretrain"],
+                "shards": os.path.join(work, "shards", "train"),
+                "valid_shards": os.path.join(work, "shards", "valid")})
+            if "grid" in raw:
+                raw["grid"] = {**raw["grid"], "steps_per_dispatch": TINY["dispatch"]}
+        pretrain = _write_config(work, "pretrain.json", raw)
+    if copied and then and work:
         raw = {**_raw(then), "pretrain_configs": ["pretrain.json"]}
-        if then["kind"] == "length":
+        if tiny and then["kind"] == "length":
             raw.update(TINY["length"])
-        else:
+        elif tiny:
             tasks = raw["tasks"][:TINY["tasks"]]
             raw.update(tasks=tasks, data_dir=os.path.join(work, "glue"),
                        learning_rates=raw["learning_rates"][:1], seeds=raw["seeds"][:1],
@@ -95,6 +100,8 @@ def stage_configs(spec, tiny=False, work=None):
             if raw.get("squad_file"):
                 raw["squad_file"] = os.path.join(work, "squad.json")
                 raw["settings"].update(TINY["squad"])
+            if raw.get("grid"):
+                raw["grid"] = {**raw["grid"], "steps_per_dispatch": TINY["dispatch"]}
         then = _write_config(work, then["kind"] + ".json", raw)
     return pretrain, then
 
@@ -279,6 +286,8 @@ def estimate(name, spec, pace=None, configs=None, carried=False):
     final encoder travels, so nothing pre-trains."""
     machine, pace, lines = load_stages()["machine"], pace or gpu_pace(), []
     limit = machine["call_seconds"] - STOP_RESERVE - pace["install_seconds"]
+    if "plan" in spec:  # planned on the card; here the programme's estimates
+        return budget.programme(name, pace, limit)
     if "command" in spec:
         from benchmarks.encoders.cli import parse_args
 
@@ -430,6 +439,7 @@ def run(name, out, tiny=False, deadline=None, started=None, folder=None, encoder
              "pip_list": sorted(f"{d.metadata['Name']}=={d.version}" for d in distributions()),
              "started": records.now(), "install_seconds": round(time.time() - started, 1),
              "processes": [], "encoders": {}}
+    stage["_stop"] = stop  # a planned window's calibration plans until then
     jobs = _jobs(spec, pretrain, then, tiny, work, out, stage, encoders)
     stream = Stream(out, home_folders(spec, pretrain, then, work), stage, logs)
     if pretrain:
@@ -438,6 +448,8 @@ def run(name, out, tiny=False, deadline=None, started=None, folder=None, encoder
     pace = gpu_pace()
     if "calibrate" in spec:  # its rounds need their processes at once
         stage["parallel"] = max(spec["calibrate"]["processes"])
+    elif "plan" in spec and not tiny:  # a grid, and one variant's fine-tuning beside it
+        stage["parallel"] = 2
     elif pace["calibrated"] and not tiny:  # as many as served the card best where S0
         stage["parallel"] = max(pace["at_once"], 1 + sum(  # measured it, and one fine-tuning
             label.startswith("pretrain ") for label, _, _ in jobs))  # beside pre-training
@@ -543,6 +555,8 @@ def _jobs(spec, pretrain, then, tiny, work, out, stage, carried=None):
                                *(TINY["benchmark"] if tiny else [])], None)]
     if "calibrate" in spec:
         return _calibration_jobs(spec["calibrate"], tiny, work, pretrain, then, stage)
+    if "plan" in spec:
+        return _planned_jobs(spec, tiny, work, pretrain, then, stage)
     chosen, ended, seen = _chosen(spec, pretrain), stage.setdefault("_ended", {}), {}
     # Keras's steps_per_execution, a divisor of eval_every and the save steps (5 at --tiny).
     speed = ["--steps-per-execution", str(math.gcd(spec.get("steps_per_execution", 1),
@@ -619,6 +633,35 @@ def _calibration_jobs(spec, tiny, work, pretrain, then, stage):
                                "tests/test_fused_gradients.py"], after(paces)))
     return jobs + [("summary", [sys.executable, "-m", "experiments.calibrate", work],
                     after([label for label, _, _ in jobs]))]
+
+
+def _planned_jobs(spec, tiny, work, pretrain, then, stage):
+    """A planned window (W1): the benchmark headline, then the calibration that sets the
+    budget (`experiments.budget`), then each variant's seeds pre-trained as one program,
+    one variant after the other, and each variant's encoders fine-tuned once its grid
+    ended. No study job starts unless the plan says it fits."""
+    ended, plan = stage.setdefault("_ended", {}), spec["plan"]
+
+    def planned():
+        return (budget.read_plan(work) or {}).get("plan", {}).get("run")
+    headline = [*load_stages()["benchmark"], *plan["headline"].split()]
+    jobs = [("benchmark", [sys.executable, "-m", *headline, "--out",
+                           os.path.join(work, "logs", "benchmark"), "--overwrite",
+                           *(TINY["benchmark"] if tiny else [])], None),
+            ("calibrate", [sys.executable, "-m", "experiments.budget", work, "--stop",
+                           f"{stage['_stop']:.0f}", "--margin", str(plan["margin"]),
+                           "--most", "1" if tiny else str(plan["most"])],
+             lambda: "benchmark" in ended)]
+    groups = list(pretrain["variants"])
+    for index, group in enumerate(groups):
+        jobs.append((f"pretrain {group}", _experiment("pretrain", pretrain, [
+            "--variants", group]), lambda before=groups[:index]: planned() and all(
+                f"pretrain {g}" in ended for g in before)))
+    for group in groups:
+        names = [v.name for v in variants(pretrain) if v.group == group]
+        jobs.append((f"finetune {group}", _experiment("finetune", then, [
+            "--variants", *names]), lambda group=group: ended.get(f"pretrain {group}")))
+    return jobs
 
 
 def _experiment(command, config, extra):

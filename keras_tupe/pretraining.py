@@ -581,19 +581,11 @@ def _save_final(model, vocab_path, config, backup_dir):
     shutil.rmtree(backup_dir, ignore_errors=True)
 
 
-def pretrain_grid(config, seeds, learning_rates=None, steps_per_dispatch=100):
-    """Pre-trains `config.preset` at each of `seeds` at once, in one compiled program
-    (`keras_tupe.grid.GridTrainer`, JAX): `config.shards` held in device memory, each
-    member's batches masked on the device (`device_masking`, the 80/10/10 rule), each in
-    its own order. `learning_rates`: one a seed (default `config.learning_rate` for all).
-
-    Member `i` leaves the run folder `config.out/seed_<seed>` (`..._lr<rate>` when the
-    rates differ) as `pretrain` leaves one: `vocab.txt`, `metrics.csv` (the mean loss of
-    each `eval_every` steps), `preset/` (`write_preset`) and a checkpoint at each of
-    `config.save_steps` (`checkpoints/step_NNNNNNN/`), which fine-tuning takes as
-    `--init`. No resume and no validation: a run folder that exists is refused, and one
-    this call made goes if it fails. Returns the folders.
-    """
+def grid_pretrainer(config, members, steps_per_dispatch=100):
+    """What `pretrain_grid` trains with, `(trainer, source, rows, masking)`: the
+    `GridTrainer` of `members` (`(seed, rate)`s), the shards as its source, each member's
+    rows for `config.steps` steps and the masking transform; checked first. Also what a
+    window's calibration times (`experiments/budget.py`)."""
     check_backend()
     if config.precision not in GRID_PRECISIONS:
         raise PretrainError(f"A grid pre-trains in {' or '.join(GRID_PRECISIONS)}; received "
@@ -602,19 +594,11 @@ def pretrain_grid(config, seeds, learning_rates=None, steps_per_dispatch=100):
     if manifest is None:
         raise PretrainError("A grid pre-trains from token-id shards: pass shards (a folder of "
                             "keras-tupe-shard-corpus), not corpus.")
-    members = check_members(seeds, learning_rates or [config.learning_rate] * len(seeds))
-    bad = [step for step in config.save_steps if not 0 < step < config.steps]
+    bad = [step for step in config.save_steps if not 0 <= step < config.steps]
     if config.steps % config.eval_every or bad:
         raise PretrainError(f"eval_every ({config.eval_every}) must divide steps "
                             f"({config.steps}) and each save step lie inside the run; received "
                             f"save_steps {config.save_steps}.")
-    one_rate = len({rate for _, rate in members}) == 1
-    folders = [os.path.join(config.out, f"seed_{seed}" + ("" if one_rate else f"_lr{rate:g}"))
-               for seed, rate in members]
-    taken = [folder for folder in folders if os.path.exists(folder)]
-    if taken:
-        raise PretrainError(f"{', '.join(taken)} exist: a grid starts its runs anew; choose "
-                            "another out, or move them away.")
     ids, labels = shard_source(config.shards)
     count = len(ids)
     epochs = -(-config.steps * config.batch_size // count)
@@ -637,6 +621,32 @@ def pretrain_grid(config, seeds, learning_rates=None, steps_per_dispatch=100):
     masking = device_masking(vocabulary_size,
                              mask_selection_length(config.seq_len, config.mask_rate),
                              **_mask_rates(config))
+    return trainer, (ids, labels), rows, masking
+
+
+def pretrain_grid(config, seeds, learning_rates=None, steps_per_dispatch=100):
+    """Pre-trains `config.preset` at each of `seeds` at once, in one compiled program
+    (`keras_tupe.grid.GridTrainer`, JAX): `config.shards` held in device memory, each
+    member's batches masked on the device (`device_masking`, the 80/10/10 rule), each in
+    its own order. `learning_rates`: one a seed (default `config.learning_rate` for all).
+
+    Member `i` leaves the run folder `config.out/seed_<seed>` (`..._lr<rate>` when the
+    rates differ) as `pretrain` leaves one: `vocab.txt`, `metrics.csv` (the mean loss of
+    each `eval_every` steps), `preset/` (`write_preset`) and a checkpoint at each of
+    `config.save_steps` (`checkpoints/step_NNNNNNN/`; step 0: the initialization, before
+    any training), which fine-tuning takes as `--init`. No resume and no validation: a
+    run folder that exists is refused, and one this call made goes if it fails. Returns
+    the folders.
+    """
+    members = check_members(seeds, learning_rates or [config.learning_rate] * len(seeds))
+    one_rate = len({rate for _, rate in members}) == 1
+    folders = [os.path.join(config.out, f"seed_{seed}" + ("" if one_rate else f"_lr{rate:g}"))
+               for seed, rate in members]
+    taken = [folder for folder in folders if os.path.exists(folder)]
+    if taken:
+        raise PretrainError(f"{', '.join(taken)} exist: a grid starts its runs anew; choose "
+                            "another out, or move them away.")
+    trainer, source, rows, masking = grid_pretrainer(config, members, steps_per_dispatch)
     # One writer of `out`; a failure removes the member folders this call made.
     with output_lock(config.out, command="pretrain_grid", flag="`out`"), \
             contextlib.ExitStack() as made:
@@ -645,7 +655,8 @@ def pretrain_grid(config, seeds, learning_rates=None, steps_per_dispatch=100):
                                                "vocab.txt")) for folder in folders]
         start, done, losses = time.perf_counter(), 0, []
         for end in sorted({*config.save_steps, config.steps}):
-            losses.append(trainer.fit((ids, labels), rows[done:end], transform=masking))
+            if end > done:  # step 0 saves the initialization, before any step
+                losses.append(trainer.fit(source, rows[done:end], transform=masking))
             done = end
             if end < config.steps:  # as `StepCheckpoint` writes them: fine-tuning's --init
                 for index, (folder, vocab_path) in enumerate(zip(folders, vocabularies)):
