@@ -61,7 +61,7 @@ test-jax: $(JAX_STAMP)
 # CPython 3.12 with only the image's packages (experiments/gpu_image.txt), a fresh HOME, no
 # KERAS_BACKEND, no TensorFlow; the command the stage prints, run as it is.
 test-stage: $(STAMP)
-	$(PY) -m tests.gpu_standin --stage S1
+	$(PY) -m tests.gpu_standin --stage W1
 
 demo: $(STAMP)
 	TF_CPP_MIN_LOG_LEVEL=2 KERAS_TUPE_DATA_DIR=$(DATA_DIR) $(PY) -m training.demo

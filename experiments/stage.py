@@ -79,8 +79,9 @@ def stage_configs(spec, tiny=False, work=None):
                 **pretrain["settings"], **TINY["pretrain"],
                 "shards": os.path.join(work, "shards", "train"),
                 "valid_shards": os.path.join(work, "shards", "valid")})
-            if "grid" in raw:
-                raw["grid"] = {**raw["grid"], "steps_per_dispatch": TINY["dispatch"]}
+            if "grid" in raw:  # two seeds: a grid, at CI's time
+                raw["grid"] = {**raw["grid"], "seeds": raw["grid"]["seeds"][:2],
+                               "steps_per_dispatch": TINY["dispatch"]}
         pretrain = _write_config(work, "pretrain.json", raw)
     if copied and then and work:
         raw = {**_raw(then), "pretrain_configs": ["pretrain.json"]}
@@ -102,6 +103,11 @@ def stage_configs(spec, tiny=False, work=None):
                 raw["settings"].update(TINY["squad"])
             if raw.get("grid"):
                 raw["grid"] = {**raw["grid"], "steps_per_dispatch": TINY["dispatch"]}
+            if pretrain and "grid" in pretrain:  # only the tiny grid's seeds
+                names = {v.name for v in variants(pretrain)}
+                raw["variants"] = [n for n in raw.get("variants") or names if n in names]
+                raw["checkpoint_variants"] = {key: [n for n in chosen if n in names] for
+                                              key, chosen in raw["checkpoint_variants"].items()}
         then = _write_config(work, then["kind"] + ".json", raw)
     return pretrain, then
 
@@ -448,7 +454,7 @@ def run(name, out, tiny=False, deadline=None, started=None, folder=None, encoder
     pace = gpu_pace()
     if "calibrate" in spec:  # its rounds need their processes at once
         stage["parallel"] = max(spec["calibrate"]["processes"])
-    elif "plan" in spec and not tiny:  # a grid, and one variant's fine-tuning beside it
+    elif "plan" in spec:  # a grid, and one variant's fine-tuning beside it
         stage["parallel"] = 2
     elif pace["calibrated"] and not tiny:  # as many as served the card best where S0
         stage["parallel"] = max(pace["at_once"], 1 + sum(  # measured it, and one fine-tuning

@@ -65,7 +65,7 @@ def test_no_study_job_starts_before_a_plan_that_says_it_fits(tmp_path):
                           "pretrain bert_a_pre", "finetune bert_a", "finetune tupe_a",
                           "finetune bert_a_pre"]
     assert jobs["calibrate"][0][2:4] == ["experiments.budget", work]
-    assert jobs["finetune tupe_a"][0][-3:] == ["tupe_a_seed0", "tupe_a_seed1", "tupe_a_seed2"]
+    assert jobs["finetune tupe_a"][0][-3:] == ["--variants", "tupe_a_seed0", "tupe_a_seed1"]
 
     def ready():
         return [label for label, (_, is_ready) in jobs.items() if is_ready is None or is_ready()]
@@ -98,3 +98,14 @@ def test_a_grid_study_is_a_run_a_seed_in_the_folders_pretrain_grid_leaves(tmp_pa
     path.write_text(json.dumps({**raw, "settings": {**raw["settings"], "precision": "mixed_float16"}}))
     with pytest.raises(StudyError, match="mixed_bfloat16; received shards"):
         load_config(str(path))
+
+
+def test_prepare_prints_the_three_windows_and_refuses_a_first_one_that_cannot_fit():
+    pace = stage.gpu_pace()
+    lines = budget.programme("W1", pace, 568)
+    assert "(i) W1, the GLUE study that decides T2 and T3" in lines[1]
+    assert "SQuAD (" in lines[2] and "scored at [128, 256, 512, 1024]" in lines[2]
+    assert "less the headline's 6 rows" in lines[3]
+    with pytest.raises(StudyError, match=r"Stage W1 does not fit: even the least plan .* "
+                                         r"about \d+ s of 60 s"):
+        budget.programme("W1", pace, 60)
