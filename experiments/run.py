@@ -15,11 +15,16 @@ and figure of `docs/results/` from those records alone.
 
 - `pretrain`: each variant in its own resumable run folder `<runs_dir>/<study>/<variant>`
   (`keras_tupe.pretraining`), its record (`metrics.csv`, `run_config.json` with its status,
-  wall time, encoder config and vocabulary record) written when it finishes or stops.
+  wall time, encoder config and vocabulary record) written when it finishes or stops. A
+  study with `grid` (`{"seeds": [...]}`) pre-trains each variant's seeds as one program
+  (`pretrain_grid`, JAX): its runs are `<variant>_seed<s>` in `<variant>/seed_<s>`, and a
+  grid stopped before its end starts anew.
 - `finetune`: `keras_tupe.finetuning.run_protocol` (or the SQuAD one) on every planned
   checkpoint; the job's output folder is its record (`results.jsonl`, a run a line, so a
   stopped study continues where it was), `finetune_settings.json` pins its settings. The
   grid is not pinned: each row names its rate and seed, and the report reads the config's.
+  A study with `grid` (`{"precision", "steps_per_dispatch"}`) trains each task's rates x
+  seeds as one program an encoder (`run_protocol(grid=True)`).
 - `length`: every planned model scored at the lengths its record (`results.jsonl`) lacks,
   on `experiments.length_study`'s fixed batches, then the unigram reference.
 """
