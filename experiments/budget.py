@@ -215,10 +215,25 @@ def programme(name, pace, limit):
 
 # === the calibration (there) ===
 
-def measure(pretrain, finetune, scratch):
-    """The card's figures: a pre-training grid step of TUPE-A at the study's K and batch,
-    and a fine-tuning grid step at the study's rates x seeds on its first task, each with
-    its compile and what a run pays besides its steps."""
+def note_unplanned(work, calibration):
+    """After the window: where the calibration left no plan (stopped at the deadline, or
+    failed: `calibration`, its process record), a plan record that says so; else None."""
+    from experiments import records
+
+    if read_plan(work) is not None:
+        return None
+    how = ("was stopped at the window's stop" if calibration.get("stopped")
+           else f"exited {calibration.get('exit')}")
+    note = (f"nothing planned: the calibration {how} before it planned (its log: "
+            "logs/calibrate.log); no study job started")
+    return records.write_json(plan_path(work), {"plan": {"run": False}, "notes": [note],
+                                                "lines": [note], "written": records.now()})
+
+
+def measure(pretrain, finetune, scratch, pace):
+    """The card's figures into `pace` as they come: a pre-training grid step of TUPE-A at
+    the study's K and batch, and a fine-tuning grid step at the study's rates x seeds on its
+    first task, each with its compile and what a run pays besides its steps."""
     import dataclasses
 
     from experiments.config import pretrain_config, variants
@@ -226,7 +241,7 @@ def measure(pretrain, finetune, scratch):
     from keras_tupe.finetuning_configs import FinetuneConfig
     from keras_tupe.pretraining import grid_pretrainer, write_preset
 
-    pace = {"start_seconds": time.time() - START}
+    pace["start_seconds"] = time.time() - START
     grid = pretrain["grid"]
     dispatch = grid.get("steps_per_dispatch", 100)
     chosen = [v for v in variants(pretrain) if v.variant == "tupe_a"] or variants(pretrain)
@@ -280,8 +295,9 @@ def calibrate(work, stop, margin=0.15, most=2.0):
 
     paths = {kind: os.path.join(work, f"{kind}.json") for kind in ("pretrain", "finetune")}
     pretrain, finetune = (load_config(paths[kind]) for kind in ("pretrain", "finetune"))
+    pace = {}
     with tempfile.TemporaryDirectory() as scratch:
-        pace = measure(pretrain, finetune, scratch)
+        measure(pretrain, finetune, scratch, pace)
     seconds = (stop - time.time()) * (1 - margin)
     dispatch = pretrain["grid"].get("steps_per_dispatch", 100)
     aim, settings = pretrain["settings"]["steps"], pretrain["settings"]

@@ -462,6 +462,8 @@ def run(name, out, tiny=False, deadline=None, started=None, folder=None, encoder
     else:
         stage["parallel"] = max(1, (os.cpu_count() or 2) // 2)
     _schedule(jobs, stage["parallel"], stop, logs, env, stage, stream)
+    if "plan" in spec:  # a calibration that never planned: its record says so
+        budget.note_unplanned(work, next(p for p in stage["processes"] if p["run"] == "calibrate"))
     stage["seconds"] = round(time.time() - started, 1)
     stream(force=True)
     print(f"stage {name}: {stage['seconds']:.0f} s; in {out}: "

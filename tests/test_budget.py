@@ -95,7 +95,8 @@ def test_a_grid_study_is_a_run_a_seed_in_the_folders_pretrain_grid_leaves(tmp_pa
         path.write_text(json.dumps({**raw, "grid": grid}))
         with pytest.raises(StudyError, match=message):
             load_config(str(path))
-    path.write_text(json.dumps({**raw, "settings": {**raw["settings"], "precision": "mixed_float16"}}))
+    settings = {**raw["settings"], "precision": "mixed_float16"}
+    path.write_text(json.dumps({**raw, "settings": settings}))
     with pytest.raises(StudyError, match="mixed_bfloat16; received shards"):
         load_config(str(path))
 
@@ -109,3 +110,13 @@ def test_prepare_prints_the_three_windows_and_refuses_a_first_one_that_cannot_fi
     with pytest.raises(StudyError, match=r"Stage W1 does not fit: even the least plan .* "
                                          r"about \d+ s of 60 s"):
         budget.programme("W1", pace, 60)
+
+
+def test_a_calibration_stopped_before_it_planned_leaves_a_record_that_says_so(tmp_path):
+    work = str(tmp_path)
+    budget.note_unplanned(work, {"run": "calibrate", "exit": -15, "stopped": True})
+    written = budget.read_plan(work)
+    assert written["plan"] == {"run": False}
+    assert written["notes"][0].startswith("nothing planned: the calibration was stopped at "
+                                          "the window's stop before it planned")
+    assert budget.note_unplanned(work, {"exit": 1, "stopped": False}) is None  # kept
