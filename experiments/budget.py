@@ -68,16 +68,9 @@ def choose(pace, seconds, aim, most, step_quantum, steps_a_task, encoders, varia
     the first tasks with as many steps as fit (cut, said in the notes); steps 0 and no
     tasks if not one task fits with one `step_quantum`. `seconds`: the time to plan."""
     tasks = list(steps_a_task)
-    fixed_runs = variants * (PROCESSES_A_VARIANT * pace["start_seconds"]
-                             + pace["pretrain_setup_seconds"] + pace["pretrain_compile_seconds"])
-
-    def fine_tuning(count):
-        return sum(pace["finetune_compile_seconds"] + encoders * (
-            pace["finetune_fixed_seconds"] + steps_a_task[t] * pace["finetune_step_seconds"])
-            for t in tasks[:count])
 
     def steps_that_fit(count):
-        left = seconds - fixed_runs - fine_tuning(count)
+        left = seconds - cost(pace, 0, tasks[:count], steps_a_task, encoders, variants)
         return max(0, int(left / (variants * pace["pretrain_step_seconds"]))
                    // step_quantum * step_quantum)
 
@@ -94,12 +87,15 @@ def choose(pace, seconds, aim, most, step_quantum, steps_a_task, encoders, varia
 
 
 def cost(pace, steps, tasks, steps_a_task, encoders, variants):
-    """Seconds the plan takes on the card, every job as if alone."""
-    return variants * (PROCESSES_A_VARIANT * pace["start_seconds"] + pace[
-        "pretrain_setup_seconds"] + pace["pretrain_compile_seconds"] + steps * pace[
-        "pretrain_step_seconds"]) + sum(pace["finetune_compile_seconds"] + encoders * (
-            pace["finetune_fixed_seconds"] + steps_a_task[t] * pace["finetune_step_seconds"])
-            for t in tasks)
+    """Seconds the plan takes on the card, every job as if alone: each variant's grid
+    (its processes' starts, set-up, compile, saves and steps), then each task's compile
+    and each encoder's run of it."""
+    grids = variants * (PROCESSES_A_VARIANT * pace["start_seconds"] + sum(pace[key] for key in (
+        "pretrain_setup_seconds", "pretrain_compile_seconds", "pretrain_save_seconds"))
+        + steps * pace["pretrain_step_seconds"])
+    return grids + sum(pace["finetune_compile_seconds"] + encoders * (
+        pace["finetune_fixed_seconds"] + steps_a_task[t] * pace["finetune_step_seconds"])
+        for t in tasks)
 
 
 # === the programme's three windows (here, printed by `prepare`) ===
@@ -233,7 +229,8 @@ def note_unplanned(work, calibration):
 def measure(pretrain, finetune, scratch, pace):
     """The card's figures into `pace` as they come: a pre-training grid step of TUPE-A at
     the study's K and batch, and a fine-tuning grid step at the study's rates x seeds on its
-    first task, each with its compile and what a run pays besides its steps."""
+    first task, each with its compile and what a run pays besides its steps (loading,
+    packing, the dev split's prediction)."""
     import dataclasses
 
     from experiments.config import pretrain_config, variants
@@ -261,25 +258,31 @@ def measure(pretrain, finetune, scratch, pace):
                 pretrain_compile_seconds=max(0.0, second - first - dispatch * step),
                 pretrain_tokens_per_second=len(seeds) * config.batch_size * config.seq_len / step)
     init = os.path.join(scratch, "init")
+    begun = time.perf_counter()
     write_preset(trainer.member_model(0), config.vocab, config, init)
+    # a run saves each seed at step 0, at 30% and at its end
+    pace["pretrain_save_seconds"] = 3 * len(seeds) * (time.perf_counter() - begun)
 
     task, settings = finetune["tasks"][0], finetune["settings"]
     members = [(rate, seed) for rate in finetune["learning_rates"] for seed in finetune["seeds"]]
-    options = dict(finetune.get("grid") or {})
+    run = FinetuneConfig(task=task, init=init, data_dir=finetune["data_dir"], vocab=config.vocab,
+                         lowercase=pretrain["vocabulary"]["lowercase"], **{
+                             **settings, "epochs": 1,
+                             "max_train_examples": 3 * dispatch * settings["batch_size"]})
     timed = []
-    for count in (dispatch, dispatch, 3 * dispatch):  # cold, then cached at two lengths
-        run = FinetuneConfig(task=task, init=init, data_dir=finetune["data_dir"],
-                             vocab=config.vocab, lowercase=pretrain["vocabulary"]["lowercase"],
-                             **{**settings, "epochs": 1,
-                                "max_train_examples": count * settings["batch_size"]})
+    # Twice the same run: the first compiles, the second finds the compilation cache. The
+    # schedule's length is compiled in, so a run of another length would compile again.
+    for _ in range(2):
         begun = time.perf_counter()
-        finetune_glue_grid(run, [r for r, _ in members], [s for _, s in members], **options)
-        timed.append(time.perf_counter() - begun)
-    cold, short, long = timed
-    step = max(0.0, (long - short) / (2 * dispatch))
-    pace.update(finetune_members=len(members), finetune_task=task, finetune_step_seconds=step,
-                finetune_fixed_seconds=max(0.0, short - dispatch * step),
-                finetune_compile_seconds=max(0.0, cold - short))
+        rows = finetune_glue_grid(run, [r for r, _ in members], [s for _, s in members],
+                                  **dict(finetune.get("grid") or {}))
+        timed.append((time.perf_counter() - begun, rows[0]["train_seconds"]))
+    (cold, _), (warm, training) = timed
+    steps = rows[0]["epochs"] * -(-rows[0]["train_examples"] // settings["batch_size"])
+    pace.update(finetune_members=len(members), finetune_task=task,
+                finetune_step_seconds=training / steps,  # a cache load counted in
+                finetune_fixed_seconds=warm - training,
+                finetune_compile_seconds=max(0.0, cold - warm))
     return pace
 
 
@@ -324,16 +327,19 @@ def calibrate(work, stop, margin=0.15, most=2.0):
              f"{pace['start_seconds']:.1f} s",
              f"plan: {steps} pre-training steps ({tokens / 1e6:.1f}M tokens an encoder, "
              f"{tokens / 65.5e6:.2f}x S1's 65.5M; aim {aim}), then {encoders} encoders on "
-             f"{', '.join(tasks) or 'no task'}: about {plan['planned_seconds']:.0f} s of the "
-             f"{seconds:.0f} s left less a {margin:.0%} margin", *notes]
+             f"{', '.join(tasks)}: about {plan['planned_seconds']:.0f} s of the "
+             f"{seconds:.0f} s left less a {margin:.0%} margin" if tasks else
+             f"plan: none in the {seconds:.0f} s left less a {margin:.0%} margin", *notes]
     record = {"pace": pace, "plan": plan, "notes": notes, "lines": lines,
               "basis": "this window's calibration (experiments/budget.py): TUPE-A's grid "
                        "pace applied to every variant, the first task's to every task",
               "card": records.machine(), "written": records.now()}
     if plan["run"]:  # the configs first: a plan record means they are the plan's
+        kept = {task: value for task, value in (finetune.get("task_settings") or {}).items()
+                if task in tasks}  # a cut task's settings go with it
         for kind, update in (("pretrain", {"settings": {**pretrain["settings"], "steps": steps,
                                                         "save_steps": plan["save_steps"]}}),
-                             ("finetune", {"tasks": tasks})):
+                             ("finetune", {"tasks": tasks, "task_settings": kept})):
             with open(paths[kind]) as f:
                 raw = json.load(f)
             records.write_json(paths[kind], {**raw, **update})

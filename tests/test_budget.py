@@ -9,7 +9,8 @@ import pytest
 from experiments import budget, stage
 from experiments.config import StudyError, load_config, variants
 
-PACE = {"start_seconds": 10.0, "pretrain_setup_seconds": 5.0, "pretrain_compile_seconds": 20.0,
+PACE = {"start_seconds": 10.0, "pretrain_setup_seconds": 5.0, "pretrain_compile_seconds": 15.0,
+        "pretrain_save_seconds": 5.0,
         "pretrain_step_seconds": 0.01, "finetune_compile_seconds": 20.0,
         "finetune_fixed_seconds": 3.0, "finetune_step_seconds": 0.005}
 TASKS = {"sst2": 939, "stsb": 540, "mrpc": 345, "cola": 804, "rte": 234}
@@ -120,3 +121,25 @@ def test_a_calibration_stopped_before_it_planned_leaves_a_record_that_says_so(tm
     assert written["notes"][0].startswith("nothing planned: the calibration was stopped at "
                                           "the window's stop before it planned")
     assert budget.note_unplanned(work, {"exit": 1, "stopped": False}) is None  # kept
+
+
+def test_the_plan_rewrites_the_prepared_configs_and_a_cut_task_takes_its_settings(
+        tmp_path, monkeypatch):
+    """Measured figures in (the card's part stubbed), the prepared configs out: the planned
+    steps and 30% checkpoint, the tasks that fit with their settings alone, and a config
+    that still loads."""
+    work = str(tmp_path / "work")
+    stage.stage_configs(stage.stage_spec("W1"), True, work)
+    measured = {**PACE, "pretrain_members": 2, "pretrain_variant": "tupe_a",
+                "pretrain_tokens_per_second": 1.0, "finetune_members": 1, "finetune_task": "sst2"}
+    monkeypatch.setattr(budget, "measure", lambda *args: args[3].update(measured))
+    monkeypatch.setattr(budget, "task_steps", lambda config: {"sst2": 600, "stsb": 600})
+    stop = __import__("time").time() + 280 / 0.85  # room for sst2, not for stsb as well
+    record = budget.calibrate(work, stop, most=1)
+    finetune = load_config(os.path.join(work, "finetune.json"))
+    pretrain = load_config(os.path.join(work, "pretrain.json"))
+    assert record["plan"]["tasks"] == finetune["tasks"] == ["sst2"]
+    assert list(finetune["task_settings"]) == ["sst2"]
+    assert pretrain["settings"]["steps"] == record["plan"]["steps"] == 50
+    assert pretrain["settings"]["save_steps"] == [0, 15]
+    assert budget.read_plan(work)["plan"]["run"] is True
