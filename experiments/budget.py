@@ -218,8 +218,9 @@ def note_unplanned(work, calibration):
 
     if read_plan(work) is not None:
         return None
-    how = ("was stopped at the window's stop" if calibration.get("stopped")
-           else f"exited {calibration.get('exit')}")
+    how = {"not started": "did not start before the window's stop",
+           True: "was stopped at the window's stop"}.get(
+        calibration.get("stopped"), f"exited {calibration.get('exit')}")
     note = (f"nothing planned: the calibration {how} before it planned (its log: "
             "logs/calibrate.log); no study job started")
     return records.write_json(plan_path(work), {"plan": {"run": False}, "notes": [note],

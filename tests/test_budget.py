@@ -121,6 +121,10 @@ def test_a_calibration_stopped_before_it_planned_leaves_a_record_that_says_so(tm
     assert written["notes"][0].startswith("nothing planned: the calibration was stopped at "
                                           "the window's stop before it planned")
     assert budget.note_unplanned(work, {"exit": 1, "stopped": False}) is None  # kept
+    os.remove(budget.plan_path(work))
+    budget.note_unplanned(work, {"run": "calibrate", "exit": None, "stopped": "not started"})
+    assert "the calibration did not start before the window's stop" in budget.read_plan(
+        work)["notes"][0]
 
 
 def test_the_plan_rewrites_the_prepared_configs_and_a_cut_task_takes_its_settings(
