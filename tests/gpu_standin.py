@@ -17,7 +17,7 @@ kill came back whole. `--command` runs another command in the same place (e.g. a
 stage's). `--full` prepares the stage as the lent machine gets it (not `--tiny`: the real
 encoders, data and plan) and runs its command with `--deadline` cut to what this CPU can
 spare: the next window's command, rehearsed until its deadline stops it. Exits 1 with the
-reason when the stage fails; `make test-stage` runs S1.
+reason when the stage fails; `make test-stage` runs W1.
 """
 
 import argparse
