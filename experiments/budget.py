@@ -47,16 +47,20 @@ def quantum(settings, dispatch):
     return math.lcm(settings["eval_every"], 10 * dispatch)
 
 
+def train_cap(config, task):
+    """The train examples a task of `config` is cut to (`task_settings`), or None."""
+    return (config.get("task_settings") or {}).get(task, {}).get("max_train_examples")
+
+
 def task_steps(finetune):
     """`{task: grid steps}` of the study's fine-tuning, from the prepared GLUE files."""
-    from experiments.stage import _cap
     from keras_tupe.data.glue import get_task
 
     steps = {}
     for task in map(get_task, finetune["tasks"]):
         with open(os.path.join(finetune["data_dir"], task.directory,
                                task.split_files["train"]), encoding="utf-8") as f:
-            examples = min(sum(1 for _ in f) - 1, _cap(finetune, task.name) or math.inf)
+            examples = min(sum(1 for _ in f) - 1, train_cap(finetune, task.name) or math.inf)
         steps[task.name] = finetune["settings"]["epochs"] * -(
             -examples // finetune["settings"]["batch_size"])
     return steps
@@ -96,117 +100,6 @@ def cost(pace, steps, tasks, steps_a_task, encoders, variants):
     return grids + sum(pace["finetune_compile_seconds"] + encoders * (
         pace["finetune_fixed_seconds"] + steps_a_task[t] * pace["finetune_step_seconds"])
         for t in tasks)
-
-
-# === the programme's three windows (here, printed by `prepare`) ===
-
-def programme(name, pace, limit):
-    """Each window's plan (stages.json `windows`), its estimate in seconds and the basis:
-    (i) the planned GLUE study (`W1`: steps and tasks set on the card) and the benchmark
-    headline, (ii) the length study and Huang's SQuAD study, (iii) the rest of the
-    benchmark. Refuses window (i) if even one task after the least pre-training cannot fit
-    at the projection's fastest pace."""
-    from experiments.config import StudyError, load_config, variants
-    from experiments.stage import load_stages, stage_configs, stage_spec
-
-    stages = load_stages()
-    window = stages["machine"]["window_seconds"]
-    assumed = stages["stages"]["W1"]["plan"]["assumed"]
-    lines = [f"The programme in three windows ({window} s of device time each, calls of at "
-             f"most {stages['machine']['call_seconds']} s; a call runs {limit:.0f} s once the "
-             f"install and the stop are counted):"]
-    # (i): pre-training and fine-tuning member-steps at the projection's two ends
-    pretrain, finetune = stage_configs(stage_spec("W1"))
-    settings = pretrain["settings"]
-    runs = len(variants(pretrain))
-    scale = settings["batch_size"] * settings["seq_len"] / (32 * 128)  # member-steps of 32 x 128
-    encoders = len(__import__("experiments.report", fromlist=["finetune_plan"]).finetune_plan(
-        finetune))
-    members = len(finetune["learning_rates"]) * len(finetune["seeds"])
-    steps_a_task = task_steps(finetune)
-    fixed = len(finetune["tasks"]) * assumed["compile_seconds"] + 2 * len(
-        pretrain["variants"]) * (pace["finetune_start_seconds"] + assumed["compile_seconds"])
-    estimates = [runs * settings["steps"] * scale / rate_p + encoders * members * sum(
-        steps_a_task.values()) / rate_f + fixed for rate_p, rate_f in zip(
-        reversed(assumed["pretrain_member_steps"]), reversed(assumed["finetune_member_steps"]))]
-    tokens = settings["steps"] * settings["batch_size"] * settings["seq_len"]
-    lines.append(
-        f"(i) W1, the GLUE study that decides T2 and T3 and the benchmark headline: "
-        f"{stages['stages']['W1']['plan']['headline']} (base, bf16); then "
-        f"{len(pretrain['variants'])} variants x seeds {pretrain['grid']['seeds']} pre-trained"
-        f" as one program a variant, aim {settings['steps']} steps of {settings['batch_size']}"
-        f" x {settings['seq_len']} ({tokens / 1e6:.0f}M tokens an encoder, "
-        f"{tokens / 65.5e6:.0f}x S1's), then {encoders} encoders x {members} members a task "
-        f"on {', '.join(finetune['tasks'])} ({sum(steps_a_task.values())} grid steps an "
-        f"encoder): about {estimates[0]:.0f}-{estimates[1]:.0f} s at the aim, against "
-        f"{limit:.0f} s; basis: the projection of docs/benchmarks.md (the grid at 5-20% of "
-        f"the card's bf16 peak: {assumed['pretrain_member_steps']} pre-training and "
-        f"{assumed['finetune_member_steps']} fine-tuning member-steps of 32 x 128 a second), "
-        f"{assumed['compile_seconds']} s a compile (stated) and S0's process start "
-        f"({pace['finetune_start_seconds']:.0f} s). Not the plan: the card's first minute "
-        f"times the grids at this K and sets the steps and tasks (experiments/budget.py); "
-        f"a pace too slow for the aim cuts the steps, then the last tasks, and says so in "
-        f"logs/plan.json.")
-    least = len(pretrain["variants"]) * (2 * pace["finetune_start_seconds"]) + runs * quantum(
-        settings, pretrain["grid"].get("steps_per_dispatch", 100)) * scale / assumed[
-        "pretrain_member_steps"][1] + encoders * members * steps_a_task[
-        finetune["tasks"][0]] / assumed["finetune_member_steps"][1]
-    if least > limit:
-        raise StudyError(f"Stage {name} does not fit: even the least plan (the first task after "
-                         f"the least pre-training) takes about {least:.0f} s of {limit:.0f} s "
-                         "at the projection's fastest pace. Shrink glue_w1 or w1_pretrain.")
-    # (ii): S5a-c and S6 at the recorded pace, SQuAD and the length scoring counted
-    step, at_once = pace["pretrain_step_seconds"], pace["at_once"]
-    tune = pace.get("finetune_task_step_seconds", {}).get("sst2", pace["finetune_step_seconds"])
-    parts = []
-    for stage in stages["windows"]["(ii)"]:
-        spec = stage_spec(stage)
-        train, then = stage_configs(spec)
-        count = len(spec.get("variants") or train["variants"])
-        seconds = -(-count // at_once) * train["settings"]["steps"] * step
-        if then["kind"] == "length":
-            seconds += count * len(then["lengths"]) * assumed["length_seconds"]
-            what = f"{count} encoders pre-trained and scored at {then['lengths']}"
-        else:
-            with open(then["squad_file"]) as f:
-                questions = sum(len(q["qas"]) for a in json.load(f)["data"]
-                                for q in a["paragraphs"])
-            runs_an_encoder = len(then["learning_rates"]) + len(then["seeds"]) - 1
-            squad = count * runs_an_encoder * then["settings"]["epochs"] * -(-round(
-                questions * (1 - then["settings"]["eval_fraction"])
-                * assumed["squad_windows_a_question"]) // then["settings"]["batch_size"])
-            seconds += squad * tune + count * pace["finetune_start_seconds"]
-            what = (f"{count} encoders pre-trained, then SQuAD ({squad} steps: {count} x "
-                    f"{runs_an_encoder} runs x {then['settings']['epochs']} epochs)")
-        parts.append((stage, what, seconds))
-    total = sum(seconds for _, _, seconds in parts)
-    lines.append(f"(ii) the 12-encoding length study and Huang's SQuAD study: " + "; ".join(
-        f"{stage} {what}: about {seconds:.0f} s" for stage, what, seconds in parts)
-        + f"; in all about {total:.0f} s, {total / limit:.1f} calls of {limit:.0f} s"
-        + (" (one window)" if total <= window - 60 else
-           ": more than one window at this pace") + f"; basis: {pace['basis']} "
-        f"({step * 1000:.1f} ms a pre-training step, {at_once} at once; a SQuAD step as long "
-        f"as an SST-2 one, {tune:.3f} s, run by run), "
-        f"{assumed['squad_windows_a_question']} windows of {then['settings']['seq_len']} a "
-        f"question and {assumed['length_seconds']} s a length an encoder (stated).")
-    # (iii): every S2 row but the headline's
-    from benchmarks.encoders.cli import parse_args
-
-    rows = {}
-    for stage in stages["windows"]["(iii)"]:
-        args = parse_args(stage_spec(stage)["command"][1:])
-        for mode in set(args.modes):
-            rows[mode] = rows.get(mode, 0) + len(set(args.variants)) * len(set(
-                args.precisions)) * len(set(args.seq_lens)) * (2 if args.flash == "both" else 1)
-    rows["train"] -= assumed["headline_rows"]  # measured in window (i)
-    seconds = sum(count * pace["benchmark_row_seconds"][mode] for mode, count in rows.items())
-    lines.append(f"(iii) the rest of the benchmark ({', '.join(stages['windows']['(iii)'])}, "
-                 f"less the headline's {assumed['headline_rows']} rows): "
-                 + ", ".join(f"{count} {mode} rows" for mode, count in sorted(rows.items()))
-                 + f", about {seconds:.0f} s, {seconds / limit:.1f} calls; basis: "
-                 f"{pace['benchmark_row_seconds']} s a row (stated; window (i)'s headline "
-                 "times the real one).")
-    return lines
 
 
 # === the calibration (there) ===

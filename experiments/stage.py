@@ -293,7 +293,7 @@ def estimate(name, spec, pace=None, configs=None, carried=False):
     machine, pace, lines = load_stages()["machine"], pace or gpu_pace(), []
     limit = machine["call_seconds"] - STOP_RESERVE - pace["install_seconds"]
     if "plan" in spec:  # planned on the card; here the programme's estimates
-        return budget.programme(name, pace, limit)
+        return programme(name, pace, limit)
     if "command" in spec:
         from benchmarks.encoders.cli import parse_args
 
@@ -327,7 +327,8 @@ def estimate(name, spec, pace=None, configs=None, carried=False):
             for task in map(get_task, then["tasks"]):
                 with open(os.path.join(then["data_dir"], task.directory,
                                        task.split_files["train"]), encoding="utf-8") as f:
-                    examples = min(sum(1 for _ in f) - 1, _cap(then, task.name) or math.inf)
+                    cap = budget.train_cap(then, task.name) or math.inf
+                    examples = min(sum(1 for _ in f) - 1, cap)
                 task_steps[task.name] = per_encoder * then["settings"]["epochs"] * -(
                     -examples // then["settings"]["batch_size"])
             task, total = then["tasks"][0], sum(task_steps.values())
@@ -344,6 +345,112 @@ def estimate(name, spec, pace=None, configs=None, carried=False):
     if needed > limit:
         raise StudyError(f"Stage {name} does not fit: {line}. Split it.")
     return [line, *lines]
+
+
+def programme(name, pace, limit):
+    """Each window's plan (stages.json `windows`), its estimate in seconds and the basis:
+    (i) the planned GLUE study (`W1`: steps and tasks set on the card) and the benchmark
+    headline, (ii) the length study and Huang's SQuAD study, (iii) the rest of the
+    benchmark. Refuses window (i) if even one task after the least pre-training cannot fit
+    at the projection's fastest pace."""
+    stages = load_stages()
+    window = stages["machine"]["window_seconds"]
+    assumed = stages["stages"]["W1"]["plan"]["assumed"]
+    lines = [f"The programme in three windows ({window} s of device time each, calls of at "
+             f"most {stages['machine']['call_seconds']} s; a call runs {limit:.0f} s once the "
+             f"install and the stop are counted):"]
+    # (i): pre-training and fine-tuning member-steps at the projection's two ends
+    pretrain, finetune = stage_configs(stage_spec("W1"))
+    settings = pretrain["settings"]
+    runs = len(variants(pretrain))
+    scale = settings["batch_size"] * settings["seq_len"] / (32 * 128)  # member-steps of 32 x 128
+    encoders = len(finetune_plan(finetune))
+    members = len(finetune["learning_rates"]) * len(finetune["seeds"])
+    steps_a_task = budget.task_steps(finetune)
+    fixed = len(finetune["tasks"]) * assumed["compile_seconds"] + 2 * len(
+        pretrain["variants"]) * (pace["finetune_start_seconds"] + assumed["compile_seconds"])
+    estimates = [runs * settings["steps"] * scale / rate_p + encoders * members * sum(
+        steps_a_task.values()) / rate_f + fixed for rate_p, rate_f in zip(
+        reversed(assumed["pretrain_member_steps"]), reversed(assumed["finetune_member_steps"]))]
+    tokens = settings["steps"] * settings["batch_size"] * settings["seq_len"]
+    lines.append(
+        f"(i) W1, the GLUE study that decides T2 and T3 and the benchmark headline: "
+        f"{stages['stages']['W1']['plan']['headline']} (base, bf16); then "
+        f"{len(pretrain['variants'])} variants x seeds {pretrain['grid']['seeds']} pre-trained"
+        f" as one program a variant, aim {settings['steps']} steps of {settings['batch_size']}"
+        f" x {settings['seq_len']} ({tokens / 1e6:.0f}M tokens an encoder, "
+        f"{tokens / 65.5e6:.0f}x S1's), then {encoders} encoders x {members} members a task "
+        f"on {', '.join(finetune['tasks'])} ({sum(steps_a_task.values())} grid steps an "
+        f"encoder): about {estimates[0]:.0f}-{estimates[1]:.0f} s at the aim, against "
+        f"{limit:.0f} s; basis: the projection of docs/benchmarks.md (the grid at 5-20% of "
+        f"the card's bf16 peak: {assumed['pretrain_member_steps']} pre-training and "
+        f"{assumed['finetune_member_steps']} fine-tuning member-steps of 32 x 128 a second), "
+        f"{assumed['compile_seconds']} s a compile (stated) and S0's process start "
+        f"({pace['finetune_start_seconds']:.0f} s). Not the plan: the card's first minute "
+        f"times the grids at this K and sets the steps and tasks (experiments/budget.py); "
+        f"a pace too slow for the aim cuts the steps, then the last tasks, and says so in "
+        f"logs/plan.json.")
+    dispatch = budget.quantum(settings, pretrain["grid"].get("steps_per_dispatch", 100))
+    least = (len(pretrain["variants"]) * 2 * pace["finetune_start_seconds"]
+             + runs * dispatch * scale / assumed["pretrain_member_steps"][1]
+             + encoders * members * steps_a_task[finetune["tasks"][0]]
+             / assumed["finetune_member_steps"][1])
+    if least > limit:
+        raise StudyError(f"Stage {name} does not fit: even the least plan (the first task after "
+                         f"the least pre-training) takes about {least:.0f} s of {limit:.0f} s "
+                         "at the projection's fastest pace. Shrink glue_w1 or w1_pretrain.")
+    # (ii): S5a-c and S6 at the recorded pace, SQuAD and the length scoring counted
+    step, at_once = pace["pretrain_step_seconds"], pace["at_once"]
+    tune = pace.get("finetune_task_step_seconds", {}).get("sst2", pace["finetune_step_seconds"])
+    parts = []
+    for stage in stages["windows"]["(ii)"]:
+        spec = stage_spec(stage)
+        train, then = stage_configs(spec)
+        count = len(spec.get("variants") or train["variants"])
+        seconds = -(-count // at_once) * train["settings"]["steps"] * step
+        if then["kind"] == "length":
+            seconds += count * len(then["lengths"]) * assumed["length_seconds"]
+            what = f"{count} encoders pre-trained and scored at {then['lengths']}"
+        else:
+            with open(then["squad_file"]) as f:
+                questions = sum(len(q["qas"]) for a in json.load(f)["data"]
+                                for q in a["paragraphs"])
+            runs_an_encoder = len(then["learning_rates"]) + len(then["seeds"]) - 1
+            squad = count * runs_an_encoder * then["settings"]["epochs"] * -(-round(
+                questions * (1 - then["settings"]["eval_fraction"])
+                * assumed["squad_windows_a_question"]) // then["settings"]["batch_size"])
+            seconds += squad * tune + count * pace["finetune_start_seconds"]
+            what = (f"{count} encoders pre-trained, then SQuAD ({squad} steps: {count} x "
+                    f"{runs_an_encoder} runs x {then['settings']['epochs']} epochs)")
+        parts.append((stage, what, seconds))
+    total = sum(seconds for _, _, seconds in parts)
+    lines.append(f"(ii) the 12-encoding length study and Huang's SQuAD study: " + "; ".join(
+        f"{stage} {what}: about {seconds:.0f} s" for stage, what, seconds in parts)
+        + f"; in all about {total:.0f} s, {total / limit:.1f} calls of {limit:.0f} s"
+        + (" (one window)" if total <= window - 60 else
+           ": more than one window at this pace") + f"; basis: {pace['basis']} "
+        f"({step * 1000:.1f} ms a pre-training step, {at_once} at once; a SQuAD step as long "
+        f"as an SST-2 one, {tune:.3f} s, run by run), "
+        f"{assumed['squad_windows_a_question']} windows of {then['settings']['seq_len']} a "
+        f"question and {assumed['length_seconds']} s a length an encoder (stated).")
+    # (iii): every S2 row but the headline's
+    from benchmarks.encoders.cli import parse_args
+
+    rows = {}
+    for stage in stages["windows"]["(iii)"]:
+        args = parse_args(stage_spec(stage)["command"][1:])
+        for mode in set(args.modes):
+            rows[mode] = rows.get(mode, 0) + len(set(args.variants)) * len(set(
+                args.precisions)) * len(set(args.seq_lens)) * (2 if args.flash == "both" else 1)
+    rows["train"] -= assumed["headline_rows"]  # measured in window (i)
+    seconds = sum(count * pace["benchmark_row_seconds"][mode] for mode, count in rows.items())
+    lines.append(f"(iii) the rest of the benchmark ({', '.join(stages['windows']['(iii)'])}, "
+                 f"less the headline's {assumed['headline_rows']} rows): "
+                 + ", ".join(f"{count} {mode} rows" for mode, count in sorted(rows.items()))
+                 + f", about {seconds:.0f} s, {seconds / limit:.1f} calls; basis: "
+                 f"{pace['benchmark_row_seconds']} s a row (stated; window (i)'s headline "
+                 "times the real one).")
+    return lines
 
 
 def gpu_pace():
@@ -367,10 +474,6 @@ def gpu_pace():
             "benchmark_row_seconds": {"train": 60, "infer": 25}, "install_seconds": 15,
             "basis": f"the recorded GPU pre-training runs ({step * 1000:.1f} ms a step, "
                      "four at once), a fine-tuning step as long, the rest stated estimates"}
-
-
-def _cap(config, task):
-    return (config.get("task_settings") or {}).get(task, {}).get("max_train_examples")
 
 
 def _prepare_pretraining(config, data, tiny, shards=True):
@@ -402,7 +505,7 @@ def _prepare_finetune_data(config, data, tiny):
     for task in map(get_task, config["tasks"]):
         for split in ("train", *task.eval_splits):
             lines = TINY["examples"] if tiny else (
-                _cap(config, task.name) if split == "train" else None)
+                budget.train_cap(config, task.name) if split == "train" else None)
             file = os.path.join(task.directory, task.split_files[split])
             with open(os.path.join(config["data_dir"], file), encoding="utf-8") as source:
                 kept = [line for index, line in enumerate(source)

@@ -104,13 +104,13 @@ def test_a_grid_study_is_a_run_a_seed_in_the_folders_pretrain_grid_leaves(tmp_pa
 
 def test_prepare_prints_the_three_windows_and_refuses_a_first_one_that_cannot_fit():
     pace = stage.gpu_pace()
-    lines = budget.programme("W1", pace, 568)
+    lines = stage.programme("W1", pace, 568)
     assert "(i) W1, the GLUE study that decides T2 and T3" in lines[1]
     assert "SQuAD (" in lines[2] and "scored at [128, 256, 512, 1024]" in lines[2]
     assert "less the headline's 6 rows" in lines[3]
     with pytest.raises(StudyError, match=r"Stage W1 does not fit: even the least plan .* "
                                          r"about \d+ s of 60 s"):
-        budget.programme("W1", pace, 60)
+        stage.programme("W1", pace, 60)
 
 
 def test_a_calibration_stopped_before_it_planned_leaves_a_record_that_says_so(tmp_path):
