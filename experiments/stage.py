@@ -825,11 +825,18 @@ class Stream:
         with tarfile.open(partial, "w:gz") as archive:
             for arcname, folder in self.folders:
                 if os.path.isdir(folder):
-                    archive.add(folder, arcname=arcname)
+                    archive.add(folder, arcname=arcname, filter=_no_lock)
         if os.path.getsize(partial) > load_stages()["machine"]["back_file_bytes"]:
             raise StudyError(f"The records pack to {os.path.getsize(partial) / 2**20:.1f} "
                              "MiB, more than one file that comes back.")
         os.replace(partial, os.path.join(self.out, PACK))
+
+
+def _no_lock(member):
+    """A pack's member, or None for an output folder's lock file (`.<name>.lock`, beside
+    each results folder: a writer's, not a record)."""
+    name = os.path.basename(member.name)
+    return None if name.startswith(".") and name.endswith(".lock") else member
 
 
 def write_encoder(init, path):
