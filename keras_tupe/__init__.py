@@ -9,7 +9,7 @@ after they have read their flags.
 # First: modules of the family read it while this package is still importing them.
 __version__ = "0.1.0"
 
-from keras_tupe import extras  # noqa: E402  (the standard library only)
+from keras_tupe_base import extras  # noqa: E402  (the standard library only)
 
 try:
     import keras  # noqa: F401
@@ -21,11 +21,10 @@ except ImportError as error:  # Keras's TensorFlow backend (its default) without
 
 from keras_tupe import convert, layers, models, optimization  # noqa: E402
 from keras_tupe.models import (  # noqa: E402
-    PRESETS, TupeBackbone, TupeBpeTokenizer, TupeMaskedLM, TupeMaskedLMPreprocessor, TupeSpanQA,
+    TupeBackbone, TupeBpeTokenizer, TupeMaskedLM, TupeMaskedLMPreprocessor, TupeSpanQA,
     TupeSpanQAPreprocessor, TupeTextClassifier, TupeTextClassifierPreprocessor, TupeTokenizer)
 
 __all__ = [
-    "PRESETS",
     "TupeBackbone",
     "TupeBpeTokenizer",
     "TupeMaskedLM",

@@ -9,10 +9,11 @@ import warnings
 import keras
 import numpy as np
 
-from keras_tupe.files import read_json
 from keras_tupe.models.preset_folders import checkpoint_name, write_preset_folder
-from keras_tupe.progress import Heartbeat
-from keras_tupe.staging import arrays_bytes, staged, write_text, write_weights
+from keras_tupe.models.saving import arrays_bytes, write_weights
+from keras_tupe_base.files import read_json
+from keras_tupe_base.progress import Heartbeat
+from keras_tupe_base.staging import staged, write_text
 
 WEIGHTS = "model.weights.h5"
 SEEDS = "seed_states.npz"

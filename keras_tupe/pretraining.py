@@ -30,95 +30,30 @@ import numpy as np
 from keras_tupe import data
 from keras_tupe.callbacks import (AtomicBackupAndRestore, StepCheckpoint, StepLogger,
                                   StepProgress, backup_metadata)
-from keras_tupe.data.shards import (MANIFEST, VOCABULARY, MaskedLMShards, ShardError,
-                                    read_manifest)
-from keras_tupe.files import file_sha256
-from keras_tupe.grid import PRECISIONS as GRID_PRECISIONS
+from keras_tupe.data.shards import MaskedLMShards
 from keras_tupe.grid import (GridTrainer, Schedule, check_backend, check_members, device_masking,
                              epoch_rows, shard_source)
-from keras_tupe.folders import made_folder
 from keras_tupe.layers.utils import INITIALIZATION
 from keras_tupe.models import (TupeBackbone, TupeMaskedLM, TupeMaskedLMPreprocessor,
                                TupeTokenizer)
 from keras_tupe.models.preset_folders import (RUN_CHECKPOINTS, RUN_PRESET, check_weights_file,
                                               run_checkpoint, run_model, write_preset_folder)
-from keras_tupe.models.presets import PRESETS, unknown_preset
 from keras_tupe.models.tupe_masked_lm_preprocessor import mask_selection_length
-from keras_tupe.models.tupe_backbone import absolute_length_limit
 from keras_tupe.optimization import create_optimizer
-from keras_tupe.output_lock import output_lock
-from keras_tupe.progress import Heartbeat
 from keras_tupe.provenance import versions
-from keras_tupe.staging import (WriteError, copy_file, space_error, staged, write_json,
+from keras_tupe_base import settings
+from keras_tupe_base.files import file_sha256
+from keras_tupe_base.folders import made_folder
+from keras_tupe_base.output_lock import output_lock
+from keras_tupe_base.presets import PRESETS, unknown_preset
+from keras_tupe_base.progress import Heartbeat
+from keras_tupe_base.settings import GRID_PRECISIONS, RESUME_FREE_FIELDS, STRATEGIES
+from keras_tupe_base.shard_folders import MANIFEST, VOCABULARY, ShardError, read_manifest
+from keras_tupe_base.staging import (WriteError, copy_file, space_error, staged, write_json,
                                 write_text)
 
 RUN_CONFIG = "run_config.json"
 PRESET_DIR = RUN_PRESET  # the run's preset folder; models.preset_folders.RUN_PRESET names it
-STRATEGIES = ("default", "mirrored", "multiworker")
-PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
-# Fields that may differ when a killed run is started again.
-RESUME_FREE_FIELDS = ("overwrite", "verbose", "vocab",  # the vocab is checked by content
-                      "steps_per_execution")  # speed only: the same steps
-
-
-@dataclasses.dataclass
-class PretrainConfig:
-    """Every setting of a pre-training run; defaults are TUPE's Table 1."""
-
-    preset: str
-    corpus: list
-    out: str
-    # Backbone config fields that differ from the preset's for this run, e.g.
-    # `{"max_relative_distance": 8}` (as `TupeBackbone.from_preset(preset, **overrides)`).
-    backbone_overrides: dict = None
-    valid_corpus: list = None
-    # Token-id shard folders (`keras-tupe-shard-corpus`), read with NumPy, instead of
-    # `corpus` / `valid_corpus`: exactly one of `corpus` and `shards`.
-    shards: str = None
-    valid_shards: str = None
-    vocab: str = None
-    vocabulary_size: int = 30522
-    lowercase: bool = True
-    vocab_lines: int = 200_000
-    steps: int = 1_000_000
-    batch_size: int = 256
-    seq_len: int = 512
-    learning_rate: float = 1e-4
-    warmup_ratio: float = 0.01
-    weight_decay: float = 0.01
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.999
-    adam_epsilon: float = 1e-6
-    clip_norm: float = 1.0
-    dropout: float = 0.1
-    mask_rate: float = 0.15
-    mask_token_rate: float = 0.8
-    random_token_rate: float = 0.1
-    eval_every: int = 1000
-    valid_batches: int = 50
-    save_steps: list = dataclasses.field(default_factory=list)
-    strategy: str = "default"
-    precision: str = "float32"
-    xla: bool = True
-    # Steps one call of the compiled train function runs (Keras `fit`'s argument): fewer
-    # Python round trips a step, the same numbers. It divides eval_every and each save step.
-    steps_per_execution: int = 1
-    seed: int = 0
-    shuffle_buffer: int = 10_000
-    max_lines: int = None
-    overwrite: bool = False
-    verbose: int = 1
-
-    def resume_key(self):
-        """The fields that must match for a run directory to be resumed."""
-        # No overrides is the preset itself: such a run's key is the same without the field.
-        return {k: v for k, v in dataclasses.asdict(self).items()
-                if k not in RESUME_FREE_FIELDS and (k != "backbone_overrides" or v)}
-
-    def backbone_config(self):
-        """The preset's backbone config with the run's overrides (the vocabulary size and
-        dropout aside, which the run sets)."""
-        return {**PRESETS[self.preset], **(self.backbone_overrides or {})}
 
 
 class PretrainError(ValueError):
@@ -184,7 +119,7 @@ def validate(config, num_replicas):
 
     All the conflicts are reported at once, one a line of the `PretrainError`.
     """
-    if config.preset not in PRESETS:
+    if config.preset not in PRESETS:  # first and alone: every other check reads the preset
         raise PretrainError(unknown_preset(config.preset))
     # The backbone's own arguments but those the run sets (vocabulary_size, dropout).
     fields = sorted(name for name, parameter in
@@ -195,42 +130,16 @@ def validate(config, num_replicas):
     if unknown:
         raise PretrainError(f"backbone_overrides {unknown} are not TupeBackbone arguments a run "
                             f"may set (it sets vocabulary_size and dropout). Valid: {fields}")
-    problems = [problem for problem in (_not_one_of("precision", config.precision, PRECISIONS),
-                                        _not_one_of("strategy", config.strategy, STRATEGIES))
-                if problem]
-    limit = absolute_length_limit(**config.backbone_config())
-    if limit is not None and config.seq_len > limit:
-        problems.append(
-            f"--seq-len {config.seq_len} is longer than the absolute position table of "
-            f"{config.preset} (max_sequence_length={limit}). Use --seq-len <= {limit}, or a "
-            "relative-only preset."
-        )
-    if config.batch_size < 1 or config.batch_size % num_replicas:
+    try:
+        settings.check(config)  # each value, and the conflicts between them
+        problems = []
+    except ValueError as error:
+        problems = str(error).splitlines()
+    if config.batch_size >= 1 and config.batch_size % num_replicas:
         problems.append(
             f"--batch-size {config.batch_size} (the global batch) must be a positive multiple "
             f"of the number of replicas ({num_replicas}) so every replica gets the same share."
         )
-    if config.steps < 1 or config.eval_every < 1 or config.steps % config.eval_every:
-        problems.append(
-            f"--steps ({config.steps}) must be a positive multiple of --eval-every "
-            f"({config.eval_every}): training runs, validates and backs up in blocks of "
-            "--eval-every steps."
-        )
-    if config.steps_per_execution < 1 or any(
-            step % config.steps_per_execution for step in (config.eval_every, *config.save_steps)):
-        saves = " ".join(map(str, config.save_steps))
-        problems.append(
-            f"--steps-per-execution ({config.steps_per_execution}) must be a positive divisor "
-            f"of --eval-every ({config.eval_every})"
-            + (f" and of each --save-steps ({saves})" if saves else "")
-            + ": validation and backups happen between executions, which run "
-            "--steps-per-execution steps each.")
-    bad_saves = [s for s in config.save_steps if not 0 <= s <= config.steps]
-    if bad_saves:
-        problems.append(f"--save-steps must lie in [0, --steps={config.steps}] (0: the "
-                        f"initialization, before the first step). Received: {bad_saves}")
-    if not 0 <= config.warmup_ratio < 1:
-        problems.append(f"--warmup-ratio must be in [0, 1). Received: {config.warmup_ratio}")
     if problems:
         raise PretrainError("\n".join(problems))
 

@@ -14,32 +14,35 @@ folder, `SystemExit("message")`) into `error: <message>` on stderr, a line per p
 argparse's status 2; any other exception is a bug and keeps its traceback (`--traceback` or
 `KERAS_TUPE_TRACEBACK=1` shows it for user errors too). Ctrl-C prints `interrupted` (status
 130), SIGTERM `terminated` (143), after the cleanups of the code they stopped
-(`keras_tupe.folders.made_folder`). A warning, and a notice the library logs, reach the user
+(`keras_tupe_base.folders.made_folder`). A warning, and a notice the library logs, reach the user
 as one line, `warning: <message>`, without the module, source line or logger name Python adds.
 
 This module never imports keras_tupe itself (`import keras_tupe` imports Keras and registers
-the model family: seconds); `plumbing` loads the library's standard-library modules alone
-(among them the fine-tuning configs, so a command's flags can be a config's fields).
+the model family: seconds); what a command needs before Keras is in `keras_tupe_base`, the
+standard-library base package (the run settings, the output lock, the staged writer).
 """
 
 import argparse
 import contextlib
+import dataclasses
 import functools
 import glob
-import importlib
 import importlib.util
 import logging
 import os
+import re
 import signal
 import sys
 import warnings
+
+from keras_tupe_base import extras, output_lock, settings, staging
 
 TF_LOGS_FLAG = "--tf-logs"
 TRACEBACK_FLAG = "--traceback"
 
 # Mistakes a user can make in flags and files; everything else is ours.
 # ConnectionError: a download that cannot start offline (keras_tupe.data.network).
-# BlockingIOError: `keras_tupe.output_lock.OutputLockedError`, another process writes --out.
+# BlockingIOError: `keras_tupe_base.output_lock.OutputLockedError`, another process writes --out.
 # The library's own (`_library_user_error`): `OutputNotWritableError`, a missing TensorFlow
 # extra, a full disk.
 USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError,
@@ -136,13 +139,6 @@ def command_parser(prog, doc):
 INIT_FLAGS = {"vocab": "--vocab", "bpe_codes": "--bpe-codes"}
 
 
-def add_init_flag(parser):
-    """`--init`: the encoder a fine-tuning command starts from."""
-    parser.add_argument("--init", required=True,
-                        help="a preset folder, or a pre-training run folder (its preset/)")
-    return parser
-
-
 def add_common_flags(parser):
     """`--tf-logs` and `--traceback`, which every command accepts, and `one_line_errors`."""
     one_line_errors(parser)
@@ -153,16 +149,89 @@ def add_common_flags(parser):
     return parser
 
 
-def positive_int(text):
-    """argparse's `type` for a count of at least 1 (e.g. `--steps-per-execution`): 0 or -3
-    would reach Keras, which fails in its own words (`range() arg 3 must not be zero`)."""
+def add_settings(parser, config_class, skip=(), defaults=None):
+    """A flag for each field of `config_class` (a dataclass of `keras_tupe_base.settings`)
+    but those of `skip` and those made with `flag=False`: `--seq-len` for `seq_len`, with the
+    field's type, default, help and choices; a bool is a switch turning its default around
+    (`--no-xla`, `--cased`); a field without a default is a required flag.
+
+    Args:
+        parser: an `argparse.ArgumentParser`.
+        config_class: the dataclass.
+        skip: names of fields this command sets otherwise.
+        defaults: {name: value} replacing a field's default for this command (None: fitted
+            after parsing, e.g. `--seq-len` to the preset).
+
+    Returns:
+        {name: flag} of the flags added (what `settings_from` and `run`'s messages use).
+    """
+    flags = setting_flags(config_class, skip)
+    for field in dataclasses.fields(config_class):
+        if field.name not in flags:
+            continue
+        meta, flag = field.metadata, flags[field.name]
+        help = meta["help"] or ""
+        if field.type is bool:
+            parser.add_argument(flag, dest=field.name, help=help,
+                                action="store_false" if field.default else "store_true")
+            continue
+        default = (defaults or {}).get(field.name, _default(field))
+        if default not in (None, []) and field.type is not bool:
+            help += f" (default: {' '.join(map(str, default)) if isinstance(default, (list, tuple)) else default})"
+        kind = meta["parse"] or (str if field.type is list else field.type)
+        parser.add_argument(flag, dest=field.name, type=_flag_type(kind, flag), default=default,
+                            required=meta["required"], choices=meta["choices"],
+                            nargs=meta["nargs"], help=help or None)
+    return flags
+
+
+def setting_flags(config_class, skip=()):
+    """{name: flag} of `config_class`'s fields that are flags (`add_settings`' flags)."""
+    return {field.name: field.metadata["switch"] or "--" + field.name.replace("_", "-")
+            for field in dataclasses.fields(config_class)
+            if field.name not in skip and field.metadata.get("flag")}
+
+
+def _default(field):
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return None
+
+
+def _flag_type(kind, flag):
+    """argparse's `type` from a field's: its ValueError's own words become the usage error."""
+    def parse(text):
+        try:
+            return kind(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(
+                {int: f"{text!r} is not a whole number", float: f"{text!r} is not a number"}
+                .get(kind) or str(error)) from None
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def settings_from(args, config_class, flags, **values):
+    """The `config_class` of the parsed `args`' fields (of `flags`) and `values`, checked
+    (`keras_tupe_base.settings.check`) before Keras. Raises ValueError, a line a problem (all
+    of them at once) in the command's words (`--steps-per-execution`, not
+    `steps_per_execution`), which `run` prints as `error: ...` lines, status 2."""
+    given = {name: getattr(args, name) for name in flags}
     try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text} is not a whole number of at least 1")
-    return value
+        return settings.check(config_class(**given, **values))
+    except ValueError as error:
+        raise ValueError(speak_flags(str(error), flags)) from None
+
+
+def speak_flags(message, flags):
+    """`message` with the settings' names (`` `seq_len` ``, `seq_len=7`) said as the flags
+    that give them (`--seq-len`, `--seq-len 7`)."""
+    for name, flag in flags.items():
+        message = message.replace(f"`{name}`", flag)
+        message = re.sub(rf"(?<![\w`-]){name}=", f"{flag} ", message)
+    return message
 
 
 def one_line_errors(parser):
@@ -264,50 +333,11 @@ def _library_user_error(error):
     """Whether an ImportError or OSError is the user's by the library's rules: a missing
     TensorFlow extra, an `--out` this process cannot write, a full disk or read-only folder."""
     if isinstance(error, ImportError):
-        return plumbing("extras").tensorflow_missing(error) is not None
-    lock = sys.modules.get("keras_tupe.output_lock")  # loaded, if it raised
+        return extras.tensorflow_missing(error) is not None
     # The place written to failed, not the program: no space, a file-size limit, a quota, a
     # read-only or forbidden folder (also a `staging.WriteError` of those).
-    return ((lock is not None and isinstance(error, lock.OutputNotWritableError))
-            or error.errno in plumbing("staging").SPACE_ERRNOS)
-
-
-# keras_tupe's modules of the standard library alone, which a command uses before Keras.
-PLUMBING = ("corpus_files", "extras", "finetuning_configs", "output_lock", "staging")
-
-
-def plumbing(name):
-    """keras_tupe's standard-library module `name` (of `PLUMBING`), without `import
-    keras_tupe` (which imports Keras: seconds): so a command holds its `--out` lock, and says
-    a user error, before Keras is imported.
-
-    The module is loaded from its file under its own name, `keras_tupe.<name>`, so the
-    library, imported after, holds this same module (one lock registry, one error class).
-    """
-    if name not in PLUMBING:
-        raise ValueError(f"Unknown plumbing module {name!r}. Valid names: {list(PLUMBING)}")
-    full_name = f"keras_tupe.{name}"
-    if full_name in sys.modules or "keras_tupe" in sys.modules:
-        return importlib.import_module(full_name)
-    folder, = importlib.util.find_spec("keras_tupe").submodule_search_locations
-    spec = importlib.util.spec_from_file_location(full_name, os.path.join(folder, f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[full_name] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[full_name]
-        raise
-    return module
-
-
-def fill_defaults(args, defaults, names):
-    """`args` (parsed flags) with each of `names` left out (None) set to the value it has in
-    `defaults`, a config (after parsing: building the config imports Keras)."""
-    for name in names:
-        if getattr(args, name) is None:
-            setattr(args, name, getattr(defaults, name))
-    return args
+    return (isinstance(error, output_lock.OutputNotWritableError)
+            or error.errno in staging.SPACE_ERRNOS)
 
 
 def _wants_traceback(args):
@@ -322,7 +352,7 @@ def error_lines(error, flags=None):
     if isinstance(error, OSError) and error.strerror and error.filename:
         message = f"{error.strerror}: {error.filename}"
     elif isinstance(error, ImportError):  # a missing extra's (`_library_user_error`)
-        message = plumbing("extras").tensorflow_missing(error, "This command") or str(error)
+        message = extras.tensorflow_missing(error, "This command") or str(error)
     else:
         message = str(error)
     for name, flag in (flags or {}).items():

@@ -15,7 +15,8 @@ TUPE authors' fairseq fork (TUPE-R or TUPE-A; `dict.txt` beside it unless
 import os
 
 # keras_tupe (with Keras: seconds) is imported inside the functions, after the flags parse.
-from keras_tupe_cli.common import command_parser, entry_point, plumbing
+from keras_tupe_base.output_lock import output_lock
+from keras_tupe_cli.common import command_parser, entry_point
 
 KINDS = ("huggingface", "fairseq")
 # The library's arguments, as this command's flags (messages speak the command line).
@@ -61,7 +62,7 @@ def main(argv=None):
     if args.kind == "fairseq":
         kwargs = {"dictionary": args.dictionary, "bpe_codes": args.bpe_codes}
     # Held before Keras is imported: a second conversion to --out is refused at once.
-    with plumbing("output_lock").output_lock(args.out, command=f"convert {args.kind} {args.source}"):
+    with output_lock(args.out, command=f"convert {args.kind} {args.source}"):
         from keras_tupe.convert import convert
 
         out = convert(args.kind, args.source, args.out, **kwargs)

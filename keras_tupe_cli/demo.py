@@ -67,9 +67,10 @@ def step(title):
 def main(argv=None):
     args = parse_args(argv)
     from keras_tupe.export import export_classifier, export_encoder, export_preprocessor
-    from keras_tupe.finetuning import FinetuneConfig, finetune_glue, load_classifier
-    from keras_tupe.pretraining import PretrainConfig, console_command, pretrain
-    from keras_tupe.progress import Heartbeat
+    from keras_tupe.finetuning import finetune_glue, load_classifier
+    from keras_tupe.pretraining import console_command, pretrain
+    from keras_tupe_base.settings import FinetuneConfig, PretrainConfig
+    from keras_tupe_base.progress import Heartbeat
 
     run = os.path.join(args.out, time.strftime("%Y%m%d-%H%M%S"))
     train_corpus, valid_corpus = corpora(args.data_dir)

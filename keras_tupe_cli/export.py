@@ -21,13 +21,8 @@ import os
 import sys
 
 # keras_tupe (with Keras: seconds) is imported inside the functions, after the flags parse.
-from keras_tupe_cli.common import (
-    INIT_FLAGS,
-    add_common_flags,
-    entry_point,
-    one_line_errors,
-    plumbing,
-)
+from keras_tupe_base.output_lock import output_lock
+from keras_tupe_cli.common import INIT_FLAGS, add_common_flags, entry_point, one_line_errors
 
 PROG = "keras-tupe-export"
 
@@ -139,9 +134,9 @@ def main(argv=None):
     check_paths(args)
     # Held before Keras is imported (`check_backend` may): a second export to --out is
     # refused at once.
-    with plumbing("output_lock").output_lock(args.out, command=f"export {args.command}"):
+    with output_lock(args.out, command=f"export {args.command}"):
         check_backend(argv)
-        from keras_tupe.progress import Heartbeat
+        from keras_tupe_base.progress import Heartbeat
 
         print(f"Exporting the {args.command} to {args.out}/<version> ...", flush=True)
         with Heartbeat(f"  exporting the {args.command}"):  # loading, tracing, saving: silent

@@ -10,54 +10,34 @@ train/eval, for small experiments only (clearly NOT the official split):
 """
 
 import contextlib
-import dataclasses
 import json
 import sys
 
-# keras_tupe (with Keras: seconds) is imported inside the functions, after the flags parse.
-from keras_tupe_cli.common import (INIT_FLAGS, add_init_flag, command_parser, entry_point, plumbing,
-                                   positive_int)
+# keras_tupe (with Keras: seconds) is imported inside `main`, after the flags parse and check.
+from keras_tupe_base.output_lock import output_lock
+from keras_tupe_base.settings import SquadConfig
+from keras_tupe_cli.common import (INIT_FLAGS, add_settings, command_parser, entry_point,
+                                   setting_flags, settings_from)
 
-# `SquadConfig`, from the standard-library module of the fine-tuning configs (a usage error
-# comes before Keras's and TensorFlow's import). Its fields are the flags: a flag each,
-# `--seq-len` for `seq_len`, but --init.
-CONFIGS = plumbing("finetuning_configs")
-SquadConfig = CONFIGS.SquadConfig
-FIELDS = dataclasses.fields(SquadConfig)
-# A bool field is a switch that turns its default around.
-SWITCHES = {"xla": "--no-xla", "lowercase": "--cased"}
-CHOICES = {"data_loader": CONFIGS.LOADERS}
-COUNTS = {"steps_per_execution"}  # at least 1 (`positive_int`)
-VALUE_FLAGS = {field.name: "--" + field.name.replace("_", "-") for field in FIELDS
-               if field.name != "init" and field.type is not bool}
 # The library names SquadConfig's fields (`seq_len=`); this command's messages, its flags.
-FLAGS = {**INIT_FLAGS, **VALUE_FLAGS}
+FLAGS = {**INIT_FLAGS, **setting_flags(SquadConfig)}
 
 
-def parse_args(argv=None):
-    """The flags, `SquadConfig`'s defaults for those left out; imports no Keras."""
-    p = add_init_flag(command_parser("keras-tupe-finetune-squad", __doc__))
-    for field in FIELDS:
-        if field.name in VALUE_FLAGS:
-            kind = positive_int if field.name in COUNTS else field.type
-            p.add_argument(VALUE_FLAGS[field.name], type=kind, default=field.default,
-                           choices=CHOICES.get(field.name))
-        elif field.type is bool:
-            p.add_argument(SWITCHES[field.name], dest=field.name,
-                           action="store_false" if field.default else "store_true")
-    return p.parse_args(argv)
+def parse_config(argv=None):
+    """The run's `SquadConfig`: a flag a field, every value checked; imports no Keras."""
+    p = command_parser("keras-tupe-finetune-squad", __doc__)
+    flags = add_settings(p, SquadConfig)
+    return settings_from(p.parse_args(argv), SquadConfig, flags)
 
 
 @entry_point(FLAGS)
 def main(argv=None):
-    args = vars(parse_args(argv))
-    del args["tf_logs"], args["traceback"]
+    config = parse_config(argv)
     # Held before Keras is imported: a second run on --out is refused at once.
-    out = args["out"]
-    with plumbing("output_lock").output_lock(out) if out else contextlib.nullcontext():
+    with output_lock(config.out) if config.out else contextlib.nullcontext():
         from keras_tupe.finetuning import finetune_squad
 
-        result = finetune_squad(SquadConfig(**args))
+        result = finetune_squad(config)
     print(json.dumps(result, indent=2))
     return 0
 

@@ -10,11 +10,8 @@ import sys
 import time
 
 # keras_tupe (with Keras: seconds) is imported inside the functions, after the flags parse.
+from keras_tupe_base.presets import SIZES, VARIANTS
 from keras_tupe_cli.common import command_parser, entry_point
-
-# `keras_tupe.models.presets.SIZES` (a test checks they agree): the parser knows them
-# without importing keras_tupe, so a usage error comes before TensorFlow's import.
-SIZES = ("tiny", "mini", "small", "base")
 
 
 def parse_args(argv=None):
@@ -33,7 +30,6 @@ def main(argv=None):
     import numpy as np
 
     from keras_tupe import TupeBackbone
-    from keras_tupe.models.presets import VARIANTS
 
     rng = np.random.default_rng(0)
     print(f"{'preset':<22}{'parameters':>14}   outputs of one forward pass (batch 2)")

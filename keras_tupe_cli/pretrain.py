@@ -14,98 +14,45 @@ token-id shards of `keras-tupe-shard-corpus`, read with NumPy only (a
 JAX machine without TensorFlow can train from them).
 """
 
-import argparse
 import os
 import sys
 
-# keras_tupe (with Keras: seconds) is imported inside the functions, after the flags parse.
-from keras_tupe_cli.common import command_parser, entry_point, fill_defaults, plumbing
+# keras_tupe (with Keras: seconds) is imported inside `main`, after the flags parse and check.
+from keras_tupe_base import corpus_files
+from keras_tupe_base.output_lock import output_lock
+from keras_tupe_base.presets import PRESETS
+from keras_tupe_base.settings import PretrainConfig
+from keras_tupe_base.shard_folders import ShardError, read_manifest
+from keras_tupe_cli.common import add_settings, command_parser, entry_point, settings_from
 
-# The choices of `keras_tupe.pretraining` (a test checks they agree): the parser knows them
-# without importing keras_tupe, so a usage error comes before TensorFlow's seconds-long import.
-STRATEGIES = ("default", "mirrored", "multiworker")
-PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
-
-
-def pretrain_defaults():
-    """`PretrainConfig`'s defaults (imported once the flags have parsed)."""
-    from keras_tupe.pretraining import PretrainConfig
-
-    return PretrainConfig(preset="", corpus=[], out="")
+# The defaults fitted to the run after parsing (`fit_to_preset`).
+FITTED = ("seq_len", "eval_every")
+DEFAULTS = PretrainConfig(preset="", corpus=None, out="")
 
 
-def _int_list(text):
-    try:
-        return [int(float(s)) for s in text.split(",") if s.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated step numbers, got {text!r}")
-
-
-def parse_flags(argv=None):
-    """The flags as given and their paths checked; imports no Keras (a fraction of a second)."""
+def parser():
+    """The command's parser and its {setting: flag}: a flag a `PretrainConfig` field."""
     p = command_parser("keras-tupe-pretrain", __doc__)
-    # Defaults left out (None) are `PretrainConfig`'s, filled in after parsing.
-    p.add_argument("--preset", required=True, help="backbone preset, e.g. tupe_r_mini")
-    p.add_argument("--corpus", nargs="+", help="training text (see above); or --shards")
-    p.add_argument("--valid-corpus", nargs="+", help="validation text, logged every --eval-every")
-    p.add_argument("--shards", help="token-id shard folder (keras-tupe-shard-corpus) "
-                                    "instead of --corpus; its vocabulary is the run's")
-    p.add_argument("--valid-shards", help="validation shard folder, with --shards")
-    p.add_argument("--out", required=True, help="run directory (created; resumed if unfinished)")
-    p.add_argument("--overwrite", action="store_true", help="delete an existing --out first")
-    p.add_argument("--vocab", help="WordPiece vocabulary file; trained on --corpus if absent")
-    p.add_argument("--vocabulary-size", type=int, help="largest number of tokens (default: 30522)")
-    p.add_argument("--cased", dest="lowercase", action="store_false", help="keep case")
-    p.add_argument("--vocab-lines", type=int, help="corpus lines used to train the vocabulary")
-    p.add_argument("--steps", type=int, help="optimizer steps")
-    p.add_argument("--batch-size", type=int, help="global batch size")
-    p.add_argument("--seq-len", type=int,
-                   help="default: 512, or the preset's position table when shorter")
-    p.add_argument("--learning-rate", type=float, help="peak LR")
-    for flag in ("warmup-ratio", "weight-decay", "adam-beta1", "adam-beta2", "adam-epsilon"):
-        p.add_argument(f"--{flag}", type=float)
-    p.add_argument("--clip-norm", type=float, help="global norm of the aggregated gradient")
-    for flag in ("dropout", "mask-rate", "mask-token-rate", "random-token-rate"):
-        p.add_argument(f"--{flag}", type=float)
-    p.add_argument("--eval-every", type=int,
-                   help="steps between validation, CSV rows and backups (default: 1000 "
-                        "when it divides --steps, else about a tenth of --steps)")
-    p.add_argument("--valid-batches", type=int)
-    p.add_argument("--save-steps", type=_int_list,
-                   help="steps at which to keep a checkpoint (a preset folder, RUN/checkpoints/"
-                        "step_NNNNNNN/), e.g. 100000,300000; 0 keeps "
-                        "the random initialization (a control for fine-tuning)")
-    p.add_argument("--strategy", choices=STRATEGIES)
-    p.add_argument("--precision", choices=PRECISIONS)
-    p.add_argument("--no-xla", dest="xla", action="store_false", help="turn XLA off")
-    p.add_argument("--steps-per-execution", type=int, default=1,
-                   help="steps one call of the compiled train function runs (Keras fit's "
-                        "argument): fewer Python round trips, the same numbers; a divisor "
-                        "of --eval-every and of each --save-steps")
-    p.add_argument("--seed", type=int)
-    p.add_argument("--shuffle-buffer", type=int)
-    p.add_argument("--max-lines", type=int, help="read at most this many corpus lines")
-    p.add_argument("--verbose", type=int, choices=(0, 1, 2),
-                   help="0: silent, 1: a progress bar of steps (default), 2: a line per block")
-    args = p.parse_args(argv)
+    return p, add_settings(p, PretrainConfig, defaults=dict.fromkeys(FITTED))
+
+
+def parse_args(argv=None):
+    """The flags as given, their paths checked; imports no Keras (a fraction of a second)."""
+    args = parser()[0].parse_args(argv)
     check_paths(args)
     return args
 
 
-def parse_args(argv=None):
-    """The flags, with `PretrainConfig`'s defaults for those left out."""
-    return with_defaults(parse_flags(argv))
+def parse_config(argv=None):
+    """The run's `PretrainConfig` from the command line: the paths and every value checked,
+    the defaults fitted to the preset (`fit_to_preset`); imports no Keras."""
+    p, flags = parser()
+    args = p.parse_args(argv)
+    check_paths(args)
+    fit_to_preset(vars(args))
+    return settings_from(args, PretrainConfig, flags)
 
 
-def with_defaults(args):
-    """`args` with `PretrainConfig`'s defaults filled in (this imports Keras: seconds)."""
-    # seq_len, eval_every: fit_to_preset's; corpus: no default (`pretrain_defaults`' [] is a
-    # placeholder; a --shards run has corpus None, as its resume check records it).
-    return fill_defaults(args, pretrain_defaults(), [
-        name for name in vars(args) if name not in ("seq_len", "eval_every", "corpus")])
-
-
-# `keras_tupe.data.shards`' advice (that module imports Keras, so it is not imported here).
 SHARDS_HINT = "Make it with `keras-tupe-shard-corpus --out DIR ...`."
 
 
@@ -128,7 +75,7 @@ def check_paths(args):
                 raise NotADirectoryError(f"{flag} {path} is not a folder.{hint}")
     for flag, paths, when in (("--corpus", args.corpus, "for the vocabulary, then every epoch"),
                               ("--valid-corpus", args.valid_corpus, "at every validation")):
-        plumbing("corpus_files").refuse_streams(
+        corpus_files.refuse_streams(
             paths, flag, f"keras-tupe-pretrain reads it several times ({when})")
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         raise NotADirectoryError(f"--out {args.out} is a file; a run writes a folder.")
@@ -142,23 +89,18 @@ def fit_to_preset(args):
     paper's 1000 when it divides `--steps`, else the largest divisor of `--steps` up to
     a tenth of it (30 for 300).
     """
-    from keras_tupe.data.shards import ShardError, read_manifest
-    from keras_tupe.models.presets import PRESETS
-
-    defaults = pretrain_defaults()
-
     if args["seq_len"] is None and args.get("shards"):
         try:
             args["seq_len"] = read_manifest(args["shards"])["sequence_length"]
         except ShardError:
             pass  # `pretrain` reports the folder's problem
     if args["seq_len"] is None:
-        table = PRESETS.get(args["preset"], {}).get("max_sequence_length", defaults.seq_len)
-        args["seq_len"] = min(defaults.seq_len, table)
+        table = PRESETS.get(args["preset"], {}).get("max_sequence_length", DEFAULTS.seq_len)
+        args["seq_len"] = min(DEFAULTS.seq_len, table)
     steps = args["steps"]
     if args["eval_every"] is None:
-        if steps >= 1 and steps % defaults.eval_every == 0:
-            args["eval_every"] = defaults.eval_every
+        if steps >= 1 and steps % DEFAULTS.eval_every == 0:
+            args["eval_every"] = DEFAULTS.eval_every
         else:
             args["eval_every"] = max([d for d in range(1, max(steps // 10, 1) + 1)
                                       if steps % d == 0] or [1])
@@ -173,26 +115,11 @@ def settings_line(config):
             f"{'XLA' if config.xla else 'no XLA'} -> {config.out}")
 
 
-def parse_config(argv=None):
-    """The run's `PretrainConfig` from the command line, defaults fitted to the preset."""
-    return run_config(parse_args(argv))
-
-
-def run_config(args):
-    """The `PretrainConfig` of parsed flags with their defaults, fitted to the preset."""
-    args = fit_to_preset(vars(args))
-    from keras_tupe.pretraining import PretrainConfig
-
-    del args["tf_logs"], args["traceback"]  # the entry point's own flags, not the run's
-    return PretrainConfig(**args)
-
-
 @entry_point()
 def main(argv=None):
-    args = parse_flags(argv)
+    config = parse_config(argv)
     # Held before Keras is imported: a second run on --out is refused at once.
-    with plumbing("output_lock").output_lock(args.out):
-        config = run_config(with_defaults(args))
+    with output_lock(config.out):
         if config.verbose:
             print(settings_line(config), flush=True)
         from keras_tupe.pretraining import pretrain

@@ -19,44 +19,25 @@ WordPiece vocabulary of `--vocabulary-size` tokens is trained on `--corpus`
 """
 
 import contextlib
+import dataclasses
 import os
 import sys
 import tempfile
 
-# keras_tupe (with Keras: seconds) is imported inside the functions, after the flags parse.
-from keras_tupe_cli.common import command_parser, entry_point, fill_defaults, plumbing
-from keras_tupe_cli.pretrain import pretrain_defaults
-
-DEFAULT_SEQUENCES_PER_SHARD = 100_000
-# The flags whose defaults, left out (None), are keras-tupe-pretrain's (`PretrainConfig`).
-PRETRAIN_FLAGS = ("vocabulary_size", "vocab_lines", "seq_len")
+# keras_tupe (with Keras: seconds) is imported inside `main`, after the flags parse and check.
+from keras_tupe_base import corpus_files
+from keras_tupe_base.output_lock import output_lock
+from keras_tupe_base.settings import ShardConfig
+from keras_tupe_cli.common import add_settings, command_parser, entry_point, settings_from
 
 
-def parse_flags(argv=None):
-    """The flags as given and their paths checked; imports no Keras (a fraction of a second)."""
+def parse_config(argv=None):
+    """The command's `ShardConfig`, its paths and values checked; imports no Keras."""
     p = command_parser("keras-tupe-shard-corpus", __doc__)
-    p.add_argument("--corpus", required=True, nargs="+",
-                   help="text files, directories of .txt files, or tfds:NAME[:SPLIT]")
-    p.add_argument("--out", required=True, help="shard folder to create")
-    p.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
-    p.add_argument("--vocab", help="WordPiece vocabulary file; trained on --corpus if absent")
-    # Defaults left out (None) are keras-tupe-pretrain's (`PretrainConfig`), filled in after
-    # parsing: a usage error comes before TensorFlow's import.
-    p.add_argument("--vocabulary-size", type=int, help="default: 30522")
-    p.add_argument("--vocab-lines", type=int,
-                   help="corpus lines used to train the vocabulary (default: 200000)")
-    p.add_argument("--cased", dest="lowercase", action="store_false", help="keep case")
-    p.add_argument("--seq-len", type=int, help="default: 512")
-    p.add_argument("--sequences-per-shard", type=int, default=DEFAULT_SEQUENCES_PER_SHARD)
-    p.add_argument("--max-lines", type=int, help="read at most this many corpus lines")
+    flags = add_settings(p, ShardConfig)
     args = p.parse_args(argv)
     check_paths(args)
-    return args
-
-
-def parse_args(argv=None):
-    """The flags, with keras-tupe-pretrain's defaults for those left out (imports Keras)."""
-    return fill_defaults(parse_flags(argv), pretrain_defaults(), PRETRAIN_FLAGS)
+    return settings_from(args, ShardConfig, flags)
 
 
 def check_paths(args):
@@ -79,38 +60,37 @@ def check_paths(args):
 
 @entry_point({"out": "--out", "overwrite": "--overwrite"})
 def main(argv=None):
-    args = parse_flags(argv)
-    out = os.path.normpath(args.out)
+    config = parse_config(argv)
+    out = os.path.normpath(config.out)
     # Held before Keras is imported: a second command on --out is refused at once.
-    with plumbing("output_lock").output_lock(out, command="shard_corpus"), \
+    with output_lock(out, command="shard_corpus"), \
             tempfile.TemporaryDirectory() as scratch, contextlib.ExitStack() as streams:
         # Pipes open here, in the main thread, where a signal stops the wait for a writer.
-        corpus_files = plumbing("corpus_files")
-        args.corpus = [streams.enter_context(corpus_files.open_stream(path))
-                       if is_stream(path) else path for path in args.corpus]
-        args = fill_defaults(args, pretrain_defaults(), PRETRAIN_FLAGS)
+        corpus = [streams.enter_context(corpus_files.open_stream(path))
+                  if is_stream(path) else path for path in config.corpus]
+        config = dataclasses.replace(config, corpus=corpus)
         from keras_tupe import data
         from keras_tupe.data.sharding import shard_corpus
 
-        vocab = args.vocab
+        vocab = config.vocab
         if vocab is None:
-            print(f"Training a {args.vocabulary_size}-token WordPiece vocabulary on "
-                  f"{args.vocab_lines} lines of {' '.join(args.corpus)} ...", flush=True)
+            print(f"Training a {config.vocabulary_size}-token WordPiece vocabulary on "
+                  f"{config.vocab_lines} lines of {' '.join(config.corpus)} ...", flush=True)
             vocab = data.train_vocabulary(
-                args.corpus, args.vocabulary_size, os.path.join(scratch, "vocab.txt"),
-                lowercase=args.lowercase, max_lines=args.vocab_lines)
+                config.corpus, config.vocabulary_size, os.path.join(scratch, "vocab.txt"),
+                lowercase=config.lowercase, max_lines=config.vocab_lines)
         manifest = shard_corpus(
-            args.corpus, vocab, out, args.seq_len,
-            sequences_per_shard=args.sequences_per_shard, lowercase=args.lowercase,
-            max_lines=args.max_lines, overwrite=args.overwrite)
-    print(f"Wrote {manifest['num_sequences']} sequences of {args.seq_len} tokens "
+            config.corpus, vocab, out, config.seq_len,
+            sequences_per_shard=config.sequences_per_shard, lowercase=config.lowercase,
+            max_lines=config.max_lines, overwrite=config.overwrite)
+    print(f"Wrote {manifest['num_sequences']} sequences of {config.seq_len} tokens "
           f"({manifest['num_tokens']} tokens) in {len(manifest['shards'])} shards to {out}.")
     return 0
 
 
 def is_stream(path):
     """Whether --corpus `path` is a pipe; refuses a device and a path that does not exist."""
-    return not path.startswith("tfds:") and plumbing("corpus_files").corpus_kind(path) == "stream"
+    return not path.startswith("tfds:") and corpus_files.corpus_kind(path) == "stream"
 
 
 if __name__ == "__main__":

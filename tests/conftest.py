@@ -3,7 +3,7 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-import training  # noqa: E402,F401  (first: TensorFlow starts quietly, no cuInit line in `make test`)
+import keras_tupe_cli  # noqa: E402,F401  (first: TensorFlow starts quietly, no cuInit line in `make test`)
 import keras  # noqa: E402
 import pytest  # noqa: E402
 

@@ -1,12 +1,12 @@
 """The import graph's rules (issue 58), read from the source with `ast` (nothing is imported):
 
-- no import cycle among the modules of the library, the commands, the studies and the
-  benchmarks;
+- no import cycle among the modules of the base package, the library, the commands, the
+  studies and the benchmarks;
+- the base package (`keras_tupe_base`) imports the standard library alone, in its functions
+  too: it is what a command reads before Keras, and what every other package builds on;
 - the library imports neither its commands nor the checkout's scripts, studies or benchmarks;
 - models never import data code (data code may build on the models);
-- the layers import only layers and the standard-library plumbing;
-- the plumbing a command loads before Keras (`keras_tupe_cli.common.PLUMBING`) imports the
-  standard library alone, outside functions;
+- the layers import only layers and the base package;
 - studies and benchmarks never import the scripts (`training`);
 - in the library, a function-local import is of an optional dependency only.
 """
@@ -18,7 +18,8 @@ import sys
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
-PACKAGES = ("keras_tupe", "keras_tupe_cli", "training", "experiments", "benchmarks")
+PACKAGES = ("keras_tupe_base", "keras_tupe", "keras_tupe_cli", "training", "experiments",
+            "benchmarks")
 # The optional dependencies a library function may import where it needs them.
 OPTIONAL = ("tensorflow", "tensorflow_text", "tensorflow_datasets", "grain", "torch",
             "matplotlib", "safetensors", "h5py", "sacremoses", "jax")
@@ -134,7 +135,7 @@ def inside(module, package):
 
 def test_the_library_imports_no_command_script_study_or_benchmark():
     assert offending(lambda m: inside(m, "keras_tupe"),
-                     lambda t: any(inside(t, p) for p in PACKAGES[1:])) == []
+                     lambda t: any(inside(t, p) for p in PACKAGES[2:])) == []
 
 
 def test_models_import_no_data_code():
@@ -142,29 +143,42 @@ def test_models_import_no_data_code():
                      lambda t: inside(t, "keras_tupe.data")) == []
 
 
-def test_layers_import_only_layers_and_plumbing():
-    allowed = ("keras_tupe.layers", "keras_tupe.staging", "keras_tupe.files")
+def test_layers_import_only_layers_and_the_base_package():
+    allowed = ("keras_tupe.layers", "keras_tupe_base")
     assert offending(lambda m: inside(m, "keras_tupe.layers"),
                      lambda t: not any(inside(t, a) for a in allowed)) == []
 
 
-def plumbing_modules():
-    """`keras_tupe_cli.common.PLUMBING`, read from its assignment."""
-    tree = ast.parse(MODULES["keras_tupe_cli.common"].read_text())
-    value, = [node.value for node in tree.body if isinstance(node, ast.Assign)
-              and [target.id for target in node.targets] == ["PLUMBING"]]
-    return [f"keras_tupe.{name}" for name in ast.literal_eval(value)]
+def base_imports(module):
+    """(import, line) of every import in a module of the base package, functions' included,
+    that is not of the standard library or of the base package itself."""
+    path = MODULES[module]
+    tree = ast.parse(path.read_text(), str(path))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            found.append(("." * node.level + (node.module or ""), node.lineno))
+    return [(name, line) for name, line in found
+            if name.split(".")[0] not in (*sys.stdlib_module_names, "keras_tupe_base")]
 
 
-def test_the_plumbing_imports_the_standard_library_alone():
-    # A command loads these before Keras (`plumbing`): any other import would put Keras's
-    # seconds back before its usage errors. A function's own imports run when it is called.
-    plumbing = plumbing_modules()
-    assert "keras_tupe.finetuning_configs" in plumbing  # keras-tupe-finetune-squad's flags
-    for module in plumbing:
-        assert [name for target, name, _, local in imports(MODULES[module], module, MODULES)
-                if not local and target not in plumbing
-                and name.split(".")[0] not in sys.stdlib_module_names] == [], module
+def test_the_base_package_imports_the_standard_library_alone():
+    # The commands import it before Keras (a usage error in a fraction of a second), the
+    # library and the studies build on it: any other import, even in a function, would
+    # bring Keras's seconds, or a package a GPU machine lacks, back under them.
+    base = sorted(m for m in MODULES if inside(m, "keras_tupe_base"))
+    assert {"keras_tupe_base.settings", "keras_tupe_base.staging",
+            "keras_tupe_base.output_lock"} <= set(base)
+    assert {module: base_imports(module) for module in base} == dict.fromkeys(base, [])
+
+
+def test_the_rule_of_the_base_package_sees_imports_inside_functions(tmp_path, monkeypatch):
+    module = tmp_path / "probe.py"
+    module.write_text("import os\n\ndef f():\n    import numpy\n    from . import x\n")
+    monkeypatch.setitem(MODULES, "keras_tupe_base.probe", module)
+    assert base_imports("keras_tupe_base.probe") == [("numpy", 4), (".", 5)]
 
 
 def test_studies_and_benchmarks_never_import_the_scripts():
@@ -173,10 +187,7 @@ def test_studies_and_benchmarks_never_import_the_scripts():
 
 
 # Function-local imports of non-optional modules in the library, each with its reason.
-LOCAL_BY_REASON = {
-    ("keras_tupe.staging", "numpy"): "the commands load staging before NumPy and Keras",
-    ("keras_tupe.staging", "keras.src.saving"): "the commands load staging before Keras",
-}
+LOCAL_BY_REASON = {}
 
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if inside(m, "keras_tupe")))

@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 from keras import ops
 
-from keras_tupe import PRESETS, TupeBackbone
-from keras_tupe.models.presets import VARIANTS
+from keras_tupe import TupeBackbone
+from keras_tupe_base.presets import PRESETS
+from keras_tupe_base.presets import VARIANTS
 from tests.reference_params import assert_close, randomize_weights
 
 ALL_VARIANTS = sorted(VARIANTS)
@@ -131,7 +132,7 @@ def test_absolute_encoders_refuse_longer_sequences(variant):
 
 def test_preset_length_limit_matches_the_built_encoder():
     """The CLI checks --seq-len from the preset; the encoder checks its inputs: one rule."""
-    from keras_tupe.models.tupe_backbone import absolute_length_limit
+    from keras_tupe_base.presets import absolute_length_limit
 
     for name, config in PRESETS.items():
         if name.endswith("_tiny"):

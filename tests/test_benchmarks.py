@@ -14,7 +14,8 @@ import pytest
 
 from benchmarks import encoders, harness
 from benchmarks.encoders import cli, flops, plan, report, worker
-from keras_tupe import TupeBackbone, models
+from keras_tupe import TupeBackbone
+from keras_tupe_base import presets
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -356,13 +357,13 @@ def test_the_benchmarks_parent_imports_no_framework():
 # --- benchmarks.encoders: names from keras_tupe -------------------------------------------
 
 PROBE = dict(backend="tensorflow", gpus=[], fast_mixed_precisions=[], cpu_low_precision_flags="",
-             keras_hub=True, keras_hub_error=None, preset_variants=list(models.VARIANTS),
-             preset_sizes=list(models.SIZES))
+             keras_hub=True, keras_hub_error=None, preset_variants=list(presets.VARIANTS),
+             preset_sizes=list(presets.SIZES))
 
 
 def test_variants_and_sizes_are_the_presets_with_no_copy():
     settings, _, _ = cli.resolve_settings(cli.parse_args(["--quick"]), PROBE)
-    assert settings["variants"] == [*models.VARIANTS, "keras_hub_bert"]
+    assert settings["variants"] == [*presets.VARIANTS, "keras_hub_bert"]
     assert settings["size"] == "tiny"
     probe = dict(PROBE, preset_variants=["bert_a", "new_one"])  # a variant added to the presets
     settings, _, _ = cli.resolve_settings(cli.parse_args(["--variants", "new_one"]), probe)
@@ -390,10 +391,10 @@ def test_the_gpu_stage_commands_parse():
 
 
 def test_fused_attention_where_the_schemes_table_says_fusable():
-    fused = {variant for variant in models.VARIANTS
+    fused = {variant for variant in presets.VARIANTS
              if worker.attention_choice(variant, True, "infer", 0.0, False)[0] == "fused"}
     # Rotary and ALiBi are a dot product plus a bias: fused, like BERT and TUPE.
-    assert fused == set(models.VARIANTS) - {"bert_a_d", "shaw", "huang_m1", "huang_m2",
+    assert fused == set(presets.VARIANTS) - {"bert_a_d", "shaw", "huang_m1", "huang_m2",
                                             "huang_m3", "huang_m4", "deberta"}
     assert worker.attention_choice("rope", True, "train", 0.1, True) == ("fused", "einsum", False)
     assert worker.attention_choice("rope", True, "train", 0.0, True) == ("fused", "fused",

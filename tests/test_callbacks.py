@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from keras_tupe.callbacks import AtomicBackupAndRestore, StepCheckpoint, StepLogger
-from keras_tupe.staging import write_weights
+from keras_tupe.models.saving import write_weights
 
 STEPS_PER_EPOCH, EPOCHS = 4, 3
 X = np.random.default_rng(0).normal(size=(16, 4)).astype("float32")

@@ -17,14 +17,15 @@ import keras_hub
 import numpy as np
 import pytest
 
+from keras_tupe import TupeBackbone, layers
 import keras_tupe  # noqa: F401  (registers the family with keras-hub)
-from keras_tupe import PRESETS, TupeBackbone, layers
 from keras_tupe.convert import fairseq
 from keras_tupe.convert.common import ConversionError, sha256
 from keras_tupe.convert.fairseq import convert_fairseq
 from keras_tupe.convert.torch_files import load_torch_file
 from keras_tupe.layers.cls_reset import reset_cls_buckets, reset_cls_from_reserved_rows
 from keras_tupe.models.tupe_masked_lm import TupeMaskedLM
+from keras_tupe_base.presets import PRESETS
 from tests.layer_test_case import run_layer_test
 
 REPO = Path(__file__).resolve().parents[1]
@@ -134,7 +135,7 @@ def test_float16_and_float32_checkpoints_give_the_same_float32_weights(loaded):
 
 def test_converted_config_is_the_fairseq_variant(loaded):
     """The converter writes the presets' variant, at the checkpoint's sizes."""
-    from keras_tupe.models.presets import VARIANTS as PRESET_VARIANTS
+    from keras_tupe_base.presets import VARIANTS as PRESET_VARIANTS
 
     sizes = dict(vocabulary_size=113, num_layers=2, num_heads=4, hidden_dim=32,
                  intermediate_dim=64, max_sequence_length=64)

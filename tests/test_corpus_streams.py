@@ -12,9 +12,9 @@ import threading
 
 import pytest
 
-from keras_tupe import corpus_files
-from keras_tupe.corpus_files import Stream, corpus_kind, open_stream
 from keras_tupe.data.corpus import line_dataset
+from keras_tupe_base import corpus_files
+from keras_tupe_base.corpus_files import Stream, corpus_kind, open_stream
 from keras_tupe_cli import pretrain, shard_corpus
 
 TEXT = "First paragraph here.\nAnd its second.\n\nAnother document.\n"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from keras_tupe import layers
-from keras_tupe.models.presets import PRESETS, SIZES, VARIANTS
+from keras_tupe_base.presets import PRESETS, SIZES, VARIANTS
 
 ROOT = Path(__file__).resolve().parents[1]
 

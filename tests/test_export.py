@@ -24,8 +24,8 @@ from keras_tupe.export import (
     next_version,
     write_version,
 )
-from keras_tupe.hub import load_encoder, load_saved_model
 from keras_tupe.export.tfhub_names import from_tfhub
+from keras_tupe.hub import load_encoder, load_saved_model
 from keras_tupe.models import (
     TupeBackbone,
     TupeMaskedLM,
@@ -34,7 +34,7 @@ from keras_tupe.models import (
     TupeTokenizer,
 )
 from tests.packing_oracle import pack_texts, packed_batches
-from training import export as export_cli
+from keras_tupe_cli import export as export_cli
 
 REPO = Path(__file__).resolve().parents[1]
 DATA_DIR = Path(os.environ.get("KERAS_TUPE_DATA_DIR") or REPO.parent / "shared" / "data")
@@ -381,7 +381,7 @@ def export_with_a_cut_copy(sst2_vocab, sst2_classifier, model):
 def test_predict_skips_a_version_holding_only_its_graph(sst2_vocab, sst2_classifier, tmp_path,
                                                         capsys):
     """Was: two TensorFlow error lines, one a wrong `experimental_io_device` hint."""
-    from training import predict
+    from keras_tupe_cli import predict
 
     model = tmp_path / "sst2"
     first = export_with_a_cut_copy(sst2_vocab, sst2_classifier, model)
@@ -397,7 +397,7 @@ def test_predict_skips_a_version_holding_only_its_graph(sst2_vocab, sst2_classif
 def test_predict_names_a_version_whose_variables_are_cut_as_corrupt(sst2_vocab, sst2_classifier,
                                                                     tmp_path, capsys):
     """Was: a 32-line traceback ending `IndexError: Read less bytes than requested`."""
-    from training import predict
+    from keras_tupe_cli import predict
 
     model = tmp_path / "sst2"
     first = export_with_a_cut_copy(sst2_vocab, sst2_classifier, model)

@@ -1,5 +1,5 @@
 """The one sha256 of a file, the old names that answer with it, the one JSON reader, and the
-appended JSON-lines records (`keras_tupe.jsonl`)."""
+appended JSON-lines records (`keras_tupe_base.jsonl`)."""
 
 import errno
 import hashlib
@@ -11,9 +11,9 @@ import pytest
 
 from keras_tupe.convert.common import sha256
 from keras_tupe.data.shards import file_sha256 as shards_file_sha256
-from keras_tupe.files import file_sha256, tree_sha256
-from keras_tupe.jsonl import append_jsonl, read_jsonl
-from keras_tupe.staging import WriteError
+from keras_tupe_base.files import file_sha256, tree_sha256
+from keras_tupe_base.jsonl import append_jsonl, read_jsonl
+from keras_tupe_base.staging import WriteError
 
 
 def test_file_sha256_streams_large_files_and_the_old_names_agree(tmp_path):
@@ -52,7 +52,7 @@ def test_tree_sha256_fingerprints_every_file_of_a_folder(tmp_path):
 
 
 def test_read_json_reads_a_file_or_gives_an_empty_dict_where_there_is_none(tmp_path):
-    from keras_tupe.files import read_json
+    from keras_tupe_base.files import read_json
 
     (tmp_path / "a.json").write_text('{"epoch": 3, "name": "caf\\u00e9"}', encoding="utf-8")
     assert read_json(tmp_path / "a.json") == {"epoch": 3, "name": "café"}

@@ -9,7 +9,7 @@ import pytest
 from keras_tupe import data
 from keras_tupe.data import squad
 from keras_tupe.models import TupeBackbone
-from training import finetune_squad as cli
+from keras_tupe_cli import finetune_squad as cli
 
 REPO = Path(__file__).resolve().parents[1]
 DATA_DIR = Path(os.environ.get("KERAS_TUPE_DATA_DIR") or REPO.parent / "shared" / "data")

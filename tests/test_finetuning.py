@@ -9,10 +9,11 @@ import pytest
 
 from keras_tupe import data
 from keras_tupe.data import glue
-from keras_tupe.finetuning import FinetuneConfig, finetune_glue
+from keras_tupe.finetuning import finetune_glue
 from keras_tupe.finetuning.glue import longest_packed_length
 from keras_tupe.models import TupeBackbone, TupeTokenizer
-from training import finetune_glue as cli
+from keras_tupe_base.settings import FinetuneConfig
+from keras_tupe_cli import finetune_glue as cli
 from tests.packing_oracle import pack_texts, packed_batches
 
 REPO = Path(__file__).resolve().parents[1]
@@ -301,11 +302,11 @@ def test_the_chosen_rate_is_the_selection_seeds_not_the_best_median():
 
 
 @pytest.mark.parametrize("grid,message", [
-    ({"seeds": [0, 1], "selection_seed": 2}, r"selection_seed 2 is not one of the seeds \[0, 1\]"),
+    ({"seeds": [0, 1], "selection_seed": 2}, r"`selection_seed` 2 is not one of `seeds` 0 1"),
     ({"selection_seed": 0, "edge_learning_rates": [1e-4]},
-     r"edge_learning_rates \[0.0001\]: each must be a positive rate that is not already"),
-    ({"selection_seed": 0, "edge_learning_rates": [-1e-3]}, r"edge_learning_rates \[-0.001\]"),
-    ({"edge_learning_rates": [1e-3]}, "widen the grid of a selection_seed"),
+     r"`edge_learning_rates` 0.0001: each must be a positive rate that is not already"),
+    ({"selection_seed": 0, "edge_learning_rates": [-1e-3]}, r"`edge_learning_rates` -0.001: "),
+    ({"edge_learning_rates": [1e-3]}, "widen the grid of a `selection_seed`"),
 ])
 def test_a_bad_selection_is_refused_before_any_run(tmp_path, monkeypatch, grid, message):
     from keras_tupe.finetuning import run_protocol
@@ -319,14 +320,19 @@ def test_a_bad_selection_is_refused_before_any_run(tmp_path, monkeypatch, grid, 
 
 def test_cli_pad_to_longest_flag():
     base = ["--init", "run", "--tasks", "cola", "--out", "o"]
-    assert cli.parse_args(base + ["--pad-to-longest"]).pad_to_longest is True
-    assert cli.parse_args(base).pad_to_longest is False
-    assert cli.parse_args(base + ["--pad-each-batch"]).pad_each_batch is True
-    assert cli.parse_args(base).pad_each_batch is False
-    args = cli.parse_args(base + ["--selection-seed", "0", "--edge-learning-rates", "3e-3"])
-    assert (args.selection_seed, args.edge_learning_rates) == (0, [3e-3])
-    assert (cli.parse_args(base).selection_seed, cli.parse_args(base).edge_learning_rates) == (
-        None, [])
+
+    def run_settings(argv):
+        return cli.parse_configs(argv)[1]
+
+    assert run_settings(base + ["--pad-to-longest"]).pad_to_longest is True
+    assert run_settings(base).pad_to_longest is False
+    assert run_settings(base + ["--pad-each-batch"]).pad_each_batch is True
+    assert run_settings(base).pad_each_batch is False
+    protocol, _ = cli.parse_configs(base + ["--selection-seed", "0", "--edge-learning-rates",
+                                            "3e-3"])
+    assert (protocol.selection_seed, protocol.edge_learning_rates) == (0, [3e-3])
+    protocol, _ = cli.parse_configs(base)
+    assert (protocol.selection_seed, protocol.edge_learning_rates) == (None, [])
 
 
 @pytest.mark.parametrize("flags,message", [
@@ -336,8 +342,9 @@ def test_cli_pad_to_longest_flag():
     (["--seeds", "0", "--learning-rates", "1e-4", "--selection-seed", "0",
       "--edge-learning-rates", "1e-4", "-1"], "--edge-learning-rates 0.0001 -1: each must be"),
 ])
-def test_cli_refuses_a_bad_selection_in_one_line(flags, message, capsys):
-    with pytest.raises(SystemExit) as stop:
-        cli.parse_args(["--init", "run", "--tasks", "rte", "--out", "o"] + flags)
+def test_cli_refuses_a_bad_selection_in_one_line(flags, message, capsys, tmp_path):
+    out = tmp_path / "o"
+    code = cli.main(["--init", "run", "--tasks", "rte", "--out", str(out)] + flags)
     err = capsys.readouterr().err
-    assert stop.value.code == 2 and message in err and len(err.strip().splitlines()) == 1
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+    assert err.startswith("error: ") and not out.exists()

@@ -17,7 +17,8 @@ import keras
 import numpy as np
 import pytest
 
-from keras_tupe import staging
+from keras_tupe.models.saving import write_weights
+from keras_tupe_base import staging
 from tests.test_pretrain import ENWIKI_TRAIN, REPO, tiny_args, vocab  # noqa: F401
 
 # `training.pretrain` in which the disk fills right after the space check of a write whose
@@ -25,8 +26,8 @@ from tests.test_pretrain import ENWIKI_TRAIN, REPO, tiny_args, vocab  # noqa: F4
 # the write itself meets a full disk part-way, as when another process fills it meanwhile.
 FILLED_DURING = """
 import os, re, sys
-import training  # first: TensorFlow starts quietly, as for `python -m training.pretrain`
-from keras_tupe import staging
+import keras_tupe_cli  # first: TensorFlow starts quietly, as for `keras-tupe-pretrain`
+from keras_tupe_base import staging
 
 pattern, filler, room = re.compile(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 check_space = staging.check_space
@@ -47,7 +48,7 @@ def check_then_fill(path, *args, **kwargs):
 
 staging.check_space = check_then_fill
 sys.argv = ["python -m training.pretrain", *sys.argv[4:]]
-from training.pretrain import main
+from keras_tupe_cli.pretrain import main
 sys.exit(main())
 """
 
@@ -121,7 +122,7 @@ def test_weights_made_in_memory_read_back_as_keras_wrote_them(tmp_path):
     for variable in model.weights:
         variable.assign(np.random.default_rng(0).normal(size=variable.shape))
     model.optimizer.iterations.assign(7)
-    staging.write_weights(model, tmp_path / "in_memory.weights.h5")
+    write_weights(model, tmp_path / "in_memory.weights.h5")
     model.save_weights(tmp_path / "keras.weights.h5")
     for name in ("in_memory", "keras"):
         copy = _dense_model()
@@ -140,7 +141,7 @@ def test_weights_meeting_a_full_disk_half_way_raise_one_write_error(tmpfs, monke
     monkeypatch.setattr(staging, "check_space", lambda *args, **kwargs: None)
     with pytest.raises(staging.WriteError) as caught:
         with staging.staged(disk / "backup", folder=True):
-            staging.write_weights(_dense_model(), disk / "backup.partial" / "w.weights.h5")
+            write_weights(_dense_model(), disk / "backup.partial" / "w.weights.h5")
     assert str(caught.value).startswith(
         f"could not write {disk / 'backup' / 'w.weights.h5'}: No space left on device (")
     assert "free on its disk" in str(caught.value) and not list(disk.iterdir())

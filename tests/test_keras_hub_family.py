@@ -707,7 +707,7 @@ def test_fresh_process_loads_masked_lm_preset(tokenizer, tmp_path):
 def test_export_cli_takes_a_masked_lm_preset_folder(tokenizer, tmp_path):
     import tensorflow as tf
 
-    from training import export as export_cli
+    from keras_tupe_cli import export as export_cli
 
     model = masked_lm(tokenizer, variant="tupe_r", seed=3)
     preset = str(tmp_path / "preset")

@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 from keras import ops
 
-from keras_tupe.models import SIZES, VARIANTS, TupeBackbone
+from keras_tupe.models import TupeBackbone
 from keras_tupe.optimization import (
     AdamW,
     AggregatedClippingMixin,
@@ -15,6 +15,7 @@ from keras_tupe.optimization import (
     create_optimizer,
     decay_exclusions,
 )
+from keras_tupe_base.presets import SIZES, VARIANTS
 
 
 # tf.distribute and the aggregated clipping exist on the TensorFlow backend only.

@@ -1,4 +1,4 @@
-"""One writer per output folder (`keras_tupe.output_lock`): refusal, takeover, re-entry.
+"""One writer per output folder (`keras_tupe_base.output_lock`): refusal, takeover, re-entry.
 
 The processes here load `output_lock.py` by path (standard library only), so each starts
 in a fraction of a second instead of importing TensorFlow.
@@ -8,19 +8,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import pytest
 
-from keras_tupe.output_lock import OutputLockedError, holder, lock_path, output_lock
+from keras_tupe_base.output_lock import OutputLockedError, holder, lock_path, output_lock
 
-MODULE = Path(__file__).resolve().parents[1] / "keras_tupe" / "output_lock.py"
-HOLD = f"""
-import importlib.util, sys, time
-spec = importlib.util.spec_from_file_location("output_lock", {str(MODULE)!r})
-lock = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(lock)
+HOLD = """
+import sys, time
+from keras_tupe_base import output_lock as lock  # the standard library alone: a quick start
 try:
     with lock.output_lock(sys.argv[1], command="holder-test"):
         print("held", flush=True)
@@ -83,11 +78,9 @@ def test_reentrant_in_one_process_and_parents_it_made_go_again(tmp_path):
 # `release`, which the test sends only once both have answered: the two attempts overlap by
 # construction, however slowly either process starts. `broken` makes `flock` a no-op (the
 # check that the test can fail).
-PAIR = f"""
-import importlib.util, sys
-spec = importlib.util.spec_from_file_location("output_lock", {str(MODULE)!r})
-lock = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(lock)
+PAIR = """
+import sys
+from keras_tupe_base import output_lock as lock
 if sys.argv[2] == "broken":
     lock.fcntl.flock = lambda fd, mode: None
 print("ready", flush=True)

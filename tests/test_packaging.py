@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from keras_tupe.extras import TENSORFLOW_EXTRA, require_tensorflow, tensorflow_missing
+from keras_tupe_base.extras import TENSORFLOW_EXTRA, require_tensorflow, tensorflow_missing
 
 REPO = Path(__file__).resolve().parents[1]
 PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
@@ -59,7 +59,8 @@ def test_every_console_script_is_a_command_with_its_thin_script(script, target):
                                           f"keras-tupe-{name.replace('_', '-')}")
     command = importlib.import_module(module)
     assert callable(command.main)
-    assert importlib.import_module(f"training.{name}") is command  # `python -m training.<name>`
+    # `python -m training.<name>`: the command's own `main`
+    assert importlib.import_module(f"training.{name}").main is command.main
 
 
 def test_tensorflow_is_an_extra():
@@ -125,21 +126,48 @@ def imported_modules(argv, **env):
 COMMAND = str(Path(sys.executable).parent / "keras-tupe-finetune-glue")
 
 
-@pytest.mark.parametrize("argv", [
-    [COMMAND, "--bogus"],
-    [sys.executable, "-m", "keras_tupe_cli.finetune_glue", "--bogus"],
-    [sys.executable, "-m", "training.finetune_glue", "--bogus"],
-    [sys.executable, "-m", "keras_tupe_cli.presets", "--sizes", "huge"],
-], ids=["console-script", "keras_tupe_cli", "training", "presets"])
-def test_a_usage_error_imports_neither_keras_nor_the_library(argv):
+PRETRAIN = [sys.executable, "-m", "keras_tupe_cli.pretrain", "--corpus", "README.md",
+            "--out", "o", "--steps", "300"]
+GLUE = [sys.executable, "-m", "keras_tupe_cli.finetune_glue", "--init", "r", "--tasks", "rte",
+        "--out", "o"]
+
+
+@pytest.mark.parametrize("argv,says", [
+    ([COMMAND, "--bogus"], "required"),
+    ([sys.executable, "-m", "keras_tupe_cli.finetune_glue", "--bogus"], "required"),
+    ([sys.executable, "-m", "training.finetune_glue", "--bogus"], "required"),
+    ([sys.executable, "-m", "keras_tupe_cli.presets", "--sizes", "huge"], "invalid choice"),
+    # Values of the settings, checked by their dataclass before Keras (issue 66).
+    ([*PRETRAIN, "--preset", "tupe_r_tinny"], "Unknown preset tupe_r_tinny. The nearest: "
+                                              "tupe_r_tiny"),
+    ([*PRETRAIN, "--preset", "tupe_r_tiny", "--steps-per-execution", "0"],
+     "--steps-per-execution must be an int >= 1. Received: --steps-per-execution 0"),
+    ([*PRETRAIN, "--preset", "tupe_r_tiny", "--steps-per-execution", "-3"],
+     "--steps-per-execution must be an int >= 1. Received: --steps-per-execution -3"),
+    ([*PRETRAIN, "--preset", "tupe_r_tiny", "--steps-per-execution", "600"],
+     "--steps-per-execution (600) is more than --steps (300)"),
+    ([*PRETRAIN, "--preset", "tupe_r_tiny", "--steps-per-execution", "7"],
+     "--steps-per-execution (7) must be a positive divisor of --eval-every (30)"),
+    ([*GLUE, "--steps-per-execution", "0"], "--steps-per-execution must be an int >= 1"),
+    ([*GLUE, "--selection-seed", "9"], "--selection-seed 9 is not one of --seeds 0 1 2 3 4"),
+    ([sys.executable, "-m", "keras_tupe_cli.finetune_squad", "--init", "r",
+      "--steps-per-execution", "-1"], "--steps-per-execution must be an int >= 1"),
+    ([sys.executable, "-m", "keras_tupe_cli.shard_corpus", "--corpus", "README.md", "--out",
+      "o", "--seq-len", "0"], "--seq-len must be an int >= 1"),
+], ids=["console-script", "keras_tupe_cli", "training", "presets", "pretrain-preset",
+        "pretrain-spe-0", "pretrain-spe-negative", "pretrain-spe-above-steps",
+        "pretrain-spe-not-dividing", "glue-spe-0", "glue-selection", "squad-spe", "shard-seq"])
+def test_a_usage_error_imports_neither_keras_nor_the_library(argv, says):
     result, imported = imported_modules(argv)
     errors = [line for line in result.stderr.splitlines() if not line.startswith("import time")]
     assert result.returncode == 2 and len(errors) == 1 and errors[0].startswith("error: ")
-    assert "keras_tupe_cli.common" in imported
-    assert not imported & {"keras", "tensorflow", "jax", "keras_hub", "keras_tupe"}
+    assert says in errors[0]
+    assert "keras_tupe_cli.common" in imported and "keras_tupe_base.settings" in imported
+    assert not imported & {"keras", "tensorflow", "jax", "keras_hub", "keras_tupe", "numpy"}
+    assert not (REPO / "o").exists()
 
 
-# Started as a console script is (`keras-tupe-*`, argv[0]) or after `import training`: where
+# Started as a console script is (`keras-tupe-*`, argv[0]) or after `import keras_tupe_cli`: where
 # keras_tupe once deferred its family. The object must be registered at `import keras_tupe`.
 PROBE = """
 import keras
@@ -149,14 +177,14 @@ print(registered is not None and registered.__name__ == "TupeBackbone")
 """
 
 
-@pytest.mark.parametrize("started_as", ["console-script", "training"])
+@pytest.mark.parametrize("started_as", ["console-script", "keras_tupe_cli"])
 def test_import_keras_tupe_registers_the_family_in_a_command_process(started_as, tmp_path):
     if started_as == "console-script":
         script = tmp_path / "keras-tupe-probe"
         script.write_text(PROBE)
         argv = [sys.executable, str(script)]
     else:
-        argv = [sys.executable, "-c", "import training\n" + PROBE]
+        argv = [sys.executable, "-c", "import keras_tupe_cli\n" + PROBE]
     result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert (result.returncode, result.stdout) == (0, "True\n"), result.stderr[-3000:]
 

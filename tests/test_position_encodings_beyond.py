@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 from keras import ops
 
-from keras_tupe import PRESETS, TupeBackbone, layers
+from keras_tupe import TupeBackbone, layers
 from keras_tupe.layers.disentangled_attention import disentangled_index
+from keras_tupe_base.presets import PRESETS
 from tests import numpy_reference as ref
 from tests.layer_test_case import run_layer_test
 from tests.reference_params import (

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from keras_tupe import TupeBackbone
-from keras_tupe.models.presets import VARIANTS
+from keras_tupe_base.presets import VARIANTS
 from tests import numpy_reference as ref
 from tests.reference_params import assert_close, backbone_params, randomize_weights
 from tests.test_numpy_reference import TYPES, WORDS, _params

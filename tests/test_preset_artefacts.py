@@ -184,7 +184,8 @@ np.savez(out, sequence=keras.ops.convert_to_numpy(backbone(packed)["sequence_out
 def test_pretraining_leaves_one_preset_that_keras_hub_reloads_in_a_fresh_process(tmp_path):
     from keras_tupe.finetuning.loading import unfinished_run
     from keras_tupe.models.preset_folders import run_checkpoint, run_model
-    from keras_tupe.pretraining import PretrainConfig, pretrain
+    from keras_tupe.pretraining import pretrain
+    from keras_tupe_base.settings import PretrainConfig
 
     vocab = tmp_path / "vocab.txt"
     vocab.write_text("".join(t + "\n" for t in VOCABULARY))
@@ -320,7 +321,7 @@ def test_save_classifier_refuses_a_folder_with_files_before_writing(tmp_path):
 
 def test_glue_protocol_holds_its_out_lock(tmp_path, monkeypatch):
     from keras_tupe.finetuning import glue
-    from keras_tupe.output_lock import OutputLockedError
+    from keras_tupe_base.output_lock import OutputLockedError
     from tests.test_output_lock import hold
 
     monkeypatch.setattr(glue, "_preflight", lambda *args: None)

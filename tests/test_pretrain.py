@@ -14,7 +14,7 @@ import pytest
 
 from keras_tupe import data
 from keras_tupe.models.preset_folders import run_checkpoint, run_model
-from training import pretrain as cli
+from keras_tupe_cli import pretrain as cli
 
 REPO = Path(__file__).resolve().parents[1]
 DATA_DIR = Path(os.environ.get("KERAS_TUPE_DATA_DIR") or REPO.parent / "shared" / "data")

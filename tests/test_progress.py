@@ -8,7 +8,7 @@ import keras
 import pytest
 
 from keras_tupe.callbacks import StepProgress
-from keras_tupe.progress import Heartbeat
+from keras_tupe_base.progress import Heartbeat
 
 
 def heartbeat_threads():
@@ -115,7 +115,7 @@ def test_finetune_glue_says_which_run_it_starts_and_turns_progress_on(tmp_path, 
                                                                      capsys):
     """Issue 23: `training.finetune_glue` printed nothing for minutes while a run trained."""
     from keras_tupe.finetuning import glue as protocol
-    from training import finetune_glue
+    from keras_tupe_cli import finetune_glue
 
     seen = []
 

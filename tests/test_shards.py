@@ -19,8 +19,9 @@ from keras_tupe import data
 from keras_tupe.data import shards
 from keras_tupe.data.masking import MASK_ID, UNSELECTABLE_IDS
 from keras_tupe.data.sharding import shard_corpus
-from training import pretrain as pretrain_cli
-from training import shard_corpus as shard_cli
+from keras_tupe_base import shard_folders
+from keras_tupe_cli import pretrain as pretrain_cli
+from keras_tupe_cli import shard_corpus as shard_cli
 
 REPO = Path(__file__).resolve().parents[1]
 DATA_DIR = Path(os.environ.get("KERAS_TUPE_DATA_DIR") or REPO.parent / "shared" / "data")
@@ -52,7 +53,7 @@ def tf_stream(vocab):
 
 
 def test_shards_hold_the_token_stream_of_packed_sequences(shard_dir, vocab):
-    manifest = json.loads((shard_dir / shards.MANIFEST).read_text())
+    manifest = json.loads((shard_dir / shard_folders.MANIFEST).read_text())
     want = tf_stream(vocab)
     files = sorted(shard_dir.glob("shard_*.npy"))
     stored = [np.load(f) for f in files]
@@ -184,7 +185,7 @@ def test_the_sharder_refuses_a_non_empty_out_and_leaves_nothing_half_made(
     assert shard_cli.main(args) == 2
     assert "--out" in capsys.readouterr().err and (out / "notes.txt").exists()
     assert shard_cli.main([*args, "--overwrite", "--sequences-per-shard", "50"]) == 0
-    manifest = json.loads((out / shards.MANIFEST).read_text())
+    manifest = json.loads((out / shard_folders.MANIFEST).read_text())
     assert manifest["sequence_length"] == 16 and not (out / "notes.txt").exists()
 
     def crashing():
@@ -230,12 +231,12 @@ def test_read_manifest_tells_a_missing_folder_from_a_file(tmp_path):
     missing, file = tmp_path / "x", tmp_path / "f"
     file.write_text("")
     hint = pretrain_cli.SHARDS_HINT
-    with pytest.raises(shards.ShardError,
+    with pytest.raises(shard_folders.ShardError,
                        match=re.escape(f"--shards {missing} does not exist. {hint}")):
-        shards.read_manifest(str(missing))
-    with pytest.raises(shards.ShardError,
+        shard_folders.read_manifest(str(missing))
+    with pytest.raises(shard_folders.ShardError,
                        match=re.escape(f"--valid-shards {file} is not a folder. {hint}")):
-        shards.read_manifest(str(file), flag="--valid-shards")
+        shard_folders.read_manifest(str(file), flag="--valid-shards")
 
 
 def test_seq_len_defaults_to_the_shards_length(shard_dir):
@@ -264,18 +265,19 @@ def test_a_damaged_shard_folder_is_named(shard_dir, tmp_path):
     damaged = tmp_path / "damaged"
     shutil.copytree(shard_dir, damaged)
     np.save(damaged / "shard_00001.npy", np.ones((3, SEQ_LEN), np.uint16))
-    with pytest.raises(shards.ShardError, match="shard_00001.npy holds an array of shape "
+    with pytest.raises(shard_folders.ShardError, match="shard_00001.npy holds an array of shape "
                                                  r"\(3, 32\), where manifest.json says \(1000, 32\)"):
         shards.MaskedLMShards(str(damaged), 8)
     (damaged / "shard_00002.npy").unlink()
-    with pytest.raises(shards.ShardError, match="shard_00002.npy, listed in manifest.json, is "
+    with pytest.raises(shard_folders.ShardError, match="shard_00002.npy, listed in manifest.json, is "
                                                  "missing"):
-        shards.read_manifest(str(damaged))
+        shard_folders.read_manifest(str(damaged))
 
 
 def test_resuming_with_shards_made_again_with_another_vocabulary_is_refused(
         shard_dir, tmp_path):
-    from keras_tupe.pretraining import RUN_CONFIG, PretrainConfig, PretrainError, pretrain
+    from keras_tupe.pretraining import RUN_CONFIG, PretrainError, pretrain
+    from keras_tupe_base.settings import PretrainConfig
 
     out = tmp_path / "run"
     config = PretrainConfig(preset="tupe_r_tiny", corpus=None, shards=str(shard_dir),
@@ -294,10 +296,11 @@ if {block_tensorflow}:
     sys.modules["tensorflow"] = None
     sys.modules["tensorflow_text"] = None
 if {until_step} is None:  # the command line, as a user runs it
-    from training.pretrain import main
+    from keras_tupe_cli.pretrain import main
 
     sys.exit(main({argv!r}))
-from keras_tupe.pretraining import PretrainConfig, pretrain
+from keras_tupe.pretraining import pretrain
+from keras_tupe_base.settings import PretrainConfig
 
 # The settings `argv` gives (a difference would be refused on resume).
 config = PretrainConfig(
@@ -378,4 +381,4 @@ def test_pretraining_from_shards_resumes_like_an_uninterrupted_run(
     assert (straight / "preset" / "config.json").exists()
     config = json.loads((straight / "run_config.json").read_text())
     assert config["vocabulary_sha256"] == json.loads(
-        (shard_dir / shards.MANIFEST).read_text())["vocabulary_sha256"]
+        (shard_dir / shard_folders.MANIFEST).read_text())["vocabulary_sha256"]

@@ -25,9 +25,9 @@ import numpy as np
 import pytest
 
 from keras_tupe.data import squad
+from keras_tupe.models import TupeTokenizer
 from keras_tupe.models import span_windows
 from keras_tupe.models.wordpiece_offsets import TfWordPieceOffsets, WordPieceOffsets
-from keras_tupe.models import TupeTokenizer
 
 REPO = Path(__file__).resolve().parents[1]
 DATA_DIR = Path(os.environ.get("KERAS_TUPE_DATA_DIR") or REPO.parent / "shared" / "data")
@@ -225,7 +225,8 @@ FINE_TUNE = textwrap.dedent("""
     with open(articles_file) as f:
         articles = json.load(f)["data"]
     from keras_tupe.models import span_windows
-    from keras_tupe.finetuning import SquadConfig, finetune_squad
+    from keras_tupe.finetuning import finetune_squad
+    from keras_tupe_base.settings import SquadConfig
     from keras_tupe.models import TupeBackbone, TupeTokenizer
     init = os.path.join(out, "encoder")  # a preset folder
     size = TupeTokenizer(vocab).vocabulary_size()

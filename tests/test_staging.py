@@ -1,4 +1,4 @@
-"""`keras_tupe.staging`: whole files or nothing, and one line when the disk says no.
+"""`keras_tupe_base.staging`: whole files or nothing, and one line when the disk says no.
 
 A full disk is stood in for by a file-size limit (`RLIMIT_FSIZE`) set in a child process
 with SIGXFSZ ignored; the child loads `staging.py` by path (standard library only).
@@ -10,15 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from keras_tupe import staging
+from keras_tupe_base import staging
 
-MODULE = Path(__file__).resolve().parents[1] / "keras_tupe" / "staging.py"
-LIMITED = f"""
-import importlib.util, resource, signal, sys
+LIMITED = """
+import resource, signal, sys
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-spec = importlib.util.spec_from_file_location("staging", {str(MODULE)!r})
-staging = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(staging)
+from keras_tupe_base import staging  # the standard library alone: a quick start
 resource.setrlimit(resource.RLIMIT_FSIZE, (10_000, resource.RLIM_INFINITY))
 path, size, needed = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "needed"
 try:

@@ -265,7 +265,8 @@ def test_glue_save_dir_is_refused_before_training_only_where_it_holds_files(tmp_
                                                                             monkeypatch):
     """As save_classifier (and SQuAD's --save-models) refuse, before the encoder is read: an
     empty folder is taken."""
-    from keras_tupe.finetuning import FinetuneConfig, finetune_glue
+    from keras_tupe.finetuning import finetune_glue
+    from keras_tupe_base.settings import FinetuneConfig
     from keras_tupe.finetuning import glue as finetuning_glue
 
     folder = tmp_path / "glue" / "SST-2"
@@ -305,7 +306,8 @@ def test_a_tokenizer_that_cannot_tokenize_fails_in_one_line_naming_the_encoder(v
 
 
 def test_a_squad_file_without_a_found_answer_is_refused_before_training(tmp_path, vocabulary):
-    from keras_tupe.finetuning import SquadConfig, finetune_squad
+    from keras_tupe.finetuning import finetune_squad
+    from keras_tupe_base.settings import SquadConfig
 
     paragraphs = [{"context": f"the cat sat on the mat number {i} .", "qas": [
         {"id": f"q{i}", "question": "where did the cat sit ?",
@@ -343,7 +345,8 @@ NO_TENSORFLOW = textwrap.dedent("""
     vocab = os.path.join(out, "vocab.txt")
     with open(vocab, "w") as f:
         f.write("\\n".join(["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"] + words) + "\\n")
-    from keras_tupe.finetuning import FinetuneConfig, finetune_glue
+    from keras_tupe.finetuning import finetune_glue
+    from keras_tupe_base.settings import FinetuneConfig
     from keras_tupe.models import TupeBackbone
     init = os.path.join(out, "encoder")  # a preset folder
     TupeBackbone.from_preset("tupe_r_tiny", vocabulary_size=len(words) + 5).save_to_preset(init)

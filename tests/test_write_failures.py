@@ -23,7 +23,7 @@ from tests.test_pretrain import REPO, _final_weights, _steps_trained, tiny_args,
 # of step AFTER_STEP has been committed (the run's last step: the limit meets the final save).
 LIMITED = """
 import resource, signal, sys
-import training  # first: TensorFlow starts quietly, as it does for `python -m training.pretrain`
+import keras_tupe_cli  # first: TensorFlow starts quietly, as it does for `keras-tupe-pretrain`
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 limit, after_step = int(sys.argv[1]), int(sys.argv[2])
 from keras_tupe.callbacks import AtomicBackupAndRestore
@@ -36,7 +36,7 @@ def save_then_limit(self):
 
 AtomicBackupAndRestore._save_model = save_then_limit
 sys.argv = ["python -m training.pretrain", *sys.argv[3:]]
-from training.pretrain import main
+from keras_tupe_cli.pretrain import main
 sys.exit(main())
 """
 

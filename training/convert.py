@@ -1,4 +1,5 @@
 """`python -m training.convert` runs the command `keras_tupe_cli.convert`."""
-from training import thin_script
+from keras_tupe_cli.convert import main
 
-thin_script(__name__, "convert")
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,4 +1,5 @@
 """`python -m training.demo` runs the command `keras_tupe_cli.demo`."""
-from training import thin_script
+from keras_tupe_cli.demo import main
 
-thin_script(__name__, "demo")
+if __name__ == "__main__":
+    raise SystemExit(main())

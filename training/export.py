@@ -1,4 +1,5 @@
 """`python -m training.export` runs the command `keras_tupe_cli.export`."""
-from training import thin_script
+from keras_tupe_cli.export import main
 
-thin_script(__name__, "export")
+if __name__ == "__main__":
+    raise SystemExit(main())

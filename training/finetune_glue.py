@@ -1,4 +1,5 @@
 """`python -m training.finetune_glue` runs the command `keras_tupe_cli.finetune_glue`."""
-from training import thin_script
+from keras_tupe_cli.finetune_glue import main
 
-thin_script(__name__, "finetune_glue")
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,4 +1,5 @@
 """`python -m training.finetune_squad` runs the command `keras_tupe_cli.finetune_squad`."""
-from training import thin_script
+from keras_tupe_cli.finetune_squad import main
 
-thin_script(__name__, "finetune_squad")
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,4 +1,5 @@
 """`python -m training.plot_metrics` runs the command `keras_tupe_cli.plot_metrics`."""
-from training import thin_script
+from keras_tupe_cli.plot_metrics import main
 
-thin_script(__name__, "plot_metrics")
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,4 +1,5 @@
 """`python -m training.predict` runs the command `keras_tupe_cli.predict`."""
-from training import thin_script
+from keras_tupe_cli.predict import main
 
-thin_script(__name__, "predict")
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,4 +1,5 @@
 """`python -m training.presets` runs the command `keras_tupe_cli.presets`."""
-from training import thin_script
+from keras_tupe_cli.presets import main
 
-thin_script(__name__, "presets")
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,4 +1,5 @@
 """`python -m training.pretrain` runs the command `keras_tupe_cli.pretrain`."""
-from training import thin_script
+from keras_tupe_cli.pretrain import main
 
-thin_script(__name__, "pretrain")
+if __name__ == "__main__":
+    raise SystemExit(main())

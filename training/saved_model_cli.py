@@ -1,4 +1,5 @@
 """`python -m training.saved_model_cli` runs the command `keras_tupe_cli.saved_model_cli`."""
-from training import thin_script
+from keras_tupe_cli.saved_model_cli import main
 
-thin_script(__name__, "saved_model_cli")
+if __name__ == "__main__":
+    raise SystemExit(main())

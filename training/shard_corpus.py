@@ -1,4 +1,5 @@
 """`python -m training.shard_corpus` runs the command `keras_tupe_cli.shard_corpus`."""
-from training import thin_script
+from keras_tupe_cli.shard_corpus import main
 
-thin_script(__name__, "shard_corpus")
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -27,10 +27,10 @@ FLASH = {"off": [False], "on": [True], "both": [False, True]}
 def parse_args(argv=None):
     parser = harness.parser("benchmarks.encoders", sys.modules["benchmarks.encoders"].__doc__)
     add = parser.add_argument
-    add("--size", help="preset size, a key of keras_tupe.models.presets.SIZES (default: mini on "
+    add("--size", help="preset size, a key of keras_tupe_base.presets.SIZES (default: mini on "
                        "CPU, base on GPU)")
     add("--variants", nargs="+", metavar="VARIANT",
-        help=f"models to measure: keys of keras_tupe.models.presets.VARIANTS and {KERAS_HUB_BERT} "
+        help=f"models to measure: keys of keras_tupe_base.presets.VARIANTS and {KERAS_HUB_BERT} "
              "(default: all of them)")
     add("--seq-lens", nargs="+", type=int,
         help=f"sequence lengths (default: {list(DEFAULT_SEQ_LENS)})")
@@ -119,7 +119,7 @@ def resolve_settings(args, probe):
             notes.append(f"Skipped {skipped}: the GPU's compute capability "
                          f"({probe['gpus'][0].get('compute_capability')}) has no fast "
                          "matmul for them (float16 needs 7.0, bfloat16 8.0).")
-    # The presets' names come from keras_tupe.models.presets, through the probe: the
+    # The presets' names come from keras_tupe_base.presets, through the probe: the
     # parent imports no framework, and keras_tupe imports Keras.
     known = probe["preset_variants"] + [KERAS_HUB_BERT]
     unknown = [name for name in args.variants or () if name not in known]

@@ -62,7 +62,7 @@ def model_flops_per_token(num_layers, hidden_dim, intermediate_dim, num_heads, s
 
 def variant_flops_per_token(variant, size, seq_len, batch_size, training=True):
     """`model_flops_per_token` for a preset (keras_hub_bert: bert_a's)."""
-    from keras_tupe.models.presets import SIZES, VARIANTS
+    from keras_tupe_base.presets import SIZES, VARIANTS
 
     fields = VARIANTS["bert_a" if variant == KERAS_HUB_BERT else variant]
     size_config = SIZES[size]

@@ -53,7 +53,7 @@ def probe():
     """Backend, versions and accelerators, for the parent's defaults and header."""
     import keras
 
-    from keras_tupe.models.presets import SIZES, VARIANTS
+    from keras_tupe_base.presets import SIZES, VARIANTS
 
     backend = keras.backend.backend()
     found = gpus(backend)
@@ -96,7 +96,7 @@ def attention_choice(variant, flash, mode, dropout, on_gpu):
         flash_attention = bool(flash and on_gpu and fused)
         return implementation, "dot_product_attention" if fused else "einsum", flash_attention
     from keras_tupe.layers.schemes import SCHEMES
-    from keras_tupe.models.presets import VARIANTS
+    from keras_tupe_base.presets import VARIANTS
 
     fields = VARIANTS[variant]
     applies = all(rows[fields.get(field, "none")].fusable for field, rows in SCHEMES.items())

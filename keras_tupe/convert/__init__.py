@@ -14,7 +14,7 @@ written whole or not at all, never over one that holds anything
 import importlib
 
 from keras_tupe.convert.common import ConversionError
-from keras_tupe.output_lock import output_lock
+from keras_tupe_base.output_lock import output_lock
 
 KINDS = ("huggingface", "fairseq")
 
@@ -22,7 +22,7 @@ KINDS = ("huggingface", "fairseq")
 def convert(kind, source, out, **kwargs):
     """Converts `source` (a checkpoint of `kind`, one of `KINDS`) to the preset folder `out`.
 
-    Holds `out`'s lock (`keras_tupe.output_lock`) meanwhile: one writer per folder.
+    Holds `out`'s lock (`keras_tupe_base.output_lock`) meanwhile: one writer per folder.
     """
     if kind not in KINDS:
         raise ConversionError(f"Unknown checkpoint kind {kind!r}. Valid kinds: {list(KINDS)}")

@@ -4,8 +4,8 @@ import os
 
 import numpy as np
 
-from keras_tupe.files import file_sha256
 from keras_tupe.models.preset_folders import refuse_existing_folder, write_preset_folder
+from keras_tupe_base.files import file_sha256
 
 
 class ConversionError(ValueError):

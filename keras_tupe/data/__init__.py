@@ -6,7 +6,7 @@ GLUE, SQuAD and the TensorFlow-free token-id shards in their submodules.
 import importlib
 import importlib.util
 
-from keras_tupe.extras import require_tensorflow
+from keras_tupe_base.extras import require_tensorflow
 
 
 def __getattr__(name):

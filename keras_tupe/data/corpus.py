@@ -20,9 +20,9 @@ import numpy as np
 
 import tensorflow as tf
 
-from keras_tupe.corpus_files import Stream, corpus_kind
 from keras_tupe.data.network import load_tfds
-from keras_tupe.layers.utils import check_int
+from keras_tupe_base.checks import check_int
+from keras_tupe_base.corpus_files import Stream, corpus_kind
 
 TFDS_PREFIX = "tfds:"
 
@@ -59,7 +59,7 @@ def line_dataset(source, max_lines=None, text_feature="text"):
             - a WikiText file (`*.tokens`): ` = Title = ` starts a document and is
               dropped, headings ` = = Sub = = ` are kept as `Sub`, blank lines dropped;
             - a directory: its `*.txt` files (not recursive), sorted;
-            - a pipe opened by `keras_tupe.corpus_files.open_stream`, plain text, read
+            - a pipe opened by `keras_tupe_base.corpus_files.open_stream`, plain text, read
               once (so the dataset can be iterated once);
             - a list or tuple of the above, in order;
             - `"tfds:NAME[:SPLIT]"` (split defaults to `"train"`, may be a slice): each
@@ -212,7 +212,7 @@ def _files(path):
     kind = corpus_kind(path, "Corpus path")
     if kind == "stream":  # opened here, it would be read in a thread no signal reaches
         raise ValueError(f"Corpus path {path} is a pipe: pass "
-                         f"`keras_tupe.corpus_files.open_stream({str(path)!r})` instead, "
+                         f"`keras_tupe_base.corpus_files.open_stream({str(path)!r})` instead, "
                          "which reads it once.")
     if kind == "file":
         return [path]

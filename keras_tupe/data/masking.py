@@ -5,7 +5,7 @@ is `keras_tupe.models.tupe_masked_lm_preprocessor.mask_selection_length`.
 
 import numpy as np
 
-from keras_tupe.layers.utils import check_rate
+from keras_tupe_base.checks import check_rate
 
 # Ids 0..4 of every vocabulary keras_tupe trains; both pipelines rely on them.
 SPECIAL_TOKENS = ["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"]

@@ -17,8 +17,8 @@ from keras_tupe.data.vocabulary import (
     train_vocabulary,
     vocabulary_fingerprint,
 )
-from keras_tupe.layers.utils import check_int
 from keras_tupe.models.tupe_masked_lm_preprocessor import mask_selection_length
+from keras_tupe_base.checks import check_int
 
 __all__ = [
     "SPECIAL_TOKENS",

@@ -8,12 +8,12 @@ import sys
 
 import numpy as np
 
-from keras_tupe.corpus_files import Stream
 from keras_tupe.data import shards
 from keras_tupe.data.pretraining import packed_sequences
 from keras_tupe.data.vocabulary import load_tokenizer
-from keras_tupe.layers.utils import check_int
 from keras_tupe.provenance import versions
+from keras_tupe_base.checks import check_int
+from keras_tupe_base.corpus_files import Stream
 
 # Sequences tokenized and written at a time: bounds the memory of the writer.
 _WRITE_BATCH = 4096

@@ -14,7 +14,6 @@ TensorFlow (`keras-tupe-shard-corpus`); this module reads it with NumPy only:
 
 import concurrent.futures
 import io
-import json
 import os
 import shutil
 import threading
@@ -23,16 +22,15 @@ import keras
 import numpy as np
 
 from keras_tupe.data.masking import SPECIAL_TOKENS, check_mask_rates, mask_batch
-from keras_tupe.files import file_sha256
-from keras_tupe.folders import made_folder
-from keras_tupe.layers.utils import check_int
 from keras_tupe.models.tupe_masked_lm_preprocessor import mask_selection_length
-from keras_tupe.output_lock import output_lock
-from keras_tupe.staging import WriteError, staged, write_bytes, write_json
+from keras_tupe_base.checks import check_int
+from keras_tupe_base.files import file_sha256
+from keras_tupe_base.folders import made_folder
+from keras_tupe_base.output_lock import output_lock
+from keras_tupe_base.shard_folders import (FORMAT_VERSION, MANIFEST, VOCABULARY, ShardError,
+                                           read_manifest)
+from keras_tupe_base.staging import WriteError, staged, write_bytes, write_json
 
-FORMAT_VERSION = 1
-MANIFEST = "manifest.json"
-VOCABULARY = "vocab.txt"
 UINT16_VOCABULARY_LIMIT = 2**16
 
 
@@ -44,47 +42,6 @@ def shard_name(index):
 def shard_dtype(vocabulary_size):
     """uint16 while every id fits (vocabulary_size <= 65536), else int32."""
     return np.uint16 if vocabulary_size <= UINT16_VOCABULARY_LIMIT else np.int32
-
-
-class ShardError(ValueError):
-    """A shard folder that is missing, incomplete or made for other settings."""
-
-
-def read_manifest(directory, flag="--shards"):
-    """Checks a shard folder and returns its manifest (a dict).
-
-    Every problem raises one `ShardError` naming `flag` (the command-line flag
-    that gave the folder), the file, what is wrong and what to do.
-    """
-    hint = "Make it with `keras-tupe-shard-corpus --out DIR ...`."
-    if not os.path.exists(directory):
-        raise ShardError(f"{flag} {directory} does not exist. {hint}")
-    if not os.path.isdir(directory):
-        raise ShardError(f"{flag} {directory} is not a folder. {hint}")
-    path = os.path.join(directory, MANIFEST)
-    if not os.path.isfile(path):
-        raise ShardError(f"{flag} {directory} has no {MANIFEST}, so it is not a shard folder "
-                         f"(or its writing did not finish). {hint}")
-    try:
-        with open(path) as f:
-            manifest = json.load(f)
-    except json.JSONDecodeError as error:
-        raise ShardError(f"{flag}: {path} is not valid JSON ({error}). {hint}") from error
-    if manifest.get("format_version") != FORMAT_VERSION:
-        raise ShardError(
-            f"{flag}: {path} has format_version={manifest.get('format_version')!r}; this "
-            f"keras_tupe reads format {FORMAT_VERSION}. Re-make the shards with this version.")
-    vocabulary = os.path.join(directory, VOCABULARY)
-    if not os.path.isfile(vocabulary) or file_sha256(vocabulary) != manifest["vocabulary_sha256"]:
-        raise ShardError(
-            f"{flag}: {vocabulary} is missing or is not the vocabulary the shards were made "
-            f"with (sha256 {manifest['vocabulary_sha256']} in {MANIFEST}). Re-make the shards.")
-    for entry in manifest["shards"]:
-        shard = os.path.join(directory, entry["file"])
-        if not os.path.isfile(shard):
-            raise ShardError(f"{flag}: {shard}, listed in {MANIFEST}, is missing. Re-make "
-                             "the shards.")
-    return manifest
 
 
 def write_shard_folder(out, batches, vocabulary_file, lowercase, sequence_length,
@@ -106,7 +63,7 @@ def write_shard_folder(out, batches, vocabulary_file, lowercase, sequence_length
     Raises:
         FileExistsError: `out` is not empty and `overwrite` is false.
         ValueError: a batch has the wrong length or an id outside the vocabulary.
-        keras_tupe.staging.WriteError: no room, a file-size limit, a read-only folder;
+        keras_tupe_base.staging.WriteError: no room, a file-size limit, a read-only folder;
             nothing is written and an existing `out` is as it was.
     """
     out = os.path.normpath(out)

@@ -10,9 +10,9 @@ import tensorflow as tf
 
 from keras_tupe.data.corpus import _parts, line_batches, line_dataset
 from keras_tupe.data.masking import SPECIAL_TOKENS  # ids 0..4; the MLM pipelines rely on them
-from keras_tupe.files import check_unique_tokens, file_sha256, vocabulary_tokens
-from keras_tupe.layers.utils import check_int
-from keras_tupe.progress import Heartbeat
+from keras_tupe_base.checks import check_int
+from keras_tupe_base.files import check_unique_tokens, file_sha256, vocabulary_tokens
+from keras_tupe_base.progress import Heartbeat
 
 
 # Unicode space separators (no-break space, thin space, ideographic space, ...). keras-hub's

@@ -9,7 +9,7 @@ Each writes `export_dir/<version>/` (TensorFlow Serving's layout), never replaci
 existing version unless asked (docs/export-and-serving.md).
 """
 
-from keras_tupe.extras import require_tensorflow
+from keras_tupe_base.extras import require_tensorflow
 
 require_tensorflow("SavedModel export (keras_tupe.export)")  # where it is missing: the extra
 

@@ -6,8 +6,8 @@ from keras_tupe.data.packing import pack_segments
 from keras_tupe.export.encoder import _jsonable
 from keras_tupe.export.preprocessor import _tokenizer_and_specials
 from keras_tupe.export.versions import save_version
+from keras_tupe.models.saving import arrays_bytes
 from keras_tupe.models.tupe_bpe_tokenizer import TupeBpeTokenizer
-from keras_tupe.staging import arrays_bytes
 
 
 def classifier_module(classifier, vocabulary_file, seq_length=128, num_segments=1,

@@ -8,7 +8,7 @@ from keras_tupe.export.tfhub_names import ENCODER_INPUTS, from_tfhub
 from keras_tupe.export.versions import save_version
 from keras_tupe.layers.utils import length_error_message
 from keras_tupe.models import TupeBackbone, TupeMaskedLM
-from keras_tupe.staging import arrays_bytes
+from keras_tupe.models.saving import arrays_bytes
 
 
 def encoder_input_spec():

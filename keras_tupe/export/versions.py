@@ -6,9 +6,9 @@ import time
 import tensorflow as tf
 
 from keras_tupe import __version__
-from keras_tupe.folders import made_folder
-from keras_tupe.output_lock import output_lock
-from keras_tupe.staging import staged, write_json
+from keras_tupe_base.folders import made_folder
+from keras_tupe_base.output_lock import output_lock
+from keras_tupe_base.staging import staged, write_json
 
 
 def existing_versions(base_dir):
@@ -29,10 +29,10 @@ def write_version(base_dir, write, version=None, overwrite=False, metadata=None,
     """Writes one version of a SavedModel under `base_dir` and returns its path.
 
     `write(path)` saves into a staging directory inside `base_dir`, `<version>.partial`
-    (`keras_tupe.staging`; TensorFlow Serving ignores names that are not numbers), which
+    (`keras_tupe_base.staging`; TensorFlow Serving ignores names that are not numbers), which
     is renamed to `base_dir/<version>` once complete: a server polling `base_dir` never
     sees a half-written version, and a failed export leaves nothing behind. The process
-    holds `base_dir`'s lock meanwhile (`keras_tupe.output_lock`): one writer per folder.
+    holds `base_dir`'s lock meanwhile (`keras_tupe_base.output_lock`): one writer per folder.
 
     Args:
         base_dir: str. The model's directory (`saved_models/<name>`).
@@ -42,13 +42,13 @@ def write_version(base_dir, write, version=None, overwrite=False, metadata=None,
             is an error (nothing a user has is replaced silently).
         metadata: dict or None. Written as `assets.extra/keras_tupe.json` (the
             SavedModel convention for files TensorFlow does not read).
-        needed: int or None. Bytes the export needs (`staging.arrays_bytes` of the
+        needed: int or None. Bytes the export needs (`models.saving.arrays_bytes` of the
             weights): checked against the free space and, as TensorFlow writes every
             variable into one file, against the file-size limit first.
 
     Raises:
         FileExistsError: `version` exists and `overwrite` is False.
-        keras_tupe.staging.WriteError: no room, a file-size limit, a read-only folder.
+        keras_tupe_base.staging.WriteError: no room, a file-size limit, a read-only folder.
         ValueError: `version` is not a positive int.
     """
     if version is None:

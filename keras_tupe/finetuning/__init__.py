@@ -4,9 +4,8 @@
 folder. `glue` and `squad`: one run and the grid over learning rates and seeds;
 `protocol` and `summary`: that grid's plan, choice and table.
 `batches`: a task's batches on tf.data, or on Grain where TensorFlow is absent.
-A run's settings, `FinetuneConfig` and `SquadConfig`, live beside this package in
-`keras_tupe.finetuning_configs` (the standard library alone: a command reads their fields
-before Keras is imported).
+A run's settings, `FinetuneConfig` and `SquadConfig`, are `keras_tupe_base.settings`'s
+(the standard library alone: a command reads their fields before Keras is imported).
 """
 
 from keras_tupe.finetuning.batches import batches, resolve_loader
@@ -22,20 +21,10 @@ from keras_tupe.finetuning.loading import (
 from keras_tupe.finetuning.protocol import Protocol
 from keras_tupe.finetuning.squad import finetune_squad, run_squad_protocol
 from keras_tupe.finetuning.summary import summarize, write_tables
-from keras_tupe.finetuning_configs import (
-    PAPER_LEARNING_RATES,
-    PAPER_SEEDS,
-    FinetuneConfig,
-    SquadConfig,
-)
 
 __all__ = [
-    "PAPER_LEARNING_RATES",
-    "PAPER_SEEDS",
     "SHORT_TASKS",
-    "FinetuneConfig",
     "Protocol",
-    "SquadConfig",
     "batches",
     "default_vocabulary",
     "finetune_glue",

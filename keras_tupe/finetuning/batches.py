@@ -11,10 +11,10 @@ import functools
 
 import numpy as np
 
-from keras_tupe.finetuning_configs import LOADERS
 from keras_tupe.grid import epoch_order, filled_batch
-from keras_tupe.layers.utils import check_int
 from keras_tupe.models.tupe_text_classifier_preprocessor import trim_packed
+from keras_tupe_base.checks import check_int
+from keras_tupe_base.settings import LOADERS
 
 
 @functools.cache

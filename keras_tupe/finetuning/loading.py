@@ -14,7 +14,6 @@ import os
 import keras_hub
 
 from keras_tupe import data
-from keras_tupe.files import read_json
 from keras_tupe.models import TupeBackbone, TupeTextClassifierPreprocessor, TupeTokenizer
 from keras_tupe.models.preset_folders import (
     RUN_CHECKPOINTS,
@@ -25,6 +24,7 @@ from keras_tupe.models.preset_folders import (
     run_model,
     write_preset_folder,
 )
+from keras_tupe_base.files import read_json
 
 # `metadata.json`'s key for how a fine-tuned preset was made (task, settings, scores).
 FINETUNING_RECORD = "keras_tupe_finetuning"

@@ -7,7 +7,7 @@ plan, the choice and the table, all read from the rows of finished runs
 import dataclasses
 
 from keras_tupe.finetuning.summary import main_score, summarize
-from keras_tupe.finetuning_configs import PAPER_LEARNING_RATES, PAPER_SEEDS
+from keras_tupe_base.settings import PAPER_LEARNING_RATES, PAPER_SEEDS, check_selection
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,22 +154,3 @@ class Protocol:
         # One score a (task, rate, seed), the last (a results.jsonl written twice for a run).
         runs = list({(r["task"], r["learning_rate"], r.get("seed")): r for r in rows}.values())
         return summarize(rows, tasks, {task: self.chosen_rate(runs, task) for task in tasks})
-
-
-def check_selection(seeds, selection_seed, edge_learning_rates, learning_rates):
-    """Raises ValueError for a `selection_seed` not among `seeds`, or edge rates without
-    one, not positive or already in `learning_rates`."""
-    if selection_seed is None:
-        if edge_learning_rates:
-            raise ValueError("edge_learning_rates widen the grid of a selection_seed; "
-                             "without one every rate runs every seed (put them in "
-                             "learning_rates).")
-        return
-    if selection_seed not in seeds:
-        raise ValueError(f"selection_seed {selection_seed!r} is not one of the seeds "
-                         f"{list(seeds)}: the chosen rate's score is the median over all of them.")
-    bad = [rate for rate in edge_learning_rates
-           if not isinstance(rate, (int, float)) or rate <= 0 or rate in learning_rates]
-    if bad:
-        raise ValueError(f"edge_learning_rates {bad}: each must be a positive rate that is not "
-                         f"already in learning_rates {list(learning_rates)}.")

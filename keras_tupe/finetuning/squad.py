@@ -14,15 +14,15 @@ from keras_tupe.finetuning.glue import fit_task, task_tokenizer
 from keras_tupe.finetuning.loading import FINETUNING_RECORD, load_backbone
 from keras_tupe.finetuning.protocol import Protocol
 from keras_tupe.finetuning.summary import append_result, read_results
-from keras_tupe.finetuning_configs import SquadConfig
 from keras_tupe.metrics import squad_evaluate
 from keras_tupe.models import TupeSpanQA, TupeSpanQAPreprocessor
 from keras_tupe.models.preset_folders import refuse_existing_folder, write_preset_folder
 from keras_tupe.models.span_windows import postprocess
 from keras_tupe.models.tupe_span_qa_preprocessor import check_question_room
-from keras_tupe.output_lock import output_lock
-from keras_tupe.progress import Heartbeat
-from keras_tupe.staging import write_json, write_text
+from keras_tupe_base.output_lock import output_lock
+from keras_tupe_base.progress import Heartbeat
+from keras_tupe_base.settings import SquadConfig
+from keras_tupe_base.staging import write_json, write_text
 
 
 def finetune_squad(config):

@@ -9,8 +9,8 @@ import statistics
 
 import numpy as np
 
-from keras_tupe.jsonl import append_jsonl, read_jsonl
-from keras_tupe.staging import write_text
+from keras_tupe_base.jsonl import append_jsonl, read_jsonl
+from keras_tupe_base.staging import write_text
 
 
 def read_results(out_dir):

@@ -38,6 +38,7 @@ from keras_tupe.layers.untied_positional_attention import (
 )
 from keras_tupe.layers.untied_positional_correlation import UntiedPositionalCorrelation
 from keras_tupe.layers.utils import clone_initializer
+from keras_tupe_base.checks import check_choice
 
 # `absolute_position`: positions added to the token embeddings, or none.
 ABSOLUTE_POSITIONS = ("none", "added")
@@ -440,11 +441,6 @@ def check_schemes(
             scheme.check(**values)
     return correlation, relative
 
-
-def check_choice(name, value, choices):
-    """Refuses a `value` of the argument `name` that is not one of `choices`."""
-    if value not in choices:
-        raise ValueError(f"`{name}` must be one of {choices}. Received: {name}={value!r}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -3,11 +3,12 @@
 import keras
 from keras import ops
 
-from keras_tupe.layers.schemes import RELATIVE_POSITION_SCHEMES, check_choice, check_fused
+from keras_tupe.layers.schemes import RELATIVE_POSITION_SCHEMES, check_fused
 from keras_tupe.layers.untied_positional_attention import check_attention_implementation
 from keras_tupe.layers.utils import (
     Float32BiasCallMixin, clone_initializer, initializer_or_default,
 )
+from keras_tupe_base.checks import check_choice
 
 # Where the LayerNorms sit: after each residual sum (BERT) or before each
 # sublayer (Xiong et al. 2020).

@@ -1,10 +1,6 @@
-"""Small helpers shared by the keras_tupe layers and backbones, and the argument checks
-every level (models, data, fine-tuning) shares."""
-
-import numbers
+"""Small helpers shared by the keras_tupe layers and backbones."""
 
 import keras
-import numpy as np
 from keras import ops
 
 # Added to the logits of padded keys. Applied in float32 only (a float16 -1e9 overflows).
@@ -50,18 +46,6 @@ def check_sequence_length(length, maximum, what):
             return
     if int(length) > maximum:  # Eager dynamic value (any backend).
         raise ValueError(f"{message} Received: sequence length {int(length)}.")
-
-
-def check_int(name, value, minimum):
-    """Refuses an argument `name` that is not an int >= `minimum`."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"`{name}` must be an int >= {minimum}. Received: {name}={value!r}")
-
-
-def check_rate(name, value):
-    """Refuses an argument `name` that is not a number in [0, 1]."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value <= 1:
-        raise ValueError(f"`{name}` must be a number in [0, 1]. Received: {name}={value!r}")
 
 
 # How the random weights start, recorded in every pre-training run's `run_config.json`:

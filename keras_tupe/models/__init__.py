@@ -1,6 +1,5 @@
 """keras_tupe's keras-hub model family: backbone, tokenizer, preprocessors, tasks, presets."""
 
-from keras_tupe.models.presets import PRESETS, SIZES, VARIANTS
 from keras_tupe.models.task import PerReplicaXLATrainStep, TupeTask
 from keras_tupe.models.tupe_backbone import TupeBackbone
 from keras_tupe.models.tupe_bpe_tokenizer import TupeBpeTokenizer
@@ -13,9 +12,7 @@ from keras_tupe.models.tupe_text_classifier_preprocessor import TupeTextClassifi
 from keras_tupe.models.tupe_tokenizer import TupeTokenizer
 
 __all__ = [
-    "PRESETS",
     "PerReplicaXLATrainStep",
-    "SIZES",
     "TupeBackbone",
     "TupeBpeTokenizer",
     "TupeMaskedLM",
@@ -26,5 +23,4 @@ __all__ = [
     "TupeTextClassifier",
     "TupeTextClassifierPreprocessor",
     "TupeTokenizer",
-    "VARIANTS",
 ]

@@ -15,9 +15,10 @@ import shutil
 import h5py
 import keras
 
-from keras_tupe.files import read_json
-from keras_tupe.models.presets import unknown_preset
-from keras_tupe.staging import arrays_bytes, staged, write_json
+from keras_tupe.models.saving import arrays_bytes
+from keras_tupe_base.files import read_json
+from keras_tupe_base.presets import unknown_preset
+from keras_tupe_base.staging import staged, write_json
 
 REGISTERED_BACKBONE = "keras_tupe>TupeBackbone"
 VOCABULARY_ASSET = os.path.join("assets", "tokenizer", "vocabulary.txt")
@@ -210,7 +211,7 @@ def write_preset_folder(model, preset_dir, record_key=None, record=None, overwri
     Raises:
         FileExistsError: a file this save writes is in `preset_dir` and `overwrite` is
             false.
-        keras_tupe.staging.WriteError: no room, a file-size limit, a read-only folder.
+        keras_tupe_base.staging.WriteError: no room, a file-size limit, a read-only folder.
     """
     preset_dir = os.fspath(preset_dir).rstrip(os.sep)
     if os.path.isdir(preset_dir) and not os.listdir(preset_dir):

@@ -12,8 +12,8 @@ import logging
 
 import numpy as np
 
-from keras_tupe.layers.utils import check_int
 from keras_tupe.models.wordpiece_offsets import wordpiece_offsets
+from keras_tupe_base.checks import check_int
 
 INPUT_NAMES = ("token_ids", "padding_mask", "segment_ids")
 

@@ -9,8 +9,8 @@ from keras_tupe.models.saving import (
     absent_optimizer_state_expected,
     without_training_state,
 )
+from keras_tupe.models.saving import write_weights
 from keras_tupe.models.tupe_backbone import without_unused_segment_ids
-from keras_tupe.staging import write_weights
 
 _TENSORFLOW = keras.backend.backend() == "tensorflow"
 if _TENSORFLOW:  # TensorFlow is optional: the per-replica step is tf.distribute's alone

@@ -25,8 +25,8 @@ from keras_tupe.models.preset_folders import (
     check_weights_file,
     classproperty,
 )
-from keras_tupe.models.presets import PRESETS, preset_description
 from keras_tupe.models.saving import WholeWeightsFiles
+from keras_tupe_base.presets import PRESETS, absolute_length_limit, preset_description
 
 INPUT_NAMES = ("token_ids", "padding_mask", "segment_ids")
 # The constructor arguments `get_config` returns, each stored under its own name.
@@ -38,19 +38,6 @@ CONFIG_KEYS = (
     "zero_init_relative_tables",
     "layer_norm_epsilon", "activation", "attention_implementation", "layer_norm_position",
 )
-
-
-def absolute_length_limit(
-    absolute_position="added", absolute_correlation="none", max_sequence_length=512, **_
-):
-    """The longest input of an encoder config (or preset), or `None` for any length.
-
-    An absolute table (positions added at the input, or the untied correlation)
-    bounds the length; relative terms do not. Defaults are the constructor's.
-    """
-    if absolute_position == "added" or absolute_correlation != "none":
-        return max_sequence_length
-    return None
 
 
 def without_unused_segment_ids(model, inputs):
@@ -89,7 +76,7 @@ class TupeBackbone(WholeWeightsFiles, StagedPresetSaving, keras_hub.models.Backb
 
     Four orthogonal fields make every variant of TUPE (Ke et al., ICLR 2021)
     and of Huang et al. (Findings of EMNLP 2020), plus ALiBi, rotary and
-    DeBERTa, a configuration (`keras_tupe.models.presets`): `absolute_position`,
+    DeBERTa, a configuration (`keras_tupe_base.presets`): `absolute_position`,
     `absolute_correlation`, `relative_position` and `cls_reset` (TUPE's untied
     [CLS], Eq. 9). Each `absolute_correlation` / `relative_position` value is
     one row of `keras_tupe.layers.schemes`, which says what it builds and what

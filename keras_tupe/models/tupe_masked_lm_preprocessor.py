@@ -6,10 +6,10 @@ import keras
 import keras_hub
 import numpy as np
 
-from keras_tupe.layers.utils import check_int, check_rate
 from keras_tupe.models.string_inputs import TextPreprocessorMixin
 from keras_tupe.models.tupe_backbone import TupeBackbone
 from keras_tupe.models.tupe_tokenizer import TupeTokenizer
+from keras_tupe_base.checks import check_int, check_rate
 
 
 def mask_selection_length(sequence_length, mask_rate=0.15):

@@ -12,7 +12,7 @@ import json
 import os
 import warnings
 
-from keras_tupe.staging import WriteError, space_error, space_note
+from keras_tupe_base.staging import WriteError, space_error, space_note
 
 
 def read_jsonl(path):

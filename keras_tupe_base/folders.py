@@ -24,7 +24,7 @@ def made_folder(path, keep=None):
     `path` (a run with a backup to resume from). `KeyboardInterrupt` counts as a
     failure.
 
-    Take the folder's `keras_tupe.output_lock.output_lock` first: only then is "did
+    Take the folder's `keras_tupe_base.output_lock.output_lock` first: only then is "did
     not exist before" this process's own observation, not a race with another.
 
     Args:

@@ -93,3 +93,16 @@ def preset_description(name):
         f"{size}: {config['num_layers']} layers, hidden {config['hidden_dim']}, "
         f"{config['num_heads']} heads. Architecture only: no published weights."
     )
+
+
+def absolute_length_limit(
+    absolute_position="added", absolute_correlation="none", max_sequence_length=512, **_
+):
+    """The longest input of an encoder config (or preset), or `None` for any length.
+
+    An absolute table (positions added at the input, or the untied correlation)
+    bounds the length; relative terms do not. Defaults are the constructor's.
+    """
+    if absolute_position == "added" or absolute_correlation != "none":
+        return max_sequence_length
+    return None

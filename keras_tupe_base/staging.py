@@ -6,12 +6,12 @@ the writer. A write that cannot happen raises `WriteError`, one line: what, why,
 free there. With `needed=` that check comes before any byte is written: the whole against
 the free space, each file against the file-size limit (`ulimit -f` limits files, not
 folders). On failure only what the block staged is removed; an existing `path` stays.
-Keras's weights files go through `write_weights`, which makes them in memory first.
+Keras's weights files go through `keras_tupe.models.saving.write_weights`, which makes them in
+memory first. The standard library alone (the base package's rule).
 """
 
 import contextlib
 import errno
-import io
 import json
 import os
 import re
@@ -25,9 +25,6 @@ SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS, 
 _SPACE_MESSAGES = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS)
 # HDF5 reports the C library's errno inside its message ("errno = 28, error message = ...").
 _HDF5_ERRNO = re.compile(r"errno = (\d+), error message = '([^']*)'")
-# Room HDF5 and zip need around the arrays themselves (headers, one entry per variable).
-_OVERHEAD_BYTES = 1 << 20
-_PER_ARRAY_BYTES = 4096
 
 
 class WriteError(OSError):
@@ -81,17 +78,6 @@ def space_note(path):
     if limit is not None:
         note += f", file-size limit (ulimit -f) {human(limit)}"
     return note
-
-
-def arrays_bytes(variables):
-    """What a weights file of `variables` (Keras variables or arrays) needs on disk."""
-    import numpy as np  # here: the commands import this module before NumPy and Keras
-
-    variables = list(variables)
-    total = sum(int(getattr(v, "nbytes", 0) or np.prod(v.shape, dtype=np.int64)
-                    * np.dtype(getattr(v.dtype, "name", v.dtype)).itemsize)
-                for v in variables)
-    return total + _OVERHEAD_BYTES + _PER_ARRAY_BYTES * len(variables)
 
 
 def check_space(path, needed, largest=None):
@@ -238,40 +224,6 @@ def write_bytes(path, data):
         with open(staging, "wb") as f:
             f.write(data)
     return path
-
-
-def write_weights(model, path, objects_to_skip=()):
-    """`model.save_weights(path)` (Keras's `.weights.h5` file), written as a whole.
-
-    HDF5 reports a full disk or a file-size limit met half-way through its writes, then
-    again from h5py's destructors, and can crash the process (a segmentation fault): so
-    the file is made in memory, where its writes cannot fail, and then written by
-    `write_bytes`. Keras saves to memory only inside `.keras` archives; its `H5IOStore`
-    (which takes an `io.BytesIO`) and `_save_state` are what `save_weights` itself calls.
-
-    Args:
-        model: a built Keras model or layer.
-        path: str. The file to write; its name ends in `.weights.h5`.
-        objects_to_skip: layers whose weights are left out (keras-hub's task weights
-            leave out the backbone's).
-    """
-    # Here, not above: the commands import this module before Keras (flags parse first).
-    from keras.src.saving import saving_lib
-
-    path = os.fspath(path)
-    if not path.endswith(".weights.h5"):
-        raise ValueError(f"The filename must end in `.weights.h5`. Received: filepath={path}")
-    if not model.built:
-        raise ValueError(f"{model.name} is not built: it has no weights to save yet. Build it "
-                         "first (call it on some data, or `build()`).")
-    image = io.BytesIO()
-    store = saving_lib.H5IOStore(image, mode="w")
-    try:
-        saving_lib._save_state(model, weights_store=store, assets_store=None, inner_path="",
-                               visited_saveables={id(o) for o in objects_to_skip})
-    finally:
-        store.close()
-    return write_bytes(path, image.getbuffer())
 
 
 def write_json(path, value, sync=True):
