@@ -25,14 +25,14 @@ import numpy as np
 
 from keras_tupe.data.masking import MASK_ID, UNSELECTABLE_IDS, check_mask_rates
 from keras_tupe.data.shards import ShardSequences
-from keras_tupe.layers.utils import check_int
 from keras_tupe.optimization import LinearWarmupLinearDecay, adamw
+from keras_tupe_base.checks import check_int
+from keras_tupe_base.settings import GRID_PRECISIONS
 
 if keras.backend.backend() == "jax":  # JAX is optional: a grid runs on that backend alone
     import jax
     import jax.numpy as jnp
 
-PRECISIONS = ("float32", "mixed_bfloat16")
 # Bytes a parameter holds in a member's training state: float32 weights, the two Adam
 # moments and the gradient.
 STATE_BYTES_PER_PARAMETER = 16
@@ -120,6 +120,10 @@ class GridTrainer:
             members are built). Defaults to "float32".
         steps_per_dispatch: int. Steps one call of the compiled program runs
             (`jax.lax.scan`). Defaults to 100.
+        inits: None, or one start a member (e.g. the path of the encoder it fine-tunes):
+            then `build(seed, init)` builds each member's model, members with the same
+            seed and init sharing one call, so one program trains several encoders of one
+            architecture. Defaults to None (`build(seed)`).
 
     Example:
     >>> trainer = GridTrainer(lambda seed: TupeTextClassifier(backbone(), num_classes=2),
@@ -130,16 +134,24 @@ class GridTrainer:
     """
 
     def __init__(self, build, seeds, learning_rates, schedule, precision="float32",
-                 steps_per_dispatch=100):
+                 steps_per_dispatch=100, inits=None):
         check_backend()
         self.members = check_members(seeds, learning_rates)
-        if precision not in PRECISIONS:
-            raise ValueError(f"Unknown precision {precision!r}. Valid: {', '.join(PRECISIONS)}.")
+        if inits is not None and len(inits) != len(self.members):
+            raise ValueError(f"inits must give one start per member: received {len(inits)} "
+                             f"inits for {len(self.members)} members.")
+        # A member's model, by (seed, init): `build(seed)`, or `build(seed, init)` where
+        # the members start from several encoders.
+        self._with_inits = inits is not None
+        self._keys = [(seed, init) for (seed, _), init in zip(
+            self.members, inits if self._with_inits else [None] * len(self.members))]
+        if precision not in GRID_PRECISIONS:
+            raise ValueError(f"Unknown precision {precision!r}. Valid: {', '.join(GRID_PRECISIONS)}.")
         check_int("steps_per_dispatch", steps_per_dispatch, 1)
         self.schedule, self.precision = schedule, precision
         self.steps_per_dispatch = steps_per_dispatch
         models = self._build(build)
-        self.model = models[self.members[0][0]]
+        self.model = models[self._keys[0]]
         self._check_one_architecture(models)
         self.optimizer = adamw(self.model, 0.0, schedule.weight_decay, schedule.beta_1,
                                schedule.beta_2, schedule.epsilon, schedule.clip_norm)
@@ -153,10 +165,9 @@ class GridTrainer:
                               if v is self.optimizer.iterations]
         stack = lambda values: [jnp.stack(column) for column in zip(*values)]  # noqa: E731
         self.state = (
-            stack([[v.value for v in models[seed].trainable_variables]
-                   for seed, _ in self.members]),
-            stack([[v.value for v in models[seed].non_trainable_variables]
-                   for seed, _ in self.members]),
+            stack([[v.value for v in models[key].trainable_variables] for key in self._keys]),
+            stack([[v.value for v in models[key].non_trainable_variables]
+                   for key in self._keys]),
             [jnp.stack([v.value] * len(self.members)) for v in variables],
             jnp.asarray([rate for _, rate in self.members], jnp.float32),
         )
@@ -168,19 +179,20 @@ class GridTrainer:
         previous = keras.config.dtype_policy()
         keras.config.set_dtype_policy(self.precision)
         try:
-            for seed in dict.fromkeys(seed for seed, _ in self.members):
+            for seed, init in dict.fromkeys(self._keys):
                 keras.utils.set_random_seed(seed)
-                models[seed] = build(seed)
+                models[seed, init] = build(seed, init) if self._with_inits else build(seed)
         finally:
             keras.config.set_dtype_policy(previous)
         return models
 
     def _check_one_architecture(self, models):
         # Layer names differ (Keras numbers them); the classes, shapes and dtypes must not.
-        shapes = {seed: (type(model), [(tuple(v.shape), v.dtype) for v in model.variables])
-                  for seed, model in models.items()}
-        first = shapes[self.members[0][0]]
-        other = [seed for seed, found in shapes.items() if found != first]
+        shapes = {key: (type(model), [(tuple(v.shape), v.dtype) for v in model.variables])
+                  for key, model in models.items()}
+        first = shapes[self._keys[0]]
+        other = [seed if init is None else (seed, init)
+                 for (seed, init), found in shapes.items() if found != first]
         if other:
             raise ValueError(f"The members of a grid share one architecture: build(seed) for "
                              f"seeds {other} made a model whose variables differ from seed "

@@ -165,6 +165,39 @@ def test_each_member_is_the_fit_run_of_its_seed_and_rate(case):
 
 
 @pytest.mark.jax
+def test_members_start_from_their_own_encoders_in_one_program():
+    """Two encoders of one architecture (other weights) in one grid, `inits` a member:
+    each member equals `fit` from its own encoder at its seed and rate; with the inits
+    swapped, every member differs from those runs (a member given the wrong encoder fails)."""
+    encoders = {}
+    for name, seed in (("a", 100), ("b", 101)):
+        keras.utils.set_random_seed(seed)
+        encoders[name] = backbone().get_weights()
+
+    def build(seed, init):
+        encoder = backbone()
+        encoder.set_weights(encoders[init])
+        return TupeTextClassifier(encoder, num_classes=3)
+    source, rows, weights, fit_batches = classification_data(3)
+    steps, inits = len(rows), ("a", "b", "b", "a")
+    schedule = Schedule(total_steps=steps, warmup_steps=WARMUP)
+    references = [fit_run(lambda seed, init=init: build(seed, init), seed, rate, *batch, steps)
+                  for seed, rate, init, batch in zip(SEEDS, RATES, inits, fit_batches)]
+    trainer = GridTrainer(build, SEEDS, RATES, schedule, steps_per_dispatch=steps,
+                          inits=inits)
+    check_equal(differences(trainer, trainer.fit(source, rows, weights), references,
+                            range(4)))
+    assert trainer.compiles == 1
+    swapped = GridTrainer(build, SEEDS, RATES, schedule, steps_per_dispatch=steps,
+                          inits=("b", "a", "a", "b"))
+    found = differences(swapped, swapped.fit(source, rows, weights), references, range(4))
+    assert all(loss > 100 * LOSS_TOLERANCE or weight > 100 * WEIGHT_TOLERANCE
+               for loss, weight in found), found
+    with pytest.raises(ValueError, match="one start per member: received 3 inits for 4"):
+        GridTrainer(build, SEEDS, RATES, schedule, inits=inits[:3])
+
+
+@pytest.mark.jax
 def test_a_grid_refuses_members_of_different_architectures():
     def build(seed):
         return TupeTextClassifier(backbone(), num_classes=2 + seed)
@@ -332,10 +365,9 @@ def test_the_glue_commands_grid_flags_are_checked_before_keras(flags, message, c
         flags = flags[:-1]
         monkeypatch.setenv("KERAS_BACKEND", "tensorflow")
 
-    with pytest.raises(SystemExit) as stop:
-        finetune_glue.parse_args(["--init", "x", "--tasks", "sst2", "--out", "o", *flags])
-    assert stop.value.code == 2 and message in capsys.readouterr().err
-    assert finetune_glue.GRID_PRECISIONS == __import__("keras_tupe.grid").grid.PRECISIONS
+    code = finetune_glue.main(["--init", "x", "--tasks", "sst2", "--out", "o", *flags])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and len(err.splitlines()) == 1
 
 
 @pytest.mark.jax
@@ -348,7 +380,8 @@ def test_pretrain_grid_leaves_a_run_folder_a_seed(tmp_path):
     import keras_hub
 
     from keras_tupe.data.shards import write_shard_folder
-    from keras_tupe.pretraining import PretrainConfig, PretrainError, pretrain_grid
+    from keras_tupe.pretraining import PretrainError, pretrain_grid
+    from keras_tupe_base.settings import PretrainConfig
 
     vocabulary = tmp_path / "vocab.txt"
     vocabulary.write_text("\n".join(["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"]

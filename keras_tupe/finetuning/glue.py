@@ -12,13 +12,12 @@ import math
 import os
 import re
 import time
-from contextlib import nullcontext
+from contextlib import ExitStack, nullcontext
 
 import keras
 import keras_hub
 import numpy as np
 
-from keras_tupe import files
 from keras_tupe.callbacks import StepProgress
 from keras_tupe.data import glue
 from keras_tupe.finetuning.batches import batches, packed, resolve_loader
@@ -31,8 +30,6 @@ from keras_tupe.finetuning.loading import (
 )
 from keras_tupe.finetuning.protocol import Protocol
 from keras_tupe.finetuning.summary import append_result, read_results, write_tables
-from keras_tupe.finetuning_configs import PAPER_LEARNING_RATES, PAPER_SEEDS, FinetuneConfig
-from keras_tupe.folders import made_folder
 from keras_tupe.grid import GridTrainer, Schedule, check_backend, check_members, epoch_rows
 from keras_tupe.metrics import glue_metrics, glue_score
 from keras_tupe.models import (
@@ -43,8 +40,11 @@ from keras_tupe.models import (
 )
 from keras_tupe.models.preset_folders import refuse_existing_folder
 from keras_tupe.optimization import create_optimizer
-from keras_tupe.output_lock import output_lock
-from keras_tupe.progress import Heartbeat
+from keras_tupe_base import files
+from keras_tupe_base.folders import made_folder
+from keras_tupe_base.output_lock import output_lock
+from keras_tupe_base.progress import Heartbeat
+from keras_tupe_base.settings import PAPER_LEARNING_RATES, PAPER_SEEDS, FinetuneConfig
 
 SHORT_TASKS = ("mnli", "qqp", "qnli")  # 5 epochs instead of 10
 
@@ -159,10 +159,12 @@ def task_classifier(config, backbone, tokenizer, train_length):
 
 
 def finetune_glue_grid(config, learning_rates, seeds, splits=None, precision="float32",
-                       steps_per_dispatch=100):
+                       steps_per_dispatch=100, inits=None):
     """Fine-tunes `config.init` on `config.task` at every `(learning_rates[i], seeds[i])`
     at once, in one compiled program (`keras_tupe.grid.GridTrainer`, JAX); returns a row
-    a member, as `finetune_glue` returns for one run.
+    a member, as `finetune_glue` returns for one run. `inits` (one encoder a member, of
+    one architecture and `config`'s vocabulary) fine-tunes several encoders in the program:
+    member `i` starts from `inits[i]`.
 
     Each member is the run `finetune_glue` makes at its rate and seed on the Grain loader
     (the same initialization, dropout seeds and batch order), but the task is tokenized
@@ -186,14 +188,15 @@ def finetune_glue_grid(config, learning_rates, seeds, splits=None, precision="fl
     rows, weights = (np.stack(parts, axis=1) for parts in zip(*orders))
     steps = len(rows)
 
-    def build(seed):
-        model = task_classifier(config, load_backbone(config.init), tokenizer, lengths["train"])
+    def build(seed, init=config.init):
+        model = task_classifier(config, load_backbone(init), tokenizer, lengths["train"])
         model.preprocessor = None
         return model
 
     trainer = GridTrainer(build, [seed for seed, _ in members], [rate for _, rate in members],
                           Schedule(steps, int(config.warmup_ratio * steps), config.weight_decay),
-                          precision=precision, steps_per_dispatch=steps_per_dispatch)
+                          precision=precision, steps_per_dispatch=steps_per_dispatch,
+                          inits=inits)
     trainer.check_memory(config.batch_size, lengths["train"])
     start = time.perf_counter()
     trainer.fit((train_x, _labels(spec, train_examples)), rows, weights)
@@ -387,29 +390,38 @@ def _preflight(tasks, init, config_kwargs, task_settings):
     return splits
 
 
-def _run_grids(protocol, tasks, init, rows, results_path, splits, task_settings,
-               config_kwargs, grid_settings):
-    """`run_protocol`'s rounds of grids: each task's runs to do, in one program a round."""
+def _run_grids(protocol, tasks, encoders, splits, task_settings, config_kwargs,
+               grid_settings):
+    """`run_protocol`'s rounds of grids: each task's runs to do of every encoder
+    (`(init, results_path, rows)`), in one program a round."""
     for task in tasks:
-        done = {(row["learning_rate"], row.get("seed")) for row in rows if row["task"] == task}
-        todo = [(rate, seed) for rate in protocol.learning_rates for seed in protocol.seeds
-                if (rate, seed) not in done]
-        while todo := todo or protocol.runs_to_do(rows, task):
+        todo = []
+        for _, _, rows in encoders:
+            done = {(row["learning_rate"], row.get("seed")) for row in rows
+                    if row["task"] == task}
+            todo.append([(rate, seed) for rate in protocol.learning_rates
+                         for seed in protocol.seeds if (rate, seed) not in done])
+        while members := [(index, rate, seed) for index, (runs, (_, _, rows)) in enumerate(
+                zip(todo, encoders)) for rate, seed in runs or protocol.runs_to_do(rows, task)]:
             if config_kwargs.get("progress"):
-                print(f"{task}: {len(todo)} runs in one grid ...", flush=True)
+                print(f"{task}: {len(members)} runs in one grid ...", flush=True)
             settings = {**config_kwargs, **task_settings.get(task, {})}
             start = time.perf_counter()
-            found = finetune_glue_grid(FinetuneConfig(task=task, init=init, **settings),
-                                       [rate for rate, _ in todo], [seed for _, seed in todo],
-                                       splits[task], **grid_settings)
-            for row in found:
+            found = finetune_glue_grid(
+                FinetuneConfig(task=task, init=encoders[0][0], **settings),
+                [rate for _, rate, _ in members], [seed for _, _, seed in members],
+                splits[task], **grid_settings,
+                inits=[encoders[index][0] for index, _, _ in members] if len(
+                    encoders) > 1 else None)
+            for (index, _, _), row in zip(members, found):
+                init, results_path, rows = encoders[index]
                 row["wall_seconds"] = time.perf_counter() - start  # the whole grid's
                 rows.append(row)
                 append_result(results_path, row)
                 scores = {split: round(100 * m["score"], 2) for split, m in row["dev"].items()}
-                print(f"{task} lr={row['learning_rate']:g} seed={row['seed']}: {scores}",
-                      flush=True)
-            todo = []
+                print(f"{task} lr={row['learning_rate']:g} seed={row['seed']}"
+                      f"{f' {init}' if len(encoders) > 1 else ''}: {scores}", flush=True)
+            todo = [[] for _ in encoders]
 
 
 GRID_SETTINGS = ("precision", "steps_per_dispatch")  # `finetune_glue_grid`'s own
@@ -430,7 +442,8 @@ def check_task_settings(tasks, task_settings):
 
 def run_protocol(tasks, init, out_dir, learning_rates=PAPER_LEARNING_RATES, seeds=PAPER_SEEDS,
                  save_models=False, task_settings=None, selection_seed=None,
-                 edge_learning_rates=(), protocol=None, grid=False, **config_kwargs):
+                 edge_learning_rates=(), protocol=None, grid=False, together=(),
+                 **config_kwargs):
     """The papers' grid over tasks x learning rates x seeds, resumable; returns the table.
 
     `protocol` (a `Protocol`, or the four arguments that make one) names the grid and
@@ -444,7 +457,10 @@ def run_protocol(tasks, init, out_dir, learning_rates=PAPER_LEARNING_RATES, seed
     (`finetune_glue_grid`): first every rate x every seed (with a selection seed the
     choice then reads from its rows, the other seeds' rows at the chosen rate counted, the
     rest kept in `results.jsonl` but outside the table), then any edge rate the choice
-    asks for, then that rate's other seeds. `save_models` is refused with it.
+    asks for, then that rate's other seeds. `save_models` is refused with it. `together`
+    (with `grid`): more encoders `(init, out_dir)` of `init`'s architecture and vocabulary,
+    fine-tuned in the same programs (each task's runs of every encoder as one grid), each
+    with its own folder, lock, `results.jsonl` and tables.
     """
     protocol = protocol or Protocol(learning_rates, seeds, selection_seed, edge_learning_rates)
     # A repeated task is one point of the grid (run and counted once).
@@ -460,18 +476,25 @@ def run_protocol(tasks, init, out_dir, learning_rates=PAPER_LEARNING_RATES, seed
         if save_models:
             raise ValueError("save_models keeps each run's classifier; a grid keeps none "
                              "(valid: grid=False to keep them, or save_models=False).")
-    elif grid_settings:
-        raise ValueError(f"{sorted(grid_settings)} set how a grid trains; pass grid=True.")
+    elif grid_settings or together:
+        raise ValueError(f"{sorted(grid_settings) or 'together'} set how a grid trains; pass "
+                         "grid=True.")
+    encoders = [(init, out_dir), *together]
     # every input checked before anything is written
-    splits = _preflight(tasks, init, config_kwargs, task_settings)
+    splits = [_preflight(tasks, start, config_kwargs, task_settings) for start, _ in encoders][0]
     # An interruption before the first finished run leaves no folder it made; after it,
     # results.jsonl stays, to resume from.
-    with output_lock(out_dir, command="finetune_glue", flag="`out_dir=`"), \
-            made_folder(out_dir, keep=lambda: bool(read_results(out_dir)[1])):
-        results_path, rows = read_results(out_dir)
+    with ExitStack() as folders:
+        for _, folder in encoders:
+            folders.enter_context(output_lock(folder, command="finetune_glue",
+                                              flag="`out_dir=`"))
+            folders.enter_context(made_folder(folder, keep=lambda folder=folder: bool(
+                read_results(folder)[1])))
+        found = [read_results(folder) for _, folder in encoders]
+        results_path, rows = found[0]
         if grid:
-            _run_grids(protocol, tasks, init, rows, results_path, splits, task_settings,
-                       config_kwargs, grid_settings)
+            _run_grids(protocol, tasks, [(start, path, done) for (start, _), (path, done) in zip(
+                encoders, found)], splits, task_settings, config_kwargs, grid_settings)
         for task, rate, seed in ([] if grid else protocol.runs(rows, tasks)):
             save_dir = (os.path.join(out_dir, "models", f"{task}_lr{rate:g}_seed{seed}")
                         if save_models else None)
@@ -488,6 +511,7 @@ def run_protocol(tasks, init, out_dir, learning_rates=PAPER_LEARNING_RATES, seed
             append_result(results_path, row)
             scores = {split: round(100 * m["score"], 2) for split, m in row["dev"].items()}
             print(f"{task} lr={rate:g} seed={seed}: {scores}", flush=True)
-    table = protocol.summarize(rows, tasks)
-    write_tables(table, out_dir, f"GLUE dev, {os.path.basename(os.path.normpath(init))}")
-    return table
+    tables = [protocol.summarize(done, tasks) for _, done in found]
+    for (start, folder), table in zip(encoders, tables):
+        write_tables(table, folder, f"GLUE dev, {os.path.basename(os.path.normpath(start))}")
+    return tables[0]
