@@ -21,6 +21,8 @@ LOADERS = ("tf.data", "grain")  # `keras_tupe.finetuning.batches.resolve_loader`
 STRATEGIES = ("default", "mirrored", "multiworker")  # `keras_tupe.pretraining`'s
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")  # Keras's dtype policies
 GRID_PRECISIONS = ("float32", "mixed_bfloat16")  # `keras_tupe.grid.GridTrainer`'s
+# The shortest pre-training sequence: [CLS], [SEP] and room to mask (`keras_tupe.data`).
+MIN_SEQUENCE_LENGTH = 8
 # Fields of a `PretrainConfig` that may differ when a killed run is started again.
 RESUME_FREE_FIELDS = ("overwrite", "verbose", "vocab",  # the vocab is checked by content
                       "steps_per_execution")  # speed only: the same steps
@@ -114,7 +116,8 @@ class PretrainConfig:
     steps: int = setting(1_000_000, "optimizer steps", minimum=1)
     batch_size: int = setting(256, "global batch size", minimum=1)
     seq_len: int = setting(512, "tokens a sequence (default: 512, or the preset's position "
-                                "table when shorter; with --shards, theirs)", minimum=1)
+                                "table when shorter; with --shards, theirs)",
+                           minimum=MIN_SEQUENCE_LENGTH)
     learning_rate: float = setting(1e-4, "peak learning rate")
     warmup_ratio: float = setting(0.01, "share of --steps warming up, in [0, 1)")
     weight_decay: float = setting(0.01, "AdamW's decoupled weight decay")
@@ -225,7 +228,8 @@ class ShardConfig:
     vocab_lines: int = setting(PretrainConfig.vocab_lines,
                                "corpus lines used to train the vocabulary", minimum=1)
     lowercase: bool = setting(True, switch="--cased", help="keep case")
-    seq_len: int = setting(PretrainConfig.seq_len, "tokens a sequence", minimum=1)
+    seq_len: int = setting(PretrainConfig.seq_len, "tokens a sequence",
+                           minimum=MIN_SEQUENCE_LENGTH)
     sequences_per_shard: int = setting(100_000, "sequences a shard file", minimum=1)
     max_lines: int = setting(None, "read at most this many corpus lines", minimum=1)
 

@@ -5,7 +5,8 @@ makes Ctrl-C while a command still imports one line, not a traceback.
 
 The commands live here, beside `keras_tupe` rather than inside it, because `import
 keras_tupe` imports Keras and registers the model family (as `import keras_hub` does): a
-command parses its flags first and imports the library after, inside its functions (those
+command reads its flags from a settings dataclass of `keras_tupe_base` (the standard library
+alone), checks them, and imports the library after, inside its functions (those
 function-local imports are the point of this package), so a usage error takes a fraction of
 a second. No module here imports `keras_tupe` at its top.
 """

@@ -185,6 +185,21 @@ def add_settings(parser, config_class, skip=(), defaults=None):
     return flags
 
 
+def at_least(minimum):
+    """argparse's `type` for a flag that is a whole number of at least `minimum` (a flag that
+    is no setting's field: `keras-tupe-export --version`)."""
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < minimum:
+            raise argparse.ArgumentTypeError(f"{text} is not a whole number of at least {minimum}")
+        return value
+    parse.__name__ = f"int >= {minimum}"
+    return parse
+
+
 def setting_flags(config_class, skip=()):
     """{name: flag} of `config_class`'s fields that are flags (`add_settings`' flags)."""
     return {field.name: field.metadata["switch"] or "--" + field.name.replace("_", "-")

@@ -22,7 +22,7 @@ import sys
 import time
 
 # keras_tupe (with Keras: seconds) is imported inside the functions, after the flags parse.
-from keras_tupe_cli.common import command_parser, entry_point
+from keras_tupe_cli.common import at_least, command_parser, entry_point
 
 SENTENCES = [
     "a gripping , beautifully acted film that stays with you .",
@@ -41,12 +41,12 @@ def parse_args(argv=None):
                    help="parent of this run's directory (a new one each time)")
     p.add_argument("--export-dir", default="saved_models", help="where the SavedModels go")
     p.add_argument("--preset", default="tupe_r_tiny")
-    p.add_argument("--steps", type=int, default=300, help="pre-training steps")
-    p.add_argument("--vocabulary-size", type=int, default=4000)
-    p.add_argument("--vocab-lines", type=int, default=4000)
-    p.add_argument("--finetune-examples", type=int, default=8000,
+    p.add_argument("--steps", type=at_least(1), default=300, help="pre-training steps")
+    p.add_argument("--vocabulary-size", type=at_least(1), default=4000)
+    p.add_argument("--vocab-lines", type=at_least(1), default=4000)
+    p.add_argument("--finetune-examples", type=at_least(1), default=8000,
                    help="SST-2 training examples used (of 67,349)")
-    p.add_argument("--epochs", type=int, default=2, help="fine-tuning epochs")
+    p.add_argument("--epochs", type=at_least(1), default=2, help="fine-tuning epochs")
     return p.parse_args(argv)
 
 

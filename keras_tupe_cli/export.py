@@ -22,7 +22,8 @@ import sys
 
 # keras_tupe (with Keras: seconds) is imported inside the functions, after the flags parse.
 from keras_tupe_base.output_lock import output_lock
-from keras_tupe_cli.common import INIT_FLAGS, add_common_flags, entry_point, one_line_errors
+from keras_tupe_cli.common import (INIT_FLAGS, add_common_flags, at_least, entry_point,
+                                   one_line_errors)
 
 PROG = "keras-tupe-export"
 
@@ -37,7 +38,7 @@ def parse_args(argv=None):
         sub.add_argument("--init", required=name != "preprocessor", help=init_help)
         sub.add_argument("--out", required=True, help="model directory; the export goes in "
                                                       "OUT/<version>/")
-        sub.add_argument("--version", type=int, help="version number (default: the next free)")
+        sub.add_argument("--version", type=at_least(1), help="version number (default: the next free)")
         sub.add_argument("--overwrite", action="store_true",
                          help="replace --version if it exists")
         add_common_flags(sub)
@@ -51,7 +52,7 @@ def parse_args(argv=None):
     pre = command("preprocessor", "strings -> encoder inputs",
                   "preset folder or pre-training run directory (for its vocabulary)")
     pre.add_argument("--vocab", help="vocabulary file (default: the preset's or the run's)")
-    pre.add_argument("--seq-len", type=int, default=128, help="packed length of the default call")
+    pre.add_argument("--seq-len", type=at_least(1), default=128, help="packed length of the default call")
     pre.add_argument("--cased", dest="lowercase", action="store_false",
                      help="the vocabulary is cased (default: lowercased)")
     command("classifier", "a fine-tuned classifier answering raw strings",

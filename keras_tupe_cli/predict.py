@@ -28,7 +28,7 @@ import os
 import sys
 
 # TensorFlow is imported inside the functions, after the flags parse; keras_tupe never.
-from keras_tupe_cli.common import command_parser, entry_point
+from keras_tupe_cli.common import at_least, command_parser, entry_point
 
 DEFAULT_BATCH_SIZE = 64
 
@@ -139,7 +139,7 @@ def parse_args(argv=None):
     p.add_argument("--file", help="read sentences from this UTF-8 file too, one a line (with "
                                   "--pairs: first<TAB>second); - reads standard input")
     p.add_argument("--pairs", action="store_true", help="texts alternate sentence1, sentence2")
-    p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE,
+    p.add_argument("--batch-size", type=at_least(1), default=DEFAULT_BATCH_SIZE,
                    help=f"sentences per call of the model (default: {DEFAULT_BATCH_SIZE}); "
                         "memory grows with it, not with the number of sentences")
     p.add_argument("--json", action="store_true",

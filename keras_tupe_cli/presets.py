@@ -11,7 +11,7 @@ import time
 
 # keras_tupe (with Keras: seconds) is imported inside the functions, after the flags parse.
 from keras_tupe_base.presets import SIZES, VARIANTS
-from keras_tupe_cli.common import command_parser, entry_point
+from keras_tupe_cli.common import at_least, command_parser, entry_point
 
 
 def parse_args(argv=None):
@@ -20,7 +20,7 @@ def parse_args(argv=None):
         "--sizes", nargs="+", default=list(SIZES), choices=list(SIZES),
         help="preset sizes to build (default: all)",
     )
-    parser.add_argument("--seq-len", type=int, default=32, help="length of the tiny forward pass")
+    parser.add_argument("--seq-len", type=at_least(1), default=32, help="length of the tiny forward pass")
     return parser.parse_args(argv)
 
 

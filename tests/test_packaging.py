@@ -153,7 +153,7 @@ GLUE = [sys.executable, "-m", "keras_tupe_cli.finetune_glue", "--init", "r", "--
     ([sys.executable, "-m", "keras_tupe_cli.finetune_squad", "--init", "r",
       "--steps-per-execution", "-1"], "--steps-per-execution must be an int >= 1"),
     ([sys.executable, "-m", "keras_tupe_cli.shard_corpus", "--corpus", "README.md", "--out",
-      "o", "--seq-len", "0"], "--seq-len must be an int >= 1"),
+      "o", "--seq-len", "7"], "--seq-len must be an int >= 8"),
 ], ids=["console-script", "keras_tupe_cli", "training", "presets", "pretrain-preset",
         "pretrain-spe-0", "pretrain-spe-negative", "pretrain-spe-above-steps",
         "pretrain-spe-not-dividing", "glue-spe-0", "glue-selection", "squad-spe", "shard-seq"])

@@ -19,6 +19,7 @@ from keras_tupe.data.vocabulary import (
 )
 from keras_tupe.models.tupe_masked_lm_preprocessor import mask_selection_length
 from keras_tupe_base.checks import check_int
+from keras_tupe_base.settings import MIN_SEQUENCE_LENGTH
 
 __all__ = [
     "SPECIAL_TOKENS",
@@ -34,7 +35,6 @@ __all__ = [
 
 PAD, CLS, SEP, UNK, MASK = SPECIAL_TOKENS
 UNSELECTABLE_TOKENS = [SPECIAL_TOKENS[i] for i in UNSELECTABLE_IDS]
-MIN_SEQUENCE_LENGTH = 8
 
 
 def packed_sequences(source, tokenizer, sequence_length, max_lines=None):
