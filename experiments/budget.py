@@ -129,7 +129,7 @@ def measure(pretrain, finetune, scratch, pace):
 
     from experiments.config import pretrain_config, variants
     from keras_tupe.finetuning.glue import finetune_glue_grid
-    from keras_tupe.finetuning_configs import FinetuneConfig
+    from keras_tupe_base.settings import FinetuneConfig
     from keras_tupe.pretraining import grid_pretrainer, write_preset
 
     pace["start_seconds"] = time.time() - START
@@ -188,7 +188,7 @@ def calibrate(work, stop, margin=0.15, most=2.0):
 
     from experiments import records
     from experiments.config import load_config
-    from experiments.report import finetune_plan
+    from experiments.plans import finetune_plan
 
     paths = {kind: os.path.join(work, f"{kind}.json") for kind in ("pretrain", "finetune")}
     pretrain, finetune = (load_config(paths[kind]) for kind in ("pretrain", "finetune"))

@@ -18,6 +18,11 @@ import time
 from experiments import records
 
 KINDS = ("pretrain", "finetune", "length")
+# Entries over other studies' records, which run nothing: the pages of several studies
+# (`compare`: studies that differ only in their settings, the reference first;
+# `compare_seeds`: seed groups in one figure, `[study, label]` each) and the claims' runs.
+OVER_KINDS = {"compare": ("studies",), "compare_seeds": ("groups",),
+              "claims": ("t2", "plateau", "pipelines")}
 # The only fields a variant may change: they define the architecture, not the training.
 STRUCTURAL_FIELDS = (
     "max_relative_distance", "num_buckets", "max_distance", "layer_norm_position",
@@ -157,9 +162,13 @@ def _require(config, path, keys):
 
 
 def _check(config, path):
+    if config.get("kind") in OVER_KINDS:
+        _check_over(config, path)
+        return
     _require(config, path, ("study", "kind", "runs_dir", "results_dir"))
     if config["kind"] not in KINDS:
-        _fail(path, f"`kind` must be one of {KINDS}. Received: {config['kind']!r}")
+        _fail(path, f"`kind` must be one of {KINDS + tuple(OVER_KINDS)}. "
+                    f"Received: {config['kind']!r}")
     if config["kind"] == "pretrain" and "seed" in config and "base" not in config:
         _fail(path, "`seed` (a replicate's seed) is only for a study with a `base`; a study of "
                     "its own sets `settings.seed`.")
@@ -173,7 +182,7 @@ def _check(config, path):
     elif config["kind"] == "finetune":
         _require(config, path, ("pretrain_configs", "checkpoints", "tasks", "learning_rates",
                                 "seeds", "settings"))
-        from keras_tupe.finetuning import FinetuneConfig, SquadConfig
+        from keras_tupe_base.settings import FinetuneConfig, SquadConfig
 
         if "squad" in config["tasks"]:
             if config["tasks"] != ["squad"] or config.get("task_settings"):
@@ -193,7 +202,7 @@ def _check(config, path):
         if unknown:
             _fail(path, f"unknown fine-tuning settings {unknown}. Allowed: {sorted(allowed)}")
         from keras_tupe.finetuning.glue import check_task_settings
-        from keras_tupe.finetuning.protocol import check_selection
+        from keras_tupe_base.settings import check_selection
 
         try:
             check_task_settings(config["tasks"], config.get("task_settings", {}))
@@ -222,6 +231,27 @@ def _check(config, path):
                             f"Received length {length}.")
         config.setdefault("checkpoints", [1.0])
         _check_fractions(config, path)
+
+
+def _check_over(config, path):
+    """An entry of `OVER_KINDS`: its keys, and the studies it names by name."""
+    _require(config, path, OVER_KINDS[config["kind"]])
+    named = {"compare": lambda: config["studies"],
+             "compare_seeds": lambda: [study for study, _ in config["groups"]],
+             "claims": lambda: config["t2"]["replicates"] + [
+                 study for _, study, _ in config["plateau"]["runs"]] + [
+                 study for study, _ in [config["pipelines"]["run"], *config["pipelines"]["band"]]]}
+    try:
+        names = named[config["kind"]]()
+    except (KeyError, TypeError, ValueError) as error:
+        _fail(path, f"a {config['kind']!r} entry as experiments/README.md describes it; "
+                    f"{type(error).__name__}: {error}")
+    if config["kind"] != "claims" and len(set(names)) < 2:
+        _fail(path, f"a {config['kind']!r} entry names at least two studies, each once. "
+                    f"Received: {names}")
+    unknown = sorted(set(names) - set(studies()))
+    if unknown:
+        _fail(path, f"names {unknown}, which are not studies of {os.path.relpath(STUDIES_FILE)}.")
 
 
 def _check_fractions(config, path):
@@ -289,8 +319,8 @@ def checkpoint_variants(config, fraction):
 
 
 def _check_pretrain(config, path):
-    from keras_tupe.models.presets import SIZES, VARIANTS
-    from keras_tupe.pretraining import PretrainConfig
+    from keras_tupe_base.presets import SIZES, VARIANTS
+    from keras_tupe_base.settings import PretrainConfig
 
     _require(config, path, ("size", "vocabulary", "settings", "variants"))
     if config["size"] not in SIZES:
@@ -345,7 +375,7 @@ def _check_grid(config, path):
     `pretrain_grid`): from token-id shards, in a grid precision, no save step at the end."""
     if "grid" not in config:
         return
-    from keras_tupe.grid import PRECISIONS
+    from keras_tupe_base.settings import GRID_PRECISIONS as PRECISIONS
 
     grid, settings = config["grid"], config["settings"]
     seeds = grid.get("seeds") if isinstance(grid, dict) else None
@@ -431,14 +461,14 @@ def variants(config):
 
 def expected_backbone(variant):
     """The preset fields a variant's encoder must have (the vocabulary size aside)."""
-    from keras_tupe.models.presets import PRESETS
+    from keras_tupe_base.presets import PRESETS
 
     return {**PRESETS[variant.base_preset], **variant.overrides}
 
 
 def pretrain_config(config, variant, verbose=2):
     """The exact `PretrainConfig` of one variant: the study's settings, nothing else."""
-    from keras_tupe.pretraining import PretrainConfig
+    from keras_tupe_base.settings import PretrainConfig
 
     vocabulary = config["vocabulary"]
     settings = copy.deepcopy(config["settings"])
@@ -543,7 +573,7 @@ def ensure_vocabulary(config, command=None, verbose=True):
     `VOCABULARIES` holds with the same name and settings is copied from there with
     its record (its sha256 checked), not trained again.
     """
-    from keras_tupe.data.shards import file_sha256  # no TensorFlow: the GPU stages call this
+    from keras_tupe_base.files import file_sha256  # no TensorFlow: the GPU stages call this
 
     vocabulary = config["vocabulary"]
     path, record_path = vocabulary["file"], vocabulary_record_path(vocabulary)

@@ -27,7 +27,7 @@ evaluated, noting that its positions beyond the pre-training length were never
 trained. Results are appended one (checkpoint, length) at a time to the study's
 committed record, `<results_dir>/records/<study>/results.jsonl`, so a stopped study
 continues where it was (in this checkout or the next: a model whose lengths are all
-recorded is not needed on disk), and `experiments.report` reads that file alone, beside
+recorded is not needed on disk), and `experiments.report_length` reads that file alone, beside
 each encoder's pre-training step time (the median of its committed `metrics.csv`).
 
 Here: the batches, the losses and the reference; the loop is `experiments.run.run_length`.
@@ -42,8 +42,8 @@ import numpy as np
 from experiments import config as study_config
 from experiments import records
 from experiments.config import StudyError
-from experiments.report import UNIGRAM, length_key, masking
-from keras_tupe.files import file_sha256
+from experiments.plans import UNIGRAM, length_key, masking
+from keras_tupe_base.files import file_sha256
 
 
 class Batches:

@@ -92,18 +92,18 @@ def read_json(path, default=None):
         return json.load(f)
 
 
-# keras_tupe.jsonl's, imported where called: `import keras_tupe` imports Keras, and
+# keras_tupe_base.jsonl's, imported where called: `import keras_tupe` imports Keras, and
 # `experiments.stage` imports this module on a machine that may lack it.
 def read_jsonl(path):
-    """`keras_tupe.jsonl.read_jsonl`: the rows, a cut line skipped with a warning."""
-    from keras_tupe import jsonl
+    """`keras_tupe_base.jsonl.read_jsonl`: the rows, a cut line skipped with a warning."""
+    from keras_tupe_base import jsonl
 
     return jsonl.read_jsonl(path)
 
 
 def append_jsonl(path, row):
-    """`keras_tupe.jsonl.append_jsonl`: `row` appended as one whole line."""
-    from keras_tupe import jsonl
+    """`keras_tupe_base.jsonl.append_jsonl`: `row` appended as one whole line."""
+    from keras_tupe_base import jsonl
 
     jsonl.append_jsonl(path, row)
 

@@ -125,8 +125,12 @@ def _main(argv=None):
 
 
 def _run_study(args, config, command):
+    from experiments.config import StudyError
     from experiments.report import report_command
 
+    if config.get("frozen"):  # its run would write its pages again
+        raise StudyError(f"{config['_path']}: its pages are frozen as committed: "
+                         f"{config['frozen']}")
     if config["kind"] == "pretrain":
         run_pretrain(config, command, only=args.variants, verbose=args.verbose,
                      until_step=args.until_step, record_only=args.record_only,
@@ -206,7 +210,7 @@ def run_grid(config, seeds, command, record_only=False):
     unfinished one (a stopped window) are started anew."""
     from experiments import config as study_config
     from experiments import records
-    from keras_tupe.data.shards import file_sha256
+    from keras_tupe_base.files import file_sha256
     from keras_tupe.layers.utils import INITIALIZATION
     from keras_tupe.pretraining import pretrain_grid
 
@@ -279,8 +283,9 @@ def run_finetune(config, command, report_command, only_variants=None, only_check
     from experiments import records
     from experiments.config import StudyError, require_models
     from experiments.floors import record_floors
-    from experiments.report import finetune_pages, finetune_plan, is_squad, protocol
-    from keras_tupe.files import tree_sha256
+    from experiments.plans import finetune_plan, is_squad, protocol
+    from experiments.report_finetuning import finetune_pages
+    from keras_tupe_base.files import tree_sha256
     from keras_tupe.finetuning import run_protocol, run_squad_protocol
 
     chosen = protocol(config)
@@ -336,7 +341,8 @@ def run_length(config, command, report_command, only_variants=None):
     from experiments import records
     from experiments.config import require_models
     from experiments.length_study import Batches, masked_lm_loss, note, unigram_rows
-    from experiments.report import length_key, length_pages, length_plan, length_results
+    from experiments.plans import length_key, length_plan, length_results
+    from experiments.report_length import length_pages
 
     path = length_results(config)
     done = {length_key(row) for row in records.read_jsonl(path)}

@@ -23,7 +23,7 @@ from importlib.metadata import distributions, version
 from experiments import budget, records, window
 from experiments.config import (StudyError, ensure_vocabulary, load_config, variants,
                                 vocabulary_record_path)
-from experiments.report import finetune_plan
+from experiments.plans import finetune_plan
 from experiments.run import write_record
 
 STAGE_DIR, PACK, ENCODERS, WHEELS_LIST = ".stage", "records.tar.gz", "encoders", "wheels.txt"
@@ -130,7 +130,7 @@ def prepare(name, tiny=False, dest=STAGE_DIR, encoders=None):
     """Refuses a stage that would not fit, then writes `dest/NAME[_tiny]/` (`encoders`: what
     an earlier call brought home, carried xz-compressed; with every final one there, no
     shards travel); returns what travels and, last, the command to run there."""
-    from keras_tupe.staging import staged  # imports keras_tupe
+    from keras_tupe_base.staging import staged  # imports keras_tupe
 
     spec, machine = stage_spec(name), load_stages()["machine"]
     _check_size(name, machine["carry_bytes"])  # the working tree alone: before any work
@@ -846,7 +846,7 @@ def write_encoder(init, path):
     import keras_hub
 
     import keras_tupe.models  # noqa: F401  (registers the classes for loading)
-    from keras_tupe.staging import staged
+    from keras_tupe_base.staging import staged
 
     machine, out = load_stages()["machine"], os.path.dirname(os.path.dirname(
         os.path.dirname(os.path.abspath(path))))
@@ -887,7 +887,7 @@ def read_encoder(path, init, vocab=None):
 
 def _sha256(path):
     """The file's sha256 (a carried `.tar.xz`: its `.tar`'s, as recorded)."""
-    from keras_tupe.files import file_sha256  # imports keras_tupe
+    from keras_tupe_base.files import file_sha256  # imports keras_tupe
 
     return file_sha256(path, opener=lzma.open if path.endswith(".xz") else open)
 

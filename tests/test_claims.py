@@ -1,11 +1,13 @@
-"""`experiments.claims` (`experiments.report.claims`): T2 as the step at which TUPE-A reaches
-BERT-A's final loss, the two pipelines' comparison and the plateau control."""
+"""`experiments.claims`: T2 as the step at which TUPE-A reaches BERT-A's final loss, the two
+pipelines' comparison and the plateau control, their runs named by the `claims` entry of
+`experiments/studies.json`."""
 
 import os
 
 import pytest
 
-from experiments import claims, report
+from experiments import claims
+from experiments import config as study_config
 from experiments.config import StudyError
 
 COLUMNS = "step,loss,accuracy,val_loss,val_accuracy,learning_rate,tokens_per_second,elapsed_seconds"
@@ -28,7 +30,7 @@ def test_the_fast_run_reaches_the_slow_runs_final_loss_at_its_first_evaluation_a
     slow = _record(tmp_path / "slow", [(2, 6.0, 10), (4, 5.5, 20), (6, 5.2, 30), (8, 5.0, 40)])
     fast = _record(tmp_path / "fast", [(2, 5.8, 12), (3, None, 18), (4, 5.1, 24),
                                        (6, 5.0, 36), (8, 4.5, 48)])
-    result = report.reach_final_loss(fast, slow, fast_step_flops=3.0, slow_step_flops=2.0)
+    result = claims.reach_final_loss(fast, slow, fast_step_flops=3.0, slow_step_flops=2.0)
     assert result["slow_steps"] == 8 and result["slow_final"] == 5.0
     assert result["step"] == 6
     assert result["step_share"] == pytest.approx(6 / 8)
@@ -39,25 +41,26 @@ def test_the_fast_run_reaches_the_slow_runs_final_loss_at_its_first_evaluation_a
 def test_a_fast_run_that_never_reaches_the_final_loss_has_no_step_and_no_shares(tmp_path):
     slow = _record(tmp_path / "slow", [(2, 6.0, 10), (4, 4.0, 20)])
     fast = _record(tmp_path / "fast", [(2, 5.0, 10), (4, 4.01, 20)])
-    result = report.reach_final_loss(fast, slow)
+    result = claims.reach_final_loss(fast, slow)
     assert result["step"] is None
     assert (result["step_share"], result["flop_share"], result["time_share"]) == (None,) * 3
-    assert "| never |" in report.t2_table([{"study": "s", "seed": 0, "flop_ratio": 1.0,
-                                            **result}])
+    assert "| never |" in claims.t2_table([{"study": "s", "seed": 0, "flop_ratio": 1.0,
+                                            **result}], "tupe_a", "bert_a")
 
 
 def test_a_record_without_evaluations_is_refused_naming_it(tmp_path):
     slow = _record(tmp_path / "slow", [(2, None, 10)])
     fast = _record(tmp_path / "fast", [(2, 5.0, 10)])
     with pytest.raises(StudyError, match="slow has no logged evaluation"):
-        report.reach_final_loss(fast, slow)
+        claims.reach_final_loss(fast, slow)
 
 
 def test_the_long_runs_t2_table_from_the_committed_records(capsys, tmp_path):
     assert claims.main(["--out", str(tmp_path)]) == 0
     # The committed plateau page is what the committed records make.
-    committed = open(os.path.join("docs", "results", f"{report.PLATEAU_PAGE}.md")).read()
-    assert (tmp_path / f"{report.PLATEAU_PAGE}.md").read_text() == committed
+    page = study_config.load_config("claims", kind="claims")["plateau"]["page"]
+    committed = open(os.path.join("docs", "results", f"{page}.md")).read()
+    assert (tmp_path / f"{page}.md").read_text() == committed
     table = capsys.readouterr().out
     # Seed by seed, TUPE-A's first evaluation at or below its paired BERT-A's final loss
     # (read off the records' metrics.csv by hand: BERT-A ends at 4.37508, 3.75371, 3.95302).
@@ -82,7 +85,7 @@ def test_a_run_against_a_band_counts_the_evaluations_all_of_them_logged(tmp_path
     _record(records_dir / "cpu" / "v", [(2, 6.0, 1), (4, 4.0, 2), (6, 9.0, 3), (8, 3.2, 4)])
     _record(records_dir / "gpu0" / "v", [(2, 5.0, 1), (4, 4.4, 2), (6, 4.0, 3), (8, 3.0, 4)])
     _record(records_dir / "gpu1" / "v", [(2, 5.2, 1), (4, 4.6, 2), (8, 3.2, 4)])
-    result = report.band_position(str(tmp_path), ("cpu", "v"), (("gpu0", "v"), ("gpu1", "v")),
+    result = claims.band_position(str(tmp_path), ("cpu", "v"), (("gpu0", "v"), ("gpu1", "v")),
                                   from_step=4)
     assert {k: result[k] for k in ("evaluations", "above", "below", "late",
                                    "late_above_mean")} == {
@@ -90,7 +93,7 @@ def test_a_run_against_a_band_counts_the_evaluations_all_of_them_logged(tmp_path
     assert [result[k] for k in ("late_mean", "late_min", "late_max")] == pytest.approx(
         [-0.2, -0.5, 0.1])
     with pytest.raises(StudyError, match="no evaluation in common"):
-        report.band_position(str(tmp_path), ("cpu", "v"), (("absent", "v"),))
+        claims.band_position(str(tmp_path), ("cpu", "v"), (("absent", "v"),), from_step=4)
 
 
 def test_the_plateau_table_gives_each_runs_first_evaluation_below_the_line(tmp_path):
@@ -107,11 +110,12 @@ def test_the_plateau_table_gives_each_runs_first_evaluation_below_the_line(tmp_p
         (tmp_path / folder / "run_config.json").write_text(f'{{"status": "{status}"}}')
     runs = (("fast one", "s", "fast"), ("slow one", "s", "slow"), ("stopped one", "t", "stopped"),
             ("absent", "s", "absent"))
-    rows = report.plateau_rows(str(tmp_path), runs)
+    rows = claims.plateau_rows(str(tmp_path), runs, 6.0)
     assert [(r["label"], r["below"], r["at_1000"], r["at_2000"]) for r in rows] == [
         ("fast one", 1500, 6.0, 4.8), ("slow one", None, 6.3, 6.1),
         ("stopped one", None, 6.4, None)]
-    page, figure = report.plateau_page(rows, str(tmp_path))
+    page, figure = claims.plateau_page(rows, str(tmp_path), 6.0, "plateau")
+    assert page == str(tmp_path / "plateau.md") and figure == str(tmp_path / "plateau.png")
     text = open(page).read()
     assert "| fast one | s | finished | 1,500 | 6.000 | 4.800 |" in text
     assert "| slow one | s | finished | never | 6.300 | 6.100 |" in text

@@ -19,8 +19,9 @@ import numpy as np
 import pytest
 
 from experiments import config as study_config
-from experiments import floors, length_study, records
+from experiments import floors, length_study, plans, records
 from experiments import report as report_module
+from experiments import report_finetuning, report_pretraining
 from experiments import run as run_module
 from experiments.run import main
 from experiments.stage import load_stages
@@ -157,7 +158,7 @@ def test_every_variant_trained_with_the_same_settings_and_recorded(study):
     backbone = json.loads((_record(results, "relative", "huang_m4_k8") / "run_config.json")
                           .read_text())["backbone_config"]
     assert backbone["max_relative_distance"] == 8 and backbone["relative_position"] == "method4"
-    from keras_tupe.models.presets import PRESETS
+    from keras_tupe_base.presets import PRESETS
 
     assert "huang_m4_k8_tiny" not in PRESETS  # nothing patches the library's presets
 
@@ -211,34 +212,47 @@ def test_the_full_report_passes_over_a_finetuning_study_that_has_only_pinned_its
     (pinned / "results.jsonl").write_text("")  # a results file: the study is reported (and
     with pytest.raises(study_config.StudyError, match="No fine-tuning result yet"):  # empty)
         report_module.report()
-    (pinned / "results.jsonl").unlink()  # the older studies' summary file counts as a result
-    (pinned / report_module.SUMMARY_FILE).write_text("{}")  # (`finetune`, `_intermediate`)
-    with pytest.raises(study_config.StudyError, match="No fine-tuning result yet"):
-        report_module.report()
+    (pinned / "results.jsonl").unlink()  # the oldest studies' summary file is no record
+    (pinned / "summary.json").write_text("{}")
+    pages = report_module.report()
+    assert "pretrain table" in pages and not any(key.startswith("finetune ") for key in pages)
+
+
+def test_the_frozen_studies_keep_their_committed_pages():
+    """`finetune` and `finetune_intermediate` ran before each fine-tuning run was recorded:
+    the report writes no page of theirs, and refuses to when named (so does the runner)."""
+    configs = {name: study_config.load_config(name) for name in study_config.studies()}
+    assert sorted(name for name, c in configs.items() if c.get("frozen")) == [
+        "finetune", "finetune_intermediate"]
+    for name in ("finetune", "finetune_intermediate"):
+        with pytest.raises(study_config.StudyError, match="frozen as committed"):
+            report_module.report(name)
+        assert main(["finetune", "--study", name]) == 2
 
 
 def test_seed_groups_in_one_figure_must_share_budget_model_and_vocabulary(tmp_path):
     every = [study_config.load_config(name) for name in sorted(study_config.studies())]
-    groups = report_module.seed_groups(every)
-    (old_label, new_label), = [[label for _, label in bases] for bases
-                               in report_module.GROUP_COMPARISONS.values()]
+    groups = report_pretraining.seed_groups([c for c in every if c["kind"] == "pretrain"])
+    (old_label, new_label), = [[label for _, label in c["groups"]] for c in every
+                               if c["kind"] == "compare_seeds"]
     old, new = (copy.deepcopy(groups["long"]), copy.deepcopy(groups["long_v2_jax"]))
-    pages = report_module.group_figure([(old_label, *old), (new_label, *new)], "x", tmp_path)
+    pages = report_pretraining.group_figure([(old_label, *old), (new_label, *new)], "x", tmp_path)
     assert Path(pages["png"]) == tmp_path / "x.png" and (tmp_path / "x.png").stat().st_size
     longer = copy.deepcopy(new)
     for config in longer[0]:
         config["settings"]["steps"] = 32_000
     with pytest.raises(study_config.StudyError, match=r"differ in \['steps'\]"):
-        report_module.group_figure([(old_label, *old), (new_label, *longer)], "x", tmp_path)
+        report_pretraining.group_figure([(old_label, *old), (new_label, *longer)], "x",
+                                        tmp_path)
 
 
 def test_the_table_columns_add_each_saved_checkpoint_that_an_evaluation_falls_on():
     long = {"settings": {"steps": 16000, "eval_every": 200, "save_steps": [0, 4800, 8000]}}
-    assert list(report_module.fraction_steps(long).items()) == [
+    assert list(report_pretraining.fraction_steps(long).items()) == [
         (0.25, 4000), (0.3, 4800), (0.5, 8000), (1.0, 16000)]
     # A checkpoint between evaluations has no validation loss of its own: no column.
     off_grid = {"settings": {"steps": 2000, "eval_every": 100, "save_steps": [650, 1000]}}
-    assert list(report_module.fraction_steps(off_grid).items()) == [
+    assert list(report_pretraining.fraction_steps(off_grid).items()) == [
         (0.25, 500), (0.5, 1000), (1.0, 2000)]
 
 
@@ -471,7 +485,7 @@ def test_references_seed_bands_and_comparisons(study, tmp_path):
             f"{early[0]:+.3f}, {early[1]:+.3f} |" in seeds)
     # Studies that differ only in the seed compare too; the first is the reference.
     configs = [study_config.load_config(str(folder / f"{s}.json")) for s in ("pretrain", "seed1")]
-    report_module.compare_pages(configs, "lr", "cmd")
+    report_pretraining.compare_pages(configs, "lr", "cmd")
     rows = records.read_csv_rows(results / "lr_compare.csv")
     assert [(r["study"], r["variant"], r["step"]) for r in rows] == [
         (s, v, step) for s in ("pretrain", "seed1") for v in ("bert_a", "tupe_r")
@@ -492,21 +506,21 @@ def test_references_seed_bands_and_comparisons(study, tmp_path):
     other["settings"] = {**other["settings"], "steps": 6}
     (tmp_path / "other.json").write_text(json.dumps(other))
     with pytest.raises(study_config.StudyError, match=r"differ in \['steps'\]: only studies"):
-        report_module.compare_pages(
+        report_pretraining.compare_pages(
             [configs[0], study_config.load_config(str(tmp_path / "other.json"))], "x", "c")
     # Runs of the old initialization are not drawn beside the new ones.
     for variant in ("bert_a", "tupe_r"):
         path = _record(results, "pretrain", variant) / "run_config.json"
         path.write_text(json.dumps({**json.loads(path.read_text()), "initialization": "shared"}))
     # The table names the initialization where the runs differ in it.
-    report_module.compare_pages(configs, "lr", "cmd")
+    report_pretraining.compare_pages(configs, "lr", "cmd")
     table = (results / "lr_compare.md").read_text()
     assert "| bert_a | pretrain | base settings; initialization=shared | 4 |" in table
     assert "| bert_a | seed1 | base settings; initialization=independent | 4 |" in table
     with pytest.raises(study_config.StudyError, match=r"reference study pretrain\.json started "
                                                       r"its weights \['shared'\], this study "
                                                       r"\['independent'\]"):
-        report_module.read_references(configs[1])
+        report_pretraining.read_references(configs[1])
 
 
 def test_a_reference_must_exist_and_be_another_study(study):
@@ -519,7 +533,7 @@ def test_a_reference_must_exist_and_be_another_study(study):
         path.write_text(json.dumps({**relative, "study": "refs", "references": references}))
         try:
             with pytest.raises(study_config.StudyError, match=message):
-                report_module.read_references(study_config.load_config(str(path)))
+                report_pretraining.read_references(study_config.load_config(str(path)))
         finally:
             path.unlink()
 
@@ -537,7 +551,7 @@ def test_length_study_numbers_for_relative_models_and_na_for_short_absolute_tabl
     # The context-free reference: an add-one unigram of the vocabulary's 400 training lines,
     # counted here line by line, scored on the same masked batches.
     config = study_config.load_config(copy["configs"]["length"])
-    job = report_module.length_plan(config)[0]
+    job = plans.length_plan(config)[0]
     tokenizer = data.load_tokenizer(job["vocab"], lowercase=True)
     counts = np.ones(tokenizer.vocabulary_size())
     for line in (copy["root"] / "train.txt").read_text(encoding="utf-8").splitlines():
@@ -669,13 +683,13 @@ def test_the_table_is_the_median_at_the_best_rate_of_complete_grids(study, tmp_p
     assert (row["best_learning_rate"], row["complete"]) == ("5e-05", "True")
     assert json.loads(row["medians_by_learning_rate"]) == pytest.approx(
         {"5e-05": 65.0, "0.0001": 60.0})
-    # A job fine-tuned before each run was recorded keeps its summary instead.
-    summary = report_module.job_summary(study_config.load_config(str(path)),
-                                         records.read_jsonl(str(job / "results.jsonl")))
+    # The summary a job kept before each run was recorded (`finetune`, frozen) is not read.
+    summary = report_finetuning.job_summary(study_config.load_config(str(path)),
+                                            records.read_jsonl(str(job / "results.jsonl")))
     (job / "results.jsonl").unlink()
     records.write_json(str(job / "summary.json"), summary)
-    assert main(["report", "--config", str(path)]) == 0
-    assert (copy["results"] / "grid_table.md").read_text() == table
+    with pytest.raises(study_config.StudyError, match="No fine-tuning result yet"):
+        report_module.report(str(path))
 
 
 def test_a_selection_study_reports_the_chosen_rate_and_the_ceiling(study, tmp_path,
@@ -724,9 +738,9 @@ def test_a_bad_selection_or_ceiling_is_refused_naming_the_field(tmp_path):
             "checkpoints": [1.0], "tasks": ["mrpc", "sst2"], "learning_rates": [1e-4, 3e-4],
             "seeds": [0, 1], "settings": {"epochs": 1}}
     for changes, message in [
-            ({"selection_seed": 2}, r"selection_seed 2 is not one of the seeds \[0, 1\]"),
+            ({"selection_seed": 2}, r"`selection_seed` 2 is not one of `seeds` 0 1"),
             ({"selection_seed": 0, "edge_learning_rates": [3e-4]},
-             r"edge_learning_rates \[0.0003\]: each must be a positive rate"),
+             r"`edge_learning_rates` 0.0003: each must be a positive rate"),
             ({"ceiling": {"name": "BERT-Mini", "scores": {"rte": 57.9}}},
              r"`ceiling` scores task 'rte', which is not one of the tasks \['mrpc', 'sst2'\]"),
             ({"ceiling": {"name": "BERT-Mini", "scores": {"mrpc": {"pearson": 1}}}},
@@ -772,22 +786,22 @@ def test_the_majority_class_floor_is_the_best_constant_answer_on_dev(tmp_path, m
 
 def test_a_finetune_table_is_made_from_the_records_without_the_glue_data(tmp_path,
                                                                          monkeypatch):
-    """The committed `finetune` table again, in a folder where the configs' `data_dir`
+    """The committed `glue_full` table again, in a folder where the configs' `data_dir`
     (`../shared/data/glue`) does not exist and the GLUE loader refuses: its floor row comes
     from the committed floors record."""
     committed = REPO / "docs" / "results"
     results = tmp_path / "checkout" / "docs" / "results"
-    shutil.copytree(committed / "records" / "finetune", results / "records" / "finetune")
+    shutil.copytree(committed / "records" / "glue_full", results / "records" / "glue_full")
     shutil.copy(committed / "records" / floors.FLOORS_RECORD, results / "records")
-    config = study_config.load_config("finetune")
+    config = study_config.load_config("glue_full")
     monkeypatch.chdir(tmp_path / "checkout")
     assert not os.path.exists(config["data_dir"])
     monkeypatch.setattr(glue, "load_glue", _glue_unreadable)
-    report_module.finetune_pages({**config, "results_dir": str(results)},
-                          report_module.report_command(config))
-    for page in ("finetune_table.md", "finetune_glue.csv"):
+    report_finetuning.finetune_pages({**config, "results_dir": str(results)},
+                                     report_module.report_command(config))
+    for page in ("glue_full_table.md", "glue_full_glue.csv"):
         assert (results / page).read_bytes() == (committed / page).read_bytes()
-    both = [json.loads((folder / "finetune_config.json").read_text())["majority_class"]
+    both = [json.loads((folder / "glue_full_config.json").read_text())["majority_class"]
             for folder in (results, committed)]
     assert both[0] == both[1] and both[0]["mrpc"] > 50
 
@@ -829,7 +843,7 @@ def test_checkpoint_variants_fine_tune_a_checkpoint_of_only_the_encoders_named(t
         path.write_text(json.dumps({**spec, **changes}))
         return study_config.load_config(str(path))
 
-    jobs = report_module.finetune_plan(load())
+    jobs = plans.finetune_plan(load())
     assert sorted((j["pretrain_study"], j["variant"], j["step"]) for j in jobs) == sorted([
         ("long", "bert_a", 16000), ("long", "tupe_a", 16000), ("long_seed1", "bert_a", 16000),
         ("long_seed1", "tupe_a", 16000), ("long", "tupe_a", 4800),
@@ -851,10 +865,10 @@ def test_checkpoint_variants_fine_tune_a_checkpoint_of_only_the_encoders_named(t
     for name in ("bert_r", "long/bert_x", "pretrain/bert_a"):
         with pytest.raises(study_config.StudyError,
                            match=rf"no variant '{name}'.*Valid: \['bert_a', 'long/bert_a'"):
-            report_module.finetune_plan(load(checkpoint_variants={"0.0": [name]}))
+            plans.finetune_plan(load(checkpoint_variants={"0.0": [name]}))
     with pytest.raises(study_config.StudyError, match=r"no checkpoint at 0.25 of the budget "
                                                       r"\(step 4000\)"):
-        report_module.finetune_plan(load(checkpoints=[0.25], checkpoint_variants={}))
+        plans.finetune_plan(load(checkpoints=[0.25], checkpoint_variants={}))
 
 
 @pytest.mark.slow
@@ -971,7 +985,7 @@ def test_the_shipped_study_configs_load_and_share_their_settings():
     for variant in ("bert_a", "tupe_a"):
         final = {}  # grid point -> the variant's final validation loss, from the records
         for config in sweep:
-            for run in report_module.read_runs(config):
+            for run in report_pretraining.read_runs(config):
                 if run["variant"].name == variant and run["status"] == "finished":
                     point = (config["settings"]["learning_rate"],
                              config["settings"]["warmup_ratio"])
@@ -983,7 +997,7 @@ def test_the_shipped_study_configs_load_and_share_their_settings():
     long_v2 = configs["long_v2"]["settings"]
     assert long_v2 == long  # the same runs, only the initialization differs
     final_v2 = {c["settings"]["learning_rate"]: run["rows"][-1]["val_loss"] for c in sweep_v2
-                for run in report_module.read_runs(c) if run["status"] == "finished"}
+                for run in report_pretraining.read_runs(c) if run["status"] == "finished"}
     if final_v2:
         assert min(final_v2, key=final_v2.get) == long_v2["learning_rate"], final_v2
     # Issue 37's comparison: every encoding but the fairseq-fork and tie/d ablations,
@@ -1015,7 +1029,7 @@ def test_the_shipped_study_configs_load_and_share_their_settings():
 
 # Every study resolves to the settings it had when each was a file of its own (and its
 # recorded runs were made): the sha256 (first 16 digits) of the resolved study, its
-# description aside, the studies it names by name. A study changed on purpose before it has
+# description (and a frozen study's reason) aside, the studies it names by name. A study changed on purpose before it has
 # records gets its new digest here; a recorded one is not changed.
 STUDY_DIGESTS = {
     "clip_sweep": "549c916d71fe22de", "encodings": "d973bd94bfc332b9",
@@ -1062,7 +1076,7 @@ def test_every_study_resolves_to_the_settings_it_was_run_with():
             load_stages()["stages"])
     for name, digest in STUDY_DIGESTS.items():
         resolved = {key: value for key, value in study_config.resolved(
-            study_config.load_config(name)).items() if key != "description"}
+            study_config.load_config(name)).items() if key not in ("description", "frozen")}
         text = json.dumps(resolved, sort_keys=True).encode()
         assert hashlib.sha256(text).hexdigest()[:16] == digest, name
 
@@ -1095,6 +1109,29 @@ def test_a_study_that_extends_another_takes_its_keys_and_settings_key_by_key(tmp
         study_config.load_config("d")
 
 
+def test_comparisons_and_claims_are_entries_that_name_studies(tmp_path, monkeypatch):
+    shipped = study_config.studies()
+    assert {name: entry["studies"][0] for name, entry in shipped.items()
+            if entry.get("kind") == "compare"} == {
+        "speed": "speed_f32_xla", "sweep": "sweep_lr5e4_wu05",
+        "sweep_v2": "sweep_v2_lr1e3_wu20", "initialization": "long"}  # the reference first
+    claims = study_config.load_config("claims", kind="claims")
+    assert claims["t2"]["replicates"] == ["long_v2_jax_seed1", "long_v2_jax_seed2"]
+    entries = {"a": {"kind": "compare", "studies": ["speed_f32_xla", "nowhere"]},
+               "b": {"kind": "compare", "studies": ["speed_f32_xla"]},
+               "c": {"kind": "compare_seeds", "groups": [["long"], ["long_v2_jax", "x"]]},
+               "d": {"kind": "claims", "t2": {}, "plateau": {}}}
+    (tmp_path / "studies.json").write_text(json.dumps({**shipped, **entries}))
+    monkeypatch.setattr(study_config, "STUDIES_FILE", str(tmp_path / "studies.json"))
+    for name, message in (("a", r"names \['nowhere'\], which are not studies"),
+                          ("b", r"names at least two studies, each once. Received: "
+                                r"\['speed_f32_xla'\]"),
+                          ("c", "ValueError: not enough values to unpack"),
+                          ("d", r"missing \['pipelines'\]")):
+        with pytest.raises(study_config.StudyError, match=message):
+            study_config.load_config(name)
+
+
 @pytest.mark.slow
 def test_the_committed_pages_are_the_report_of_the_committed_records(tmp_path, monkeypatch):
     """`report` in a checkout that holds only the configs and the committed records, with no
@@ -1125,18 +1162,22 @@ def test_the_committed_pages_are_the_report_of_the_committed_records(tmp_path, m
     # A page is named `<study or comparison>_<kind of page>`: a committed file named so for a
     # kind that `report` writes is stale when `report` no longer writes it (the benchmarks'
     # files, the maps' data and the pre-training guide's figure are named otherwise).
-    names = sorted(set(study_config.studies()) | set(report_module.COMPARISONS), key=len,
-                   reverse=True)
+    # A frozen study's pages are committed and never written again.
+    names = sorted(study_config.studies(), key=len, reverse=True)
+    frozen = {name for name in names if study_config.load_config(name).get("frozen")}
 
-    def kind(path):  # the name after the longest study or comparison name that fits
-        return next((str(path)[len(name) + 1:] for name in names
-                     if str(path).startswith(f"{name}_")), None)
+    def study_and_kind(path):  # the longest study or comparison name that fits, and the rest
+        return next(((name, str(path)[len(name) + 1:]) for name in names
+                     if str(path).startswith(f"{name}_")), (None, None))
 
-    kinds = {kind(path) for path in written} - {None}
+    kinds = {study_and_kind(path)[1] for path in written} - {None}
     stale = [path for path in results.iterdir()
-             if path.is_file() and kind(path.relative_to(results)) in kinds
+             if path.is_file() and study_and_kind(path.relative_to(results))[1] in kinds
              and path.relative_to(results) not in written]
-    assert stale == []
+    assert sorted({study_and_kind(path.relative_to(results))[0] for path in stale}) == sorted(
+        frozen)
+    assert sorted(path.name for path in stale) == sorted(
+        f"{name}_{page}" for name in frozen for page in ("config.json", "glue.csv", "table.md"))
 
 
 def test_format_seconds_rounds_to_whole_minutes_before_splitting_hours():
@@ -1151,7 +1192,7 @@ def test_format_seconds_rounds_to_whole_minutes_before_splitting_hours():
 def test_the_second_half_leaves_out_the_evaluations_before_half_the_last_step():
     """The comparison's late difference (past the warm-up and the plateau): only the steps
     from half the last shared step on count, here 4, 6 and 8 of 2-8."""
-    from experiments.report import _second_half
+    from experiments.report_pretraining import _second_half
 
     cell = _second_half([2, 4, 6, 8], [0.5, -0.1, 0.2, -0.3])
     assert cell == "-0.300 to +0.200 (-0.067; steps 4–8, 3 evaluations)"

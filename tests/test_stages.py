@@ -16,7 +16,7 @@ import time
 import numpy as np
 import pytest
 
-from experiments import length_study, records, report, stage
+from experiments import length_study, plans, records, stage
 from experiments.config import StudyError, load_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -107,7 +107,7 @@ def test_the_s2_parts_measure_every_row_of_the_benchmark_once_with_fused_trainin
     step can fuse); a part that would outrun its window is refused with the figure."""
     from benchmarks.encoders.cli import FLASH, parse_args
     from benchmarks.encoders.worker import attention_choice
-    from keras_tupe.models.presets import VARIANTS
+    from keras_tupe_base.presets import VARIANTS
 
     parts = [n for n, s in stage.load_stages()["stages"].items() if "benchmark" in s]
     measured = []
@@ -534,7 +534,7 @@ def test_s5a_rehearsed_at_tiny_size_under_jax_without_tensorflow(tmp_path):
         assert rows[(variant, 256)]["loss"] is None
     work = tmp_path / "stage" / "S5a_tiny" / "work"
     config = load_config(str(work / "length.json"))
-    job = report.length_plan(config, ["bert_a"])[0]
+    job = plans.length_plan(config, ["bert_a"])[0]
     batches = length_study.Batches(config)
     for length in stage.TINY["length"]["lengths"]:
         prepared, here = batches.get(job, length), batches._tf_data(job, length)
