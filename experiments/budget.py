@@ -1,40 +1,47 @@
 """A planned window's budget, from what the card measures in its first minute (issue 65).
 
-    python -m experiments.budget WORK --stop EPOCH [--margin 0.15] [--most 2]   # there
+    python -m experiments.budget WORK --stop EPOCH [--second S] [--margin 0.15] [--most 2]
 
 On the lent machine, before any study job of stage W1 starts: times the pre-training grid
 (`pretrain_grid`'s trainer: the study's K seeds, its batch, TUPE-A, the costliest variant)
-and the fine-tuning grid (the first task's K rates x seeds, from that trainer's model),
-each with its compile; then sets the budget from those figures and the time left before
-`--stop`: the pre-training steps and how many of the study's tasks (in its order) fit with
-a margin, every job counted as if alone on the card. It rewrites the prepared configs
-(`WORK/pretrain.json`, `WORK/finetune.json`) to the plan and writes `WORK/logs/plan.json`
-(the figures, the plan, its basis); a pace too slow for the aim cuts the budget and says
-so there, and one too slow for anything plans nothing (`"run": false`): the stage starts
-no study job then.
+and the fine-tuning grid as the window runs it (the first task's rates x seeds of the
+largest variant's encoders as one program, copies of that trainer's model), each with its
+compile; then sets the budget from those figures and the time the window has
+left: this call's, until `--stop`, and `--second` seconds of jobs in a second call on the
+same warm machine (the run folders live outside the carried folder, so they are still
+there). The plan is the pre-training steps and how many of the study's tasks (in its
+order) fit with a margin (`cost`: the variants' grids at once, then their fine-tuning at
+once); the pre-training must end in this call, since a grid does not resume. It rewrites
+the prepared configs (`WORK/pretrain.json`, `WORK/finetune.json`) to the plan and writes
+`WORK/logs/plan.json` (the figures, the plan by call, its basis); a pace too slow for the
+aim cuts the budget and says so there, and one too slow for anything plans nothing
+(`"run": false`): the stage starts no study job then.
+
+The second call plans no steps: `plan_second_call` counts the runs the first call's plan
+left (from the records), sets them against this call's time at the first call's pace, and
+says in one line when the first call's run folders are not there (a fresh machine).
 """
 
 import argparse
 import json
 import math
 import os
+import shutil
 import sys
 import time
 
 START = time.time()  # before the heavy imports: a process's start is part of each job's cost
 PLAN = "plan.json"
-# Jobs a window starts after the calibration: one pre-training grid and one fine-tuning
-# process a variant (`stage._planned_jobs`).
-PROCESSES_A_VARIANT = 2
+FIRST_LOGS = "logs_call1"  # the first call's logs, kept beside the second call's `logs`
 
 
-def plan_path(work):
-    return os.path.join(work, "logs", PLAN)
+def plan_path(work, logs="logs"):
+    return os.path.join(work, logs, PLAN)
 
 
-def read_plan(work):
-    """The plan the calibration wrote, or None before it."""
-    path = plan_path(work)
+def read_plan(work, logs="logs"):
+    """The plan the calibration (or a second call) wrote, or None before it."""
+    path = plan_path(work, logs)
     if not os.path.exists(path):
         return None
     with open(path) as f:
@@ -66,40 +73,90 @@ def task_steps(finetune):
     return steps
 
 
-def choose(pace, seconds, aim, most, step_quantum, steps_a_task, encoders, variants):
-    """The plan: `(steps, tasks, notes)`. The most tasks (in the study's order) with which
-    the pre-training reaches `aim` steps, its steps then up to `most`; if none reaches it,
-    the first tasks with as many steps as fit (cut, said in the notes); steps 0 and no
-    tasks if not one task fits with one `step_quantum`. `seconds`: the time to plan."""
+def encoders_a_grid(pretrain, finetune):
+    """`{variant: encoders}`: the encoders of each pre-training variant (its seeds' final
+    models and the checkpoints the study names) that the window fine-tunes as one program."""
+    from experiments.config import variants
+    from experiments.plans import finetune_plan
+
+    group = {v.name: v.group for v in variants(pretrain)}
+    counts = {}
+    for job in finetune_plan(finetune):
+        counts[group[job["variant"]]] = counts.get(group[job["variant"]], 0) + 1
+    return counts
+
+
+# === the cost model (its arithmetic: experiments/README.md, "Window (i)") ===
+
+def pretrain_cost(pace, steps, variants):
+    """Seconds the variants' pre-training grids take, all started at once: one process's
+    start, set-up, compile and saves (host work, which overlaps between the processes),
+    then every grid's steps one after the other (the card runs one process's kernels at a
+    time, so steps of grids at once add up)."""
+    return (pace["start_seconds"] + pace["pretrain_setup_seconds"]
+            + pace["pretrain_compile_seconds"] + pace["pretrain_save_seconds"]
+            + variants * steps * pace["pretrain_step_seconds"])
+
+
+def finetune_cost(pace, tasks, steps_a_task, grids, processes):
+    """Seconds the fine-tuning on `tasks` takes: `grids` programs a task (a variant's
+    encoders as one, timed at the largest), in `processes` at once (one a variant): a
+    process's start, then a task at a time its compile (the processes compile at once)
+    and a grid's host work before the card has any, then the larger of every grid's steps
+    one after the other and the grids' host work shared out."""
+    fixed = pace["finetune_fixed_seconds"]
+    return pace["start_seconds"] + sum(
+        pace["finetune_compile_seconds"] + fixed + max(
+            grids * steps_a_task[task] * pace["finetune_step_seconds"],
+            grids * fixed / processes) for task in tasks)
+
+
+def cost(pace, steps, tasks, steps_a_task, grids, variants):
+    """Seconds the whole plan takes on the card in one call: the grids at once, then the
+    fine-tuning, a process a variant."""
+    return pretrain_cost(pace, steps, variants) + (finetune_cost(
+        pace, tasks, steps_a_task, grids, variants) if tasks else 0.0)
+
+
+def choose(pace, seconds, aim, most, step_quantum, steps_a_task, grids, variants,
+           second=0.0):
+    """The plan: `(steps, tasks, first, notes)`: the pre-training steps, the tasks, how
+    many of them the first call fine-tunes (the rest: the second, a task whole in one call,
+    since a grid stopped at a call's end is lost). `seconds`: this call's time to plan,
+    `second`: a second call's (both less the margin). The pre-training and the first
+    call's tasks end within `seconds`, the other tasks within `second`. The most tasks (in
+    the study's order) with which the pre-training reaches `aim` steps, its steps then up
+    to `most`; if none reaches it, the first two tasks (or the first) with as many steps
+    as fit (cut, said in the notes); steps 0 and no tasks if not one task fits with one
+    `step_quantum`."""
     tasks = list(steps_a_task)
+    per_step = variants * pace["pretrain_step_seconds"]
 
     def steps_that_fit(count):
-        left = seconds - cost(pace, 0, tasks[:count], steps_a_task, encoders, variants)
-        return max(0, int(left / (variants * pace["pretrain_step_seconds"]))
-                   // step_quantum * step_quantum)
+        """`(steps, first)`: the most steps with `count` tasks, and the first call's."""
+        best = (-1, count)
+        for first in range(count, -1, -1):  # the most tasks in the first call, then fewer
+            if first < count and finetune_cost(pace, tasks[first:count], steps_a_task,
+                                               grids, variants) > second:
+                continue
+            left = seconds - cost(pace, 0, tasks[:first], steps_a_task, grids, variants)
+            found = int(left / per_step) // step_quantum * step_quantum
+            best = max(best, (found, first), key=lambda pair: pair[0])
+        return max(best[0], 0), best[1]
 
     for count in range(len(tasks), 0, -1):
-        if steps_that_fit(count) >= aim:
-            return min(steps_that_fit(count), most), tasks[:count], []
+        steps, first = steps_that_fit(count)
+        if steps >= aim:
+            return min(steps, most), tasks[:count], first, []
     for count in range(min(2, len(tasks)), 0, -1):
-        if steps_that_fit(count) >= step_quantum:
-            return steps_that_fit(count), tasks[:count], [
-                f"cut: at this pace the window holds {steps_that_fit(count)} pre-training "
-                f"steps with {', '.join(tasks[:count])}, below the aim of {aim}"]
-    return 0, [], [f"nothing planned: at this pace not one task's fine-tuning fits with "
-                   f"{step_quantum} pre-training steps in {seconds:.0f} s"]
-
-
-def cost(pace, steps, tasks, steps_a_task, encoders, variants):
-    """Seconds the plan takes on the card, every job as if alone: each variant's grid
-    (its processes' starts, set-up, compile, saves and steps), then each task's compile
-    and each encoder's run of it."""
-    grids = variants * (PROCESSES_A_VARIANT * pace["start_seconds"] + sum(pace[key] for key in (
-        "pretrain_setup_seconds", "pretrain_compile_seconds", "pretrain_save_seconds"))
-        + steps * pace["pretrain_step_seconds"])
-    return grids + sum(pace["finetune_compile_seconds"] + encoders * (
-        pace["finetune_fixed_seconds"] + steps_a_task[t] * pace["finetune_step_seconds"])
-        for t in tasks)
+        steps, first = steps_that_fit(count)
+        if steps >= step_quantum:
+            return steps, tasks[:count], first, [
+                f"cut: at this pace the window holds {steps} pre-training steps with "
+                f"{', '.join(tasks[:count])}, below the aim of {aim}"]
+    return 0, [], 0, [f"nothing planned: at this pace not one task's fine-tuning fits with "
+                      f"{step_quantum} pre-training steps in {seconds:.0f} s"
+                      + (f" and a second call's {second:.0f} s" if second else "")]
 
 
 # === the calibration (there) ===
@@ -158,7 +215,12 @@ def measure(pretrain, finetune, scratch, pace):
     pace["pretrain_save_seconds"] = 3 * len(seeds) * (time.perf_counter() - begun)
 
     task, settings = finetune["tasks"][0], finetune["settings"]
-    members = [(rate, seed) for rate in finetune["learning_rates"] for seed in finetune["seeds"]]
+    # The largest variant's encoders as one program (`stage.finetune_together`): copies of
+    # this initialization, each loaded as its own encoder.
+    encoders = max(encoders_a_grid(pretrain, finetune).values())
+    inits = [init] + [shutil.copytree(init, f"{init}_{index}") for index in range(1, encoders)]
+    members = [(rate, seed, start) for start in inits for rate in finetune["learning_rates"]
+               for seed in finetune["seeds"]]
     run = FinetuneConfig(task=task, init=init, data_dir=finetune["data_dir"], vocab=config.vocab,
                          lowercase=pretrain["vocabulary"]["lowercase"], **{
                              **settings, "epochs": 1,
@@ -168,22 +230,23 @@ def measure(pretrain, finetune, scratch, pace):
     # schedule's length is compiled in, so a run of another length would compile again.
     for _ in range(2):
         begun = time.perf_counter()
-        rows = finetune_glue_grid(run, [r for r, _ in members], [s for _, s in members],
-                                  **dict(finetune.get("grid") or {}))
+        rows = finetune_glue_grid(run, [r for r, _, _ in members], [s for _, s, _ in members],
+                                  **dict(finetune.get("grid") or {}),
+                                  inits=[start for _, _, start in members])
         timed.append((time.perf_counter() - begun, rows[0]["train_seconds"]))
     (cold, _), (warm, training) = timed
     steps = rows[0]["epochs"] * -(-rows[0]["train_examples"] // settings["batch_size"])
-    pace.update(finetune_members=len(members), finetune_task=task,
+    pace.update(finetune_members=len(members), finetune_encoders=encoders, finetune_task=task,
                 finetune_step_seconds=training / steps,  # a cache load counted in
                 finetune_fixed_seconds=warm - training,
                 finetune_compile_seconds=max(0.0, cold - warm))
     return pace
 
 
-def calibrate(work, stop, margin=0.15, most=2.0):
+def calibrate(work, stop, margin=0.15, most=2.0, second=0.0):
     """Measures (`measure`), plans (`choose`) for the time left before `stop` (epoch
-    seconds) less `margin` of it, rewrites the prepared configs to the plan and writes the
-    plan record; returns it."""
+    seconds) and `second` seconds of a second call, each less `margin` of it, rewrites the
+    prepared configs to the plan and writes the plan record; returns it."""
     import tempfile
 
     from experiments import records
@@ -195,35 +258,24 @@ def calibrate(work, stop, margin=0.15, most=2.0):
     pace = {}
     with tempfile.TemporaryDirectory() as scratch:
         measure(pretrain, finetune, scratch, pace)
-    seconds = (stop - time.time()) * (1 - margin)
+    left = stop - time.time()
+    seconds, second_seconds = left * (1 - margin), second * (1 - margin)
     dispatch = pretrain["grid"].get("steps_per_dispatch", 100)
     aim, settings = pretrain["settings"]["steps"], pretrain["settings"]
     step_quantum = quantum(settings, dispatch)
     steps_a_task = task_steps(finetune)
     encoders, groups = len(finetune_plan(finetune)), len(pretrain["variants"])
-    steps, tasks, notes = choose(pace, seconds, aim, max(aim, int(aim * most) // step_quantum
-                                                         * step_quantum),
-                                 step_quantum, steps_a_task, encoders, groups)
-    tokens = steps * settings["batch_size"] * settings["seq_len"]
+    steps, tasks, first, notes = choose(
+        pace, seconds, aim, max(aim, int(aim * most) // step_quantum * step_quantum),
+        step_quantum, steps_a_task, groups, groups, second_seconds)
     plan = {"run": bool(tasks), "steps": steps, "save_steps": [0, round(0.3 * steps)],
-            "tasks": tasks, "tokens_an_encoder": tokens, "aim_steps": aim,
-            "seconds_to_plan": round(seconds, 1), "margin": margin,
-            "planned_seconds": round(cost(pace, steps, tasks, steps_a_task, encoders, groups), 1),
-            "encoders_fine_tuned": encoders, "grid_steps_a_task": steps_a_task}
-    lines = [f"calibration: pre-training {pace['pretrain_members']} {pace['pretrain_variant']} "
-             f"seeds at batch {settings['batch_size']} x {settings['seq_len']}: "
-             f"{pace['pretrain_step_seconds'] * 1000:.1f} ms a grid step "
-             f"({pace['pretrain_tokens_per_second'] / 1e6:.2f}M tokens/s), compile "
-             f"{pace['pretrain_compile_seconds']:.1f} s; fine-tuning {pace['finetune_task']} "
-             f"{pace['finetune_members']} members: {pace['finetune_step_seconds'] * 1000:.1f} ms "
-             f"a grid step, compile {pace['finetune_compile_seconds']:.1f} s, the rest of a run "
-             f"{pace['finetune_fixed_seconds']:.1f} s; a process starts in "
-             f"{pace['start_seconds']:.1f} s",
-             f"plan: {steps} pre-training steps ({tokens / 1e6:.1f}M tokens an encoder, "
-             f"{tokens / 65.5e6:.2f}x S1's 65.5M; aim {aim}), then {encoders} encoders on "
-             f"{', '.join(tasks)}: about {plan['planned_seconds']:.0f} s of the "
-             f"{seconds:.0f} s left less a {margin:.0%} margin" if tasks else
-             f"plan: none in the {seconds:.0f} s left less a {margin:.0%} margin", *notes]
+            "tasks": tasks, "first_call_tasks": tasks[:first], "aim_steps": aim,
+            "margin": margin, **window_split(pace, steps, tasks, first, steps_a_task, groups),
+            "seconds_to_plan": round(seconds, 1), "second_call_seconds": round(
+                second_seconds, 1), "encoders_fine_tuned": encoders,
+            "grid_steps_a_task": steps_a_task}
+    lines = [calibration_line(pace, settings),
+             *plan_lines(plan, settings, groups, left, second), *notes]
     record = {"pace": pace, "plan": plan, "notes": notes, "lines": lines,
               "basis": "this window's calibration (experiments/budget.py): TUPE-A's grid "
                        "pace applied to every variant, the first task's to every task",
@@ -242,16 +294,132 @@ def calibrate(work, stop, margin=0.15, most=2.0):
     return record
 
 
+def window_split(pace, steps, tasks, first, steps_a_task, variants):
+    """A plan's seconds by part and by call (`first`: the first call's tasks): the grids
+    (a variant's a process), the first call's fine-tuning and the second's."""
+    pretraining = pretrain_cost(pace, steps, variants)
+    here, there = (finetune_cost(pace, part, steps_a_task, variants, variants) if part else 0.0
+                   for part in (tasks[:first], tasks[first:]))
+    return {"pretrain_seconds": round(pretraining, 1), "finetune_seconds": round(here + there, 1),
+            "planned_seconds": round(pretraining + here + there, 1),
+            "first_call_seconds": round(pretraining + here, 1),
+            "second_call_planned_seconds": round(there, 1)}
+
+
+def calibration_line(pace, settings):
+    return (f"calibration: pre-training {pace['pretrain_members']} {pace['pretrain_variant']} "
+            f"seeds at batch {settings['batch_size']} x {settings['seq_len']}: "
+            f"{pace['pretrain_step_seconds'] * 1000:.1f} ms a grid step "
+            f"({pace['pretrain_tokens_per_second'] / 1e6:.2f}M tokens/s), compile "
+            f"{pace['pretrain_compile_seconds']:.1f} s; fine-tuning {pace['finetune_task']} "
+            f"{pace['finetune_members']} members: {pace['finetune_step_seconds'] * 1000:.1f} ms "
+            f"({pace['finetune_encoders']} encoders) a grid step, compile "
+            f"{pace['finetune_compile_seconds']:.1f} s, the rest of a run "
+            f"{pace['finetune_fixed_seconds']:.1f} s; a process starts in "
+            f"{pace['start_seconds']:.1f} s")
+
+
+def plan_lines(plan, settings, variants, left, second):
+    """What a plan runs in each call, in words (`left`, `second`: the two calls' seconds
+    before the margin)."""
+    if not plan["run"]:
+        return [f"plan: none in the {left:.0f} s left" + (
+            f" and a second call's {second:.0f} s" if second else "")
+            + f", less a {plan['margin']:.0%} margin"]
+    tokens = plan["steps"] * settings["batch_size"] * settings["seq_len"]
+    return [f"plan: {plan['steps']} pre-training steps ({tokens / 1e6:.1f}M tokens an "
+            f"encoder, {tokens / 65.5e6:.2f}x S1's 65.5M; aim {plan['aim_steps']}), the "
+            f"{variants} variants' grids at once: about {plan['pretrain_seconds']:.0f} s; "
+            f"then {plan['encoders_fine_tuned']} encoders on {', '.join(plan['tasks'])}, a "
+            f"variant's encoders as one program a task, a process a variant: about "
+            f"{plan['finetune_seconds']:.0f} s",
+            f"by call: this one the grids and "
+            f"{', '.join(plan['first_call_tasks']) or 'no fine-tuning'}, about "
+            f"{plan['first_call_seconds']:.0f} s of its {plan['seconds_to_plan']:.0f} s" + (
+                f"; the second (on this warm machine, with the run folders) "
+                f"{', '.join(plan['tasks'][len(plan['first_call_tasks']):])}, about "
+                f"{plan['second_call_planned_seconds']:.0f} s of its "
+                f"{plan['second_call_seconds']:.0f} s" if plan["second_call_planned_seconds"]
+                else "; no second call needed") + f" (each less a {plan['margin']:.0%} margin)"]
+
+
+# === a second call on the same machine ===
+
+def plan_second_call(work, stop, margin=0.15):
+    """The second call's plan record (`WORK/logs/plan.json`): the fine-tuning runs the
+    first call's plan (`WORK/logs_call1/plan.json`) left, from the records, against this
+    call's time at the first call's pace; nothing where that plan ran nothing. Returns it."""
+    from experiments import records
+    from experiments.config import load_config, variants
+    from experiments.plans import finetune_plan
+
+    first = read_plan(work, FIRST_LOGS)
+    seconds = (stop - time.time()) * (1 - margin)
+    if not (first or {}).get("plan", {}).get("run"):
+        note = ("nothing planned: the first call planned no study job (its record: "
+                f"{FIRST_LOGS}/plan.json)")
+        return write_second(work, {"run": False, "call": 2}, [note], first)
+    pretrain, finetune = (load_config(os.path.join(work, f"{kind}.json"))
+                          for kind in ("pretrain", "finetune"))
+    group = {v.name: v.group for v in variants(pretrain)}
+    trained = set(group.values()) - {v.group for v in variants(pretrain) if not v.is_finished}
+    members = len(finetune["learning_rates"]) * len(finetune["seeds"])
+    left, waiting = {task: set() for task in finetune["tasks"]}, []  # the variants to run
+    for job in finetune_plan(finetune):
+        rows = records.read_jsonl(os.path.join(job["out"], "results.jsonl"))
+        for task in finetune["tasks"]:
+            if sum(row["task"] == task for row in rows) < members:
+                if group[job["variant"]] in trained:
+                    left[task].add(group[job["variant"]])
+                else:
+                    waiting.append(f"{job['variant']} step {job['step']} {task}")
+    pace, steps_a_task = first["pace"], first["plan"]["grid_steps_a_task"]
+    tasks = [task for task in left if left[task]]
+    needed = finetune_cost(pace, tasks, steps_a_task, max(map(len, left.values())),
+                           len(pretrain["variants"])) if tasks else 0.0
+    grids = sum(map(len, left.values()))
+    lines = [f"second call: the first call's plan ({first['plan']['steps']} steps, "
+             f"{', '.join(first['plan']['tasks'])}) left {grids} grids (a variant's encoders "
+             "on a task): " + (", ".join(f"{task} {sorted(left[task])}" for task in tasks)
+                               + f", about {needed:.0f} s of the {seconds:.0f} s left less a "
+                               f"{margin:.0%} margin, at the first call's pace" if tasks else
+                               "nothing to do")
+             + ("" if needed <= seconds else "; what does not end by the stop is not recorded")]
+    if waiting:
+        lines.append(f"not run: their pre-training did not finish in the first call: "
+                     f"{', '.join(waiting)}")
+    return write_second(work, {"run": bool(tasks), "call": 2, "grids_left": {
+        task: sorted(names) for task, names in left.items()},
+                                "seconds_to_plan": round(seconds, 1),
+                                "planned_seconds": round(needed, 1)}, lines, first)
+
+
+def write_second(work, plan, lines, first):
+    """A second call's plan record, `plan` with its `lines` (`first`: the first call's
+    plan record it goes on from, or None)."""
+    from experiments import records
+
+    record = {"plan": plan, "lines": lines, "notes": lines,
+              "basis": "the first call's calibration in this window "
+                       f"({FIRST_LOGS}/plan.json)" if first else "none: no first call here",
+              "written": records.now()}
+    records.write_json(plan_path(work), record)
+    print(*lines, sep="\n", flush=True)
+    return record
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m experiments.budget", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("work", help="the stage's work folder (pretrain.json, finetune.json)")
     parser.add_argument("--stop", type=float, required=True, help="epoch seconds: the stop")
+    parser.add_argument("--second", type=float, default=0.0,
+                        help="seconds of jobs a second call on this machine gives")
     parser.add_argument("--margin", type=float, default=0.15)
     parser.add_argument("--most", type=float, default=2.0,
                         help="the most steps, as a multiple of the study's aim")
     args = parser.parse_args(argv)
-    calibrate(args.work, args.stop, args.margin, args.most)
+    calibrate(args.work, args.stop, args.margin, args.most, args.second)
     return 0
 
 

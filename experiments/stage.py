@@ -183,9 +183,17 @@ def prepare(name, tiny=False, dest=STAGE_DIR, encoders=None):
         lines.append(f"carried encoders: {len(brought['files'])} (sha256 as recorded), "
                      + ("every final one: no pre-training, no shards" if brought["all"]
                         else "the other variants pre-train"))
-    return lines + [f"command (carry {folder}; --deadline: the call's timeout_s less 15): "
-                    + device_command(name, folder, tiny, machine["call_seconds"] - 15,
-                                     bool(brought))]
+    first = (f"command (carry {folder}; --deadline: the call's timeout_s less 15): "
+             + device_command(name, folder, tiny, machine["call_seconds"] - 15, bool(brought)))
+    if "plan" not in spec:
+        return lines + [first]
+    timeout = machine["call_seconds"] + machine["pause_seconds"] + machine["start_seconds"]
+    return lines + [first, (
+        f"second call, at once on the same warm machine (carry {folder}; timeout_s: the "
+        f"device time left less 10, at most {machine['call_seconds']}, planned "
+        f"{machine['window_seconds'] - timeout}; --deadline: that less 15): "
+        + device_command(name, folder, tiny, machine["window_seconds"] - timeout - 15,
+                         call=2))]
 
 
 def _check_size(name, limit, prepared=None):
@@ -222,14 +230,15 @@ def _bytes(paths):
     return sum(os.path.getsize(path) for path in paths if os.path.isfile(path))
 
 
-def device_command(name, folder, tiny, deadline, encoders=False):
+def device_command(name, folder, tiny, deadline, encoders=False, call=1):
     """The one command for the lent machine: the clock starts before the install."""
     site = "${TMPDIR:-/tmp}/stage_site"
     return (f"T0=$(date +%s); python3 -m pip install -q --no-index --no-deps --no-compile "
             f"--upgrade --target {site} {folder}/wheels/*.whl && PYTHONPATH={site} "
             f"KERAS_BACKEND=jax python3 -m experiments.stage run {name}"
             f"{' --tiny' if tiny else ''} --started $T0 --deadline {deadline} --out $OUT"
-            f"{f' --encoders {folder}/{ENCODERS}' if encoders else ''}")
+            f"{f' --encoders {folder}/{ENCODERS}' if encoders else ''}"
+            f"{f' --call {call}' if call != 1 else ''}")
 
 
 def _carried_encoders(name, spec, tiny, folder):
@@ -347,58 +356,123 @@ def estimate(name, spec, pace=None, configs=None, carried=False):
     return [line, *lines]
 
 
+def w1_pace():
+    """`(pace, path)`: the pace of W1's latest calibration record that holds every figure
+    the plan uses (`budget.measure`'s), committed under `records/stages/W1/`."""
+    needed = ("start_seconds", "pretrain_setup_seconds", "pretrain_compile_seconds",
+              "pretrain_save_seconds", "pretrain_step_seconds", "finetune_compile_seconds",
+              "finetune_fixed_seconds", "finetune_step_seconds")
+    found = sorted((record.get("written", ""), path) for path, record in (
+        (path, records.read_json(path)) for path in glob.glob(
+            os.path.join(RECORDS, "stages", "W1", "*", budget.PLAN)))
+        if all(key in record.get("pace", {}) for key in needed))
+    if not found:
+        raise StudyError(f"No W1 calibration record with every figure the plan uses "
+                         f"({', '.join(needed)}) under {os.path.join(RECORDS, 'stages', 'W1')}.")
+    return records.read_json(found[-1][1])["pace"], found[-1][1]
+
+
+def window_one(name, limit, pace=None):
+    """Window (i)'s lines: what its two calls run at the pace of W1's latest calibration
+    record (`w1_pace`; `pace` replaces it), planned as the card plans (`budget.choose`).
+    Refuses the window, with the figures and their basis, when not even the least plan
+    (the first task after one quantum of pre-training) fits both calls."""
+    stages = load_stages()
+    spec, machine = stages["stages"]["W1"], stages["machine"]
+    path = "given"
+    if pace is None:
+        pace, path = w1_pace()
+    pretrain, finetune = stage_configs(stage_spec("W1"))
+    settings, margin = pretrain["settings"], spec["plan"]["margin"]
+    dispatch = pretrain["grid"].get("steps_per_dispatch", 100)
+    steps_a_task = budget.task_steps(finetune)
+    encoders, groups = len(finetune_plan(finetune)), len(pretrain["variants"])
+    together = max(budget.encoders_a_grid(pretrain, finetune).values())
+    members = together * len(finetune["learning_rates"]) * len(finetune["seeds"])
+    measured = pace.get("finetune_encoders", 1)
+    if measured != together:  # timed with another count of encoders a grid: scaled
+        tokens = members * finetune["settings"]["batch_size"] * finetune["settings"]["seq_len"]
+        pace = {**pace, "finetune_encoders": together, "finetune_members": members,
+                "finetune_step_seconds": max(pace["finetune_step_seconds"],
+                                             tokens / pace["pretrain_tokens_per_second"]),
+                "finetune_fixed_seconds": pace["finetune_fixed_seconds"] + (together - measured)
+                * len(finetune["seeds"]) * spec["plan"]["assumed"]["build_seconds"]}
+    # The calibration as `budget.measure` runs it: a process's start, the grid's set-up,
+    # compile, 3 dispatches and a save; two fine-tuning runs of 3 dispatches, one compiling.
+    calibration = (pace["start_seconds"] + pace["pretrain_setup_seconds"]
+                   + pace["pretrain_compile_seconds"] + 3 * dispatch * pace[
+                       "pretrain_step_seconds"] + pace["pretrain_save_seconds"] / 9
+                   + pace["finetune_compile_seconds"] + 2 * (pace["finetune_fixed_seconds"]
+                   + 3 * dispatch * pace["finetune_step_seconds"]))
+    headline = headline_record("W1")
+    first = limit - calibration - (0 if headline else spec["plan"]["assumed"][
+        "headline_seconds"])
+    second, aim = second_call_seconds(), settings["steps"]
+    step_quantum = budget.quantum(settings, dispatch)
+    steps, tasks, in_first, notes = budget.choose(
+        pace, first * (1 - margin), aim, int(aim * spec["plan"]["most"]), step_quantum,
+        steps_a_task, groups, groups, second * (1 - margin))
+    basis = (f"basis: W1's calibration record ({path}: {pace['pretrain_step_seconds'] * 1000:.1f}"
+             f" ms a pre-training grid step of {pace.get('pretrain_members', 3)} seeds "
+             f"({pace['pretrain_tokens_per_second'] / 1e6:.2f}M tokens/s), compiles "
+             f"{pace['pretrain_compile_seconds']:.0f} and {pace['finetune_compile_seconds']:.0f}"
+             f" s" + (f"; a fine-tuning grid of {measured} encoder(s) timed there, so for "
+                      f"{together} encoders x {members // together} members a step assumed "
+                      f"at the pre-training grid's token rate with rows of "
+                      f"{finetune['settings']['seq_len']}, "
+                      f"{pace['finetune_step_seconds'] * 1000:.0f} ms, and a grid's host work "
+                      f"the timed one's and {spec['plan']['assumed']['build_seconds']} s a model"
+                      f" more (a build of a mini classifier on this CPU), "
+                      f"{pace['finetune_fixed_seconds']:.0f} s"
+                      if measured != together else
+                      f"; {pace['finetune_step_seconds'] * 1000:.1f} ms a fine-tuning grid "
+                      f"step of {members} members, {pace['finetune_fixed_seconds']:.1f} s a "
+                      f"grid's host work") + f"), the machine's start "
+             f"{machine['start_seconds']} s and the pause between calls "
+             f"{machine['pause_seconds']} s (stated), a {margin:.0%} margin on each call")
+    if not tasks:
+        raise StudyError(f"Stage {name} does not fit: even the least plan (the first task "
+                         f"after {step_quantum} pre-training steps) does not fit window (i)'s "
+                         f"two calls ({first:.0f} s after the calibration, {second:.0f} s): "
+                         f"{notes[0]}; {basis}. Shrink glue_w1 or w1_pretrain.")
+    split = budget.window_split(pace, steps, tasks, in_first, steps_a_task, groups)
+    tokens = steps * settings["batch_size"] * settings["seq_len"]
+    return [
+        f"(i) W1, the GLUE study that decides T2 and T3 and the benchmark headline, in two "
+        f"calls on one warm machine (run folders in its temporary folder, outside the carry). "
+        f"Call 1 (timeout_s {machine['call_seconds']}; {limit:.0f} s for its jobs): the "
+        + (f"headline not again (its record is committed: {headline}); "
+           if headline else f"headline ({spec['plan']['headline']}), about "
+           f"{spec['plan']['assumed']['headline_seconds']} s; ")
+        + f"the calibration, about {calibration:.0f} s; then, at the recorded pace, {steps} "
+        f"pre-training steps of {settings['batch_size']} x {settings['seq_len']} "
+        f"({tokens / 1e6:.0f}M tokens an encoder, {tokens / 65.5e6:.2f}x S1's; aim {aim}), "
+        f"{groups} variants x seeds {pretrain['grid']['seeds']}, the variants' grids at once: "
+        f"about {split['pretrain_seconds']:.0f} s; then {encoders} encoders x "
+        f"{len(finetune['learning_rates']) * len(finetune['seeds'])} members a task, a "
+        f"variant's encoders as one program (up to {together}), a process a variant, on "
+        f"{', '.join(tasks[:in_first]) or 'no task'}: about "
+        f"{split['first_call_seconds'] - split['pretrain_seconds']:.0f} s. Call 2 (timeout_s "
+        f"about {second + 15 + machine['install_seconds'] + STOP_RESERVE:.0f}: the window's "
+        f"{machine['window_seconds']} s less the start, call 1 and the pause; {second:.0f} s "
+        f"for its jobs): " + (f"{', '.join(tasks[in_first:])}, about "
+                              f"{split['second_call_planned_seconds']:.0f} s. "
+                              if tasks[in_first:] else "nothing left. ")
+        + (" ".join(notes) + ". " if notes else "") + basis + ". Not the plan: the card's "
+        f"first minute times the grids again and plans from that (experiments/budget.py)."]
+
+
 def programme(name, pace, limit):
     """Each window's plan (stages.json `windows`), its estimate in seconds and the basis:
-    (i) the planned GLUE study (`W1`: steps and tasks set on the card) and the benchmark
-    headline, (ii) the length study and Huang's SQuAD study, (iii) the rest of the
-    benchmark. Refuses window (i) if even one task after the least pre-training cannot fit
-    at the projection's fastest pace."""
+    (i) the planned GLUE study (`W1`: steps and tasks set on the card, in two calls) and
+    the benchmark headline (`window_one`), (ii) the length study and Huang's SQuAD study,
+    (iii) the rest of the benchmark. `limit`: a call's seconds for its jobs."""
     stages = load_stages()
     window = stages["machine"]["window_seconds"]
     assumed = stages["stages"]["W1"]["plan"]["assumed"]
     lines = [f"The programme in three windows ({window} s of device time each, calls of at "
              f"most {stages['machine']['call_seconds']} s; a call runs {limit:.0f} s once the "
-             f"install and the stop are counted):"]
-    # (i): pre-training and fine-tuning member-steps at the projection's two ends
-    pretrain, finetune = stage_configs(stage_spec("W1"))
-    settings = pretrain["settings"]
-    runs = len(variants(pretrain))
-    scale = settings["batch_size"] * settings["seq_len"] / (32 * 128)  # member-steps of 32 x 128
-    encoders = len(finetune_plan(finetune))
-    members = len(finetune["learning_rates"]) * len(finetune["seeds"])
-    steps_a_task = budget.task_steps(finetune)
-    fixed = len(finetune["tasks"]) * assumed["compile_seconds"] + 2 * len(
-        pretrain["variants"]) * (pace["finetune_start_seconds"] + assumed["compile_seconds"])
-    estimates = [runs * settings["steps"] * scale / rate_p + encoders * members * sum(
-        steps_a_task.values()) / rate_f + fixed for rate_p, rate_f in zip(
-        reversed(assumed["pretrain_member_steps"]), reversed(assumed["finetune_member_steps"]))]
-    tokens = settings["steps"] * settings["batch_size"] * settings["seq_len"]
-    lines.append(
-        f"(i) W1, the GLUE study that decides T2 and T3 and the benchmark headline: "
-        f"{stages['stages']['W1']['plan']['headline']} (base, bf16); then "
-        f"{len(pretrain['variants'])} variants x seeds {pretrain['grid']['seeds']} pre-trained"
-        f" as one program a variant, aim {settings['steps']} steps of {settings['batch_size']}"
-        f" x {settings['seq_len']} ({tokens / 1e6:.0f}M tokens an encoder, "
-        f"{tokens / 65.5e6:.0f}x S1's), then {encoders} encoders x {members} members a task "
-        f"on {', '.join(finetune['tasks'])} ({sum(steps_a_task.values())} grid steps an "
-        f"encoder): about {estimates[0]:.0f}-{estimates[1]:.0f} s at the aim, against "
-        f"{limit:.0f} s; basis: the projection of docs/benchmarks.md (the grid at 5-20% of "
-        f"the card's bf16 peak: {assumed['pretrain_member_steps']} pre-training and "
-        f"{assumed['finetune_member_steps']} fine-tuning member-steps of 32 x 128 a second), "
-        f"{assumed['compile_seconds']} s a compile (stated) and S0's process start "
-        f"({pace['finetune_start_seconds']:.0f} s). Not the plan: the card's first minute "
-        f"times the grids at this K and sets the steps and tasks (experiments/budget.py); "
-        f"a pace too slow for the aim cuts the steps, then the last tasks, and says so in "
-        f"logs/plan.json.")
-    dispatch = budget.quantum(settings, pretrain["grid"].get("steps_per_dispatch", 100))
-    least = (len(pretrain["variants"]) * 2 * pace["finetune_start_seconds"]
-             + runs * dispatch * scale / assumed["pretrain_member_steps"][1]
-             + encoders * members * steps_a_task[finetune["tasks"][0]]
-             / assumed["finetune_member_steps"][1])
-    if least > limit:
-        raise StudyError(f"Stage {name} does not fit: even the least plan (the first task after "
-                         f"the least pre-training) takes about {least:.0f} s of {limit:.0f} s "
-                         "at the projection's fastest pace. Shrink glue_w1 or w1_pretrain.")
+             f"install and the stop are counted):", *window_one(name, limit)]
     # (ii): S5a-c and S6 at the recorded pace, SQuAD and the length scoring counted
     step, at_once = pace["pretrain_step_seconds"], pace["at_once"]
     tune = pace.get("finetune_task_step_seconds", {}).get("sst2", pace["finetune_step_seconds"])
@@ -515,10 +589,12 @@ def _prepare_finetune_data(config, data, tiny):
 
 # === run (there) ===
 
-def run(name, out, tiny=False, deadline=None, started=None, folder=None, encoders=None):
+def run(name, out, tiny=False, deadline=None, started=None, folder=None, encoders=None,
+        call=1):
     """Runs the stage until `deadline` seconds after `started` (epoch seconds, default now),
     streaming its records into `out`; `encoders`: what an earlier call brought home,
-    fine-tuned without pre-training again. Returns the stage record."""
+    fine-tuned without pre-training again; `call`: a planned window's first or second call
+    (`planned_work`). Returns the stage record."""
     machine, spec = load_stages()["machine"], stage_spec(name)
     started = started or time.time()
     deadline = deadline or machine["call_seconds"] - 15
@@ -533,13 +609,19 @@ def run(name, out, tiny=False, deadline=None, started=None, folder=None, encoder
     # backend is TensorFlow, which the lent machine lacks.
     os.environ.setdefault("KERAS_BACKEND", "jax")
     _check_packages(folder)
-    work, logs = os.path.join(folder, "work"), os.path.join(folder, "work", "logs")
-    for made in ("runs", "results", "logs") if tiny else ():  # from nothing, as there
-        shutil.rmtree(os.path.join(work, made), ignore_errors=True)
+    work = planned_work(name, tiny) if "plan" in spec else os.path.join(folder, "work")
+    logs = os.path.join(work, "logs")
+    lines = _planned_call(work, call) if "plan" in spec else []
+    if "plan" in spec and call == 1:  # a window starts from nothing, as there
+        shutil.rmtree(work, ignore_errors=True)
+    for made in ("runs", "results", "logs") if tiny and "plan" not in spec else ():
+        shutil.rmtree(os.path.join(work, made), ignore_errors=True)  # from nothing, as there
     if not os.path.exists(os.path.join(folder, "vocab.txt")):
         with tarfile.open(os.path.join(folder, "data.tar.xz")) as archive:
             archive.extractall(folder, filter="data")
-    pretrain, then = stage_configs(spec, tiny, work)
+    pretrain, then = (stage_configs(spec, tiny, work) if call == 1 or lines else (
+        load_config(os.path.join(work, "pretrain.json")),  # as the first call's plan left them
+        load_config(os.path.join(work, "finetune.json"))))
     os.makedirs(os.path.join(out, ENCODERS, pretrain["study"] if pretrain else ""),
                 exist_ok=True)
     stage = {"stage": name, "tiny": tiny, "card": _card(),
@@ -547,7 +629,8 @@ def run(name, out, tiny=False, deadline=None, started=None, folder=None, encoder
              "versions": records.machine(),  # and the packages, to check gpu_image.txt by
              "pip_list": sorted(f"{d.metadata['Name']}=={d.version}" for d in distributions()),
              "started": records.now(), "install_seconds": round(time.time() - started, 1),
-             "processes": [], "encoders": {}}
+             "processes": [], "encoders": {}, **({"call": call, "notes": lines}
+                                                  if "plan" in spec else {})}
     stage["_stop"] = stop  # a planned window's calibration plans until then
     jobs = _jobs(spec, pretrain, then, tiny, work, out, stage, encoders)
     stream = Stream(out, home_folders(spec, pretrain, then, work), stage, logs)
@@ -557,15 +640,15 @@ def run(name, out, tiny=False, deadline=None, started=None, folder=None, encoder
     pace = gpu_pace()
     if "calibrate" in spec:  # its rounds need their processes at once
         stage["parallel"] = max(spec["calibrate"]["processes"])
-    elif "plan" in spec:  # a grid, and one variant's fine-tuning beside it
-        stage["parallel"] = 2
+    elif "plan" in spec:  # the variants' grids at once, then their fine-tuning
+        stage["parallel"] = len(pretrain["variants"])
     elif pace["calibrated"] and not tiny:  # as many as served the card best where S0
         stage["parallel"] = max(pace["at_once"], 1 + sum(  # measured it, and one fine-tuning
             label.startswith("pretrain ") for label, _, _ in jobs))  # beside pre-training
     else:
         stage["parallel"] = max(1, (os.cpu_count() or 2) // 2)
     _schedule(jobs, stage["parallel"], stop, logs, env, stage, stream)
-    if "plan" in spec:  # a calibration that never planned: its record says so
+    if "plan" in spec and call == 1:  # a calibration that never planned: its record says so
         budget.note_unplanned(work, next(p for p in stage["processes"] if p["run"] == "calibrate"))
     stage["seconds"] = round(time.time() - started, 1)
     stream(force=True)
@@ -582,6 +665,34 @@ def job_environment():
             "TF_CPP_MIN_LOG_LEVEL": "2",
             "JAX_COMPILATION_CACHE_DIR": os.path.join(tempfile.gettempdir(), "stage_xla_cache"),
             "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
+
+
+def planned_work(name, tiny=False):
+    """A planned window's work folder (its configs, run folders, records and each call's
+    logs): in the machine's temporary folder, outside the carried `.stage/NAME`, which each
+    call's carry replaces, so a second call on the same warm machine finds the first's."""
+    return os.path.join(tempfile.gettempdir(), "stage_work", name + ("_tiny" if tiny else ""))
+
+
+def _planned_call(work, call):
+    """The notes of a planned window's call: a second call keeps the first call's logs aside
+    (`budget.FIRST_LOGS`) and plans from them; one that finds no first call's work here (a
+    fresh machine: it is gone) says so in one line, and plans nothing (a call alone needs
+    the calibration and the grids first: a first call's)."""
+    if call == 1:
+        return []
+    if not os.path.exists(os.path.join(work, "logs", budget.PLAN)) and not os.path.exists(
+            budget.plan_path(work, budget.FIRST_LOGS)):
+        line = (f"nothing planned: call {call} finds no first call's work here ({work} is "
+                "absent: a fresh machine), so nothing of it can go on; a window starts with "
+                "its first call's command")
+        print(line, flush=True)
+        return [line]
+    if os.path.exists(os.path.join(work, budget.FIRST_LOGS)):  # a second call again: the
+        shutil.rmtree(os.path.join(work, "logs"), ignore_errors=True)  # last one's went home
+    elif os.path.exists(os.path.join(work, "logs")):  # the first call's: home already
+        os.rename(os.path.join(work, "logs"), os.path.join(work, budget.FIRST_LOGS))
+    return []
 
 
 def home_folders(spec, pretrain, then, work):
@@ -747,32 +858,102 @@ def _calibration_jobs(spec, tiny, work, pretrain, then, stage):
 
 
 def _planned_jobs(spec, tiny, work, pretrain, then, stage):
-    """A planned window (W1): the benchmark headline, then the calibration that sets the
-    budget (`experiments.budget`), then each variant's seeds pre-trained as one program,
-    one variant after the other, and each variant's encoders fine-tuned once its grid
-    ended. No study job starts unless the plan says it fits."""
+    """A planned window (W1). Its first call: the benchmark headline (unless its record is
+    committed: `headline_record`), then the calibration that sets the budget for this call
+    and the second (`experiments.budget`), then every variant's seeds pre-trained as one
+    program, the variants at once, and each variant's encoders fine-tuned once its grid
+    ended. Its second call (`stage["call"]` 2): the second call's plan (`budget.
+    plan_second_call`), then the fine-tuning the first left, of the variants whose grids
+    finished. No study job starts unless its call's plan says it fits."""
     ended, plan = stage.setdefault("_ended", {}), spec["plan"]
+    groups = list(pretrain["variants"])
 
     def planned():
         return (budget.read_plan(work) or {}).get("plan", {}).get("run")
-    headline = [*load_stages()["benchmark"], *plan["headline"].split()]
-    jobs = [("benchmark", [sys.executable, "-m", *headline, "--out",
-                           os.path.join(work, "logs", "benchmark"), "--overwrite",
-                           *(TINY["benchmark"] if tiny else [])], None),
-            ("calibrate", [sys.executable, "-m", "experiments.budget", work, "--stop",
-                           f"{stage['_stop']:.0f}", "--margin", str(plan["margin"]),
-                           "--most", "1" if tiny else str(plan["most"])],
-             lambda: "benchmark" in ended)]
-    groups = list(pretrain["variants"])
-    for index, group in enumerate(groups):
-        jobs.append((f"pretrain {group}", _experiment("pretrain", pretrain, [
-            "--variants", group]), lambda before=groups[:index]: planned() and all(
-                f"pretrain {g}" in ended for g in before)))
-    for group in groups:
+
+    def finetune(group, ready, *first):  # a variant's encoders as one program a task
         names = [v.name for v in variants(pretrain) if v.group == group]
-        jobs.append((f"finetune {group}", _experiment("finetune", then, [
-            "--variants", *names]), lambda group=group: ended.get(f"pretrain {group}")))
-    return jobs
+        return (f"finetune {group}", [sys.executable, "-m", "experiments.stage", "finetune",
+                                      then["_path"], *names, *first], ready)
+    if stage.get("call") == 2 and stage["notes"]:  # a fresh machine: nothing goes on
+        budget.write_second(work, {"run": False, "call": 2}, stage["notes"], None)
+        return []
+    if stage.get("call") == 2:
+        budget.plan_second_call(work, stage["_stop"], plan["margin"])
+        trained = [g for g in groups if all(v.is_finished for v in variants(pretrain)
+                                            if v.group == g)]
+        return [finetune(group, planned) for group in trained]
+    done = headline_record(stage["stage"])  # also at --tiny: the command the card runs
+    if done:
+        stage["notes"] = stage.get("notes", []) + [f"headline: not measured again, its "
+                                                   f"record is committed ({done})"]
+    headline = [*load_stages()["benchmark"], *plan["headline"].split()]
+    jobs = [] if done else [("benchmark", [
+        sys.executable, "-m", *headline, "--out", os.path.join(work, "logs", "benchmark"),
+        "--overwrite", *(TINY["benchmark"] if tiny else [])], None)]
+    jobs.append(("calibrate", [
+        sys.executable, "-m", "experiments.budget", work, "--stop", f"{stage['_stop']:.0f}",
+        "--second", "0" if tiny else f"{second_call_seconds():.0f}", "--margin",
+        str(plan["margin"]), "--most", "1" if tiny else str(plan["most"])],
+        lambda: done or "benchmark" in ended))
+    jobs += [(f"pretrain {group}", _experiment("pretrain", pretrain, ["--variants", group]),
+              planned) for group in groups]
+    return jobs + [finetune(group, lambda group=group: ended.get(f"pretrain {group}"),
+                            "--first-call-of", work) for group in groups]
+
+
+def headline_record(name):
+    """The committed record of stage `name`'s benchmark headline (any call's), or None."""
+    found = sorted(glob.glob(os.path.join(RECORDS, "stages", name, "logs*", "benchmark.json")))
+    return found[0] if found else None
+
+
+def second_call_seconds():
+    """Seconds of jobs a planned window's second call gives (stages.json `machine`): the
+    window's device time less the machine's start (stated), the first call, the pause
+    between the calls, then that call's install and stop."""
+    machine = load_stages()["machine"]
+    return (machine["window_seconds"] - machine["start_seconds"] - machine["call_seconds"]
+            - machine["pause_seconds"] - 15 - machine["install_seconds"] - STOP_RESERVE)
+
+
+def finetune_together(config, names, command, tasks=None):
+    """A planned window's fine-tuning of one variant's encoders (`names`: its seeds; their
+    final models and the checkpoints the study names: one architecture, one vocabulary)
+    on `tasks` (default: the study's), as one program a task (`run_protocol(together=
+    ...)`), each encoder's settings pinned in its record folder as `experiments.run
+    finetune` pins them. Only records: the pages are made at home, from them."""
+    import keras
+
+    from experiments.config import require_models
+    from experiments.plans import protocol
+    from experiments.run import SETTINGS_FILE
+    from keras_tupe.finetuning import run_protocol
+    from keras_tupe_base.files import tree_sha256
+
+    chosen, tasks = protocol(config), config["tasks"] if tasks is None else tasks
+    jobs = [job for job in finetune_plan(config, names) if any(chosen.runs_to_do(
+        records.read_jsonl(os.path.join(job["out"], "results.jsonl")), task)
+        for task in tasks)]
+    require_models(job["init"] for job in jobs)
+    for job in jobs:
+        settings = {"init": job["init"], "vocab": job["vocab"], "lowercase": job["lowercase"],
+                    "data_dir": config.get("data_dir"), "settings": config["settings"],
+                    **{key: config[key] for key in ("task_settings",) if config.get(key)}}
+        path = os.path.join(job["out"], SETTINGS_FILE)
+        if records.read_json(path) is None:  # a second call's: pinned by the first
+            records.write_json(path, {**settings, "init_sha256": tree_sha256(job["init"]),
+                                      "command": command, "created": records.now(),
+                                      "versions": records.machine()})
+    if jobs:
+        print(f"[{config['study']}] {len(jobs)} encoders as one program a task: "
+              f"{tasks} x lr {config['learning_rates']} x seeds {config['seeds']}", flush=True)
+        keras.backend.clear_session()
+        run_protocol(tasks, jobs[0]["init"], jobs[0]["out"],
+                     together=[(job["init"], job["out"]) for job in jobs[1:]], grid=True,
+                     protocol=chosen, vocab=jobs[0]["vocab"], lowercase=jobs[0]["lowercase"],
+                     data_dir=config.get("data_dir"), task_settings=config.get(
+                         "task_settings"), **config["settings"], **config["grid"])
 
 
 def _experiment(command, config, extra):
@@ -931,20 +1112,23 @@ def _carried(folder, name):
 # === collect (here) ===
 
 def collect(name, folder, results_dir="docs/results"):
-    """Unpacks what came back into `results_dir/records/` (the logs under `stages/NAME/`);
-    refuses to replace a record that differs, but takes a `.jsonl` record that grew, and
-    leaves one with the same bytes untouched. Returns the files written."""
+    """Unpacks what came back into `results_dir/records/` (the logs under `stages/NAME/`,
+    a call's own folder: `call_logs`); refuses to replace a record that differs, but takes
+    a `.jsonl` record that grew, and leaves one with the same bytes (or, a `.jsonl`, that
+    holds them and a later call's rows) untouched. Returns the files written."""
     path = os.path.join(folder, PACK)
     if not os.path.exists(path):
         raise StudyError(f"{folder} holds no {PACK}: nothing came back from stage {name}.")
     target, written = os.path.join(results_dir, "records"), []
     with tarfile.open(path, mode="r:gz") as archive:
+        logs = call_logs(target, name, _packed_record(path).get("started"))
         for member in (m for m in archive.getmembers() if m.isfile()):
-            where = collected_path(target, name, member.name)
+            where = collected_path(target, name, member.name, logs)
             content = archive.extractfile(member).read()
             here = open(where, "rb").read() if os.path.exists(where) else None
-            if here == content:
-                continue  # collected already: nothing to write
+            if here == content or (where.endswith(".jsonl") and here is not None
+                                   and here.startswith(content)):
+                continue  # collected already (a .jsonl: and a later call's rows)
             if here is not None and not (
                     where.endswith(".jsonl") and content.startswith(here)):
                 raise StudyError(f"{where} exists with other content: move it away first "
@@ -957,11 +1141,26 @@ def collect(name, folder, results_dir="docs/results"):
     return [where for where, _ in written]
 
 
-def collected_path(target, name, member):
+def call_logs(target, name, started):
+    """The folder under `target/stages/NAME/` a call's logs go to: `logs`, else `logs_2`,
+    `logs_3`, ...: the first that is free or holds this call's (its stage record says it
+    `started` at the same time), so each call of a window keeps its own and a second
+    `collect` of one call finds the same folder."""
+    for index in range(1, 100):
+        logs = "logs" if index == 1 else f"logs_{index}"
+        here = records.read_json(os.path.join(target, "stages", name, logs, "stage.json"))
+        if here is None or here.get("started") == started:
+            return logs
+    raise StudyError(f"{os.path.join(target, 'stages', name)}: 99 calls' logs already")
+
+
+def collected_path(target, name, member, logs="logs"):
     """Where `collect` puts pack member `member` of stage `name` under `target` (the
-    records folder): a study's record under its study, the logs under `stages/NAME/`."""
-    return os.path.join(target, *(("stages", name) if member.startswith("logs/") else ()),
-                        member)
+    records folder): a study's record under its study, the logs (of the call whose folder
+    is `logs`) under `stages/NAME/`."""
+    if member.startswith("logs/"):
+        return os.path.join(target, "stages", name, logs, member[len("logs/"):])
+    return os.path.join(target, member)
 
 
 def main(argv=None):
@@ -972,8 +1171,13 @@ def main(argv=None):
                                          formatter_class=argparse.RawDescriptionHelpFormatter)
         one_line_errors(parser)
         commands = parser.add_subparsers(dest="command", required=True)
-        here, there, back, encoder = (commands.add_parser(command) for command in (
-            "prepare", "run", "collect", "encoder"))  # encoder: run's own, one in bfloat16
+        here, there, back, encoder, together = (commands.add_parser(command) for command in (
+            "prepare", "run", "collect", "encoder", "finetune"))  # run's own: encoder (one
+        # in bfloat16), finetune (a planned window's variant, its encoders as one program)
+        together.add_argument("config", help="the planned window's fine-tuning config")
+        together.add_argument("variants", nargs="+", help="one variant's runs (its seeds)")
+        together.add_argument("--first-call-of", metavar="WORK", help="only the tasks the "
+                              "first call's plan (WORK/logs/plan.json) gives it")
         for sub in (here, there, back):
             sub.add_argument("stage")
         for sub in (here, there):
@@ -982,6 +1186,8 @@ def main(argv=None):
         there.add_argument("--out", default=os.environ.get("OUT", "stage_out"))
         there.add_argument("--started", type=float, help="when the command started (epoch s)")
         there.add_argument("--deadline", type=float, help="seconds after --started")
+        there.add_argument("--call", type=int, choices=(1, 2), default=1,
+                           help="a planned window's call: 2 goes on from the first's")
         back.add_argument("folder", help="what came back")
         encoder.add_argument("init", help="a run's final preset or checkpoint")
         encoder.add_argument("path")
@@ -990,9 +1196,14 @@ def main(argv=None):
             print("\n".join(prepare(args.stage, args.tiny, encoders=args.encoders)))
         elif args.command == "run":
             run(args.stage, args.out, args.tiny, args.deadline, args.started,
-                encoders=args.encoders)
+                encoders=args.encoders, call=args.call)
         elif args.command == "encoder":
             write_encoder(args.init, args.path)
+        elif args.command == "finetune":
+            finetune_together(load_config(args.config), args.variants, records.command_line(
+                argv if argv is not None else sys.argv[1:], "python -m experiments.stage"),
+                args.first_call_of and budget.read_plan(args.first_call_of)["plan"][
+                    "first_call_tasks"])
         else:
             written = collect(args.stage, args.folder)
             print(*(f"wrote {path}" for path in written), "next: python -m experiments.run "

@@ -16,8 +16,11 @@ checks that every file the stage sends home written at least `TICK` seconds befo
 kill came back whole. `--command` runs another command in the same place (e.g. an older
 stage's). `--full` prepares the stage as the lent machine gets it (not `--tiny`: the real
 encoders, data and plan) and runs its command with `--deadline` cut to what this CPU can
-spare: the next window's command, rehearsed until its deadline stops it. Exits 1 with the
-reason when the stage fails; `make test-stage` runs W1.
+spare: the next window's command, rehearsed until its deadline stops it. `--second-call`
+(a planned window) then runs the second command `prepare` printed in the same copy, HOME
+and TMPDIR (a warm machine: the first call's work is still there), with its own `$OUT`,
+and collects it too. Exits 1 with the reason when the stage fails; `make test-stage` runs
+W1.
 """
 
 import argparse
@@ -73,11 +76,13 @@ def copy_tree(root, carried, repo=REPO):
     return copy
 
 
-def run_there(command, copy, venv, root, kill_after=None, timeout=1800):
-    """`command` in `copy` as the lent machine runs it; returns (exit code, $OUT, kill time)."""
-    out, home, tmp = (os.path.join(root, name) for name in ("out", "home", "tmp"))
-    for folder in (out, home, tmp):
-        os.makedirs(folder)
+def run_there(command, copy, venv, root, kill_after=None, timeout=1800, out="out"):
+    """`command` in `copy` as the lent machine runs it, its `$OUT` `root/out`; returns
+    (exit code, $OUT, kill time). HOME and TMPDIR stay from call to call (a warm machine)."""
+    out, home, tmp = (os.path.join(root, name) for name in (out, "home", "tmp"))
+    os.makedirs(out)
+    for folder in (home, tmp):
+        os.makedirs(folder, exist_ok=True)
     env = {"PATH": f"{os.path.join(venv, 'bin')}:/usr/local/bin:/usr/bin:/bin", "HOME": home,
            "OUT": out, "TMPDIR": tmp, "LANG": "C.UTF-8"}
     print(f"$ {command}", flush=True)
@@ -108,22 +113,30 @@ def left_behind(copy):
     return pids
 
 
-def check_kill(name, copy, back, killed, tiny=True):
+def check_kill(name, copy, back, killed, tiny=True, tmp=None):
     """Every file that stage `name` sends home (`stage.home_folders`: its studies' records
     and its logs) written in the copy `TICK` s before the kill came back whole, as collected
     into `back`; what it writes and does not send (the floors' `majority_class.json`)
-    is not counted. Returns the files that did not."""
-    from experiments import stage
+    is not counted. A planned window works in the machine's temporary folder (`tmp`, the
+    stand-in's). Returns the files that did not."""
+    from experiments import records, stage
+    from experiments.config import load_config
 
     spec = stage.stage_spec(name)
     work = os.path.join(copy, stage.STAGE_DIR, name + ("_tiny" if tiny else ""), "work")
+    if "plan" in spec:
+        work = stage.planned_work(name, tiny).replace(tempfile.gettempdir(), tmp, 1)
+    logs = stage.call_logs(os.path.join(back, "records"), name, records.read_json(
+        os.path.join(work, "logs", "stage.json"), {}).get("started"))
+    written = [os.path.join(work, f"{kind}.json") for kind in ("pretrain", "finetune")]
+    configs = (list(map(load_config, written)) if "plan" in spec and all(
+        map(os.path.exists, written)) else stage.stage_configs(spec, tiny, work))
     missing = []
-    for arcname, folder in stage.home_folders(spec, *stage.stage_configs(spec, tiny, work),
-                                              work):  # the configs the run wrote, again
+    for arcname, folder in stage.home_folders(spec, *configs, work):  # as the run wrote them
         folder = os.path.join(copy, folder)  # a full stage's records: the copy's docs/
         for path in (os.path.join(root, n) for root, _, names in os.walk(folder) for n in names):
             member = "/".join([arcname, *os.path.relpath(path, folder).split(os.sep)])
-            here = stage.collected_path(os.path.join(back, "records"), name, member)
+            here = stage.collected_path(os.path.join(back, "records"), name, member, logs)
             if os.path.getmtime(path) < killed - TICK and not (os.path.exists(here) and open(
                     here, "rb").read() == open(path, "rb").read()):
                 missing.append(member)
@@ -144,6 +157,8 @@ def main(argv=None):
                         "its command's --deadline cut to --deadline")
     parser.add_argument("--deadline", type=int, default=400,
                         help="with --full: the seconds the command may run here (default 400)")
+    parser.add_argument("--second-call", action="store_true", help="a planned window: then "
+                        "its second command, in the same copy and temporary folder")
     args = parser.parse_args(argv)
     root = args.keep or tempfile.mkdtemp(prefix="gpu_standin_")
     start = time.time()
@@ -155,7 +170,8 @@ def main(argv=None):
                            cwd=args.repo, check=True, capture_output=True,
                            text=True).stdout.strip().splitlines()
     print("\n".join(lines), flush=True)
-    command = args.command or lines[-1].split("): ", 1)[1]
+    command = args.command or next(
+        line for line in lines if line.startswith("command (")).split("): ", 1)[1]
     if args.full:
         command = re.sub(r"--deadline \d+", f"--deadline {args.deadline}", command)
     folder = args.stage if args.full else f"{args.stage}_tiny"
@@ -164,15 +180,19 @@ def main(argv=None):
     print(f"exit {code} after {time.time() - start:.0f} s; came back: {sorted(os.listdir(out))}",
           flush=True)
     back = os.path.join(root, "back")
-    if os.path.exists(os.path.join(out, "records.tar.gz")):
-        collected = subprocess.run([sys.executable, "-c", (
-            "import sys; from experiments import stage; print('\\n'.join(stage.collect("
-            f"{args.stage!r}, {out!r}, results_dir={back!r})))")], cwd=REPO, check=True,
-            capture_output=True, text=True).stdout.split()
-        print(f"collected {len(collected)} files:", *sorted(
-            os.path.relpath(p, back) for p in collected), sep="\n  ")
+    collect(args.stage, out, back)
+    if args.second_call and not killed and code == 0:  # at once, on the same warm machine
+        second = next(line for line in lines if line.startswith("second call")).split(
+            "): ", 1)[1]
+        if args.full:
+            second = re.sub(r"--deadline \d+", f"--deadline {args.deadline}", second)
+        code, out, _ = run_there(second, copy, venv, root, out="out_2")
+        print(f"second call: exit {code} after {time.time() - start:.0f} s; came back: "
+              f"{sorted(os.listdir(out))}", flush=True)
+        collect(args.stage, out, back)
     if killed:
-        missing = check_kill(args.stage, copy, back, killed, tiny=not args.full)
+        missing = check_kill(args.stage, copy, back, killed, tiny=not args.full,
+                             tmp=os.path.join(root, "tmp"))
         print(f"killed at {killed - start:.0f} s; records written {TICK} s before the kill "
               f"and not back: {missing or 'none'}", flush=True)
         return 1 if missing else 0
@@ -180,6 +200,17 @@ def main(argv=None):
         print(f"error: the stage's command exited {code} on the stand-in", file=sys.stderr)
         return 1
     return verify(args.stage, back, args.encoders, cut_short=args.full)
+
+
+def collect(name, out, back):
+    """What came back in `out`, collected into `back/records` as `stage collect` does."""
+    if os.path.exists(os.path.join(out, "records.tar.gz")):
+        collected = subprocess.run([sys.executable, "-c", (
+            "import sys; from experiments import stage; print('\\n'.join(stage.collect("
+            f"{name!r}, {out!r}, results_dir={back!r})))")], cwd=REPO, check=True,
+            capture_output=True, text=True).stdout.split()
+        print(f"collected {len(collected)} files:", *sorted(
+            os.path.relpath(p, back) for p in collected), sep="\n  ")
 
 
 def verify(stage, back, encoders=None, cut_short=False):

@@ -3,6 +3,7 @@ grid studies it runs (issue 65)."""
 
 import json
 import os
+import re
 
 import pytest
 
@@ -16,57 +17,172 @@ PACE = {"start_seconds": 10.0, "pretrain_setup_seconds": 5.0, "pretrain_compile_
 TASKS = {"sst2": 939, "stsb": 540, "mrpc": 345, "cola": 804, "rte": 234}
 
 
-def plan(seconds, pace=PACE, aim=16000):
-    return budget.choose(pace, seconds, aim, 2 * aim, 1000, TASKS, encoders=15, variants=3)
+# W1's calibration on the H200 (records/stages/W1/check/plan.json), where the study as first
+# written (15 encoders a grid each, one call) planned nothing.
+RECORDED = os.path.join("docs", "results", "records", "stages", "W1", "check", "plan.json")
+
+
+def plan(seconds, pace=PACE, aim=16000, second=0.0, grids=3):
+    return budget.choose(pace, seconds, aim, 2 * aim, 1000, TASKS, grids, 3, second)
+
+
+def check_fits(pace, seconds, second, grids=3):
+    """The plan for these times, after checking that each call's part ends within it."""
+    steps, tasks, first, notes = plan(seconds, pace, second=second, grids=grids)
+    assert tasks == list(TASKS)[:len(tasks)] and steps % 1000 == 0 and 0 <= first <= len(tasks)
+    split = budget.window_split(pace, steps, tasks, first, TASKS, 3)
+    assert split["first_call_seconds"] <= seconds
+    assert split["second_call_planned_seconds"] <= second
+    assert split["planned_seconds"] == pytest.approx(
+        split["first_call_seconds"] + split["second_call_planned_seconds"], abs=0.2)
+    assert split["first_call_seconds"] == pytest.approx(
+        budget.cost(PACE if pace is PACE else pace, steps, tasks[:first], TASKS, grids, 3),
+        abs=0.1)
+    return steps, tasks, first, notes
 
 
 def test_every_plan_fits_the_time_it_was_made_for():
-    """Whatever the time, the plan's cost on the card is within it; the tasks are the first
-    of the study's order; below the aim only SST-2 and STS-B (or SST-2 alone) remain, and
-    the notes say it was cut."""
-    for seconds in range(300, 3000, 50):
-        steps, tasks, notes = plan(seconds)
-        assert budget.cost(PACE, steps, tasks, TASKS, 15, 3) <= seconds
-        assert tasks == list(TASKS)[:len(tasks)] and steps % 1000 == 0
-        if steps < 16000:
-            assert len(tasks) <= 2 and ("below the aim of 16000" in notes[0] if tasks
-                                        else notes[0].startswith("nothing planned"))
-        else:
-            assert not notes and steps <= 32000
+    """Whatever the two calls' times, the pre-training and the first call's tasks end in
+    the first, the other tasks in the second; the tasks are the first of the study's order;
+    below the aim only SST-2 and STS-B (or SST-2 alone) remain, and the notes say it was
+    cut."""
+    for second in (0, 60, 150, 400):
+        for seconds in range(100, 2000, 50):
+            steps, tasks, first, notes = check_fits(PACE, seconds, second)
+            if not second:
+                assert first == len(tasks)
+            if steps < 16000:
+                assert len(tasks) <= 2 and ("below the aim of 16000" in notes[0] if tasks
+                                            else notes[0].startswith("nothing planned"))
+            else:
+                assert not notes and steps <= 32000
+
+
+def test_a_second_call_takes_whole_tasks_and_buys_steps_or_tasks():
+    """The same first call with a second call of 150 s: more steps or more tasks, never
+    fewer; the second call's tasks are the last ones, each whole."""
+    for seconds in range(200, 1500, 50):
+        alone, both = plan(seconds), plan(seconds, second=150)
+        assert (both[0], len(both[1])) >= (alone[0], len(alone[1])) or len(both[1]) > len(
+            alone[1])
+        assert both[2] <= len(both[1])
+    steps, tasks, first, _ = plan(600, second=150)
+    assert first < len(tasks)  # here the second call holds a task
+    assert budget.finetune_cost(PACE, tasks[first:], TASKS, 3, 3) <= 150
 
 
 def test_time_to_spare_takes_every_task_and_then_stops_at_the_most_steps():
-    steps, tasks, _ = plan(100000)
-    assert (steps, tasks) == (32000, list(TASKS))
+    steps, tasks, first, _ = plan(100000)
+    assert (steps, tasks, first) == (32000, list(TASKS), 5)
 
 
 def test_a_slower_pace_cuts_steps_first_then_tasks_never_the_first_two():
-    fast = plan(1000)
-    slow = plan(1000, {**PACE, "pretrain_step_seconds": 0.02})
+    fast = plan(700)
+    slow = plan(700, {**PACE, "pretrain_step_seconds": 0.02})
     assert fast[0] >= 16000 and slow[0] < 16000
     assert slow[1] == ["sst2", "stsb"] and slow[0] >= 1000
 
 
 def test_a_pace_too_slow_for_one_task_plans_nothing_and_says_why():
-    steps, tasks, notes = plan(400, {**PACE, "finetune_step_seconds": 1.0})
-    assert (steps, tasks) == (0, []) and notes[0].startswith("nothing planned")
+    steps, tasks, first, notes = plan(400, {**PACE, "finetune_step_seconds": 1.0}, second=100)
+    assert (steps, tasks, first) == (0, [], 0)
+    assert notes[0] == ("nothing planned: at this pace not one task's fine-tuning fits with "
+                        "1000 pre-training steps in 400 s and a second call's 100 s")
 
 
-def test_no_study_job_starts_before_a_plan_that_says_it_fits(tmp_path):
-    """W1's jobs: the headline first, the calibration once it ended, each pre-training
-    grid only with a plan that says run (and after the grid before it), each variant's
-    fine-tuning once its grid ended."""
+def test_the_recorded_calibration_that_planned_nothing_now_plans_within_both_calls():
+    """The H200's pace of the record that planned nothing (15 grids a task in one call):
+    with a variant's encoders as one grid, the grids at once and a second call, the plan is
+    not empty and ends before each call's stop; the study as first written still plans
+    nothing at that pace."""
+    recorded = json.load(open(RECORDED))
+    pace, seconds = recorded["pace"], recorded["plan"]["seconds_to_plan"]
+    assert recorded["plan"]["run"] is False  # what the record says
+    second = stage.second_call_seconds() * 0.85
+    steps, tasks, first, notes = check_fits(pace, seconds, second)
+    assert steps >= 1000 and tasks[:1] == ["sst2"]
+    assert plan(seconds, pace, grids=15)[1] == []  # the old shape: nothing
+
+
+def test_a_second_call_goes_on_from_the_first_calls_records_or_says_why_it_cannot(tmp_path):
+    """A second call with the first call's plan and a record of one grid done plans the
+    grids left; one whose first call planned nothing plans nothing and says so; one that
+    finds no first call's work here (a fresh machine) plans nothing, starts no job and says
+    why in one line."""
+    work = str(tmp_path / "work")
+    pretrain, then = stage.stage_configs(stage.stage_spec("W1"), True, work)
+    os.makedirs(os.path.join(work, budget.FIRST_LOGS))
+    first = {"pace": {**PACE, "pretrain_members": 2}, "plan": {
+        "run": True, "steps": 50, "tasks": then["tasks"], "first_call_tasks": then["tasks"][:1],
+        "grid_steps_a_task": dict(zip(then["tasks"], (3, 3)))}}
+    with open(budget.plan_path(work, budget.FIRST_LOGS), "w") as f:
+        json.dump(first, f)
+    for v in variants(pretrain):  # every grid finished
+        os.makedirs(os.path.join(v.run_dir, "preset"))
+    done = [job for job in __import__("experiments.plans", fromlist=["x"]).finetune_plan(then)
+            if job["variant"].startswith("bert_a_seed")]
+    for job in done:  # bert_a's encoders did the first task
+        os.makedirs(job["out"])
+        with open(os.path.join(job["out"], "results.jsonl"), "w") as f:
+            f.write(json.dumps({"task": then["tasks"][0], "learning_rate": 1, "seed": 0}) + "\n")
+    record = budget.plan_second_call(work, __import__("time").time() + 100)
+    assert record["plan"]["run"] is True
+    assert record["plan"]["grids_left"] == {then["tasks"][0]: ["bert_a_pre", "tupe_a"],
+                                            then["tasks"][1]: ["bert_a", "bert_a_pre", "tupe_a"]}
+    assert record["lines"][0].startswith("second call: the first call's plan (50 steps, ")
+    first["plan"] = {"run": False}
+    with open(budget.plan_path(work, budget.FIRST_LOGS), "w") as f:
+        json.dump(first, f)
+    record = budget.plan_second_call(work, __import__("time").time() + 100)
+    assert record["plan"]["run"] is False and record["lines"] == [
+        "nothing planned: the first call planned no study job (its record: "
+        "logs_call1/plan.json)"]
+    gone = str(tmp_path / "gone")
+    lines = stage._planned_call(gone, 2)
+    assert len(lines) == 1 and lines[0].startswith(
+        "nothing planned: call 2 finds no first call's work here (") and "a fresh machine" in (
+        lines[0])
+    fresh = {"_ended": {}, "_stop": 1e10, "stage": "W1", "call": 2, "notes": lines}
+    assert stage._jobs(stage.stage_spec("W1"), pretrain, then, True, gone, gone, fresh) == []
+    assert budget.read_plan(gone) == {**budget.read_plan(gone), "plan": {
+        "run": False, "call": 2}, "lines": lines}  # no job, and the record says why
+    os.remove(budget.plan_path(work))  # as the first call left it: its logs in `logs`
+    os.rename(os.path.join(work, budget.FIRST_LOGS), os.path.join(work, "logs"))
+    assert stage._planned_call(work, 2) == []  # the first call's logs are kept aside
+    assert os.listdir(os.path.join(work, budget.FIRST_LOGS)) == [budget.PLAN]
+    os.makedirs(os.path.join(work, "logs"))  # a second call's, run again: theirs went home
+    assert stage._planned_call(work, 2) == []
+    assert os.listdir(os.path.join(work, budget.FIRST_LOGS)) == [budget.PLAN]
+    assert not os.path.exists(os.path.join(work, "logs"))
+
+
+def test_no_study_job_starts_before_a_plan_that_says_it_fits(tmp_path, monkeypatch):
+    """W1's first call: the headline first (none while its record is committed), the
+    calibration once it ended (planning for a second call too, but not at the tiny size),
+    the three pre-training grids at once only
+    with a plan that says run, each variant's fine-tuning (its encoders as one program, the
+    first call's tasks) once its grid ended. Its second call: the plan of what is left,
+    then the fine-tuning of the variants whose grids finished, nothing else."""
     spec = stage.stage_spec("W1")
     work = str(tmp_path / "work")
     pretrain, then = stage.stage_configs(spec, True, work)
-    record = {"_ended": {}, "_stop": 1e10}
+    record = {"_ended": {}, "_stop": 1e10, "stage": "W1"}
+    committed = stage.headline_record("W1")
+    assert committed == os.path.join(stage.RECORDS, "stages", "W1", "logs", "benchmark.json")
+    skipped = {label for label, _, _ in stage._jobs(spec, pretrain, then, True, work,
+                                                     str(tmp_path), dict(record))}
+    assert "benchmark" not in skipped and "calibrate" in skipped
+    monkeypatch.setattr(stage, "headline_record", lambda name: None)  # as before it came home
     jobs = {label: (command, ready) for label, command, ready in stage._jobs(
         spec, pretrain, then, True, work, str(tmp_path), record)}
     assert list(jobs) == ["benchmark", "calibrate", "pretrain bert_a", "pretrain tupe_a",
                           "pretrain bert_a_pre", "finetune bert_a", "finetune tupe_a",
                           "finetune bert_a_pre"]
     assert jobs["calibrate"][0][2:4] == ["experiments.budget", work]
-    assert jobs["finetune tupe_a"][0][-3:] == ["--variants", "tupe_a_seed0", "tupe_a_seed1"]
+    assert jobs["calibrate"][0][jobs["calibrate"][0].index("--second") + 1] == "0"
+    assert jobs["finetune tupe_a"][0][2:] == ["experiments.stage", "finetune", then["_path"],
+                                              "tupe_a_seed0", "tupe_a_seed1",
+                                              "--first-call-of", work]
 
     def ready():
         return [label for label, (_, is_ready) in jobs.items() if is_ready is None or is_ready()]
@@ -74,12 +190,26 @@ def test_no_study_job_starts_before_a_plan_that_says_it_fits(tmp_path):
     record["_ended"]["benchmark"] = True
     assert ready() == ["benchmark", "calibrate"]
     os.makedirs(os.path.join(work, "logs"))
-    for run, started in ((False, []), (True, ["pretrain bert_a"])):
+    for run, started in ((False, []), (True, [f"pretrain {g}" for g in pretrain["variants"]])):
         with open(budget.plan_path(work), "w") as f:
             json.dump({"plan": {"run": run}}, f)
         assert ready()[2:] == started
-    record["_ended"]["pretrain bert_a"] = True
-    assert ready()[2:] == ["pretrain bert_a", "pretrain tupe_a", "finetune bert_a"]
+    record["_ended"]["pretrain tupe_a"] = True
+    assert ready()[-1] == "finetune tupe_a" and "finetune bert_a" not in ready()
+
+    second = {"_ended": {}, "_stop": 1e10, "stage": "W1", "call": 2, "notes": []}
+    with open(budget.plan_path(work), "w") as f:
+        json.dump({"pace": PACE, "plan": {"run": True, "steps": 50, "tasks": then["tasks"],
+                                          "grid_steps_a_task": dict.fromkeys(then["tasks"], 3)}},
+                  f)
+    os.rename(os.path.join(work, "logs"), os.path.join(work, budget.FIRST_LOGS))
+    for v in variants(pretrain):
+        if v.group != "bert_a_pre":  # its grid stopped in the first call
+            os.makedirs(os.path.join(v.run_dir, "preset"))
+    jobs = stage._jobs(spec, pretrain, then, True, work, str(tmp_path), second)
+    assert [label for label, _, _ in jobs] == ["finetune bert_a", "finetune tupe_a"]
+    assert "--first-call-of" not in jobs[0][1]
+    assert budget.read_plan(work)["plan"]["call"] == 2  # written before any job
 
 
 def test_a_grid_study_is_a_run_a_seed_in_the_folders_pretrain_grid_leaves(tmp_path):
@@ -103,14 +233,22 @@ def test_a_grid_study_is_a_run_a_seed_in_the_folders_pretrain_grid_leaves(tmp_pa
 
 
 def test_prepare_prints_the_three_windows_and_refuses_a_first_one_that_cannot_fit():
+    """Window (i) at the recorded pace, planned as the card plans, by call, with its basis;
+    refused, with the figures, at a pace where not even the least plan fits."""
     pace = stage.gpu_pace()
     lines = stage.programme("W1", pace, 568)
     assert "(i) W1, the GLUE study that decides T2 and T3" in lines[1]
+    assert re.search(r"Call 1 \(timeout_s 600; 568 s for its jobs\): .* the calibration, about "
+                     r"\d+ s; then, at the recorded pace, \d+ pre-training steps .* Call 2 "
+                     r"\(timeout_s about 165: .*basis: W1's calibration record \(docs/results/"
+                     r"records/stages/W1/check/plan.json", lines[1]), lines[1]
     assert "SQuAD (" in lines[2] and "scored at [128, 256, 512, 1024]" in lines[2]
     assert "less the headline's 6 rows" in lines[3]
-    with pytest.raises(StudyError, match=r"Stage W1 does not fit: even the least plan .* "
-                                         r"about \d+ s of 60 s"):
-        stage.programme("W1", pace, 60)
+    slow = {**stage.w1_pace()[0], "finetune_step_seconds": 1.0}
+    with pytest.raises(StudyError, match=r"Stage W1 does not fit: even the least plan \(the "
+                                         r"first task after 1000 pre-training steps\) does not "
+                                         r"fit window \(i\)'s two calls .*basis: "):
+        stage.window_one("W1", 568, slow)
 
 
 def test_a_calibration_stopped_before_it_planned_leaves_a_record_that_says_so(tmp_path):
@@ -135,14 +273,17 @@ def test_the_plan_rewrites_the_prepared_configs_and_a_cut_task_takes_its_setting
     work = str(tmp_path / "work")
     stage.stage_configs(stage.stage_spec("W1"), True, work)
     measured = {**PACE, "pretrain_members": 2, "pretrain_variant": "tupe_a",
-                "pretrain_tokens_per_second": 1.0, "finetune_members": 1, "finetune_task": "sst2"}
+                "pretrain_tokens_per_second": 1.0, "finetune_members": 5,
+                "finetune_encoders": 5, "finetune_task": "sst2"}
     monkeypatch.setattr(budget, "measure", lambda *args: args[3].update(measured))
     monkeypatch.setattr(budget, "task_steps", lambda config: {"sst2": 600, "stsb": 600})
-    stop = __import__("time").time() + 280 / 0.85  # room for sst2, not for stsb as well
+    # The grids (36.5 s) and sst2 (42 s) fit 100 s; stsb (32 s more) does not.
+    stop = __import__("time").time() + 100 / 0.85
     record = budget.calibrate(work, stop, most=1)
     finetune = load_config(os.path.join(work, "finetune.json"))
     pretrain = load_config(os.path.join(work, "pretrain.json"))
     assert record["plan"]["tasks"] == finetune["tasks"] == ["sst2"]
+    assert record["plan"]["first_call_tasks"] == ["sst2"]  # no second call planned for
     assert list(finetune["task_settings"]) == ["sst2"]
     assert pretrain["settings"]["steps"] == record["plan"]["steps"] == 50
     assert pretrain["settings"]["save_steps"] == [0, 15]

@@ -247,6 +247,40 @@ def test_a_jsonl_record_that_grew_is_collected_and_one_that_lost_rows_is_not(tmp
     assert open(path).read() == '{"a": 1}\n{"b": 2}\n'
 
 
+def test_each_call_of_a_window_brings_its_logs_home_beside_the_others(tmp_path):
+    """Two calls of one window: the first call's logs in `stages/NAME/logs`, the second's
+    (another start) in `logs_2`, the fine-tuning record that grew taken; collecting either
+    pack again writes nothing, in any order."""
+    config = {"results_dir": str(tmp_path / "there"), "study": "glue_x"}
+    here, path = str(tmp_path / "here"), records.record_dir(config, "bert_a", "results.jsonl")
+    os.makedirs(os.path.dirname(path))
+    outs = []
+    for call, rows in ((1, '{"task": "sst2"}\n'), (2, '{"task": "sst2"}\n{"task": "stsb"}\n')):
+        logs, out = str(tmp_path / f"logs_{call}"), str(tmp_path / f"out_{call}")
+        os.makedirs(logs)
+        os.makedirs(out)
+        with open(path, "w") as f:
+            f.write(rows)
+        with open(os.path.join(logs, "plan.json"), "w") as f:
+            f.write(f'{{"call": {call}}}')
+        stage.Stream(out, [("glue_x", records.record_dir(config)), ("logs", logs)],
+                     {"stage": "W1x", "started": f"2026-11-28 15:0{call}:00 UTC"}, logs)()
+        written = stage.collect("W1x", out, results_dir=here)
+        assert sorted(os.path.relpath(p, here) for p in written) == sorted([
+            "records/glue_x/bert_a/results.jsonl",
+            *(f"records/stages/W1x/{'logs' if call == 1 else 'logs_2'}/{name}"
+              for name in ("plan.json", "stage.json"))])
+        outs.append(out)
+    stages = os.path.join(here, "records", "stages", "W1x")
+    assert [json.load(open(os.path.join(stages, logs, "plan.json")))["call"]
+            for logs in ("logs", "logs_2")] == [1, 2]
+    assert open(os.path.join(here, "records", "glue_x", "bert_a", "results.jsonl")).read() == (
+        '{"task": "sst2"}\n{"task": "stsb"}\n')
+    for out in outs + outs[::-1]:
+        assert stage.collect("W1x", out, results_dir=here) == []
+    assert sorted(os.listdir(stages)) == ["logs", "logs_2"]
+
+
 def test_a_machine_without_keras_hub_is_told_which_wheel_and_the_real_error(tmp_path):
     """And names the wheel file that `prepare` listed and that did not arrive."""
     blocker = tmp_path / "sitecustomize.py"
