@@ -1,10 +1,10 @@
 """Studies: loading, checking, and the exact settings of every run.
 
 A study is an entry of `experiments/studies.json` (or a JSON file of its own, `--config`);
-its keys, kinds and the two ways one study builds on another (`extends`, key by key; `base`,
-a replicate or override study) are in `experiments/README.md`. Paths are relative to the
-repository root; `base`, `references` and `pretrain_configs` name studies (a `.json` file
-relative to the naming one).
+its keys, kinds and how one study builds on another (`extends`: every key it does not set,
+`settings` and `vocabulary` key by key; a replicate is `extends` and `settings.seed`) are in
+`experiments/README.md`. Paths are relative to the repository root; `extends`, `references`
+and `pretrain_configs` name studies (a `.json` file relative to the naming one).
 """
 
 import copy
@@ -12,10 +12,11 @@ import dataclasses
 import json
 import os
 import re
-import shutil
 import time
 
 from experiments import records
+from keras_tupe_base.files import file_sha256
+from keras_tupe_base.staging import copy_file, staged
 
 KINDS = ("pretrain", "finetune", "length")
 # Entries over other studies' records, which run nothing: the pages of several studies
@@ -31,11 +32,11 @@ STRUCTURAL_FIELDS = (
 PER_RUN_FIELDS = ("preset", "out", "vocab", "overwrite", "verbose")
 VOCABULARY_FIELDS = {"vocabulary_size": "vocabulary_size", "lines": "vocab_lines",
                      "lowercase": "lowercase"}
-INHERITED_KEYS = ("size", "vocabulary", "settings", "runs_dir", "results_dir")
-# The settings a study with a base may change (`overrides`), the same for all its variants:
-# how a step is computed (precision, XLA: the speed study, which checks that the curves stay
-# the same) and the optimizer's tuning (the learning-rate x warm-up sweep, one study a grid
-# point). Data, budget, model and everything else stay the base's.
+# The settings in which compared studies may differ (`compare`), the same for all their
+# variants: how a step is computed (precision, XLA: the speed study, which checks that the
+# curves stay the same) and the optimizer's tuning (the learning-rate x warm-up sweep, one
+# study a grid point). A study that changes only these of the study it extends is described
+# by them in a comparison. Data, budget and model stay the same.
 OVERRIDABLE_FIELDS = ("precision", "xla", "learning_rate", "warmup_ratio")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_]*$")
 # Every study, by name; a study in a file of its own (`--config FILE`) is loaded as well.
@@ -68,23 +69,38 @@ def studies():
     return _read_json(STUDIES_FILE)
 
 
-def _named(name, table, child=None):
-    """Study `name` with its `extends` resolved: an entry takes every key of the study it
-    extends that it does not set, `settings` and `vocabulary` key by key. One level only:
-    the study extended extends nothing."""
-    if name not in table:
-        raise StudyError(f"There is no study {name!r} in {os.path.relpath(STUDIES_FILE)}. "
-                         f"Studies: {', '.join(sorted(table))}")
-    entry = {"study": name, **copy.deepcopy(table[name])}
-    if "extends" in entry and child is not None:
-        raise StudyError(f"{STUDIES_FILE}: study {child!r} extends {name!r}, which extends "
-                         f"{entry['extends']!r}: one level of `extends` at most (write the "
-                         f"keys {name!r} sets into {child!r}).")
+def _entry(reference, chain=()):
+    """`(entry, path, flag, folder)` of the study `reference` (a name in `STUDIES_FILE` or a
+    `.json` file), its `extends` resolved: an entry takes every key of the study it extends
+    that it does not set, `settings` and `vocabulary` key by key; that study may extend
+    another in turn. The entry's own `settings` are kept as `_own_settings`."""
+    if reference.endswith(".json"):
+        if not os.path.exists(reference):
+            raise StudyError(f"Study config {reference} does not exist.")
+        entry = _read_json(reference)
+        path, flag, folder = reference, ["--config", reference], os.path.dirname(reference)
+    else:
+        table = studies()
+        if reference not in table:
+            raise StudyError(f"There is no study {reference!r} in "
+                             f"{os.path.relpath(STUDIES_FILE)}. Studies: "
+                             f"{', '.join(sorted(table))}")
+        entry = {"study": reference, **copy.deepcopy(table[reference])}
+        path = f"{os.path.relpath(STUDIES_FILE)}: {reference}"
+        flag, folder = ["--study", reference], os.path.dirname(STUDIES_FILE)
+    for old, new in (("base", "`extends`"), ("overrides", "`settings`, key by key")):
+        if old in entry:
+            _fail(path, f"`{old}` is not a study key: write {new} (experiments/README.md).")
+    own = entry.get("settings", {})
     if "extends" in entry:
-        parent = _named(entry.pop("extends"), table, name)
+        extended = locate(entry.pop("extends"), folder)
+        if os.path.normpath(extended) in map(os.path.normpath, (*chain, reference)):
+            _fail(path, f"`extends` goes round: {' -> '.join((*chain, reference, extended))}.")
+        parent = _entry(extended, (*chain, reference))[0]
         entry = {**parent, **entry, **{key: {**parent[key], **entry[key]} for key in
                                         EXTENDED_BY_KEY if key in parent and key in entry}}
-    return entry
+    entry["_own_settings"] = own
+    return entry, path, flag, folder
 
 
 def locate(reference, folder):
@@ -95,53 +111,14 @@ def locate(reference, folder):
 
 def load_config(reference, kind=None):
     """The study named `reference` in `STUDIES_FILE`, or the one in the `.json` file at that
-    path: `base` merged in, checked; `kind` if given must match.
+    path: `extends` resolved, checked; `kind` if given must match.
 
     The returned dict also holds `_path` (where it is written, for messages and pages),
-    `_flag` (the command-line flags that name it) and `_dir` (the folder its `.json`
-    references are relative to); `resolved` leaves them out.
+    `_flag` (the command-line flags that name it), `_dir` (the folder its `.json`
+    references are relative to) and `_own_settings` (the settings it sets itself);
+    `resolved` leaves them out.
     """
-    reference = os.fspath(reference)
-    if reference.endswith(".json"):
-        if not os.path.exists(reference):
-            raise StudyError(f"Study config {reference} does not exist.")
-        config = _read_json(reference)
-        path, flag, folder = reference, ["--config", reference], os.path.dirname(reference)
-    else:
-        config = _named(reference, studies())
-        path = f"{os.path.relpath(STUDIES_FILE)}: {reference}"
-        flag, folder = ["--study", reference], os.path.dirname(STUDIES_FILE)
-    if "base" in config:
-        base_path = locate(config["base"], folder)
-        base = load_config(base_path, kind="pretrain")
-        clashing = [key for key in INHERITED_KEYS if key in config]
-        if clashing:
-            _fail(path, f"sets {clashing}, which it takes from its base {base_path}. A study "
-                        "with a base is trained with exactly the base's settings; remove them.")
-        for key in INHERITED_KEYS:
-            config[key] = copy.deepcopy(base[key])
-        if "seed" in config:
-            seed = config["seed"]
-            if not isinstance(seed, int) or isinstance(seed, bool):
-                _fail(path, f"`seed` must be an integer (the replicate's seed for every "
-                            f"variant). Received: {seed!r}")
-            if seed == base["settings"]["seed"]:
-                _fail(path, f"`seed` {seed} is its base's own seed: a replicate needs another "
-                            f"one (the runs would be copies of {base_path}'s).")
-            config["settings"]["seed"] = seed
-        overrides = config.get("overrides", {})
-        if not isinstance(overrides, dict) or not overrides and "overrides" in config:
-            _fail(path, f"`overrides` maps settings to new values, e.g. "
-                        f"{{\"learning_rate\": 0.001}}. Received: {overrides!r}")
-        bad = sorted(set(overrides) - set(OVERRIDABLE_FIELDS))
-        if bad:
-            _fail(path, f"`overrides` may change only {list(OVERRIDABLE_FIELDS)} (data, budget "
-                        f"and model stay the base's). Received: {bad}")
-        same = sorted(k for k, v in overrides.items() if base["settings"].get(k) == v)
-        if same:
-            _fail(path, f"`overrides` sets {same} to the base's own values; remove them.")
-        config["settings"].update(copy.deepcopy(overrides))
-        config.setdefault("kind", "pretrain")
+    config, path, flag, folder = _entry(os.fspath(reference))
     config.update(_path=path, _flag=flag, _dir=folder)
     _check(config, path)
     if kind is not None and config["kind"] != kind:
@@ -151,7 +128,7 @@ def load_config(reference, kind=None):
 
 
 def resolved(config):
-    """What a study is, its `base` and `extends` resolved: the record a report writes."""
+    """What a study is, its `extends` resolved: the record a report writes."""
     return {key: value for key, value in config.items() if not key.startswith("_")}
 
 
@@ -169,12 +146,9 @@ def _check(config, path):
     if config["kind"] not in KINDS:
         _fail(path, f"`kind` must be one of {KINDS + tuple(OVER_KINDS)}. "
                     f"Received: {config['kind']!r}")
-    if config["kind"] == "pretrain" and "seed" in config and "base" not in config:
-        _fail(path, "`seed` (a replicate's seed) is only for a study with a `base`; a study of "
-                    "its own sets `settings.seed`.")
-    if "overrides" in config and "base" not in config:
-        _fail(path, "`overrides` (settings changed from a base) is only for a study with a "
-                    "`base`; a study of its own sets `settings` directly.")
+    if config["kind"] == "pretrain" and "seed" in config:
+        _fail(path, "`seed` is not a pre-training study's key: a replicate `extends` the study "
+                    "it repeats and sets `settings.seed`.")
     if not _NAME.match(str(config["study"])):
         _fail(path, f"`study` must be lowercase letters, digits and _. Received: {config['study']!r}")
     if config["kind"] == "pretrain":
@@ -573,8 +547,6 @@ def ensure_vocabulary(config, command=None, verbose=True):
     `VOCABULARIES` holds with the same name and settings is copied from there with
     its record (its sha256 checked), not trained again.
     """
-    from keras_tupe_base.files import file_sha256  # no TensorFlow: the GPU stages call this
-
     vocabulary = config["vocabulary"]
     path, record_path = vocabulary["file"], vocabulary_record_path(vocabulary)
     settings = vocabulary_settings(vocabulary)
@@ -585,9 +557,8 @@ def ensure_vocabulary(config, command=None, verbose=True):
         if sha != recorded:
             raise StudyError(f"{committed} is not the vocabulary its record names (sha256 "
                              f"{sha}, recorded {recorded}): restore it from git.")
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        shutil.copy(vocabulary_record_path({"file": committed}), record_path)
-        shutil.copy(committed, path)  # last: the vocabulary exists only with its record
+        copy_file(vocabulary_record_path({"file": committed}), record_path)
+        copy_file(committed, path)  # last: the vocabulary exists only with its record
         if verbose:
             print(f"Copied the committed vocabulary {committed} -> {path} (sha256 {recorded}; "
                   "not trained again)", flush=True)
@@ -608,19 +579,16 @@ def ensure_vocabulary(config, command=None, verbose=True):
     if verbose:
         print(f"Training the shared {settings['vocabulary_size']}-token vocabulary on "
               f"{settings['lines']} lines of {settings['corpus']} -> {path}", flush=True)
-    partial = path + ".partial"
-    if os.path.exists(partial):
-        os.remove(partial)
     from keras_tupe import data
 
-    start = time.perf_counter()
-    data.train_vocabulary(settings["corpus"], settings["vocabulary_size"], partial,
-                          lowercase=settings["lowercase"], max_lines=settings["lines"])
-    seconds = time.perf_counter() - start
-    sha = file_sha256(partial)
-    records.write_json(record_path, {
-        "settings": settings, "sha256": sha, "seconds": seconds, "command": command,
-        "created": records.now(), "versions": records.machine()})
-    shutil.move(partial, path)  # last: the vocabulary exists only with its record
+    with staged(path) as partial:  # renamed last: the vocabulary exists only with its record
+        start = time.perf_counter()
+        data.train_vocabulary(settings["corpus"], settings["vocabulary_size"], partial,
+                              lowercase=settings["lowercase"], max_lines=settings["lines"])
+        seconds = time.perf_counter() - start
+        sha = file_sha256(partial)
+        records.write_json(record_path, {
+            "settings": settings, "sha256": sha, "seconds": seconds, "command": command,
+            "created": records.now(), "versions": records.machine()})
     return sha
 

@@ -16,6 +16,12 @@ import shlex
 import statistics
 import time
 
+# The studies' writers and jsonl are the base package's (standard library only, so
+# `experiments.stage` has them on a machine without Keras), used as `records.write_json` &c.:
+# each file written whole or not at all (staged), each jsonl line appended whole.
+from keras_tupe_base.jsonl import append_jsonl, read_jsonl  # noqa: F401
+from keras_tupe_base.staging import write_json, write_text  # noqa: F401
+
 PROGRAM = "python -m experiments.run"
 # A pre-training run's settings and its record's (keras_tupe.pretraining.RUN_CONFIG; that
 # module imports Keras, which a report does not need).
@@ -92,22 +98,6 @@ def read_json(path, default=None):
         return json.load(f)
 
 
-# keras_tupe_base.jsonl's, imported where called: `import keras_tupe` imports Keras, and
-# `experiments.stage` imports this module on a machine that may lack it.
-def read_jsonl(path):
-    """`keras_tupe_base.jsonl.read_jsonl`: the rows, a cut line skipped with a warning."""
-    from keras_tupe_base import jsonl
-
-    return jsonl.read_jsonl(path)
-
-
-def append_jsonl(path, row):
-    """`keras_tupe_base.jsonl.append_jsonl`: `row` appended as one whole line."""
-    from keras_tupe_base import jsonl
-
-    jsonl.append_jsonl(path, row)
-
-
 def median_tokens_per_second(rows):
     values = [r["tokens_per_second"] for r in rows if r.get("tokens_per_second")]
     return statistics.median(values) if values else None
@@ -140,19 +130,6 @@ def _csv_value(value):
     if value is None:
         return ""
     return f"{value:.6g}" if isinstance(value, float) else value
-
-
-def write_json(path, payload):
-    return write_text(path, json.dumps(payload, indent=2) + "\n")
-
-
-def write_text(path, text):
-    """Writes `path` whole or not at all (a stop mid-write leaves the old file)."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path + ".tmp", "w", newline="") as f:
-        f.write(text)
-    os.replace(path + ".tmp", path)
-    return path
 
 
 def beyond_seed_spread(diffs, spread):

@@ -269,13 +269,13 @@ GROUP_FREE_SETTINGS = ("seed", "corpus", "valid_corpus", "shards", "valid_shards
 
 def seed_groups(configs):
     """`{study: ([its config, its replicates' configs...], the variants they name)}`: a
-    replicate (`"seed": N`, a `base`) names the study it repeats in `references`."""
+    replicate names the study it repeats in `references` and has another seed."""
     groups = {}
     for config in configs:
-        if "seed" not in config:
-            continue
         for file, names in config.get("references", {}).items():
             other = _referenced(config, file)
+            if other["settings"]["seed"] == config["settings"]["seed"]:
+                continue  # runs drawn beside the study's own, not a replicate of them
             members, variants = groups.setdefault(other["study"], ([other], []))
             members.append(config)
             variants += [name for name in names if name not in variants]
@@ -430,9 +430,12 @@ FREE_SETTINGS = (*study_config.OVERRIDABLE_FIELDS, "seed")
 
 
 def _describe(config, run=None, runs=None):
-    """The study's overrides, and the run's initialization where the compared `runs` differ
-    in it (their records name it)."""
-    text = ", ".join(f"{k}={v}" for k, v in config.get("overrides", {}).items())
+    """What the study changes of the study it extends when that is only speed or tuning
+    settings (`OVERRIDABLE_FIELDS`, the seed aside), and the run's initialization where the
+    compared `runs` differ in it (their records name it)."""
+    own = {k: v for k, v in config.get("_own_settings", {}).items() if k != "seed"}
+    text = ", ".join(f"{k}={v}" for k, v in own.items()
+                     if set(own) <= set(study_config.OVERRIDABLE_FIELDS))
     if run and len({other["record"].get("initialization") for other in runs.values()}) > 1:
         return (text or "base settings") + f"; initialization={run['record'].get('initialization')}"
     return text or "base settings"

@@ -60,7 +60,7 @@ def study(tmp_path_factory):
                      "shuffle_buffer": 64, "xla": False},
         "variants": {"bert_a": {}, "tupe_r": {}},
     }
-    relative = {"study": "relative", "base": "pretrain.json",
+    relative = {"study": "relative", "extends": "pretrain.json",
                 "variants": {"huang_m4_k8": {"variant": "huang_m4", "max_relative_distance": 8}}}
     length = {"study": "length", "kind": "length", "runs_dir": runs, "results_dir": results,
               "pretrain_configs": ["pretrain.json", "relative.json"], "lengths": [32, 256],
@@ -323,7 +323,7 @@ def test_report_refuses_records_whose_settings_differ(study, tmp_path, capsys):
                    "learning_rate": 1e-3, "seed": 0, "out": "x"}}, r"per-run settings \['out'\]"),
     ({"kind": "other"}, r"`kind` must be one of"),
     ({"study": "Bad-Name"}, r"`study` must be lowercase"),
-    ({"seed": 3}, r"only for a study with a `base`"),
+    ({"seed": 3}, r"`seed` is not a pre-training study's key: a replicate `extends`"),
     ({"references": ["pretrain.json"]}, r"`references` maps another"),
 ])
 def test_a_bad_pretraining_config_is_refused_naming_the_field(study, tmp_path, changes,
@@ -336,23 +336,22 @@ def test_a_bad_pretraining_config_is_refused_naming_the_field(study, tmp_path, c
 
 
 @pytest.mark.parametrize("content,message", [
-    ({"seed": 0}, r"base's own seed"),
-    ({"seed": "1"}, r"`seed` must be an integer"),
-    ({"seed": 1, "settings": {"seed": 1}}, r"sets \['settings'\].*from its base"),
-    ({"overrides": {"steps": 8}}, r"may change only \['precision', 'xla', 'learning_rate', "
-                                  r"'warmup_ratio'\].*\['steps'\]"),
-    ({"overrides": {"learning_rate": 1e-3}}, r"sets \['learning_rate'\] to the base's own"),
-    ({"overrides": {}}, r"`overrides` maps settings to new values"),
+    ({"base": "configs/pretrain.json"}, r"`base` is not a study key: write `extends`"),
+    ({"extends": "configs/pretrain.json", "overrides": {"learning_rate": 3e-3}},
+     r"`overrides` is not a study key: write `settings`, key by key"),
+    ({"extends": "configs/pretrain.json", "seed": 7}, r"a replicate `extends` the study it "
+                                                      r"repeats and sets `settings.seed`"),
+    ({"extends": "child.json"}, r"`extends` goes round: \S*child.json -> \S*child.json\."),
 ])
-def test_a_study_with_a_base_changes_only_its_seed_or_overrides(study, content, message):
+def test_a_replicate_extends_the_study_it_repeats_and_sets_its_seed(study, content, message):
     folder = Path(study["configs"]["pretrain"]).parent
     path = folder.parent / "child.json"  # beside, not in, the configs folder `report` reads
-    path.write_text(json.dumps({"study": "child", "base": "configs/pretrain.json",
-                                "variants": {"tupe_r": {}}, **content}))
+    path.write_text(json.dumps({"study": "child", "variants": {"tupe_r": {}}, **content}))
     with pytest.raises(study_config.StudyError, match=message):
         study_config.load_config(str(path))
-    path.write_text(json.dumps({"study": "child", "base": "configs/pretrain.json", "seed": 7,
-                                "overrides": {"learning_rate": 3e-3, "precision": "mixed_bfloat16"},
+    path.write_text(json.dumps({"study": "child", "extends": "configs/pretrain.json",
+                                "settings": {"seed": 7, "learning_rate": 3e-3,
+                                             "precision": "mixed_bfloat16"},
                                 "variants": {"tupe_r": {}}}))
     base, child = (study_config.load_config(p) for p in (study["configs"]["pretrain"], path))
     assert child["settings"] == {**base["settings"], "seed": 7, "learning_rate": 3e-3,
@@ -457,7 +456,8 @@ def test_references_seed_bands_and_comparisons(study, tmp_path):
     copy = _copy_study(study, tmp_path / "copy")
     folder, results = Path(copy["configs"]["pretrain"]).parent, copy["results"]
     replicate = folder / "seed1.json"
-    replicate.write_text(json.dumps({"study": "seed1", "base": "pretrain.json", "seed": 1,
+    replicate.write_text(json.dumps({"study": "seed1", "extends": "pretrain.json",
+                                     "settings": {"seed": 1},
                                      "references": {"pretrain.json": ["tupe_r", "bert_a"]},
                                      "variants": {"bert_a": {}, "tupe_r": {}}}))
     assert main(["pretrain", "--config", str(replicate), "--verbose", "0"]) == 0
@@ -810,7 +810,7 @@ def test_finetune_report_judges_variants_against_the_pretraining_seed_spread(stu
     copy = _copy_study(study, tmp_path / "copy")
     folder = Path(copy["configs"]["pretrain"]).parent
     (folder / "seedrep.json").write_text(json.dumps({
-        "study": "seedrep", "base": "pretrain.json", "seed": 1,
+        "study": "seedrep", "extends": "pretrain.json", "settings": {"seed": 1},
         "variants": {"bert_a": {}, "tupe_r": {}}}))
     path = _finetune_config(copy, "spread", pretrain_configs=["pretrain.json", "seedrep.json"],
                             variants=["bert_a", "tupe_r"], tasks=["rte", "mrpc"],
@@ -1029,32 +1029,35 @@ def test_the_shipped_study_configs_load_and_share_their_settings():
 
 # Every study resolves to the settings it had when each was a file of its own (and its
 # recorded runs were made): the sha256 (first 16 digits) of the resolved study, its
-# description (and a frozen study's reason) aside, the studies it names by name. A study changed on purpose before it has
-# records gets its new digest here; a recorded one is not changed.
+# description (and a frozen study's reason) aside, the studies it names by name. A study
+# changed on purpose before it has records gets its new digest here; a recorded one is not
+# changed. (29 digests changed once, when `base`, `seed` and `overrides` became `extends` and
+# `settings` and left the resolved study: with those three keys left out, every study's
+# digest was the same before and after.)
 STUDY_DIGESTS = {
-    "clip_sweep": "549c916d71fe22de", "encodings": "d973bd94bfc332b9",
-    "encodings_length": "91d0d67b7ffbdaf2", "encodings_long": "306387790f2aea3f",
+    "clip_sweep": "ea463b6bda1228ae", "encodings": "d973bd94bfc332b9",
+    "encodings_length": "91d0d67b7ffbdaf2", "encodings_long": "f58deacbf1aa1979",
     "encodings_long_length": "7ebedfcfce0972a6", "finetune": "bcba631cf8e1e04b",
     "finetune_intermediate": "0f34c075769f041e", "glue_full": "df1e673e952ea6ed",
     "glue_relative": "bdec7d62d8288ef3", "glue_s1": "efe379b268ada59b",
     "glue_s3": "0157c9bdeba97491", "glue_s4": "550285c514650f44",
-    "huang_long": "20a52e2f2fc089a9", "length": "f9aba7907c76b440", "long": "7b4fa4dfe3cc171b",
-    "long_seed1": "f4748cf4b54e70c1", "long_v2": "e4d7a55292a45c94",
-    "long_v2_jax": "1247ccd7a4d48870", "long_v2_jax_seed1": "8718cff175a1d6a5",
-    "long_v2_jax_seed2": "0655a46c44e2f311", "long_v2_seed1": "3e9c19200bbc8617",
-    "plateau_preln": "a813f22515ea2bb2", "plateau_preln_seed1": "49f6b6c59d06aeec",
-    "pretrain": "e5263cb1ca03297e", "pretrain_seed1": "d57c4a6790e016f9",
-    "relative": "9ff0f9c9d914ea10", "relative_v2": "dcc2c6a208991a81",
-    "relative_v2_seed1": "c48d09900c2d1226", "speed_bf16_noxla": "580fd1d872e23040",
-    "speed_bf16_xla": "2a27788aa4a83ba8", "speed_f32_noxla": "82c8b299ed5769b8",
-    "speed_f32_xla": "4f4b155014d80796", "squad_long": "3b70f990e01b5722",
-    "squad_relative": "6824bf86b7b9a270", "stage_s1": "4b8b51cf51bb1701",
-    "stage_s3": "093d1756c7e0f143", "stage_s4": "63f75f19759f9a19",
-    "sweep_lr1e3_wu05": "13f7dcbb2bd20ae3", "sweep_lr1e3_wu20": "ab25f2062071e0c9",
-    "sweep_lr2e3_wu20": "184a78578b277d65", "sweep_lr2e4_wu05": "491febfbb325ba2e",
-    "sweep_lr2e4_wu20": "188a778a5c7f552e", "sweep_lr5e4_wu05": "5fcbfdc43bf41445",
-    "sweep_lr5e4_wu20": "daa4322d83170b6e", "sweep_v2_lr1e3_wu20": "84f3033bbac0753c",
-    "sweep_v2_lr2e3_wu20": "7ff835132c2af91d", "sweep_v2_lr5e4_wu20": "0de0e017628a587e",
+    "huang_long": "aaf10739b362fe57", "length": "f9aba7907c76b440", "long": "7b4fa4dfe3cc171b",
+    "long_seed1": "94b304289b91a754", "long_v2": "e4d7a55292a45c94",
+    "long_v2_jax": "1247ccd7a4d48870", "long_v2_jax_seed1": "9b667f746fc13617",
+    "long_v2_jax_seed2": "9bfacd420e8efffa", "long_v2_seed1": "599ebdce7c015347",
+    "plateau_preln": "00100a7a4d3cc15c", "plateau_preln_seed1": "93ca63929a26133a",
+    "pretrain": "e5263cb1ca03297e", "pretrain_seed1": "99be2d25c21d9e9e",
+    "relative": "496bb85201469cf0", "relative_v2": "876c9660d8263730",
+    "relative_v2_seed1": "311be904390720a7", "speed_bf16_noxla": "71247ec624296fa3",
+    "speed_bf16_xla": "00797f4b9b550eea", "speed_f32_noxla": "6f43cc8bf3353108",
+    "speed_f32_xla": "add8837984df753b", "squad_long": "3b70f990e01b5722",
+    "squad_relative": "6824bf86b7b9a270", "stage_s1": "2c77a5e53a098254",
+    "stage_s3": "05d6179eb1939ea3", "stage_s4": "1e8db249a1b84bbf",
+    "sweep_lr1e3_wu05": "0ecb38478986eeb2", "sweep_lr1e3_wu20": "96cf594c8a01fe29",
+    "sweep_lr2e3_wu20": "4a49901b6fc663d1", "sweep_lr2e4_wu05": "3f5e3830753eed95",
+    "sweep_lr2e4_wu20": "193fb45ce520dbeb", "sweep_lr5e4_wu05": "5fcbfdc43bf41445",
+    "sweep_lr5e4_wu20": "9f91e0f6847638e9", "sweep_v2_lr1e3_wu20": "be4bdce0bad0d26f",
+    "sweep_v2_lr2e3_wu20": "12b801b11d3c2044", "sweep_v2_lr5e4_wu20": "0f9668f87e59bee9",
 }
 
 
@@ -1092,21 +1095,40 @@ def test_a_study_that_extends_another_takes_its_keys_and_settings_key_by_key(tmp
                      "pretrain_configs": ["long"], "lengths": [128], "batches": 2,
                      "valid_corpus": "v.txt", "tokens_per_batch": 512},
                "b": {"extends": "a", "lengths": [128, 256]},
-               "c": {"extends": "c"}, "e": {"extends": "b"}}
+               "c": {"extends": "c"}, "e": {"extends": "b", "batches": 3},
+               "f": {"extends": "g"}, "g": {"extends": "f"}}
     (tmp_path / "studies.json").write_text(json.dumps(studies))
     monkeypatch.setattr(study_config, "STUDIES_FILE", str(tmp_path / "studies.json"))
     b = study_config.load_config("b")
     assert (b["study"], b["lengths"], b["batches"], b["_flag"]) == (
         "b", [128, 256], 2, ["--study", "b"])
-    # One level at most (a study extending itself is a second level too).
-    with pytest.raises(study_config.StudyError, match="study 'e' extends 'b', which extends "
-                       "'a': one level of `extends` at most"):
-        study_config.load_config("e")
-    with pytest.raises(study_config.StudyError, match="study 'c' extends 'c', which extends "
-                       "'c'"):
-        study_config.load_config("c")
+    # A chain: each study takes what the one it extends resolved to.
+    e = study_config.load_config("e")
+    assert (e["lengths"], e["batches"], e["seed"]) == ([128, 256], 3, 1)
+    for name, chain in (("c", "c -> c"), ("f", "f -> g -> f")):
+        with pytest.raises(study_config.StudyError, match=f"`extends` goes round: {chain}\\."):
+            study_config.load_config(name)
     with pytest.raises(study_config.StudyError, match="no study 'd' in .*Studies: a, b, c, e"):
         study_config.load_config("d")
+
+
+def test_the_shipped_replicates_and_chains_resolve_to_their_runs_settings():
+    """`stage_s3` extends `stage_s1`, which extends `long_v2_jax`, which extends `pretrain`;
+    each replicate is the study it repeats (`references`) with another `settings.seed`."""
+    s1, s3 = study_config.load_config("stage_s1"), study_config.load_config("stage_s3")
+    assert s3["settings"] == {**study_config.load_config("long_v2_jax")["settings"], "seed": 1}
+    assert (s3["variants"], s3["vocabulary"]) == (s1["variants"], s1["vocabulary"])
+    entries = study_config.studies()
+    assert not [name for name, entry in entries.items() if {"base", "overrides"} & set(entry)
+                or "seed" in entry and entry.get("kind", "pretrain") == "pretrain"
+                and "extends" in entry]
+    for name in ("long_seed1", "long_v2_jax_seed1", "long_v2_jax_seed2", "pretrain_seed1",
+                 "plateau_preln_seed1", "relative_v2_seed1"):  # each names what it repeats
+        replicate = study_config.load_config(name)
+        parent = study_config.load_config(*replicate["references"])
+        assert replicate["settings"] == {**parent["settings"],
+                                         "seed": replicate["settings"]["seed"]}, name
+        assert replicate["settings"]["seed"] != parent["settings"]["seed"], name
 
 
 def test_comparisons_and_claims_are_entries_that_name_studies(tmp_path, monkeypatch):
