@@ -158,6 +158,9 @@ class GridTrainer:
         self.model.compile(optimizer=self.optimizer)
         self.optimizer.build(self.model.trainable_variables)
         self._decay = LinearWarmupLinearDecay(1.0, schedule.warmup_steps, schedule.total_steps)
+        # An input of the compiled program, not constants in it: grids of one shape share
+        # one program whatever their schedules (`LinearWarmupLinearDecay.fraction`).
+        self._steps = jnp.asarray([schedule.warmup_steps, schedule.total_steps], jnp.float32)
         variables = self.optimizer.variables
         # Keras's public `learning_rate` is the value; the grid sets the variable itself.
         [self._rate_index] = [i for i, v in enumerate(variables) if v.name == "learning_rate"]
@@ -257,7 +260,7 @@ class GridTrainer:
             self.state, chunk = program(self.state, source, metrics, keys,
                                         jnp.asarray(rows[start:end]),
                                         jnp.asarray(sample_weight[start:end], jnp.float32),
-                                        jnp.arange(start, end))
+                                        jnp.arange(start, end), self._steps)
             losses.append(chunk)
         return np.asarray(jnp.concatenate(losses))
 
@@ -273,13 +276,13 @@ class GridTrainer:
     def _scan_fit(self, transform):
         model, optimizer, decay = self.model, self.optimizer, self._decay
 
-        def member_step(state, metrics, x, y, sample_weight):
+        def member_step(state, metrics, x, y, sample_weight, schedule_steps):
             trainable, non_trainable, optimizer_variables, peak = state
             optimizer_variables = list(optimizer_variables)
             # The schedule's rate at this member's step, as `LinearWarmupLinearDecay` gives
             # it (peak x fraction), into the optimizer's learning-rate variable.
             optimizer_variables[self._rate_index] = peak * decay.fraction(
-                optimizer_variables[self._step_index])
+                optimizer_variables[self._step_index], schedule_steps)
             grad_fn = jax.value_and_grad(model.compute_loss_and_updates, has_aux=True)
             (_, (loss, _, non_trainable, _)), grads = grad_fn(
                 trainable, non_trainable, metrics, x, y, sample_weight, training=True,
@@ -288,7 +291,7 @@ class GridTrainer:
                 optimizer_variables, grads, trainable)
             return (trainable, non_trainable, optimizer_variables, peak), loss
 
-        def member(state, source, metrics, key, rows, sample_weight, step):
+        def member(state, source, metrics, key, rows, sample_weight, step, schedule_steps):
             x, y, *weights = keras.tree.map_structure(lambda leaf: leaf[rows], source)
             if weights:  # the source's own, e.g. a masked LM's slot weights
                 sample_weight = weights[0]
@@ -296,13 +299,13 @@ class GridTrainer:
                 x, y, mask_weight = transform(
                     jax.random.fold_in(jax.random.wrap_key_data(key), step), x, y)
                 sample_weight = sample_weight[:, None] * mask_weight
-            return member_step(state, metrics, x, y, sample_weight)
+            return member_step(state, metrics, x, y, sample_weight, schedule_steps)
 
-        def scanned(state, source, metrics, keys, rows, sample_weight, steps):
+        def scanned(state, source, metrics, keys, rows, sample_weight, steps, schedule_steps):
             def body(state, inputs):
                 rows, sample_weight, step = inputs
-                return jax.vmap(member, in_axes=(0, None, None, 0, 0, 0, None))(
-                    state, source, metrics, keys, rows, sample_weight, step)
+                return jax.vmap(member, in_axes=(0, None, None, 0, 0, 0, None, None))(
+                    state, source, metrics, keys, rows, sample_weight, step, schedule_steps)
 
             return jax.lax.scan(body, state, (rows, sample_weight, steps))
 

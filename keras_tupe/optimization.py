@@ -47,13 +47,25 @@ class LinearWarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
     def __call__(self, step):
         return self.peak_learning_rate * self.fraction(step)
 
-    def fraction(self, step):
+    def fraction(self, step, steps=None):
         """The rate at `step` as a fraction of the peak (a grid scales it by each
-        member's peak: `keras_tupe.grid`)."""
+        member's peak: `keras_tupe.grid`).
+
+        `steps`: None, or `(warmup_steps, total_steps)` as float32 values (tensors) in place
+        of the schedule's own numbers: the same arithmetic, with the schedule an input of a
+        compiled program rather than constants in it, so one program serves any schedule
+        (`keras_tupe.grid`: a calibration's program is the run's, from the compilation
+        cache). Integers below 2**24 are exact in float32, so the values are the same.
+        """
         step = ops.cast(step, "float32")
-        warmup = (step + 1.0) / max(self.warmup_steps, 1)
-        decay = (self.total_steps - step) / (self.total_steps - self.warmup_steps)
-        fraction = ops.where(step < self.warmup_steps, warmup, decay)
+        if steps is None:
+            warmup_steps, total_steps = self.warmup_steps, self.total_steps
+            warmup = (step + 1.0) / max(warmup_steps, 1)
+        else:
+            warmup_steps, total_steps = steps
+            warmup = (step + 1.0) / ops.maximum(warmup_steps, 1.0)
+        decay = (total_steps - step) / (total_steps - warmup_steps)
+        fraction = ops.where(step < warmup_steps, warmup, decay)
         return ops.clip(fraction, 0.0, 1.0)
 
     def get_config(self):

@@ -193,6 +193,51 @@ def test_members_start_from_their_own_encoders_in_one_program():
         GridTrainer(build, SEEDS, RATES, schedule, inits=inits[:3])
 
 
+# Two grids of one shape and two schedules in a fresh process with JAX's persistent
+# compilation cache: the entries each grid's training adds, and how far their losses differ.
+SHARED_PROGRAM = """
+import json, os, sys
+import jax
+for option, value in (("jax_compilation_cache_dir", sys.argv[1]),
+                      ("jax_persistent_cache_min_compile_time_secs", 0),
+                      ("jax_persistent_cache_min_entry_size_bytes", -1)):
+    jax.config.update(option, value)
+import numpy as np
+from keras_tupe.grid import GridTrainer, Schedule
+from tests.test_grid import WARMUP, classification_data, classifier
+source, rows, weights, _ = classification_data(3)
+added, losses = [], []
+for total in (len(rows), 10 * len(rows)):
+    trainer = GridTrainer(classifier(3), (0, 1), (1e-3, 1e-3), Schedule(total, WARMUP),
+                          steps_per_dispatch=len(rows))
+    before = set(os.listdir(sys.argv[1]))
+    losses.append(trainer.fit(source, rows[:, :2], weights[:, :2]))
+    added.append(len(set(os.listdir(sys.argv[1])) - before))
+print(json.dumps({"added": added, "apart": float(np.max(np.abs(losses[0] - losses[1])))}))
+"""
+
+
+@pytest.mark.jax
+def test_grids_of_one_shape_share_one_program_whatever_their_schedules(tmp_path):
+    """The schedule's steps are an input of the compiled program, not constants in it: a
+    second grid of the same shape with a ten times longer schedule adds nothing to JAX's
+    compilation cache (with the steps as constants it compiled anew: one entry), so a
+    window's calibration compiles the program its run uses. It still trains on its own
+    schedule: past the warm-up its losses are not the first grid's."""
+    import json
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-c", SHARED_PROGRAM, str(tmp_path / "cache")], cwd=REPO,
+        capture_output=True, text=True, timeout=900,
+        env={**os.environ, "KERAS_BACKEND": "jax", "PYTHONPATH": str(REPO)})
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = json.loads(result.stdout.splitlines()[-1])
+    assert found["added"][0] >= 1 and found["added"][1] == 0, found
+    assert found["apart"] > 1e-3, found
+
+
 @pytest.mark.jax
 def test_a_grid_refuses_members_of_different_architectures():
     def build(seed):

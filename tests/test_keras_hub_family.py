@@ -32,8 +32,6 @@ from keras_hub.src.tests import test_case
 from keras_tupe.data import load_tokenizer
 from tests.packing_oracle import pack_texts
 from keras_tupe.models import (
-    PRESETS,
-    VARIANTS,
     TupeBackbone,
     TupeMaskedLM,
     TupeMaskedLMPreprocessor,
@@ -41,6 +39,7 @@ from keras_tupe.models import (
     TupeTextClassifierPreprocessor,
     TupeTokenizer,
 )
+from keras_tupe_base.presets import PRESETS, VARIANTS
 
 REPO = Path(__file__).resolve().parents[1]
 ALL_VARIANTS = sorted(VARIANTS)

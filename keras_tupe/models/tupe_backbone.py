@@ -10,7 +10,6 @@ from keras import ops
 from keras_tupe.layers.schemes import (
     SHARED_INPUTS,
     BackbonePositions,
-    check_choice,
     check_content_free,
     with_own_knobs,
 )
@@ -26,6 +25,7 @@ from keras_tupe.models.preset_folders import (
     classproperty,
 )
 from keras_tupe.models.saving import WholeWeightsFiles
+from keras_tupe_base.checks import check_choice
 from keras_tupe_base.presets import PRESETS, absolute_length_limit, preset_description
 
 INPUT_NAMES = ("token_ids", "padding_mask", "segment_ids")
