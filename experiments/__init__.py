@@ -4,10 +4,13 @@
     python -m experiments.run report
 
 `experiments/README.md` lists the commands, the committed record of each run and how to
-resume. Modules: `config` (the studies and the exact `PretrainConfig` of every variant),
-`run` (the command line and the runner: one loop a kind of study, each run recorded),
+resume. In their natural order: `config` (the definitions: the studies and the exact
+`PretrainConfig` of every variant), `plans` (what a fine-tuning or length study runs), `run`
+(the command line and the runner: one loop a kind of study, each run recorded),
 `length_study` (the length study's fixed batches and losses), `report` (every page of
-`docs/results/` from the records, its prose in `templates/`), `floors` (the GLUE
-majority-class floors), `maps` (positional maps), `records` (record folders, file and plot
-helpers), `claims` (an alias), `stage` and `calibrate` (the GPU stages).
+`docs/results/` from the records: `report_pretraining`, `report_finetuning`,
+`report_length`, sharing `pages`; the prose in `templates/`), `claims` (the numbers
+`docs/results.md` quotes that no other page prints), `floors` (the GLUE majority-class
+floors), `maps` (positional maps), `records` (record folders and files), `stage`, `budget`,
+`window` and `calibrate` (the GPU windows).
 """

@@ -227,7 +227,8 @@ def measure(pretrain, finetune, scratch, pace):
                              "max_train_examples": 3 * dispatch * settings["batch_size"]})
     timed = []
     # Twice the same run: the first compiles, the second finds the compilation cache. The
-    # schedule's length is compiled in, so a run of another length would compile again.
+    # training set's size is compiled in (the schedule is an input: `keras_tupe.grid`), so
+    # a run on another number of examples compiles again.
     for _ in range(2):
         begun = time.perf_counter()
         rows = finetune_glue_grid(run, [r for r, _, _ in members], [s for _, s, _ in members],

@@ -25,6 +25,8 @@ from experiments.config import (StudyError, ensure_vocabulary, load_config, vari
                                 vocabulary_record_path)
 from experiments.plans import finetune_plan
 from experiments.run import write_record
+from keras_tupe_base.files import file_sha256
+from keras_tupe_base.staging import staged
 
 STAGE_DIR, PACK, ENCODERS, WHEELS_LIST = ".stage", "records.tar.gz", "encoders", "wheels.txt"
 RECORDS = os.path.join("docs", "results", "records")
@@ -130,8 +132,6 @@ def prepare(name, tiny=False, dest=STAGE_DIR, encoders=None):
     """Refuses a stage that would not fit, then writes `dest/NAME[_tiny]/` (`encoders`: what
     an earlier call brought home, carried xz-compressed; with every final one there, no
     shards travel); returns what travels and, last, the command to run there."""
-    from keras_tupe_base.staging import staged  # imports keras_tupe
-
     spec, machine = stage_spec(name), load_stages()["machine"]
     _check_size(name, machine["carry_bytes"])  # the working tree alone: before any work
     brought = _carried_encoders(name, spec, tiny, encoders) if encoders else {}
@@ -1068,8 +1068,6 @@ def read_encoder(path, init, vocab=None):
 
 def _sha256(path):
     """The file's sha256 (a carried `.tar.xz`: its `.tar`'s, as recorded)."""
-    from keras_tupe_base.files import file_sha256  # imports keras_tupe
-
     return file_sha256(path, opener=lzma.open if path.endswith(".xz") else open)
 
 
