@@ -12,34 +12,26 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from tests.test_pretrain import REPO, _steps_trained, tiny_args, vocab  # noqa: F401
 
-KERAS_TUPE = REPO / "keras_tupe"
 # The stand-in command: holds the lock, makes the folder, writes five files one by one
 # (each naming this process) and `done` last; Ctrl-C or SIGTERM unwinds through the same
-# cleanups as `pretrain`. Loads keras_tupe's standard-library modules by path (no TensorFlow).
-WRITER = f"""
-import importlib.util, os, sys, time
+# cleanups as `pretrain`. The base package's modules: the standard library alone, no Keras.
+WRITER = """
+import os, sys, time
+from keras_tupe_base import folders, staging
+from keras_tupe_base import output_lock as lock
 from keras_tupe_cli.common import run
-
-def load(name):
-    spec = importlib.util.spec_from_file_location(name, os.path.join({str(KERAS_TUPE)!r}, name + ".py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-lock, folders, staging = load("output_lock"), load("folders"), load("staging")
 
 def main(argv):
     out = argv[0]
     with lock.output_lock(out, command="writer"):
         with folders.made_folder(out):
             for i in range(5):
-                staging.write_text(os.path.join(out, f"part{{i}}"), str(os.getpid()))
+                staging.write_text(os.path.join(out, f"part{i}"), str(os.getpid()))
                 time.sleep(0.02)
             staging.write_text(os.path.join(out, "done"), str(os.getpid()))
     return 0
