@@ -140,7 +140,7 @@ def test_entry_point_starts_quietly():
     assert "--tf-logs" in result.stdout
     assert result.stderr == ""
     # TensorFlow is imported later, by whichever module needs it first: quietly too.
-    script = ("import sys, training, keras_tupe\n"
+    script = ("import sys, keras_tupe_cli, keras_tupe\n"
               "import tensorflow as tf\n"
               "tf.constant(1.0) + 1\n"
               "assert 'exec_module' not in vars(tf.__spec__.loader)  # the hook left\n")
