@@ -176,10 +176,10 @@ def add_settings(parser, config_class, skip=(), defaults=None):
                                 action="store_false" if field.default else "store_true")
             continue
         default = (defaults or {}).get(field.name, _default(field))
-        if default not in (None, []) and field.type is not bool:
+        if default not in (None, []):
             help += f" (default: {' '.join(map(str, default)) if isinstance(default, (list, tuple)) else default})"
         kind = meta["parse"] or (str if field.type is list else field.type)
-        parser.add_argument(flag, dest=field.name, type=_flag_type(kind, flag), default=default,
+        parser.add_argument(flag, dest=field.name, type=_flag_type(kind), default=default,
                             required=meta["required"], choices=meta["choices"],
                             nargs=meta["nargs"], help=help or None)
     return flags
@@ -215,7 +215,7 @@ def _default(field):
     return None
 
 
-def _flag_type(kind, flag):
+def _flag_type(kind):
     """argparse's `type` from a field's: its ValueError's own words become the usage error."""
     def parse(text):
         try:

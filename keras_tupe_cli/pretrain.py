@@ -27,7 +27,6 @@ from keras_tupe_cli.common import add_settings, command_parser, entry_point, set
 
 # The defaults fitted to the run after parsing (`fit_to_preset`).
 FITTED = ("seq_len", "eval_every")
-DEFAULTS = PretrainConfig(preset="", corpus=None, out="")
 
 
 def parser():
@@ -95,12 +94,12 @@ def fit_to_preset(args):
         except ShardError:
             pass  # `pretrain` reports the folder's problem
     if args["seq_len"] is None:
-        table = PRESETS.get(args["preset"], {}).get("max_sequence_length", DEFAULTS.seq_len)
-        args["seq_len"] = min(DEFAULTS.seq_len, table)
+        table = PRESETS.get(args["preset"], {}).get("max_sequence_length", PretrainConfig.seq_len)
+        args["seq_len"] = min(PretrainConfig.seq_len, table)
     steps = args["steps"]
     if args["eval_every"] is None:
-        if steps >= 1 and steps % DEFAULTS.eval_every == 0:
-            args["eval_every"] = DEFAULTS.eval_every
+        if steps >= 1 and steps % PretrainConfig.eval_every == 0:
+            args["eval_every"] = PretrainConfig.eval_every
         else:
             args["eval_every"] = max([d for d in range(1, max(steps // 10, 1) + 1)
                                       if steps % d == 0] or [1])
