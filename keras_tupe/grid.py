@@ -12,13 +12,15 @@ batches (tests/test_grid.py holds it to that).
 
 Why: a small encoder's step leaves an accelerator idle between Python dispatches, and a
 run per process compiles its program again; a grid compiles one program for all its runs
-(and a second for a last, shorter scan) and dispatches once every `steps_per_dispatch`
-steps.
+and dispatches once every `steps_per_dispatch` steps at most: a `fit` of any number of
+steps is cut into dispatches of one length, the last one's surplus steps computed and
+discarded (a scan of another length would be a second compile, 30-40 s on a GPU host).
 """
 
 import dataclasses
 import math
 import os
+import time
 
 import keras
 import numpy as np
@@ -118,8 +120,9 @@ class GridTrainer:
         schedule: a `Schedule`: steps, warm-up, weight decay, clipping.
         precision: "float32" or "mixed_bfloat16" (Keras's dtype policy while the
             members are built). Defaults to "float32".
-        steps_per_dispatch: int. Steps one call of the compiled program runs
-            (`jax.lax.scan`). Defaults to 100.
+        steps_per_dispatch: int. The most steps one call of the compiled program runs
+            (`jax.lax.scan`); a `fit` runs dispatches of one length, at most this.
+            Defaults to 100.
         inits: None, or one start a member (e.g. the path of the encoder it fine-tunes):
             then `build(seed, init)` builds each member's model, members with the same
             seed and init sharing one call, so one program trains several encoders of one
@@ -176,6 +179,8 @@ class GridTrainer:
         )
         self._programs = {}
         self.compiles = 0
+        # Steps trained so far: a later `fit` goes on from them (its batches' masking keys).
+        self.steps_done = 0
 
     def _build(self, build):
         models = {}
@@ -229,7 +234,9 @@ class GridTrainer:
         return need
 
     def fit(self, source, rows, sample_weight=None, transform=None):
-        """Trains every member; returns the losses, `(steps, K)` (NumPy).
+        """Trains every member; returns the losses, `(steps, K)` (NumPy). A second `fit`
+        goes on from the first: its steps follow (`steps_done`), so `fit(rows[:n])` then
+        `fit(rows[n:])` is `fit(rows)`.
 
         Args:
             source: `(x, y)` or `(x, y, sample_weight)`: nests of arrays (the task's
@@ -242,6 +249,27 @@ class GridTrainer:
                 each gathered batch on the device with a key of the member and step (e.g.
                 masking token ids, `keras_tupe.data.device_masking`).
         """
+        steps, dispatches = self._dispatches(source, rows, sample_weight, transform)
+        losses = []
+        for program, arguments in dispatches:
+            self.state, chunk = program(self.state, *arguments)
+            losses.append(chunk)
+        self.steps_done += steps
+        return np.asarray(jnp.concatenate(losses))[:steps]
+
+    def compile_fit(self, source, rows, sample_weight=None, transform=None):
+        """Compiles the program `fit` runs on these arguments, without training: with JAX's
+        persistent compilation cache set, another process's `fit` of the same shapes (other
+        weights, rates, seeds, schedule) loads it instead of compiling it. Returns seconds."""
+        start = time.perf_counter()
+        _, dispatches = self._dispatches(source, rows, sample_weight, transform)
+        program, arguments = next(dispatches)
+        program.lower(self.state, *arguments).compile()
+        return time.perf_counter() - start
+
+    def _dispatches(self, source, rows, sample_weight, transform):
+        """`(steps, dispatches)`: the steps of `rows` and, lazily, each dispatch's
+        `(program, arguments but the state)`."""
         rows = np.asarray(rows, np.int32)
         if rows.ndim != 3 or rows.shape[1] != self.size:
             raise ValueError(f"rows must be (steps, K={self.size}, batch); received shape "
@@ -249,20 +277,23 @@ class GridTrainer:
         steps = rows.shape[0]
         if sample_weight is None:
             sample_weight = np.ones(rows.shape, np.float32)
+        # Dispatches of one length (one program); the last one's surplus steps repeat the
+        # last batch and leave the state as it was (`_scan_fit`).
+        count = -(-steps // self.steps_per_dispatch)
+        length = -(-steps // count)
+        last = np.minimum(np.arange(count * length), steps - 1)
+        rows, sample_weight = rows[last], np.asarray(sample_weight, np.float32)[last]
         source = jax.device_put(keras.tree.map_structure(jnp.asarray, source))
         keys = jnp.stack([jax.random.key_data(jax.random.PRNGKey(seed))
                           for seed, _ in self.members])
-        losses = []
         metrics = [v.value for v in self.model.metrics_variables]
-        for start in range(0, steps, self.steps_per_dispatch):
-            end = min(start + self.steps_per_dispatch, steps)
-            program = self._program("fit", end - start, transform)
-            self.state, chunk = program(self.state, source, metrics, keys,
-                                        jnp.asarray(rows[start:end]),
-                                        jnp.asarray(sample_weight[start:end], jnp.float32),
-                                        jnp.arange(start, end), self._steps)
-            losses.append(chunk)
-        return np.asarray(jnp.concatenate(losses))
+        first, end = self.steps_done, jnp.asarray(self.steps_done + steps, jnp.int32)
+        program = self._program("fit", length, transform)
+        return steps, ((program, (source, metrics, keys, jnp.asarray(rows[start:start + length]),
+                                  jnp.asarray(sample_weight[start:start + length]),
+                                  jnp.arange(first + start, first + start + length), end,
+                                  self._steps))
+                       for start in range(0, count * length, length))
 
     def _program(self, kind, length, transform):
         key = (kind, length, transform)
@@ -301,11 +332,16 @@ class GridTrainer:
                 sample_weight = sample_weight[:, None] * mask_weight
             return member_step(state, metrics, x, y, sample_weight, schedule_steps)
 
-        def scanned(state, source, metrics, keys, rows, sample_weight, steps, schedule_steps):
+        def scanned(state, source, metrics, keys, rows, sample_weight, steps, end,
+                    schedule_steps):
             def body(state, inputs):
                 rows, sample_weight, step = inputs
-                return jax.vmap(member, in_axes=(0, None, None, 0, 0, 0, None, None))(
+                trained, loss = jax.vmap(member, in_axes=(0, None, None, 0, 0, 0, None, None))(
                     state, source, metrics, keys, rows, sample_weight, step, schedule_steps)
+                # A step past `end` (a last dispatch's surplus) keeps the state it found.
+                active = step < end
+                return (jax.tree.map(lambda new, old: jnp.where(active, new, old), trained,
+                                     state), jnp.where(active, loss, 0.0))
 
             return jax.lax.scan(body, state, (rows, sample_weight, steps))
 
@@ -314,6 +350,20 @@ class GridTrainer:
     def predict(self, x, batch_size=256):
         """Every member's outputs on `x` (a nest of arrays, first axis the examples), in
         inference mode: `(K, examples, ...)` (NumPy). One compiled program a shape."""
+        program, arguments, count = self._prediction(x, batch_size)
+        outputs = np.asarray(program(*arguments), np.float32)  # (batches, K, batch, ...)
+        outputs = np.moveaxis(outputs, 1, 0).reshape((self.size, -1) + outputs.shape[3:])
+        return outputs[:, :count]
+
+    def compile_predict(self, x, batch_size=256):
+        """Compiles the program `predict` runs on these arguments, without running it (as
+        `compile_fit`). Returns seconds."""
+        start = time.perf_counter()
+        program, arguments, _ = self._prediction(x, batch_size)
+        program.lower(*arguments).compile()
+        return time.perf_counter() - start
+
+    def _prediction(self, x, batch_size):
         count = len(keras.tree.flatten(x)[0])
         batches = -(-count // batch_size)
         rows = np.arange(batches * batch_size) % count
@@ -321,10 +371,7 @@ class GridTrainer:
             lambda leaf: jnp.asarray(np.asarray(leaf)[rows].reshape(
                 (batches, batch_size) + np.shape(leaf)[1:])), x)
         trainable, non_trainable, _, _ = self.state
-        outputs = self._program("predict", batches, None)(trainable, non_trainable, x)
-        outputs = np.asarray(outputs, np.float32)  # (batches, K, batch, ...)
-        outputs = np.moveaxis(outputs, 1, 0).reshape((self.size, -1) + outputs.shape[3:])
-        return outputs[:, :count]
+        return self._program("predict", batches, None), (trainable, non_trainable, x), count
 
     def _scan_predict(self):
         model = self.model

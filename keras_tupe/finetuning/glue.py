@@ -159,7 +159,7 @@ def task_classifier(config, backbone, tokenizer, train_length):
 
 
 def finetune_glue_grid(config, learning_rates, seeds, splits=None, precision="float32",
-                       steps_per_dispatch=100, inits=None):
+                       steps_per_dispatch=100, inits=None, compile_only=False):
     """Fine-tunes `config.init` on `config.task` at every `(learning_rates[i], seeds[i])`
     at once, in one compiled program (`keras_tupe.grid.GridTrainer`, JAX); returns a row
     a member, as `finetune_glue` returns for one run. `inits` (one encoder a member, of
@@ -171,6 +171,11 @@ def finetune_glue_grid(config, learning_rates, seeds, splits=None, precision="fl
     and packed once for every member, at one length (`seq_len`, or the split's longest
     with `pad_to_longest`; no `pad_each_batch`: one shape, one compile), and the schedule
     is stepped on the device. `config.learning_rate` and `config.seed` are not used.
+
+    `compile_only` compiles the grid's programs (training, and prediction on each
+    evaluation split) without training, and returns `{"compile_seconds": seconds}`: with
+    JAX's persistent compilation cache set, the grid of these shapes run later (other
+    encoders of this architecture, rates, seeds) loads them instead of compiling.
     """
     check_backend()
     members = check_members(seeds, learning_rates)
@@ -198,14 +203,20 @@ def finetune_glue_grid(config, learning_rates, seeds, splits=None, precision="fl
                           precision=precision, steps_per_dispatch=steps_per_dispatch,
                           inits=inits)
     trainer.check_memory(config.batch_size, lengths["train"])
+    evaluated = {split: packed(TupeTextClassifierPreprocessor(
+        tokenizer, sequence_length=lengths[split]), _segments(splits[split]))
+        for split in spec.eval_splits}
+    if compile_only:
+        return {"compile_seconds": trainer.compile_fit(
+            (train_x, _labels(spec, train_examples)), rows, weights) + sum(
+            trainer.compile_predict(x, config.batch_size) for x in evaluated.values())}
     start = time.perf_counter()
     trainer.fit((train_x, _labels(spec, train_examples)), rows, weights)
     seconds = time.perf_counter() - start
     results = [{} for _ in members]
     for split in spec.eval_splits:
         examples = splits[split]
-        outputs = trainer.predict(packed(TupeTextClassifierPreprocessor(
-            tokenizer, sequence_length=lengths[split]), _segments(examples)), config.batch_size)
+        outputs = trainer.predict(evaluated[split], config.batch_size)
         for result, output in zip(results, outputs):
             predictions = output if spec.num_classes == 1 else np.argmax(output, axis=-1)
             metrics = glue_metrics(config.task, predictions, examples.labels)
