@@ -98,24 +98,52 @@ def pretrain_cost(pace, steps, variants):
             + variants * steps * pace["pretrain_step_seconds"])
 
 
-def finetune_cost(pace, tasks, steps_a_task, grids, processes):
+def finetune_cost(pace, tasks, steps_a_task, grids, processes, compiled=0):
     """Seconds the fine-tuning on `tasks` takes: `grids` programs a task (a variant's
     encoders as one, timed at the largest), in `processes` at once (one a variant): a
-    process's start, then a task at a time its compile (the processes compile at once)
-    and a grid's host work before the card has any, then the larger of every grid's steps
-    one after the other and the grids' host work shared out."""
+    process's start, then a task at a time its compile (the processes compile at once;
+    none for the first `compiled` tasks, compiled ahead: `compiled_ahead`) and a grid's
+    host work before the card has any, then the larger of every grid's steps one after the
+    other and the grids' host work shared out."""
     fixed = pace["finetune_fixed_seconds"]
     return pace["start_seconds"] + sum(
-        pace["finetune_compile_seconds"] + fixed + max(
-            grids * steps_a_task[task] * pace["finetune_step_seconds"],
-            grids * fixed / processes) for task in tasks)
+        (pace["finetune_compile_seconds"] if index >= compiled else 0.0) + fixed + max(
+            grids * steps_a_task[task] * step_seconds(pace, task),
+            grids * fixed / processes) for index, task in enumerate(tasks))
+
+
+def step_seconds(pace, task):
+    """A fine-tuning grid step of `task`: the calibration's (its first task's), scaled by
+    the task's packed train length against the calibrated one where it is longer (a step's
+    work grows with its tokens: STS-B's rows of 128 against SST-2's 88)."""
+    longer = (pace.get("task_lengths") or {}).get(task, 0) / pace.get("finetune_length", math.inf)
+    return pace["finetune_step_seconds"] * max(1.0, longer)
+
+
+def compiled_ahead(pace, seconds, count):
+    """How many of a plan's first `count` tasks have their fine-tuning programs in the
+    compilation cache `seconds` after the grids start: each variant's compile job (`stage
+    compile`, beside its grid, on the host) starts once the grid has written its
+    initialization (a process's start and the grid's set-up), then compiles a task at a
+    time (its compile and a grid's host work)."""
+    begin = 2 * pace["start_seconds"] + pace["pretrain_setup_seconds"]
+    each = pace["finetune_compile_seconds"] + pace["finetune_fixed_seconds"]
+    return max(0, min(count, int((seconds - begin) // each)))
 
 
 def cost(pace, steps, tasks, steps_a_task, grids, variants):
-    """Seconds the whole plan takes on the card in one call: the grids at once, then the
-    fine-tuning, a process a variant."""
-    return pretrain_cost(pace, steps, variants) + (finetune_cost(
-        pace, tasks, steps_a_task, grids, variants) if tasks else 0.0)
+    """Seconds the whole plan takes on the card in one call: the grids at once (the
+    fine-tuning programs compiled beside them), then the fine-tuning, a process a variant."""
+    pretraining = pretrain_cost(pace, steps, variants)
+    return pretraining + (finetune_cost(
+        pace, tasks, steps_a_task, grids, variants,
+        compiled_ahead(pace, pretraining, len(tasks))) if tasks else 0.0)
+
+
+def second_compiled(pace, seconds, tasks, first):
+    """How many of the second call's tasks (`tasks[first:]`) the first call's compile jobs
+    compiled, ending within its `seconds`."""
+    return max(0, compiled_ahead(pace, seconds, len(tasks)) - first)
 
 
 def choose(pace, seconds, aim, most, step_quantum, steps_a_task, grids, variants,
@@ -136,11 +164,17 @@ def choose(pace, seconds, aim, most, step_quantum, steps_a_task, grids, variants
         """`(steps, first)`: the most steps with `count` tasks, and the first call's."""
         best = (-1, count)
         for first in range(count, -1, -1):  # the most tasks in the first call, then fewer
-            if first < count and finetune_cost(pace, tasks[first:count], steps_a_task,
-                                               grids, variants) > second:
+            if first < count and finetune_cost(
+                    pace, tasks[first:count], steps_a_task, grids, variants,
+                    second_compiled(pace, seconds, tasks[:count], first)) > second:
                 continue
-            left = seconds - cost(pace, 0, tasks[:first], steps_a_task, grids, variants)
-            found = int(left / per_step) // step_quantum * step_quantum
+            def more(steps):  # the quanta of steps that fit beside `steps` more
+                left = seconds - cost(pace, steps, tasks[:first], steps_a_task, grids, variants)
+                return int(left / per_step) // step_quantum * step_quantum
+
+            found = more(0)
+            while found > 0 and (extra := more(found)) > 0:  # longer grids hide more
+                found += extra  # compiles (`compiled_ahead`): steps until none is bought
             best = max(best, (found, first), key=lambda pair: pair[0])
         return max(best[0], 0), best[1]
 
@@ -185,7 +219,7 @@ def measure(pretrain, finetune, scratch, pace):
     import dataclasses
 
     from experiments.config import pretrain_config, variants
-    from keras_tupe.finetuning.glue import finetune_glue_grid
+    from keras_tupe.finetuning.glue import finetune_glue_grid, packed_lengths
     from keras_tupe_base.settings import FinetuneConfig
     from keras_tupe.pretraining import grid_pretrainer, write_preset
 
@@ -237,7 +271,13 @@ def measure(pretrain, finetune, scratch, pace):
         timed.append((time.perf_counter() - begun, rows[0]["train_seconds"]))
     (cold, _), (warm, training) = timed
     steps = rows[0]["epochs"] * -(-rows[0]["train_examples"] // settings["batch_size"])
+    # Each task's packed train length as its run packs it: a longer one's step costs more.
+    lengths = {name: packed_lengths(dataclasses.replace(run, task=name, **{
+        "max_train_examples": None, **settings,
+        **(finetune.get("task_settings") or {}).get(name, {})}))["train"]
+        for name in finetune["tasks"]}
     pace.update(finetune_members=len(members), finetune_encoders=encoders, finetune_task=task,
+                finetune_length=rows[0]["sequence_lengths"]["train"], task_lengths=lengths,
                 finetune_step_seconds=training / steps,  # a cache load counted in
                 finetune_fixed_seconds=warm - training,
                 finetune_compile_seconds=max(0.0, cold - warm))
@@ -271,7 +311,8 @@ def calibrate(work, stop, margin=0.15, most=2.0, second=0.0):
         step_quantum, steps_a_task, groups, groups, second_seconds)
     plan = {"run": bool(tasks), "steps": steps, "save_steps": [0, round(0.3 * steps)],
             "tasks": tasks, "first_call_tasks": tasks[:first], "aim_steps": aim,
-            "margin": margin, **window_split(pace, steps, tasks, first, steps_a_task, groups),
+            "margin": margin, **window_split(pace, steps, tasks, first, steps_a_task, groups,
+                                             seconds),
             "seconds_to_plan": round(seconds, 1), "second_call_seconds": round(
                 second_seconds, 1), "encoders_fine_tuned": encoders,
             "grid_steps_a_task": steps_a_task}
@@ -295,16 +336,22 @@ def calibrate(work, stop, margin=0.15, most=2.0, second=0.0):
     return record
 
 
-def window_split(pace, steps, tasks, first, steps_a_task, variants):
-    """A plan's seconds by part and by call (`first`: the first call's tasks): the grids
-    (a variant's a process), the first call's fine-tuning and the second's."""
+def window_split(pace, steps, tasks, first, steps_a_task, variants, seconds):
+    """A plan's seconds by part and by call (`first`: the first call's tasks; `seconds`:
+    the first call's, from the grids' start): the grids (a variant's a process), the first
+    call's fine-tuning and the second's, and how many of each call's tasks were compiled
+    ahead (`compiled_ahead`)."""
     pretraining = pretrain_cost(pace, steps, variants)
-    here, there = (finetune_cost(pace, part, steps_a_task, variants, variants) if part else 0.0
-                   for part in (tasks[:first], tasks[first:]))
+    compiled = [compiled_ahead(pace, pretraining, first),
+                second_compiled(pace, seconds, tasks, first)]
+    here, there = (finetune_cost(pace, part, steps_a_task, variants, variants, ahead)
+                   if part else 0.0
+                   for part, ahead in zip((tasks[:first], tasks[first:]), compiled))
     return {"pretrain_seconds": round(pretraining, 1), "finetune_seconds": round(here + there, 1),
             "planned_seconds": round(pretraining + here + there, 1),
             "first_call_seconds": round(pretraining + here, 1),
-            "second_call_planned_seconds": round(there, 1)}
+            "second_call_planned_seconds": round(there, 1),
+            "compiled_ahead": compiled}
 
 
 def calibration_line(pace, settings):
@@ -314,7 +361,8 @@ def calibration_line(pace, settings):
             f"({pace['pretrain_tokens_per_second'] / 1e6:.2f}M tokens/s), compile "
             f"{pace['pretrain_compile_seconds']:.1f} s; fine-tuning {pace['finetune_task']} "
             f"{pace['finetune_members']} members: {pace['finetune_step_seconds'] * 1000:.1f} ms "
-            f"({pace['finetune_encoders']} encoders) a grid step, compile "
+            f"({pace['finetune_encoders']} encoders, rows of {pace['finetune_length']}; a "
+            f"longer task's step scaled to its rows: {pace['task_lengths']}) a grid step, compile "
             f"{pace['finetune_compile_seconds']:.1f} s, the rest of a run "
             f"{pace['finetune_fixed_seconds']:.1f} s; a process starts in "
             f"{pace['start_seconds']:.1f} s")
@@ -376,8 +424,9 @@ def plan_second_call(work, stop, margin=0.15):
                     waiting.append(f"{job['variant']} step {job['step']} {task}")
     pace, steps_a_task = first["pace"], first["plan"]["grid_steps_a_task"]
     tasks = [task for task in left if left[task]]
+    compiled = (first["plan"].get("compiled_ahead") or [0, 0])[1]  # as the first call planned
     needed = finetune_cost(pace, tasks, steps_a_task, max(map(len, left.values())),
-                           len(pretrain["variants"])) if tasks else 0.0
+                           len(pretrain["variants"]), compiled) if tasks else 0.0
     grids = sum(map(len, left.values()))
     lines = [f"second call: the first call's plan ({first['plan']['steps']} steps, "
              f"{', '.join(first['plan']['tasks'])}) left {grids} grids (a variant's encoders "

@@ -435,7 +435,8 @@ def window_one(name, limit, pace=None):
                          f"after {step_quantum} pre-training steps) does not fit window (i)'s "
                          f"two calls ({first:.0f} s after the calibration, {second:.0f} s): "
                          f"{notes[0]}; {basis}. Shrink glue_w1 or w1_pretrain.")
-    split = budget.window_split(pace, steps, tasks, in_first, steps_a_task, groups)
+    split = budget.window_split(pace, steps, tasks, in_first, steps_a_task, groups,
+                                first * (1 - margin))
     tokens = steps * settings["batch_size"] * settings["seq_len"]
     return [
         f"(i) W1, the GLUE study that decides T2 and T3 and the benchmark headline, in two "
@@ -640,8 +641,8 @@ def run(name, out, tiny=False, deadline=None, started=None, folder=None, encoder
     pace = gpu_pace()
     if "calibrate" in spec:  # its rounds need their processes at once
         stage["parallel"] = max(spec["calibrate"]["processes"])
-    elif "plan" in spec:  # the variants' grids at once, then their fine-tuning
-        stage["parallel"] = len(pretrain["variants"])
+    elif "plan" in spec:  # the variants' grids and compiles at once, then their fine-tuning
+        stage["parallel"] = 2 * len(pretrain["variants"])
     elif pace["calibrated"] and not tiny:  # as many as served the card best where S0
         stage["parallel"] = max(pace["at_once"], 1 + sum(  # measured it, and one fine-tuning
             label.startswith("pretrain ") for label, _, _ in jobs))  # beside pre-training
@@ -898,6 +899,14 @@ def _planned_jobs(spec, tiny, work, pretrain, then, stage):
         lambda: done or "benchmark" in ended))
     jobs += [(f"pretrain {group}", _experiment("pretrain", pretrain, ["--variants", group]),
               planned) for group in groups]
+    # Beside each grid, on the host: its fine-tuning programs, once it wrote an encoder
+    # (seed 0's initialization, before its first step), into the shared compilation cache.
+    for group in groups:
+        names = [v.name for v in variants(pretrain) if v.group == group]
+        inits = [job["init"] for job in finetune_plan(then, names)]
+        jobs.append((f"compile {group}", [
+            sys.executable, "-m", "experiments.stage", "compile", then["_path"], *names,
+            "--plan-of", work], lambda inits=inits: planned() and any(map(os.path.isdir, inits))))
     return jobs + [finetune(group, lambda group=group: ended.get(f"pretrain {group}"),
                             "--first-call-of", work) for group in groups]
 
@@ -954,6 +963,30 @@ def finetune_together(config, names, command, tasks=None):
                      protocol=chosen, vocab=jobs[0]["vocab"], lowercase=jobs[0]["lowercase"],
                      data_dir=config.get("data_dir"), task_settings=config.get(
                          "task_settings"), **config["settings"], **config["grid"])
+
+
+def compile_together(config, names, tasks):
+    """The programs `finetune_together` will run for one variant (`names`: its seeds) on
+    `tasks`, compiled beside its grid (the host is idle while the card pre-trains) into the
+    shared compilation cache, which the fine-tuning then loads: each task's grid of every
+    encoder's rates x seeds (`compile_protocol`), built from the first of its encoders
+    written (seed 0's initialization, before the grid's first step). Writes nothing else."""
+    from experiments.plans import protocol
+    from keras_tupe.finetuning import compile_protocol
+
+    jobs = finetune_plan(config, names)
+    start = next((job for job in jobs if os.path.isdir(job["init"])), None)
+    if start is None:
+        raise StudyError(f"Nothing to compile from: no encoder of {', '.join(names)} is "
+                         f"written yet ({jobs[0]['init']} and {len(jobs) - 1} more).")
+    settings = config.get("task_settings") or {}
+    for task, seconds in compile_protocol(
+            tasks, start["init"], len(jobs), protocol=protocol(config), vocab=start["vocab"],
+            lowercase=start["lowercase"], data_dir=config.get("data_dir"), task_settings={
+                task: value for task, value in settings.items() if task in tasks},
+            **config["settings"], **config["grid"]).items():
+        print(f"[{config['study']}] {task}: {len(jobs)} encoders' grid compiled in "
+              f"{seconds:.1f} s", flush=True)
 
 
 def _experiment(command, config, extra):
@@ -1169,13 +1202,18 @@ def main(argv=None):
                                          formatter_class=argparse.RawDescriptionHelpFormatter)
         one_line_errors(parser)
         commands = parser.add_subparsers(dest="command", required=True)
-        here, there, back, encoder, together = (commands.add_parser(command) for command in (
-            "prepare", "run", "collect", "encoder", "finetune"))  # run's own: encoder (one
-        # in bfloat16), finetune (a planned window's variant, its encoders as one program)
-        together.add_argument("config", help="the planned window's fine-tuning config")
-        together.add_argument("variants", nargs="+", help="one variant's runs (its seeds)")
+        here, there, back, encoder, together, ahead = (
+            commands.add_parser(command) for command in (
+                "prepare", "run", "collect", "encoder", "finetune", "compile"))  # run's own:
+        # encoder (one in bfloat16), finetune (a planned window's variant, its encoders as
+        # one program), compile (that program, beside the variant's grid)
+        for sub in (together, ahead):
+            sub.add_argument("config", help="the planned window's fine-tuning config")
+            sub.add_argument("variants", nargs="+", help="one variant's runs (its seeds)")
         together.add_argument("--first-call-of", metavar="WORK", help="only the tasks the "
                               "first call's plan (WORK/logs/plan.json) gives it")
+        ahead.add_argument("--plan-of", metavar="WORK", required=True,
+                           help="every task of the plan in WORK/logs/plan.json")
         for sub in (here, there, back):
             sub.add_argument("stage")
         for sub in (here, there):
@@ -1197,6 +1235,9 @@ def main(argv=None):
                 encoders=args.encoders, call=args.call)
         elif args.command == "encoder":
             write_encoder(args.init, args.path)
+        elif args.command == "compile":
+            compile_together(load_config(args.config), args.variants,
+                             budget.read_plan(args.plan_of)["plan"]["tasks"])
         elif args.command == "finetune":
             finetune_together(load_config(args.config), args.variants, records.command_line(
                 argv if argv is not None else sys.argv[1:], "python -m experiments.stage"),

@@ -30,7 +30,7 @@ def check_fits(pace, seconds, second, grids=3):
     """The plan for these times, after checking that each call's part ends within it."""
     steps, tasks, first, notes = plan(seconds, pace, second=second, grids=grids)
     assert tasks == list(TASKS)[:len(tasks)] and steps % 1000 == 0 and 0 <= first <= len(tasks)
-    split = budget.window_split(pace, steps, tasks, first, TASKS, 3)
+    split = budget.window_split(pace, steps, tasks, first, TASKS, 3, seconds)
     assert split["first_call_seconds"] <= seconds
     assert split["second_call_planned_seconds"] <= second
     assert split["planned_seconds"] == pytest.approx(
@@ -68,7 +68,42 @@ def test_a_second_call_takes_whole_tasks_and_buys_steps_or_tasks():
         assert both[2] <= len(both[1])
     steps, tasks, first, _ = plan(600, second=150)
     assert first < len(tasks)  # here the second call holds a task
-    assert budget.finetune_cost(PACE, tasks[first:], TASKS, 3, 3) <= 150
+    assert budget.finetune_cost(PACE, tasks[first:], TASKS, 3, 3, budget.second_compiled(
+        PACE, 600, tasks, first)) <= 150
+
+
+def test_programs_compiled_beside_the_grids_buy_steps_and_are_counted_where_they_are_not(
+        monkeypatch):
+    """A variant's fine-tuning programs compile beside its grid (`stage compile`): the tasks
+    whose compiles end before the grids do cost no compile, so a plan holds more steps than
+    with every compile counted (never fewer), and still fits; a compile that ends after
+    the grids is counted."""
+    pace = {**PACE, "finetune_compile_seconds": 40.0}
+    assert budget.compiled_ahead(pace, 25 + 43 * 2 - 1, 5) == 1  # starts after 25 s, 43 s each
+    assert budget.compiled_ahead(pace, 25 + 43 * 2, 5) == 2
+    assert budget.compiled_ahead(pace, 10, 5) == 0 and budget.compiled_ahead(pace, 1e4, 2) == 2
+    ahead = {seconds: check_fits(pace, seconds, 100) for seconds in range(300, 1200, 100)}
+    monkeypatch.setattr(budget, "compiled_ahead", lambda pace, seconds, count: 0)
+    counted = {seconds: check_fits(pace, seconds, 100) for seconds in ahead}
+    assert all((ahead[s][0], len(ahead[s][1])) >= (counted[s][0], len(counted[s][1]))
+               or len(ahead[s][1]) > len(counted[s][1]) for s in ahead), (ahead, counted)
+    assert any(ahead[s][0] > counted[s][0] for s in ahead), (ahead, counted)
+    assert budget.finetune_cost(pace, ["sst2"], TASKS, 3, 3, 1) == pytest.approx(
+        budget.finetune_cost(pace, ["sst2"], TASKS, 3, 3) - 40.0)
+
+
+def test_a_task_packed_longer_than_the_calibrated_one_costs_more_a_step():
+    """The calibration times its first task (SST-2, rows of 88 at W1's settings); a task
+    whose rows are longer (STS-B, MRPC, RTE: 128) is costed at the calibrated step scaled
+    by its length, one as short or shorter (CoLA: 56) at the calibrated step."""
+    pace = {**PACE, "finetune_length": 88,
+            "task_lengths": {"sst2": 88, "stsb": 128, "cola": 56}}
+    assert budget.step_seconds(pace, "sst2") == budget.step_seconds(pace, "cola") == 0.005
+    assert budget.step_seconds(pace, "stsb") == pytest.approx(0.005 * 128 / 88)
+    assert budget.step_seconds(PACE, "stsb") == 0.005  # a record without lengths: as before
+    longer = budget.finetune_cost(pace, ["stsb"], TASKS, 3, 3) - budget.finetune_cost(
+        PACE, ["stsb"], TASKS, 3, 3)
+    assert longer == pytest.approx(3 * 540 * 0.005 * (128 / 88 - 1))
 
 
 def test_time_to_spare_takes_every_task_and_then_stops_at_the_most_steps():
@@ -176,8 +211,11 @@ def test_no_study_job_starts_before_a_plan_that_says_it_fits(tmp_path, monkeypat
     jobs = {label: (command, ready) for label, command, ready in stage._jobs(
         spec, pretrain, then, True, work, str(tmp_path), record)}
     assert list(jobs) == ["benchmark", "calibrate", "pretrain bert_a", "pretrain tupe_a",
-                          "pretrain bert_a_pre", "finetune bert_a", "finetune tupe_a",
+                          "pretrain bert_a_pre", "compile bert_a", "compile tupe_a",
+                          "compile bert_a_pre", "finetune bert_a", "finetune tupe_a",
                           "finetune bert_a_pre"]
+    assert jobs["compile tupe_a"][0][2:] == ["experiments.stage", "compile", then["_path"],
+                                             "tupe_a_seed0", "tupe_a_seed1", "--plan-of", work]
     assert jobs["calibrate"][0][2:4] == ["experiments.budget", work]
     assert jobs["calibrate"][0][jobs["calibrate"][0].index("--second") + 1] == "0"
     assert jobs["finetune tupe_a"][0][2:] == ["experiments.stage", "finetune", then["_path"],
@@ -194,6 +232,11 @@ def test_no_study_job_starts_before_a_plan_that_says_it_fits(tmp_path, monkeypat
         with open(budget.plan_path(work), "w") as f:
             json.dump({"plan": {"run": run}}, f)
         assert ready()[2:] == started
+    # A variant's compile once its grid wrote its first encoder (seed 0's initialization).
+    [init] = [job["init"] for job in stage.finetune_plan(then, ["tupe_a_seed0"])
+              if job["step"] == 0]
+    os.makedirs(init)
+    assert ready()[-1] == "compile tupe_a" and "compile bert_a" not in ready()
     record["_ended"]["pretrain tupe_a"] = True
     assert ready()[-1] == "finetune tupe_a" and "finetune bert_a" not in ready()
 
@@ -274,7 +317,8 @@ def test_the_plan_rewrites_the_prepared_configs_and_a_cut_task_takes_its_setting
     stage.stage_configs(stage.stage_spec("W1"), True, work)
     measured = {**PACE, "pretrain_members": 2, "pretrain_variant": "tupe_a",
                 "pretrain_tokens_per_second": 1.0, "finetune_members": 5,
-                "finetune_encoders": 5, "finetune_task": "sst2"}
+                "finetune_encoders": 5, "finetune_task": "sst2", "finetune_length": 88,
+                "task_lengths": {"sst2": 88, "stsb": 88}}
     monkeypatch.setattr(budget, "measure", lambda *args: args[3].update(measured))
     monkeypatch.setattr(budget, "task_steps", lambda config: {"sst2": 600, "stsb": 600})
     # The grids (36.5 s) and sst2 (42 s) fit 100 s; stsb (32 s more) does not.

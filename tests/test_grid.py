@@ -330,6 +330,43 @@ def test_the_glue_protocol_through_grids_gives_run_protocols_table(encoder, tmp_
 
 
 @pytest.mark.jax
+def test_compile_protocol_compiles_the_grid_run_protocol_runs(encoder, tmp_path, monkeypatch):
+    """A window compiles a variant's fine-tuning beside its grid (`compile_protocol`, one
+    encoder there) for `run_protocol(together=...)` to load: the grid it compiles is the one
+    the run trains (members, batches, packed inputs, precision, dispatches), each task's
+    settings applied. (That a compiled grid is then loaded, not compiled again: above.)"""
+    import shutil
+
+    from keras_tupe.finetuning import Protocol, compile_protocol, run_protocol
+
+    class Seen(Exception):
+        pass
+
+    def record(kind):
+        def seen(self, source, rows, sample_weight=None, transform=None):
+            shapes = [(np.shape(leaf), np.asarray(leaf).dtype) for leaf in keras.tree.flatten(
+                source)]
+            found[kind] = (self.size, np.shape(rows), shapes, self.precision,
+                           self.steps_per_dispatch, type(self.model).__name__)
+            raise Seen
+        return seen
+    found = {}
+    monkeypatch.setattr(GridTrainer, "compile_fit", record("compiled"))
+    monkeypatch.setattr(GridTrainer, "fit", record("run"))
+    other = shutil.copytree(encoder / "preset", tmp_path / "other")
+    settings = dict(protocol=Protocol([1e-3, 1e-4], [0, 1], 0, ()), epochs=1, batch_size=8,
+                    seq_len=64, data_dir=DATA_DIR / "glue", precision="mixed_bfloat16",
+                    steps_per_dispatch=3, task_settings={"stsb": {"max_train_examples": 30}})
+    with pytest.raises(Seen):
+        compile_protocol(["stsb"], str(encoder / "preset"), 2, **settings)
+    with pytest.raises(Seen):
+        run_protocol(["stsb"], str(encoder / "preset"), str(tmp_path / "a"), grid=True,
+                     together=[(str(other), str(tmp_path / "b"))], **settings)
+    assert found["compiled"] == found["run"], found
+    assert found["run"][:2] == (8, (4, 8, 8))  # 2 encoders x 2 rates x 2 seeds; 30 rows
+
+
+@pytest.mark.jax
 def test_device_masking_keeps_the_rule_of_mask_batch():
     """On 2,000 rows: each masks exactly min(slots, ceil(15% of its selectable tokens)),
     never [PAD]/[CLS]/[SEP], listed by position, labels the original ids; [MASK] / random /

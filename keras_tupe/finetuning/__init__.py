@@ -9,7 +9,13 @@ A run's settings, `FinetuneConfig` and `SquadConfig`, are `keras_tupe_base.setti
 """
 
 from keras_tupe.finetuning.batches import batches, resolve_loader
-from keras_tupe.finetuning.glue import SHORT_TASKS, finetune_glue, paper_epochs, run_protocol
+from keras_tupe.finetuning.glue import (
+    SHORT_TASKS,
+    compile_protocol,
+    finetune_glue,
+    paper_epochs,
+    run_protocol,
+)
 from keras_tupe.finetuning.loading import (
     default_vocabulary,
     load_backbone,
@@ -26,6 +32,7 @@ __all__ = [
     "SHORT_TASKS",
     "Protocol",
     "batches",
+    "compile_protocol",
     "default_vocabulary",
     "finetune_glue",
     "finetune_squad",

@@ -41,6 +41,7 @@ from keras_tupe.models import (
 from keras_tupe.models.preset_folders import refuse_existing_folder
 from keras_tupe.optimization import create_optimizer
 from keras_tupe_base import files
+from keras_tupe_base.checks import check_int
 from keras_tupe_base.folders import made_folder
 from keras_tupe_base.output_lock import output_lock
 from keras_tupe_base.progress import Heartbeat
@@ -147,6 +148,15 @@ def _split_lengths(config, tokenizer, spec, splits, train_examples):
     return {split: _padded_length(config, tokenizer, examples)
             for split, examples in (("train", train_examples),
                                     *((split, splits[split]) for split in spec.eval_splits))}
+
+
+def packed_lengths(config, splits=None):
+    """`{split: packed length}`: the lengths a run of `config` packs its task's train and
+    evaluation splits at (`seq_len`, or with `pad_to_longest` each split's longest example,
+    `max_train_examples` of the train split), the shapes its programs are compiled for."""
+    spec = glue.get_task(config.task)
+    _, tokenizer, splits, train_examples, _ = _task_inputs(config, spec, splits)
+    return _split_lengths(config, tokenizer, spec, splits, train_examples)
 
 
 def task_classifier(config, backbone, tokenizer, train_length):
@@ -433,6 +443,30 @@ def _run_grids(protocol, tasks, encoders, splits, task_settings, config_kwargs,
                 print(f"{task} lr={row['learning_rate']:g} seed={row['seed']}"
                       f"{f' {init}' if len(encoders) > 1 else ''}: {scores}", flush=True)
             todo = [[] for _ in encoders]
+
+
+def compile_protocol(tasks, init, encoders=1, learning_rates=PAPER_LEARNING_RATES,
+                     seeds=PAPER_SEEDS, task_settings=None, protocol=None, **config_kwargs):
+    """Compiles the grids `run_protocol(tasks, init, ..., grid=True)` runs first on each
+    task (every rate x every seed of `encoders` encoders of `init`'s architecture and
+    vocabulary, as one program; `together` holding `encoders - 1`), without training or
+    writing anything: with JAX's persistent compilation cache set, that run (in this
+    process or another, from other encoders) loads the programs instead of compiling
+    them. Returns `{task: seconds}`."""
+    check_backend()
+    protocol = protocol or Protocol(learning_rates, seeds)
+    tasks, task_settings = list(dict.fromkeys(tasks)), task_settings or {}
+    check_task_settings(tasks, task_settings)
+    check_int("encoders", encoders, 1)
+    grid_settings = {key: config_kwargs.pop(key) for key in GRID_SETTINGS if key in config_kwargs}
+    splits = _preflight(tasks, init, config_kwargs, task_settings)
+    members = [(rate, seed) for rate in protocol.learning_rates
+               for seed in protocol.seeds] * encoders
+    return {task: finetune_glue_grid(
+        FinetuneConfig(task=task, init=init, **{**config_kwargs, **task_settings.get(task, {})}),
+        [rate for rate, _ in members], [seed for _, seed in members], splits[task],
+        **grid_settings, inits=[init] * len(members) if encoders > 1 else None,
+        compile_only=True)["compile_seconds"] for task in tasks}
 
 
 GRID_SETTINGS = ("precision", "steps_per_dispatch")  # `finetune_glue_grid`'s own
