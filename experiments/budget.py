@@ -89,13 +89,12 @@ def encoders_a_grid(pretrain, finetune):
 # === the cost model (its arithmetic: experiments/README.md, "Window (i)") ===
 
 def pretrain_cost(pace, steps, variants):
-    """Seconds the variants' pre-training grids take, all started at once: one process's
-    start, set-up, compile and saves (host work, which overlaps between the processes),
-    then every grid's steps one after the other (the card runs one process's kernels at a
-    time, so steps of grids at once add up)."""
-    return (pace["start_seconds"] + pace["pretrain_setup_seconds"]
-            + pace["pretrain_compile_seconds"] + pace["pretrain_save_seconds"]
-            + variants * steps * pace["pretrain_step_seconds"])
+    """Seconds the variants' pre-training grids take once the plan is written: their saves
+    (host work, which overlaps between the processes), then every grid's steps one after
+    the other (the card runs one process's kernels at a time, so steps of grids at once
+    add up). Their start, set-up and compile are not counted: the grids start with the
+    calibration (`stage pretrain`), which does the same and more before it plans."""
+    return pace["pretrain_save_seconds"] + variants * steps * pace["pretrain_step_seconds"]
 
 
 def finetune_cost(pace, tasks, steps_a_task, grids, processes, compiled=0):
@@ -122,11 +121,11 @@ def step_seconds(pace, task):
 
 def compiled_ahead(pace, seconds, count):
     """How many of a plan's first `count` tasks have their fine-tuning programs in the
-    compilation cache `seconds` after the grids start: each variant's compile job (`stage
+    compilation cache `seconds` after the plan: each variant's compile job (`stage
     compile`, beside its grid, on the host) starts once the grid has written its
-    initialization (a process's start and the grid's set-up), then compiles a task at a
-    time (its compile and a grid's host work)."""
-    begin = 2 * pace["start_seconds"] + pace["pretrain_setup_seconds"]
+    initialization (a process's start after the grid's first saves), then compiles a task
+    at a time (its compile and a grid's host work)."""
+    begin = pace["start_seconds"] + pace["pretrain_save_seconds"] / 3
     each = pace["finetune_compile_seconds"] + pace["finetune_fixed_seconds"]
     return max(0, min(count, int((seconds - begin) // each)))
 
@@ -297,8 +296,15 @@ def calibrate(work, stop, margin=0.15, most=2.0, second=0.0):
     paths = {kind: os.path.join(work, f"{kind}.json") for kind in ("pretrain", "finetune")}
     pretrain, finetune = (load_config(paths[kind]) for kind in ("pretrain", "finetune"))
     pace = {}
-    with tempfile.TemporaryDirectory() as scratch:
-        measure(pretrain, finetune, scratch, pace)
+    try:
+        with tempfile.TemporaryDirectory() as scratch:
+            measure(pretrain, finetune, scratch, pace)
+    except Exception as error:  # the grids waiting for a plan (`stage pretrain`) end now
+        note = (f"nothing planned: the calibration failed before it planned "
+                f"({type(error).__name__}: {error}); no study job trained")
+        records.write_json(plan_path(work), {"plan": {"run": False}, "notes": [note],
+                                             "lines": [note], "written": records.now()})
+        raise
     left = stop - time.time()
     seconds, second_seconds = left * (1 - margin), second * (1 - margin)
     dispatch = pretrain["grid"].get("steps_per_dispatch", 100)

@@ -203,11 +203,13 @@ def run_pretrain(config, command, only=None, verbose=2, until_step=None, record_
                       f"{os.path.dirname(record)}", flush=True)
 
 
-def run_grid(config, seeds, command, record_only=False):
+def run_grid(config, seeds, command, record_only=False, plan=None):
     """Pre-trains one variant's seeds (`Variant`s of one group) as one program
     (`pretrain_grid`), unless they are finished; then writes each run's `run_config.json`
     (as `pretrain` writes it) and its record. A grid does not resume: the folders of an
-    unfinished one (a stopped window) are started anew."""
+    unfinished one (a stopped window) are started anew. `plan`: None, or called once the
+    grid is built and compiled (`pretrain_grid`'s `settle`): the study config to train
+    (a window's budget: its steps and save steps), or None to train nothing."""
     from experiments import config as study_config
     from experiments import records
     from keras_tupe_base.files import file_sha256
@@ -222,9 +224,21 @@ def run_grid(config, seeds, command, record_only=False):
         print(f"{prefix}: pre-training {seeds[0].preset} as one program -> "
               f"{os.path.dirname(seeds[0].run_dir)}", flush=True)
         base = study_config.pretrain_config(config, seeds[0])
+
+        def settle(_):
+            nonlocal config, base
+            config = plan()
+            if config is None:
+                return None
+            base = study_config.pretrain_config(config, seeds[0])
+            return dataclasses.replace(base, out=os.path.dirname(seeds[0].run_dir))
         pretrain_grid(dataclasses.replace(base, out=os.path.dirname(seeds[0].run_dir)),
                       [v.seed for v in seeds],
-                      steps_per_dispatch=config["grid"].get("steps_per_dispatch", 100))
+                      steps_per_dispatch=config["grid"].get("steps_per_dispatch", 100),
+                      settle=settle if plan else None)
+        if config is None:
+            print(f"{prefix}: not planned, nothing trained", flush=True)
+            return
         for v in seeds:
             records.write_json(os.path.join(v.run_dir, records.RUN_RECORD), {
                 "config": dataclasses.replace(base, out=v.run_dir, seed=v.seed).resume_key(),

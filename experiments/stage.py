@@ -897,8 +897,11 @@ def _planned_jobs(spec, tiny, work, pretrain, then, stage):
         "--second", "0" if tiny else f"{second_call_seconds():.0f}", "--margin",
         str(plan["margin"]), "--most", "1" if tiny else str(plan["most"])],
         lambda: done or "benchmark" in ended))
-    jobs += [(f"pretrain {group}", _experiment("pretrain", pretrain, ["--variants", group]),
-              planned) for group in groups]
+    # The grids start with the calibration (their set-up and compile on the host while the
+    # card is timed) and train once the plan is written, its steps.
+    jobs += [(f"pretrain {group}", [sys.executable, "-m", "experiments.stage", "pretrain",
+                                    pretrain["_path"], group, "--plan-of", work],
+              lambda: done or "benchmark" in ended) for group in groups]
     # Beside each grid, on the host: its fine-tuning programs, once it wrote an encoder
     # (seed 0's initialization, before its first step), into the shared compilation cache.
     for group in groups:
@@ -907,8 +910,11 @@ def _planned_jobs(spec, tiny, work, pretrain, then, stage):
         jobs.append((f"compile {group}", [
             sys.executable, "-m", "experiments.stage", "compile", then["_path"], *names,
             "--plan-of", work], lambda inits=inits: planned() and any(map(os.path.isdir, inits))))
-    return jobs + [finetune(group, lambda group=group: ended.get(f"pretrain {group}"),
-                            "--first-call-of", work) for group in groups]
+    # At --tiny (a CPU of two cores) a variant's fine-tuning also waits for its compile
+    # rather than compiling the same programs beside it.
+    return jobs + [finetune(group, lambda group=group: planned() and ended.get(
+        f"pretrain {group}") and (not tiny or f"compile {group}" in ended), "--first-call-of",
+                            work) for group in groups]
 
 
 def headline_record(name):
@@ -963,6 +969,22 @@ def finetune_together(config, names, command, tasks=None):
                      protocol=chosen, vocab=jobs[0]["vocab"], lowercase=jobs[0]["lowercase"],
                      data_dir=config.get("data_dir"), task_settings=config.get(
                          "task_settings"), **config["settings"], **config["grid"])
+
+
+def pretrain_planned(config, group, work, command):
+    """A planned window's grid of one variant (`group`: its seeds as one program), started
+    beside the calibration: it loads the shards, builds and compiles while the card is
+    timed, waits for the plan (`WORK/logs/plan.json`), then trains the plan's steps (the
+    prepared config as the calibration rewrote it: `run_grid`'s `plan`), or nothing where
+    the plan says so."""
+    from experiments.run import run_grid
+
+    def plan():
+        while (record := budget.read_plan(work)) is None:
+            time.sleep(1)
+        return load_config(config["_path"]) if record["plan"].get("run") else None
+    ensure_vocabulary(config, command=command)
+    run_grid(config, [v for v in variants(config) if v.group == group], command, plan=plan)
 
 
 def compile_together(config, names, tasks):
@@ -1202,11 +1224,16 @@ def main(argv=None):
                                          formatter_class=argparse.RawDescriptionHelpFormatter)
         one_line_errors(parser)
         commands = parser.add_subparsers(dest="command", required=True)
-        here, there, back, encoder, together, ahead = (
+        here, there, back, encoder, together, ahead, grid = (
             commands.add_parser(command) for command in (
-                "prepare", "run", "collect", "encoder", "finetune", "compile"))  # run's own:
-        # encoder (one in bfloat16), finetune (a planned window's variant, its encoders as
-        # one program), compile (that program, beside the variant's grid)
+                "prepare", "run", "collect", "encoder", "finetune", "compile", "pretrain"))
+        # run's own: encoder (one in bfloat16), finetune (a planned window's variant, its
+        # encoders as one program), compile (that program, beside the variant's grid),
+        # pretrain (a planned window's grid, built beside the calibration)
+        grid.add_argument("config", help="the planned window's pre-training config")
+        grid.add_argument("variant", help="the variant whose seeds train as one program")
+        grid.add_argument("--plan-of", metavar="WORK", required=True,
+                          help="train once WORK/logs/plan.json is written, its steps")
         for sub in (together, ahead):
             sub.add_argument("config", help="the planned window's fine-tuning config")
             sub.add_argument("variants", nargs="+", help="one variant's runs (its seeds)")
@@ -1235,6 +1262,10 @@ def main(argv=None):
                 encoders=args.encoders, call=args.call)
         elif args.command == "encoder":
             write_encoder(args.init, args.path)
+        elif args.command == "pretrain":
+            pretrain_planned(load_config(args.config), args.variant, args.plan_of,
+                             records.command_line(argv if argv is not None else sys.argv[1:],
+                                                  "python -m experiments.stage"))
         elif args.command == "compile":
             compile_together(load_config(args.config), args.variants,
                              budget.read_plan(args.plan_of)["plan"]["tasks"])

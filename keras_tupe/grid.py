@@ -182,6 +182,22 @@ class GridTrainer:
         # Steps trained so far: a later `fit` goes on from them (its batches' masking keys).
         self.steps_done = 0
 
+    def reschedule(self, schedule):
+        """Trains on `schedule` from now on: its steps and warm-up (inputs of the compiled
+        program, which stays). The optimizer's other settings are built in: they must
+        not change. Before the first step (e.g. once a window's budget is set), so that no
+        step ran on another schedule."""
+        kept = ("weight_decay", "clip_norm", "beta_1", "beta_2", "epsilon")
+        changed = [name for name in kept if getattr(schedule, name) != getattr(self.schedule, name)]
+        if changed:
+            raise ValueError(f"reschedule changes a schedule's total_steps and warmup_steps; "
+                             f"received other {', '.join(changed)}: build another grid.")
+        if self.steps_done:
+            raise ValueError(f"reschedule comes before the first step; this grid has trained "
+                             f"{self.steps_done}.")
+        self.schedule = schedule
+        self._steps = jnp.asarray([schedule.warmup_steps, schedule.total_steps], jnp.float32)
+
     def _build(self, build):
         models = {}
         previous = keras.config.dtype_policy()

@@ -503,16 +503,9 @@ def grid_pretrainer(config, members, steps_per_dispatch=100):
     if manifest is None:
         raise PretrainError("A grid pre-trains from token-id shards: pass shards (a folder of "
                             "keras-tupe-shard-corpus), not corpus.")
-    bad = [step for step in config.save_steps if not 0 <= step < config.steps]
-    if config.steps % config.eval_every or bad:
-        raise PretrainError(f"eval_every ({config.eval_every}) must divide steps "
-                            f"({config.steps}) and each save step lie inside the run; received "
-                            f"save_steps {config.save_steps}.")
+    _check_grid_steps(config)
     ids, labels = shard_source(config.shards)
-    count = len(ids)
-    epochs = -(-config.steps * config.batch_size // count)
-    rows = np.stack([epoch_rows(count, config.batch_size, seed, epochs)[0][:config.steps]
-                     for seed, _ in members], axis=1)
+    rows = _grid_rows(config, members, len(ids))
     vocabulary_size = manifest["vocabulary_size"]
 
     def build(seed):
@@ -523,9 +516,8 @@ def grid_pretrainer(config, members, steps_per_dispatch=100):
 
     trainer = GridTrainer(
         build, [seed for seed, _ in members], [rate for _, rate in members],
-        Schedule(config.steps, int(config.warmup_ratio * config.steps), config.weight_decay,
-                 config.clip_norm, config.adam_beta1, config.adam_beta2, config.adam_epsilon),
-        precision=config.precision, steps_per_dispatch=steps_per_dispatch)
+        _grid_schedule(config), precision=config.precision,
+        steps_per_dispatch=steps_per_dispatch)
     trainer.check_memory(config.batch_size, config.seq_len)
     masking = device_masking(vocabulary_size,
                              mask_selection_length(config.seq_len, config.mask_rate),
@@ -533,7 +525,27 @@ def grid_pretrainer(config, members, steps_per_dispatch=100):
     return trainer, (ids, labels), rows, masking
 
 
-def pretrain_grid(config, seeds, learning_rates=None, steps_per_dispatch=100):
+def _check_grid_steps(config):
+    bad = [step for step in config.save_steps if not 0 <= step < config.steps]
+    if config.steps % config.eval_every or bad:
+        raise PretrainError(f"eval_every ({config.eval_every}) must divide steps "
+                            f"({config.steps}) and each save step lie inside the run; received "
+                            f"save_steps {config.save_steps}.")
+
+
+def _grid_rows(config, members, count):
+    """Each member's rows for `config.steps` steps, `(steps, K, batch)`: its own order."""
+    epochs = -(-config.steps * config.batch_size // count)
+    return np.stack([epoch_rows(count, config.batch_size, seed, epochs)[0][:config.steps]
+                     for seed, _ in members], axis=1)
+
+
+def _grid_schedule(config):
+    return Schedule(config.steps, int(config.warmup_ratio * config.steps), config.weight_decay,
+                    config.clip_norm, config.adam_beta1, config.adam_beta2, config.adam_epsilon)
+
+
+def pretrain_grid(config, seeds, learning_rates=None, steps_per_dispatch=100, settle=None):
     """Pre-trains `config.preset` at each of `seeds` at once, in one compiled program
     (`keras_tupe.grid.GridTrainer`, JAX): `config.shards` held in device memory, each
     member's batches masked on the device (`device_masking`, the 80/10/10 rule), each in
@@ -546,6 +558,12 @@ def pretrain_grid(config, seeds, learning_rates=None, steps_per_dispatch=100):
     any training), which fine-tuning takes as `--init`. No resume and no validation: a
     run folder that exists is refused, and one this call made goes if it fails. Returns
     the folders.
+
+    `settle`: None, or `settle(config)`, called once the grid is built (shards on the
+    device, models) and its training program compiled, before any step or folder: returns
+    the config to train, whose `steps` and `save_steps` may differ (nothing else), or None
+    to train nothing (returns []). A window sets its budget meanwhile
+    (`experiments/budget.py`), its grids ready to start.
     """
     members = check_members(seeds, learning_rates or [config.learning_rate] * len(seeds))
     one_rate = len({rate for _, rate in members}) == 1
@@ -556,6 +574,21 @@ def pretrain_grid(config, seeds, learning_rates=None, steps_per_dispatch=100):
         raise PretrainError(f"{', '.join(taken)} exist: a grid starts its runs anew; choose "
                             "another out, or move them away.")
     trainer, source, rows, masking = grid_pretrainer(config, members, steps_per_dispatch)
+    if settle is not None:
+        trainer.compile_fit(source, rows[:steps_per_dispatch], transform=masking)
+        planned = settle(config)
+        if planned is None:
+            return []
+        changed = [field.name for field in dataclasses.fields(config)
+                   if field.name not in ("steps", "save_steps")
+                   and getattr(planned, field.name) != getattr(config, field.name)]
+        if changed:
+            raise PretrainError(f"settle may change steps and save_steps; it changed "
+                                f"{', '.join(changed)}.")
+        config = planned
+        _check_grid_steps(config)
+        trainer.reschedule(_grid_schedule(config))
+        rows = _grid_rows(config, members, len(source[0]))
     # One writer of `out`; a failure removes the member folders this call made.
     with output_lock(config.out, command="pretrain_grid", flag="`out`"), \
             contextlib.ExitStack() as made:

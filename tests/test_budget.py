@@ -79,8 +79,9 @@ def test_programs_compiled_beside_the_grids_buy_steps_and_are_counted_where_they
     with every compile counted (never fewer), and still fits; a compile that ends after
     the grids is counted."""
     pace = {**PACE, "finetune_compile_seconds": 40.0}
-    assert budget.compiled_ahead(pace, 25 + 43 * 2 - 1, 5) == 1  # starts after 25 s, 43 s each
-    assert budget.compiled_ahead(pace, 25 + 43 * 2, 5) == 2
+    begin = 10 + 5 / 3  # a process's start after the grid's first save; then 43 s a task
+    assert budget.compiled_ahead(pace, begin + 43 * 2 - 0.1, 5) == 1
+    assert budget.compiled_ahead(pace, begin + 43 * 2, 5) == 2
     assert budget.compiled_ahead(pace, 10, 5) == 0 and budget.compiled_ahead(pace, 1e4, 2) == 2
     ahead = {seconds: check_fits(pace, seconds, 100) for seconds in range(300, 1200, 100)}
     monkeypatch.setattr(budget, "compiled_ahead", lambda pace, seconds, count: 0)
@@ -128,15 +129,16 @@ def test_a_pace_too_slow_for_one_task_plans_nothing_and_says_why():
 def test_the_recorded_calibration_that_planned_nothing_now_plans_within_both_calls():
     """The H200's pace of the record that planned nothing (15 grids a task in one call):
     with a variant's encoders as one grid, the grids at once and a second call, the plan is
-    not empty and ends before each call's stop; the study as first written still plans
-    nothing at that pace."""
+    not empty and ends before each call's stop; the study as first written plans fewer
+    steps and tasks at that pace."""
     recorded = json.load(open(RECORDED))
     pace, seconds = recorded["pace"], recorded["plan"]["seconds_to_plan"]
     assert recorded["plan"]["run"] is False  # what the record says
     second = stage.second_call_seconds() * 0.85
     steps, tasks, first, notes = check_fits(pace, seconds, second)
     assert steps >= 1000 and tasks[:1] == ["sst2"]
-    assert plan(seconds, pace, grids=15)[1] == []  # the old shape: nothing
+    old = plan(seconds, pace, grids=15)  # the old shape
+    assert old[0] < steps and len(old[1]) < len(tasks), (old, steps, tasks)
 
 
 def test_a_second_call_goes_on_from_the_first_calls_records_or_says_why_it_cannot(tmp_path):
@@ -222,22 +224,32 @@ def test_no_study_job_starts_before_a_plan_that_says_it_fits(tmp_path, monkeypat
                                               "tupe_a_seed0", "tupe_a_seed1",
                                               "--first-call-of", work]
 
+    assert jobs["pretrain tupe_a"][0][2:] == ["experiments.stage", "pretrain",
+                                              pretrain["_path"], "tupe_a", "--plan-of", work]
+
     def ready():
         return [label for label, (_, is_ready) in jobs.items() if is_ready is None or is_ready()]
     assert ready() == ["benchmark"]
     record["_ended"]["benchmark"] = True
-    assert ready() == ["benchmark", "calibrate"]
+    grids = [f"pretrain {g}" for g in pretrain["variants"]]
+    assert ready() == ["benchmark", "calibrate", *grids]  # built beside the calibration
     os.makedirs(os.path.join(work, "logs"))
-    for run, started in ((False, []), (True, [f"pretrain {g}" for g in pretrain["variants"]])):
+    for run in (False, True):  # the grids train or not by the plan (`pretrain_planned`)
         with open(budget.plan_path(work), "w") as f:
             json.dump({"plan": {"run": run}}, f)
-        assert ready()[2:] == started
+        assert ready()[2:] == grids
+        if not run:  # a grid that ended with nothing planned: no fine-tuning follows
+            record["_ended"]["pretrain tupe_a"] = True
+            assert "finetune tupe_a" not in ready()
+            del record["_ended"]["pretrain tupe_a"]
     # A variant's compile once its grid wrote its first encoder (seed 0's initialization).
     [init] = [job["init"] for job in stage.finetune_plan(then, ["tupe_a_seed0"])
               if job["step"] == 0]
     os.makedirs(init)
     assert ready()[-1] == "compile tupe_a" and "compile bert_a" not in ready()
     record["_ended"]["pretrain tupe_a"] = True
+    assert "finetune tupe_a" not in ready()  # at --tiny, once its compile ended too
+    record["_ended"]["compile tupe_a"] = True
     assert ready()[-1] == "finetune tupe_a" and "finetune bert_a" not in ready()
 
     second = {"_ended": {}, "_stop": 1e10, "stage": "W1", "call": 2, "notes": []}
@@ -321,8 +333,9 @@ def test_the_plan_rewrites_the_prepared_configs_and_a_cut_task_takes_its_setting
                 "task_lengths": {"sst2": 88, "stsb": 88}}
     monkeypatch.setattr(budget, "measure", lambda *args: args[3].update(measured))
     monkeypatch.setattr(budget, "task_steps", lambda config: {"sst2": 600, "stsb": 600})
-    # The grids (36.5 s) and sst2 (42 s) fit 100 s; stsb (32 s more) does not.
-    stop = __import__("time").time() + 100 / 0.85
+    # The grids (6.5 s once planned: built beside the calibration) and sst2 (42 s) fit 70 s;
+    # stsb (32 s more) does not.
+    stop = __import__("time").time() + 70 / 0.85
     record = budget.calibrate(work, stop, most=1)
     finetune = load_config(os.path.join(work, "finetune.json"))
     pretrain = load_config(os.path.join(work, "pretrain.json"))

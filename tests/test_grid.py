@@ -9,6 +9,7 @@ today's `run_protocol` table. Under JAX (marked `jax`: `make test-jax`); the ref
 other backends, in `make test`.
 """
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -223,7 +224,13 @@ for total in (len(rows), 10 * len(rows)):
     losses.append(trainer.fit(source, rows[:, :2], weights[:, :2]))
     trainer.predict(source[0])
     added.append(len(entries() - before))
-print(json.dumps({"added": added, "apart": float(np.max(np.abs(losses[0] - losses[1])))}))
+# Built for the first schedule, rescheduled to the second before its first step: the second.
+trainer = GridTrainer(classifier(3), (0, 1), (1e-3, 1e-3), Schedule(len(rows), WARMUP),
+                      steps_per_dispatch=len(rows))
+trainer.reschedule(Schedule(10 * len(rows), WARMUP))
+rescheduled = trainer.fit(source, rows[:, :2], weights[:, :2])
+print(json.dumps({"added": added, "apart": float(np.max(np.abs(losses[0] - losses[1]))),
+                  "rescheduled": float(np.max(np.abs(rescheduled - losses[1])))}))
 """
 
 
@@ -235,7 +242,9 @@ def test_grids_of_one_shape_share_one_program_whatever_their_schedules(tmp_path)
     window's calibration compiles the program its run uses. It still trains on its own
     schedule: past the warm-up its losses are not the first grid's. `compile_fit` and
     `compile_predict` write the programs that the first grid's `fit` and `predict` then
-    load (none added): what a window compiles while it pre-trains."""
+    load (none added): what a window compiles while it pre-trains. A grid rescheduled
+    before its first step trains as one built on that schedule (a window's grids, built
+    before its budget is set)."""
     import json
     import subprocess
     import sys
@@ -248,7 +257,7 @@ def test_grids_of_one_shape_share_one_program_whatever_their_schedules(tmp_path)
     found = json.loads(result.stdout.splitlines()[-1])
     # (the first count holds small programs besides: the keys', the device puts')
     assert found["added"][0] >= 2 and found["added"][1:] == [0, 0], found
-    assert found["apart"] > 1e-3, found
+    assert found["apart"] > 1e-3 and found["rescheduled"] == 0, found
 
 
 @pytest.mark.jax
@@ -483,8 +492,8 @@ def test_pretrain_grid_leaves_a_run_folder_a_seed(tmp_path):
     """Two seeds of one variant pre-trained as one program from token-id shards: each seed's
     folder holds its vocabulary, its loss every `eval_every` steps, a preset folder that
     keras-hub loads, each with its own weights, its initialization (step 0) and its
-    checkpoint halfway; a second call
-    on them is refused."""
+    checkpoint halfway, for the steps `settle` set once the grid was built (the aim's
+    were 8); a second call on them is refused; a grid settled to nothing leaves nothing."""
     import keras_hub
 
     from keras_tupe.data.shards import write_shard_folder
@@ -497,10 +506,17 @@ def test_pretrain_grid_leaves_a_run_folder_a_seed(tmp_path):
     ids = np.random.default_rng(0).integers(5, VOCABULARY, (24, 16)).astype(np.int32)
     ids[:, 0] = 1
     write_shard_folder(str(tmp_path / "shards"), [ids], str(vocabulary), True, 16, 10)
-    config = PretrainConfig(preset="tupe_a_tiny", corpus=None, shards=str(tmp_path / "shards"),
-                            out=str(tmp_path / "runs"), steps=4, batch_size=4, seq_len=16,
-                            eval_every=2, save_steps=[0, 2], backbone_overrides={"num_layers": 1})
-    folders = pretrain_grid(config, seeds=[0, 1])
+    aim = PretrainConfig(preset="tupe_a_tiny", corpus=None, shards=str(tmp_path / "shards"),
+                         out=str(tmp_path / "runs"), steps=8, batch_size=4, seq_len=16,
+                         eval_every=2, save_steps=[0, 4], backbone_overrides={"num_layers": 1})
+    config = dataclasses.replace(aim, steps=4, save_steps=[0, 2])
+    settled = []
+
+    def settle(given):  # a window's budget, set once the grid is built and compiled
+        settled.append((given, os.path.exists(given.out)))
+        return config
+    folders = pretrain_grid(aim, seeds=[0, 1], settle=settle)
+    assert settled == [(aim, False)]  # before any folder; then the settled steps below
     assert [Path(f).name for f in folders] == ["seed_0", "seed_1"]
     weights = []
     for folder in map(Path, folders):
@@ -522,3 +538,7 @@ def test_pretrain_grid_leaves_a_run_folder_a_seed(tmp_path):
     assert not np.allclose(weights[0], weights[1])
     with pytest.raises(PretrainError, match="seed_0.*exist"):
         pretrain_grid(config, seeds=[0])
+    # A plan that trains nothing: no folder.
+    other = dataclasses.replace(aim, out=str(tmp_path / "unplanned"))
+    assert pretrain_grid(other, seeds=[0], settle=lambda given: None) == []
+    assert not os.path.exists(other.out)
