@@ -979,9 +979,16 @@ def pretrain_planned(config, group, work, command):
     the plan says so."""
     from experiments.run import run_grid
 
-    def plan():
+    started = time.time()
+
+    def plan():  # its log says when the grid was ready, and when the plan came
+        print(f"{group}: built and compiled in {time.time() - started:.0f} s; waiting for "
+              "the plan", flush=True)
         while (record := budget.read_plan(work)) is None:
             time.sleep(1)
+        print(f"{group}: the plan after {time.time() - started:.0f} s: " + (
+            f"{record['plan']['steps']} steps" if record["plan"].get("run") else "nothing"),
+              flush=True)
         return load_config(config["_path"]) if record["plan"].get("run") else None
     ensure_vocabulary(config, command=command)
     run_grid(config, [v for v in variants(config) if v.group == group], command, plan=plan)
