@@ -267,6 +267,44 @@ def test_no_study_job_starts_before_a_plan_that_says_it_fits(tmp_path, monkeypat
     assert budget.read_plan(work)["plan"]["call"] == 2  # written before any job
 
 
+def test_a_planned_grid_records_the_plans_steps_or_nothing(tmp_path, monkeypatch):
+    """`stage pretrain`'s grid (`run_grid(plan=...)`, `pretrain_grid` stubbed): the run
+    folders' settings and records are the plan's config (its steps), not the aim's; a plan
+    that says nothing trains nothing and records nothing."""
+    import keras_tupe.pretraining
+    from experiments import records
+    from experiments.run import run_grid
+
+    work = str(tmp_path / "work")
+    pretrain, _ = stage.stage_configs(stage.stage_spec("W1"), True, work)
+    planned = {**pretrain, "settings": {**pretrain["settings"], "steps": 20,
+                                        "save_steps": [0, 6]}}
+    seeds = [v for v in variants(pretrain) if v.group == "tupe_a"]
+    given = []
+
+    def grid(config, seeds_, steps_per_dispatch, settle):  # as pretrain_grid calls settle
+        given.append(config.steps)
+        config = settle(config)
+        if config is None:
+            return []
+        given.append(config.steps)
+        for seed in seeds_:
+            folder = os.path.join(config.out, f"seed_{seed}")
+            os.makedirs(folder)
+            open(os.path.join(folder, "vocab.txt"), "w").write("[PAD]\n")
+        return []
+    monkeypatch.setattr(keras_tupe.pretraining, "pretrain_grid", grid)
+    run_grid(pretrain, seeds, "test", plan=lambda: planned)
+    assert given == [pretrain["settings"]["steps"], 20]
+    for v in seeds:
+        pinned = records.read_json(os.path.join(v.run_dir, records.RUN_RECORD))
+        assert pinned["config"]["steps"] == 20 and pinned["config"]["save_steps"] == [0, 6]
+    other = [v for v in variants(pretrain) if v.group == "bert_a"]
+    run_grid(pretrain, other, "test", plan=lambda: None)
+    assert given[2:] == [pretrain["settings"]["steps"]]  # built, then nothing planned
+    assert not any(os.path.exists(v.run_dir) for v in other)
+
+
 def test_a_grid_study_is_a_run_a_seed_in_the_folders_pretrain_grid_leaves(tmp_path):
     config = load_config("w1_pretrain")
     runs = variants(config)

@@ -515,7 +515,8 @@ def test_pretrain_grid_leaves_a_run_folder_a_seed(tmp_path):
     def settle(given):  # a window's budget, set once the grid is built and compiled
         settled.append((given, os.path.exists(given.out)))
         return config
-    folders = pretrain_grid(aim, seeds=[0, 1], settle=settle)
+    # 2-step dispatches: the program `settle` waits on is the one the 2-step segments run.
+    folders = pretrain_grid(aim, seeds=[0, 1], settle=settle, steps_per_dispatch=2)
     assert settled == [(aim, False)]  # before any folder; then the settled steps below
     assert [Path(f).name for f in folders] == ["seed_0", "seed_1"]
     weights = []
@@ -540,5 +541,6 @@ def test_pretrain_grid_leaves_a_run_folder_a_seed(tmp_path):
         pretrain_grid(config, seeds=[0])
     # A plan that trains nothing: no folder.
     other = dataclasses.replace(aim, out=str(tmp_path / "unplanned"))
-    assert pretrain_grid(other, seeds=[0], settle=lambda given: None) == []
+    assert pretrain_grid(other, seeds=[0], settle=lambda given: None,
+                         steps_per_dispatch=2) == []
     assert not os.path.exists(other.out)
