@@ -190,11 +190,12 @@ def _check(config, path):
         grid = config.get("grid")
         if grid is not None and (not isinstance(grid, dict) or set(grid) - {
                 "precision", "steps_per_dispatch"} or config["settings"].get("pad_each_batch")
-                or "squad" in config["tasks"]):
-            _fail(path, "`grid` trains each GLUE task's rates x seeds as one program: "
+                or ("squad" in config["tasks"] and config["settings"].get("split_seed") is None)):
+            _fail(path, "`grid` trains each task's rates x seeds as one program: "
                         "{\"precision\": \"float32\" or \"mixed_bfloat16\", "
                         "\"steps_per_dispatch\": N}, without `pad_each_batch` (one shape a "
-                        f"task) and not for SQuAD. Received: {grid!r}")
+                        "task), and for SQuAD with `settings.split_seed` (one article split "
+                        f"for every member). Received: {grid!r}")
     else:
         _require(config, path, ("pretrain_configs", "lengths", "valid_corpus",
                                 "tokens_per_batch", "batches", "seed"))

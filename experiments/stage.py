@@ -460,7 +460,7 @@ def window_one(name, limit, pace=None):
                               f"{split['second_call_planned_seconds']:.0f} s. "
                               if tasks[in_first:] else "nothing left. ")
         + (" ".join(notes) + ". " if notes else "") + basis + ". Not the plan: the card's "
-        f"first minute times the grids again and plans from that (experiments/budget.py)."]
+        "first minute times the grids again and plans from that (experiments/budget.py)."]
 
 
 def programme(name, pace, limit):
@@ -490,22 +490,28 @@ def programme(name, pace, limit):
             with open(then["squad_file"]) as f:
                 questions = sum(len(q["qas"]) for a in json.load(f)["data"]
                                 for q in a["paragraphs"])
-            runs_an_encoder = len(then["learning_rates"]) + len(then["seeds"]) - 1
-            squad = count * runs_an_encoder * then["settings"]["epochs"] * -(-round(
+            a_run = then["settings"]["epochs"] * -(-round(
                 questions * (1 - then["settings"]["eval_fraction"])
                 * assumed["squad_windows_a_question"]) // then["settings"]["batch_size"])
-            seconds += squad * tune + count * pace["finetune_start_seconds"]
-            what = (f"{count} encoders pre-trained, then SQuAD ({squad} steps: {count} x "
-                    f"{runs_an_encoder} runs x {then['settings']['epochs']} epochs)")
+            if then.get("grid"):  # an encoder's runs as one program a round
+                grid_seconds, what = squad_grid_seconds(then, a_run)
+                seconds += count * grid_seconds + pace["finetune_start_seconds"]
+                what = f"{count} encoders pre-trained, then SQuAD {what}"
+            else:
+                runs_an_encoder = len(then["learning_rates"]) + len(then["seeds"]) - 1
+                squad = count * runs_an_encoder * a_run
+                seconds += squad * tune + count * pace["finetune_start_seconds"]
+                what = (f"{count} encoders pre-trained, then SQuAD ({squad} steps: {count} x "
+                        f"{runs_an_encoder} runs x {then['settings']['epochs']} epochs, run "
+                        f"by run, a step as long as an SST-2 one, {tune:.3f} s)")
         parts.append((stage, what, seconds))
     total = sum(seconds for _, _, seconds in parts)
-    lines.append(f"(ii) the 12-encoding length study and Huang's SQuAD study: " + "; ".join(
+    lines.append("(ii) the 12-encoding length study and Huang's SQuAD study: " + "; ".join(
         f"{stage} {what}: about {seconds:.0f} s" for stage, what, seconds in parts)
         + f"; in all about {total:.0f} s, {total / limit:.1f} calls of {limit:.0f} s"
         + (" (one window)" if total <= window - 60 else
            ": more than one window at this pace") + f"; basis: {pace['basis']} "
-        f"({step * 1000:.1f} ms a pre-training step, {at_once} at once; a SQuAD step as long "
-        f"as an SST-2 one, {tune:.3f} s, run by run), "
+        f"({step * 1000:.1f} ms a pre-training step, {at_once} at once), "
         f"{assumed['squad_windows_a_question']} windows of {then['settings']['seq_len']} a "
         f"question and {assumed['length_seconds']} s a length an encoder (stated).")
     # (iii): every S2 row but the headline's
@@ -526,6 +532,33 @@ def programme(name, pace, limit):
                  f"{pace['benchmark_row_seconds']} s a row (stated; window (i)'s headline "
                  "times the real one).")
     return lines
+
+
+def squad_grid_seconds(config, steps):
+    """`(seconds, what)`: one encoder's SQuAD runs of `config` (a study with `grid`), each
+    round of its protocol one program of `steps` steps (`run_squad_protocol(grid=True)`),
+    at the pace of W1's latest calibration record (`w1_pace`): its fine-tuning grid's step,
+    compile and host work a round. The rounds counted are the most the protocol can take:
+    every rate x every seed, then with a selection seed and edge rates an edge rate with
+    it and that rate's other seeds."""
+    pace, path = w1_pace()
+    settings = config["settings"]
+    members = len(config["learning_rates"]) * len(config["seeds"])
+    rounds = 3 if config.get("selection_seed") is not None and config.get(
+        "edge_learning_rates") else 1
+    # The timed grid's step, at its members and length; another count of members, or a
+    # longer row, scaled at the pre-training grid's token rate (as `window_one`).
+    timed_length = pace.get("finetune_length", settings["seq_len"])
+    step = pace["finetune_step_seconds"] * max(1.0, settings["seq_len"] / timed_length)
+    if members != pace.get("finetune_members", members):
+        step = max(step, members * settings["batch_size"] * settings["seq_len"]
+                   / pace["pretrain_tokens_per_second"])
+    a_round = pace["finetune_compile_seconds"] + pace["finetune_fixed_seconds"] + steps * step
+    return rounds * a_round, (
+        f"as a grid an encoder ({members} members, {steps} steps; up to {rounds} rounds of "
+        f"{a_round:.0f} s: a {step * 1000:.1f} ms step, a compile of "
+        f"{pace['finetune_compile_seconds']:.0f} s and {pace['finetune_fixed_seconds']:.0f} s "
+        f"of host work, W1's fine-tuning grid as {path} times it)")
 
 
 def gpu_pace():

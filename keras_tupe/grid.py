@@ -365,11 +365,16 @@ class GridTrainer:
 
     def predict(self, x, batch_size=256):
         """Every member's outputs on `x` (a nest of arrays, first axis the examples), in
-        inference mode: `(K, examples, ...)` (NumPy). One compiled program a shape."""
+        inference mode: `(K, examples, ...)` (NumPy), or a nest of them for a task of
+        several outputs (e.g. `TupeSpanQA`'s start and end logits). One compiled program
+        a shape."""
         program, arguments, count = self._prediction(x, batch_size)
-        outputs = np.asarray(program(*arguments), np.float32)  # (batches, K, batch, ...)
-        outputs = np.moveaxis(outputs, 1, 0).reshape((self.size, -1) + outputs.shape[3:])
-        return outputs[:, :count]
+
+        def members_first(leaf):  # (batches, K, batch, ...) -> (K, examples, ...)
+            leaf = np.asarray(leaf, np.float32)
+            return np.moveaxis(leaf, 1, 0).reshape((self.size, -1) + leaf.shape[3:])[:, :count]
+
+        return keras.tree.map_structure(members_first, program(*arguments))
 
     def compile_predict(self, x, batch_size=256):
         """Compiles the program `predict` runs on these arguments, without running it (as

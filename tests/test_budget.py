@@ -325,6 +325,22 @@ def test_a_grid_study_is_a_run_a_seed_in_the_folders_pretrain_grid_leaves(tmp_pa
         load_config(str(path))
 
 
+def test_a_squad_study_trains_as_a_grid_only_on_one_article_split(tmp_path):
+    """S6's SQuAD trains an encoder's runs as one program a round; a grid cuts one article
+    split for all its members, so a grid study without `split_seed` is refused."""
+    config = load_config("squad_long")
+    assert config["grid"] == {"precision": "mixed_bfloat16", "steps_per_dispatch": 100}
+    assert "grid" not in load_config("squad_relative")  # recorded run by run
+    raw = {k: v for k, v in config.items() if not k.startswith("_")}
+    settings = {k: v for k, v in raw["settings"].items() if k != "split_seed"}
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({**raw, "settings": settings}))
+    with pytest.raises(StudyError, match="for SQuAD with `settings.split_seed`"):
+        load_config(str(path))
+    path.write_text(json.dumps({**raw, "settings": settings, "grid": None}))
+    assert load_config(str(path))["settings"] == settings  # run by run: a split a seed
+
+
 def test_prepare_prints_the_three_windows_and_refuses_a_first_one_that_cannot_fit():
     """Window (i) at the recorded pace, planned as the card plans, by call, with its basis;
     refused, with the figures, at a pace where not even the least plan fits."""
@@ -335,7 +351,10 @@ def test_prepare_prints_the_three_windows_and_refuses_a_first_one_that_cannot_fi
                      r"\d+ s; then, at the recorded pace, \d+ pre-training steps .* Call 2 "
                      r"\(timeout_s about 165: .*basis: W1's calibration record \(docs/results/"
                      r"records/stages/W1/check/plan.json", lines[1]), lines[1]
-    assert "SQuAD (" in lines[2] and "scored at [128, 256, 512, 1024]" in lines[2]
+    assert "scored at [128, 256, 512, 1024]" in lines[2]
+    # S6's SQuAD as a grid an encoder, at W1's fine-tuning grid: 9 members, 3 rounds at most.
+    assert re.search(r"S6 4 encoders pre-trained, then SQuAD as a grid an encoder \(9 members, "
+                     r"\d+ steps; up to 3 rounds of \d+ s: a 17.2 ms step, a compile of 41 s", lines[2])
     assert "less the headline's 6 rows" in lines[3]
     slow = {**stage.w1_pace()[0], "finetune_step_seconds": 1.0}
     with pytest.raises(StudyError, match=r"Stage W1 does not fit: even the least plan \(the "

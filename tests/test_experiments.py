@@ -1050,7 +1050,7 @@ STUDY_DIGESTS = {
     "relative": "496bb85201469cf0", "relative_v2": "876c9660d8263730",
     "relative_v2_seed1": "311be904390720a7", "speed_bf16_noxla": "71247ec624296fa3",
     "speed_bf16_xla": "00797f4b9b550eea", "speed_f32_noxla": "6f43cc8bf3353108",
-    "speed_f32_xla": "add8837984df753b", "squad_long": "3b70f990e01b5722",
+    "speed_f32_xla": "add8837984df753b", "squad_long": "647ef9e5ed1a775b",
     "squad_relative": "6824bf86b7b9a270", "stage_s1": "2c77a5e53a098254",
     "stage_s3": "05d6179eb1939ea3", "stage_s4": "1e8db249a1b84bbf",
     "sweep_lr1e3_wu05": "0ecb38478986eeb2", "sweep_lr1e3_wu20": "96cf594c8a01fe29",

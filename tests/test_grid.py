@@ -338,6 +338,70 @@ def test_the_glue_protocol_through_grids_gives_run_protocols_table(encoder, tmp_
         assert abs(runs[key] - grid[key]) <= 1e-2, (runs, grid)  # percentage points
 
 
+@pytest.fixture(scope="module")
+def squad_file(tmp_path_factory):
+    """Six articles of SQuAD dev, the first six questions of each one's first paragraph."""
+    import json
+
+    found = json.loads((DATA_DIR / "squad" / "dev-v1.1.json").read_text())
+    found["data"] = [{**article, "paragraphs": [{**article["paragraphs"][0], "qas": article[
+        "paragraphs"][0]["qas"][:6]}]} for article in found["data"][:6]]
+    path = tmp_path_factory.mktemp("squad") / "squad.json"
+    path.write_text(json.dumps(found))
+    return path
+
+
+@pytest.mark.jax
+def test_a_squad_grid_member_is_the_run_of_its_seed_and_rate(encoder, squad_file, monkeypatch):
+    """Two members of other rates and seeds on SQuAD windows: each one's start and end
+    logits within 1e-4 of `finetune_squad`'s run at its rate and seed (on Grain: the
+    batches a grid member gets) and its EM/F1 the same; one program for training, one for
+    predicting. (`run_squad_protocol(grid=True)` runs these grids in `Protocol.grid_rounds`,
+    as GLUE's above; S6's rehearsal in test_stages.py runs it.)"""
+    from keras_tupe.finetuning import finetune_squad
+    from keras_tupe.finetuning import squad as squad_runs
+    from keras_tupe_base.settings import SquadConfig
+
+    seen = []  # each run's logits, in the order it is scored
+    original = squad_runs.postprocess
+
+    def postprocess(features, start, end, articles, **kwargs):
+        seen.append(np.stack([np.asarray(start, np.float64), np.asarray(end, np.float64)]))
+        return original(features, start, end, articles, **kwargs)
+
+    monkeypatch.setattr(squad_runs, "postprocess", postprocess)
+    config = SquadConfig(init=str(encoder), epochs=1, batch_size=8, seq_len=64, doc_stride=32,
+                         max_query_length=16, offline_split=str(squad_file), eval_fraction=0.34,
+                         split_seed=0, data_loader="grain")
+    members = [(0, 1e-3), (1, 1e-4)]
+    runs = [finetune_squad(dataclasses.replace(config, seed=seed, learning_rate=rate))
+            for seed, rate in members]
+    grid = squad_runs.finetune_squad_grid(config, [rate for _, rate in members],
+                                          [seed for seed, _ in members])
+    run_logits, grid_logits = seen[:2], seen[2:]
+    assert len(grid_logits) == 2 and {found["grid_compiles"] for found in grid} == {2}
+    for (seed, rate), run, found, expected, logits in zip(members, runs, grid, run_logits,
+                                                          grid_logits):
+        assert (found["seed"], found["learning_rate"]) == (seed, rate)
+        np.testing.assert_allclose(logits, expected, atol=1e-4, rtol=0, err_msg=str(seed))
+        assert (found["exact_match"], found["f1"], found["train_features"]) == (
+            run["exact_match"], run["f1"], run["train_features"])
+    # Two different runs: had the members' rates or seeds been swapped, the logits would
+    # not have matched above.
+    assert np.max(np.abs(run_logits[0] - run_logits[1])) > 1e-2
+
+
+def test_a_squad_grid_on_an_offline_split_needs_its_split_seed(tmp_path):
+    """Run by run each seed cuts its own offline split; a grid cuts one: refused without
+    `split_seed`, before any folder, on any backend."""
+    from keras_tupe.finetuning import run_squad_protocol
+
+    with pytest.raises(ValueError, match="split_seed"):
+        run_squad_protocol("unused", str(tmp_path / "out"), learning_rates=[1e-3], seeds=[0, 1],
+                           grid=True, offline_split="squad.json")
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.jax
 def test_compile_protocol_compiles_the_grid_run_protocol_runs(encoder, tmp_path, monkeypatch):
     """A window compiles a variant's fine-tuning beside its grid (`compile_protocol`, one

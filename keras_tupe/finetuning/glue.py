@@ -416,14 +416,7 @@ def _run_grids(protocol, tasks, encoders, splits, task_settings, config_kwargs,
     """`run_protocol`'s rounds of grids: each task's runs to do of every encoder
     (`(init, results_path, rows)`), in one program a round."""
     for task in tasks:
-        todo = []
-        for _, _, rows in encoders:
-            done = {(row["learning_rate"], row.get("seed")) for row in rows
-                    if row["task"] == task}
-            todo.append([(rate, seed) for rate in protocol.learning_rates
-                         for seed in protocol.seeds if (rate, seed) not in done])
-        while members := [(index, rate, seed) for index, (runs, (_, _, rows)) in enumerate(
-                zip(todo, encoders)) for rate, seed in runs or protocol.runs_to_do(rows, task)]:
+        for members in protocol.grid_rounds([rows for _, _, rows in encoders], task):
             if config_kwargs.get("progress"):
                 print(f"{task}: {len(members)} runs in one grid ...", flush=True)
             settings = {**config_kwargs, **task_settings.get(task, {})}
@@ -442,7 +435,6 @@ def _run_grids(protocol, tasks, encoders, splits, task_settings, config_kwargs,
                 scores = {split: round(100 * m["score"], 2) for split, m in row["dev"].items()}
                 print(f"{task} lr={row['learning_rate']:g} seed={row['seed']}"
                       f"{f' {init}' if len(encoders) > 1 else ''}: {scores}", flush=True)
-            todo = [[] for _ in encoders]
 
 
 def compile_protocol(tasks, init, encoders=1, learning_rates=PAPER_LEARNING_RATES,

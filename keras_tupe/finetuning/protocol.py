@@ -98,6 +98,24 @@ class Protocol:
                 if len(rows) == count:
                     raise RuntimeError(f"{task}: the run {todo[0]} left no result")
 
+    def grid_rounds(self, rows_by_encoder, task):
+        """Yields the rounds of a grid fine-tuning of `task` (each round one program):
+        `[(encoder index, rate, seed)]`, first every rate x every seed that an encoder's
+        rows lack, then the runs `runs_to_do` still asks for (an edge rate, the chosen
+        rate's other seeds), until none. `rows_by_encoder` (one list of rows an encoder)
+        grows as the caller appends each round's rows."""
+        todo = [[(rate, seed) for rate in self.learning_rates for seed in self.seeds
+                 if (rate, seed) not in {(row["learning_rate"], row.get("seed"))
+                                         for row in rows if row["task"] == task}]
+                for rows in rows_by_encoder]
+        while members := [(index, rate, seed) for index, (runs, rows) in enumerate(
+                zip(todo, rows_by_encoder)) for rate, seed in runs or self.runs_to_do(rows, task)]:
+            count = sum(map(len, rows_by_encoder))
+            yield members
+            if sum(map(len, rows_by_encoder)) == count:
+                raise RuntimeError(f"{task}: the grid's round {members} left no result")
+            todo = [[] for _ in rows_by_encoder]
+
     def size(self, rows, tasks):
         """The runs of the protocol when complete, as far as `rows` tell: rates x seeds a
         task, or with a selection seed every rate run with it (the grid and the edges it

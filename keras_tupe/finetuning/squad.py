@@ -7,13 +7,15 @@ import os
 import time
 
 import keras
+import numpy as np
 
 from keras_tupe.data import squad
 from keras_tupe.finetuning.batches import batches, resolve_loader
-from keras_tupe.finetuning.glue import fit_task, task_tokenizer
+from keras_tupe.finetuning.glue import GRID_SETTINGS, fit_task, task_tokenizer
 from keras_tupe.finetuning.loading import FINETUNING_RECORD, load_backbone
 from keras_tupe.finetuning.protocol import Protocol
 from keras_tupe.finetuning.summary import append_result, read_results
+from keras_tupe.grid import GridTrainer, Schedule, check_backend, check_members, epoch_rows
 from keras_tupe.metrics import squad_evaluate
 from keras_tupe.models import TupeSpanQA, TupeSpanQAPreprocessor
 from keras_tupe.models.preset_folders import refuse_existing_folder, write_preset_folder
@@ -23,6 +25,52 @@ from keras_tupe_base.output_lock import output_lock
 from keras_tupe_base.progress import Heartbeat
 from keras_tupe_base.settings import SquadConfig
 from keras_tupe_base.staging import write_json, write_text
+
+
+@dataclasses.dataclass(frozen=True)
+class SquadData:
+    """A SQuAD run's windows: what every run of one config trains and is scored on."""
+
+    preprocessor: TupeSpanQAPreprocessor
+    train_features: object  # `SquadFeatures`
+    eval_features: object
+    eval_articles: list
+    label: str  # where the questions came from, for the record
+
+
+def squad_data(config, tokenizer):
+    """The train and evaluation windows of `config` (its files or its offline split, at
+    its `split_seed`, else its `seed`), cut by `TupeSpanQAPreprocessor.featurize_articles`."""
+    preprocessor = TupeSpanQAPreprocessor(tokenizer, sequence_length=config.seq_len,
+                                          doc_stride=config.doc_stride,
+                                          max_query_length=config.max_query_length)
+    if config.offline_split:
+        articles = squad.load_squad(config.offline_split)
+        split_seed = config.seed if config.split_seed is None else config.split_seed
+        train_articles, eval_articles = squad.split_articles(
+            articles, eval_fraction=config.eval_fraction, seed=split_seed)
+        label = (f"article-level split of {config.offline_split} "
+                 f"({1 - config.eval_fraction:.0%}/{config.eval_fraction:.0%}, seed {split_seed}); "
+                 "NOT the official SQuAD train/dev split")
+        train_source = eval_source = config.offline_split
+    else:
+        train_articles, eval_articles = squad.load_squad(config.train), squad.load_squad(config.eval)
+        label = f"train={config.train}, eval={config.eval}"
+        train_source, eval_source = config.train, config.eval
+    if config.verbose == 0:  # progress lines of our own instead of Keras's
+        print(f"Windowing the questions into {config.seq_len}-token features ({label}) ...",
+              flush=True)
+    train_features = preprocessor.featurize_articles(train_articles, training=True)
+    if config.max_train_examples:
+        train_features = train_features.head(config.max_train_examples)
+    if not len(train_features):
+        raise ValueError(
+            f"SQuAD {train_source}: no training question has its first answer's text in its "
+            "context at the given answer_start (or nearby), so nothing is left to train on.")
+    eval_features = preprocessor.featurize_articles(eval_articles, training=False)
+    if not len(eval_features):
+        raise ValueError(f"SQuAD {eval_source}: no question to evaluate on.")
+    return SquadData(preprocessor, train_features, eval_features, eval_articles, label)
 
 
 def finetune_squad(config):
@@ -44,36 +92,10 @@ def finetune_squad(config):
     backbone = load_backbone(config.init)
     backbone.check_sequence_length(config.seq_len)
     tokenizer = task_tokenizer(config.init, backbone, config.vocab, config.lowercase)
-    preprocessor = TupeSpanQAPreprocessor(tokenizer, sequence_length=config.seq_len,
-                                          doc_stride=config.doc_stride,
-                                          max_query_length=config.max_query_length)
-    if config.offline_split:
-        articles = squad.load_squad(config.offline_split)
-        split_seed = config.seed if config.split_seed is None else config.split_seed
-        train_articles, eval_articles = squad.split_articles(
-            articles, eval_fraction=config.eval_fraction, seed=split_seed)
-        label = (f"article-level split of {config.offline_split} "
-                 f"({1 - config.eval_fraction:.0%}/{config.eval_fraction:.0%}, seed {split_seed}); "
-                 "NOT the official SQuAD train/dev split")
-        train_source = eval_source = config.offline_split
-    else:
-        train_articles, eval_articles = squad.load_squad(config.train), squad.load_squad(config.eval)
-        label = f"train={config.train}, eval={config.eval}"
-        train_source, eval_source = config.train, config.eval
+    data = squad_data(config, tokenizer)
+    train_features, eval_features = data.train_features, data.eval_features
+    eval_articles, label, preprocessor = data.eval_articles, data.label, data.preprocessor
     talk = config.verbose == 0  # progress lines of our own instead of Keras's
-    if talk:
-        print(f"Windowing the questions into {config.seq_len}-token features ({label}) ...",
-              flush=True)
-    train_features = preprocessor.featurize_articles(train_articles, training=True)
-    if config.max_train_examples:
-        train_features = train_features.head(config.max_train_examples)
-    if not len(train_features):
-        raise ValueError(
-            f"SQuAD {train_source}: no training question has its first answer's text in its "
-            "context at the given answer_start (or nearby), so nothing is left to train on.")
-    eval_features = preprocessor.featurize_articles(eval_articles, training=False)
-    if not len(eval_features):
-        raise ValueError(f"SQuAD {eval_source}: no question to evaluate on.")
     labels = {"start_positions": train_features.start_positions,
               "end_positions": train_features.end_positions}
     train, steps_per_epoch = batches(train_features.inputs, labels, config.batch_size,
@@ -106,39 +128,163 @@ def finetune_squad(config):
     return result
 
 
+def check_one_split(offline_split, split_seed):
+    """Raises ValueError for a grid on an offline split without `split_seed`: run by run
+    each seed cuts its own split; a grid cuts one for every member."""
+    if offline_split and split_seed is None:
+        raise ValueError(f"A grid cuts one split of {offline_split} for all its members; "
+                         "without split_seed each run's split follows its seed. Set "
+                         "split_seed (valid: an int >= 0).")
+
+
+def finetune_squad_grid(config, learning_rates, seeds, precision="float32",
+                        steps_per_dispatch=100, inits=None, compile_only=False, data=None):
+    """Fine-tunes `config.init` on SQuAD at every `(learning_rates[i], seeds[i])` at once,
+    in one compiled program (`keras_tupe.grid.GridTrainer`, JAX); returns a result a
+    member, as `finetune_squad` returns for one run, with its `learning_rate` and `seed`.
+    `inits` (one encoder a member, of one architecture and `config`'s vocabulary) trains
+    several encoders in the program, as `finetune_glue_grid`.
+
+    Each member is the run `finetune_squad` makes at its rate and seed on the Grain loader
+    (the same initialization, dropout seeds and batch order; its smaller last batch is the
+    grid's full one with the copies weighted 0): the windows are cut once for every
+    member, so an offline split is cut at `split_seed`, which must be set.
+    `config.learning_rate` and `config.seed` are not used. `data` (`squad_data`'s)
+    skips windowing again. `compile_only`: as in `finetune_glue_grid`.
+    """
+    check_backend()
+    members = check_members(seeds, learning_rates)
+    check_one_split(config.offline_split, config.split_seed)
+    check_question_room(config.seq_len, config.max_query_length, ("seq_len", "max_query_length"))
+    if data is None:
+        backbone = load_backbone(config.init)
+        backbone.check_sequence_length(config.seq_len)
+        data = squad_data(config, task_tokenizer(config.init, backbone, config.vocab,
+                                                 config.lowercase))
+    train, evaluated = data.train_features, data.eval_features
+    orders = [epoch_rows(len(train), config.batch_size, seed, config.epochs)
+              for seed, _ in members]
+    rows, weights = (np.stack(parts, axis=1) for parts in zip(*orders))
+    steps = len(rows)
+    # `finetune_squad`'s model, without its preprocessor: the grid takes the windows.
+    trainer = GridTrainer(lambda seed, init=config.init: TupeSpanQA(load_backbone(init)),
+                          [seed for seed, _ in members], [rate for _, rate in members],
+                          Schedule(steps, int(config.warmup_ratio * steps), config.weight_decay),
+                          precision=precision, steps_per_dispatch=steps_per_dispatch,
+                          inits=inits)
+    trainer.check_memory(config.batch_size, config.seq_len)
+    source = (train.inputs, {"start_positions": train.start_positions,
+                             "end_positions": train.end_positions})
+    if compile_only:
+        return {"compile_seconds": trainer.compile_fit(source, rows, weights)
+                + trainer.compile_predict(evaluated.inputs, config.batch_size)}
+    start = time.perf_counter()
+    trainer.fit(source, rows, weights)
+    seconds = time.perf_counter() - start
+    outputs = trainer.predict(evaluated.inputs, config.batch_size)
+    results = []
+    for k, (seed, rate) in enumerate(members):
+        predictions = postprocess(evaluated, outputs["start_positions"][k],
+                                  outputs["end_positions"][k], data.eval_articles)
+        results.append({"learning_rate": rate, "seed": seed, "data": data.label,
+                        **squad_evaluate(data.eval_articles, predictions),
+                        "train_features": int(len(train)), "train_seconds": seconds,
+                        "eval_questions": len(predictions), "grid_members": len(members),
+                        "grid_compiles": trainer.compiles, "precision": precision,
+                        "data_loader": "grid"})
+    return results
+
+
 def run_squad_protocol(init, out_dir, learning_rates=None, seeds=None, selection_seed=None,
-                       edge_learning_rates=(), protocol=None, **config_kwargs):
+                       edge_learning_rates=(), protocol=None, grid=False, together=(),
+                       **config_kwargs):
     """`finetune_squad` over learning rates x seeds, resumable, as `run_protocol` for GLUE
     (`protocol`, a `Protocol`, or the four arguments that make one, as there).
 
     Each finished run is appended to `out_dir/results.jsonl` as a row of the GLUE
     protocol's form (`task` "squad", `learning_rate`, `seed`, `dev`: `{"eval":
     {"exact_match", "f1", "score"}}`, score = F1 / 100), so the GLUE summaries and
-    study reports read it; a run already there is skipped. Returns every row.
+    study reports read it; a run already there is skipped. Returns every row (of
+    `out_dir`).
+
+    With `grid` (JAX), the runs train together in one program a round
+    (`finetune_squad_grid`, its `precision` and `steps_per_dispatch` among the
+    settings), in `run_protocol(grid=True)`'s rounds: every rate x every seed, then any
+    edge rate the choice asks for, then that rate's other seeds. `together` (with
+    `grid`): more encoders `(init, out_dir)` of `init`'s architecture and vocabulary,
+    trained in the same programs, each with its own folder, lock and `results.jsonl`.
     """
     if protocol is None:
         if learning_rates is None or seeds is None:
             raise ValueError("run_squad_protocol needs a `protocol` or `learning_rates` and "
                              "`seeds`.")
         protocol = Protocol(learning_rates, seeds, selection_seed, edge_learning_rates)
-    with output_lock(out_dir, command="finetune_squad", flag="`out_dir=`"):
-        os.makedirs(out_dir, exist_ok=True)
-        results_path, rows = read_results(out_dir)
+    grid_settings = {key: config_kwargs.pop(key) for key in GRID_SETTINGS if key in config_kwargs}
+    if grid:
+        check_one_split(config_kwargs.get("offline_split"), config_kwargs.get("split_seed"))
+        check_backend()
+    elif grid_settings or together:
+        raise ValueError(f"{sorted(grid_settings) or 'together'} set how a grid trains; pass "
+                         "grid=True.")
+    encoders = [(init, out_dir), *together]
+    with contextlib.ExitStack() as locks:
+        found = []
+        for _, folder in encoders:
+            locks.enter_context(output_lock(folder, command="finetune_squad",
+                                            flag="`out_dir=`"))
+            os.makedirs(folder, exist_ok=True)
+            found.append(read_results(folder))
+        if grid:
+            _run_squad_grids(protocol, [(start, *paths) for (start, _), paths in zip(
+                encoders, found)], config_kwargs, grid_settings)
+            return found[0][1]
+        results_path, rows = found[0]
         for _, rate, seed in protocol.runs(rows, ["squad"]):
             number = protocol.run_number(rows, ["squad"])
             print(f"squad lr={rate:g} seed={seed}: fine-tuning ({number}) ...", flush=True)
             start = time.perf_counter()
             config = SquadConfig(init=init, learning_rate=rate, seed=seed, **config_kwargs)
             result = finetune_squad(config)
-            row = {"task": "squad", "learning_rate": rate, "seed": seed, "epochs": config.epochs,
-                   "data": result["data"], "train_features": result["train_features"],
-                   "eval_questions": result["eval_questions"],
-                   "train_seconds": result["train_seconds"],
-                   "dev": {"eval": {"exact_match": result["exact_match"], "f1": result["f1"],
-                                    "score": result["f1"] / 100}},
-                   "wall_seconds": time.perf_counter() - start}
+            row = _squad_row(rate, seed, config.epochs, result)
+            row["wall_seconds"] = time.perf_counter() - start
             rows.append(row)
             append_result(results_path, row)
             print(f"squad lr={rate:g} seed={seed}: EM {result['exact_match']:.2f}, "
                   f"F1 {result['f1']:.2f}", flush=True)
         return rows
+
+
+def _squad_row(rate, seed, epochs, result):
+    """A run's row of `results.jsonl` (the GLUE protocol's form)."""
+    kept = ("data", "train_features", "eval_questions", "train_seconds", "grid_members",
+            "grid_compiles", "precision")
+    return {"task": "squad", "learning_rate": rate, "seed": seed, "epochs": epochs,
+            **{key: result[key] for key in kept if key in result},
+            "dev": {"eval": {"exact_match": result["exact_match"], "f1": result["f1"],
+                             "score": result["f1"] / 100}}}
+
+
+def _run_squad_grids(protocol, encoders, config_kwargs, grid_settings):
+    """`run_squad_protocol`'s rounds of grids over `encoders` (`(init, results_path,
+    rows)`), the windows cut once for every round."""
+    init = encoders[0][0]
+    base = SquadConfig(init=init, **config_kwargs)
+    backbone = load_backbone(init)
+    backbone.check_sequence_length(base.seq_len)
+    data = squad_data(base, task_tokenizer(init, backbone, base.vocab, base.lowercase))
+    for members in protocol.grid_rounds([rows for _, _, rows in encoders], "squad"):
+        print(f"squad: {len(members)} runs in one grid ...", flush=True)
+        start = time.perf_counter()
+        found = finetune_squad_grid(
+            base, [rate for _, rate, _ in members], [seed for _, _, seed in members],
+            **grid_settings, data=data,
+            inits=[encoders[index][0] for index, _, _ in members] if len(encoders) > 1 else None)
+        for (index, _, _), result in zip(members, found):
+            start_from, results_path, rows = encoders[index]
+            row = _squad_row(result["learning_rate"], result["seed"], base.epochs, result)
+            row["wall_seconds"] = time.perf_counter() - start  # the whole grid's
+            rows.append(row)
+            append_result(results_path, row)
+            print(f"squad lr={row['learning_rate']:g} seed={row['seed']}"
+                  f"{f' {start_from}' if len(encoders) > 1 else ''}: EM "
+                  f"{result['exact_match']:.2f}, F1 {result['f1']:.2f}", flush=True)
