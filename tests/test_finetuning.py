@@ -196,12 +196,13 @@ def test_sst2_end_to_end_beats_chance_and_writes_the_table(encoder_dir, tmp_path
     out = tmp_path / "glue"
     code, err = run(["--init", str(encoder_dir), "--tasks", "sst2", "--data-dir", str(DATA_DIR),
                      "--learning-rates", "1e-3", "--seeds", "0", "1", "2", "--epochs", "2",
-                     "--max-train-examples", "8000", "--seq-len", "64", "--out", str(out)],
+                     "--max-train-examples", "4000", "--seq-len", "64", "--out", str(out)],
                     capsys)
     assert code == 0, err
     with open(out / "summary.csv") as f:
         rows = {row["task"]: row for row in csv.DictReader(f)}
-    # SST-2 dev: 444 positive of 872 (majority 50.9%); bag-of-words signal alone gives ~70%.
+    # SST-2 dev: 444 positive of 872 (majority 50.9%). From a random encoder and 4,000
+    # examples, the three seeds' median was 66.6 here (70.1-70.4 from 8,000).
     assert float(rows["sst2"]["score"]) > 62.0, rows
     assert rows["sst2"]["seeds"] == "3" and "average" in rows
     assert "| sst2 |" in (out / "summary.md").read_text()
@@ -210,7 +211,7 @@ def test_sst2_end_to_end_beats_chance_and_writes_the_table(encoder_dir, tmp_path
     # Resuming the protocol runs nothing again.
     code, _ = run(["--init", str(encoder_dir), "--tasks", "sst2", "--data-dir", str(DATA_DIR),
                    "--learning-rates", "1e-3", "--seeds", "0", "1", "2", "--epochs", "2",
-                   "--max-train-examples", "8000", "--seq-len", "64", "--out", str(out)], capsys)
+                   "--max-train-examples", "4000", "--seq-len", "64", "--out", str(out)], capsys)
     assert code == 0 and len((out / "results.jsonl").read_text().splitlines()) == 3
 
 
