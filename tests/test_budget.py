@@ -341,6 +341,25 @@ def test_a_squad_study_trains_as_a_grid_only_on_one_article_split(tmp_path):
     assert load_config(str(path))["settings"] == settings  # run by run: a split a seed
 
 
+def test_s6s_squad_is_costed_as_its_most_grid_rounds_at_w1s_fine_tuning_pace():
+    """Three rounds an encoder (every rate x seed, an edge rate, its other seeds), each a
+    compile, the host work and the steps at the recorded 9-member step; one round without a
+    selection seed; a grid of another size at the pre-training grid's token rate if slower."""
+    pace, _ = stage.w1_pace()
+    config = load_config("squad_long")
+    assert (len(config["learning_rates"]) * len(config["seeds"]), pace["finetune_members"]) == (
+        9, 9)
+    a_round = 40.61603357599999 + 7.2536827440000025 + 1000 * 0.01720850736666667
+    assert stage.squad_grid_seconds(config, 1000)[0] == pytest.approx(3 * a_round)
+    single = {**config, "selection_seed": None}
+    assert stage.squad_grid_seconds(single, 1000)[0] == pytest.approx(a_round)
+    wide = {**single, "seeds": list(range(30))}  # 90 members: 368,640 tokens a step
+    step = 90 * 32 * 128 / 4980208.077890105
+    assert step > 0.01720850736666667
+    assert stage.squad_grid_seconds(wide, 1000)[0] == pytest.approx(
+        40.61603357599999 + 7.2536827440000025 + 1000 * step)
+
+
 def test_prepare_prints_the_three_windows_and_refuses_a_first_one_that_cannot_fit():
     """Window (i) at the recorded pace, planned as the card plans, by call, with its basis;
     refused, with the figures, at a pace where not even the least plan fits."""

@@ -462,6 +462,16 @@ def compile_protocol(tasks, init, encoders=1, learning_rates=PAPER_LEARNING_RATE
 
 
 GRID_SETTINGS = ("precision", "steps_per_dispatch")  # `finetune_glue_grid`'s own
+
+
+def pop_grid_settings(config_kwargs, grid, together=()):
+    """A protocol's grid settings (`GRID_SETTINGS`), taken out of `config_kwargs`; raises
+    ValueError when they or `together` are given without `grid`."""
+    settings = {key: config_kwargs.pop(key) for key in GRID_SETTINGS if key in config_kwargs}
+    if not grid and (settings or together):
+        raise ValueError(f"{sorted(settings) or 'together'} set how a grid trains; pass "
+                         "grid=True.")
+    return settings
 TASK_SETTINGS = ("epochs", "batch_size", "seq_len", "max_train_examples", "warmup_ratio",
                  "weight_decay", "dropout")
 
@@ -507,15 +517,12 @@ def run_protocol(tasks, init, out_dir, learning_rates=PAPER_LEARNING_RATES, seed
         raise ValueError(f"Unknown GLUE task(s) {unknown}. Valid tasks: {sorted(glue.GLUE_TASKS)}")
     task_settings = task_settings or {}
     check_task_settings(tasks, task_settings)
-    grid_settings = {key: config_kwargs.pop(key) for key in GRID_SETTINGS if key in config_kwargs}
+    grid_settings = pop_grid_settings(config_kwargs, grid, together)
     if grid:
         check_backend()
         if save_models:
             raise ValueError("save_models keeps each run's classifier; a grid keeps none "
                              "(valid: grid=False to keep them, or save_models=False).")
-    elif grid_settings or together:
-        raise ValueError(f"{sorted(grid_settings) or 'together'} set how a grid trains; pass "
-                         "grid=True.")
     encoders = [(init, out_dir), *together]
     # every input checked before anything is written
     splits = [_preflight(tasks, start, config_kwargs, task_settings) for start, _ in encoders][0]

@@ -11,7 +11,7 @@ import numpy as np
 
 from keras_tupe.data import squad
 from keras_tupe.finetuning.batches import batches, resolve_loader
-from keras_tupe.finetuning.glue import GRID_SETTINGS, fit_task, task_tokenizer
+from keras_tupe.finetuning.glue import fit_task, pop_grid_settings, task_tokenizer
 from keras_tupe.finetuning.loading import FINETUNING_RECORD, load_backbone
 from keras_tupe.finetuning.protocol import Protocol
 from keras_tupe.finetuning.summary import append_result, read_results
@@ -73,6 +73,15 @@ def squad_data(config, tokenizer):
     return SquadData(preprocessor, train_features, eval_features, eval_articles, label)
 
 
+def encoder_and_windows(config):
+    """`(backbone, data)`: `config.init`'s encoder (its length checked) and `config`'s
+    windows (`squad_data`) on its tokenizer."""
+    backbone = load_backbone(config.init)
+    backbone.check_sequence_length(config.seq_len)
+    return backbone, squad_data(config, task_tokenizer(config.init, backbone, config.vocab,
+                                                       config.lowercase))
+
+
 def finetune_squad(config):
     """Fine-tunes a span-QA head; returns official EM/F1 on the evaluation questions.
 
@@ -89,10 +98,7 @@ def finetune_squad(config):
     if config.save_dir:  # refused before any training
         refuse_existing_folder(config.save_dir)
     keras.utils.set_random_seed(config.seed)
-    backbone = load_backbone(config.init)
-    backbone.check_sequence_length(config.seq_len)
-    tokenizer = task_tokenizer(config.init, backbone, config.vocab, config.lowercase)
-    data = squad_data(config, tokenizer)
+    backbone, data = encoder_and_windows(config)
     train_features, eval_features = data.train_features, data.eval_features
     eval_articles, label, preprocessor = data.eval_articles, data.label, data.preprocessor
     talk = config.verbose == 0  # progress lines of our own instead of Keras's
@@ -157,10 +163,7 @@ def finetune_squad_grid(config, learning_rates, seeds, precision="float32",
     check_one_split(config.offline_split, config.split_seed)
     check_question_room(config.seq_len, config.max_query_length, ("seq_len", "max_query_length"))
     if data is None:
-        backbone = load_backbone(config.init)
-        backbone.check_sequence_length(config.seq_len)
-        data = squad_data(config, task_tokenizer(config.init, backbone, config.vocab,
-                                                 config.lowercase))
+        _, data = encoder_and_windows(config)
     train, evaluated = data.train_features, data.eval_features
     orders = [epoch_rows(len(train), config.batch_size, seed, config.epochs)
               for seed, _ in members]
@@ -219,13 +222,10 @@ def run_squad_protocol(init, out_dir, learning_rates=None, seeds=None, selection
             raise ValueError("run_squad_protocol needs a `protocol` or `learning_rates` and "
                              "`seeds`.")
         protocol = Protocol(learning_rates, seeds, selection_seed, edge_learning_rates)
-    grid_settings = {key: config_kwargs.pop(key) for key in GRID_SETTINGS if key in config_kwargs}
+    grid_settings = pop_grid_settings(config_kwargs, grid, together)
     if grid:
         check_one_split(config_kwargs.get("offline_split"), config_kwargs.get("split_seed"))
         check_backend()
-    elif grid_settings or together:
-        raise ValueError(f"{sorted(grid_settings) or 'together'} set how a grid trains; pass "
-                         "grid=True.")
     encoders = [(init, out_dir), *together]
     with contextlib.ExitStack() as locks:
         found = []
@@ -266,13 +266,11 @@ def _squad_row(rate, seed, epochs, result):
 
 def _run_squad_grids(protocol, encoders, config_kwargs, grid_settings):
     """`run_squad_protocol`'s rounds of grids over `encoders` (`(init, results_path,
-    rows)`), the windows cut once for every round."""
-    init = encoders[0][0]
-    base = SquadConfig(init=init, **config_kwargs)
-    backbone = load_backbone(init)
-    backbone.check_sequence_length(base.seq_len)
-    data = squad_data(base, task_tokenizer(init, backbone, base.vocab, base.lowercase))
+    rows)`), the windows cut once, for the first round."""
+    base, data = SquadConfig(init=encoders[0][0], **config_kwargs), None
     for members in protocol.grid_rounds([rows for _, _, rows in encoders], "squad"):
+        if data is None:  # cut once, and only when a round is left to run
+            _, data = encoder_and_windows(base)
         print(f"squad: {len(members)} runs in one grid ...", flush=True)
         start = time.perf_counter()
         found = finetune_squad_grid(
