@@ -40,24 +40,17 @@ test-slow: $(STAMP)
 test-all: $(STAMP)
 	TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m pytest -q -n $(PYTEST_WORKERS) -m "not jax" tests
 
-# Under the JAX backend (CPU): the layer, encoder, keras-hub family, optimizer and
-# fine-tuning tests again, whose numbers and saving depend on the backend (their slow
-# cases, the family's every-variant harness among them, run once, in test-slow, under
-# TensorFlow); then every test marked
+# Under the JAX backend (CPU), in one session: the tests whose result depends on the backend
+# (marked `backends`: the layers' and encoders' numbers, initializers, saving, keras-hub's
+# harness on one variant per attention path; tests/backends.py), then every test marked
 # `jax` (training under JAX, DataParallel on two virtual devices, one step equal to
-# TensorFlow's, fused gradients, the commands and stages in processes without TensorFlow).
-# The other tests (the NumPy reference's own checks, the NumPy shard loader, processes that
-# set their own backend) do not depend on it and run once, in test or test-slow.
-JAX_BACKEND_TESTS := tests/test_layers.py tests/test_numerics.py tests/test_backbone.py \
-	tests/test_method3.py tests/test_method4_speed_path.py \
-	tests/test_position_encodings_beyond.py tests/test_pre_layer_norm.py \
-	tests/test_keras_hub_family.py tests/test_optimization.py tests/test_task_finetuning.py
+# TensorFlow's, fused gradients, the grid, the commands and stages in processes without
+# TensorFlow). The rest does not depend on the backend and runs once, in test or test-slow.
 test-jax: $(JAX_STAMP)
 	TF_CPP_MIN_LOG_LEVEL=2 KERAS_BACKEND=jax $(PY) -m pytest -q -n $(PYTEST_WORKERS) --durations=15 \
-		-m "not slow and not jax" $(JAX_BACKEND_TESTS)
-	TF_CPP_MIN_LOG_LEVEL=2 KERAS_BACKEND=jax $(PY) -m pytest -q -n $(PYTEST_WORKERS) --durations=15 -m jax tests
+		-m "(backends and not slow) or jax" tests
 
-# Stage S1 at the tiny size on a stand-in of the lent GPU machine (tests/gpu_standin.py):
+# Window W1 at the tiny size on a stand-in of the lent GPU machine (tests/gpu_standin.py):
 # CPython 3.12 with only the image's packages (experiments/gpu_image.txt), a fresh HOME, no
 # KERAS_BACKEND, no TensorFlow; the command the stage prints, run as it is.
 test-stage: $(STAMP)

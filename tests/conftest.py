@@ -1,5 +1,30 @@
 import os
 
+
+def _share_the_cores():
+    """Caps each pytest worker's thread pools at its share of the cores, before any import.
+
+    With `-n 2` on 2 cores, each worker's TensorFlow, XLA and OpenMP pools otherwise size
+    themselves to every core, and the two workers' threads contend (measured in
+    docs/design.md's "The test suite"). Subprocesses a test starts inherit the share. Inter-op
+    stays at 2 at least: MirroredStrategy's two logical CPU devices run their collectives
+    concurrently. `PYTEST_SHARE_CORES=0` turns it off.
+    """
+    if os.environ.get("PYTEST_SHARE_CORES", "1") == "0":
+        return
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    threads = str(max(1, len(os.sched_getaffinity(0)) // workers))
+    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                 "TF_NUM_INTRAOP_THREADS"):
+        os.environ.setdefault(name, threads)
+    os.environ.setdefault("TF_NUM_INTEROP_THREADS", str(max(2, int(threads))))
+    if threads == "1" and "intra_op_parallelism_threads" not in os.environ.get("XLA_FLAGS", ""):
+        os.environ["XLA_FLAGS"] = " ".join(filter(None, [
+            os.environ.get("XLA_FLAGS"),
+            "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"]))
+
+
+_share_the_cores()
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 

@@ -8,6 +8,7 @@ from keras import ops
 from keras_tupe import TupeBackbone
 from keras_tupe_base.presets import PRESETS
 from keras_tupe_base.presets import VARIANTS
+from tests.backends import backends, on_every_backend
 from tests.reference_params import assert_close, randomize_weights
 
 ALL_VARIANTS = sorted(VARIANTS)
@@ -45,7 +46,7 @@ def random_backbone(preset, **kwargs):
     return backbone
 
 
-@pytest.mark.parametrize("variant", ALL_VARIANTS)
+@pytest.mark.parametrize("variant", on_every_backend(ALL_VARIANTS))
 def test_padding_does_not_change_real_tokens(variant):
     backbone = random_backbone(f"{variant}_tiny", max_relative_distance=6, bucket_size=6)
     short = make_inputs(2, 10)
@@ -61,6 +62,7 @@ def _permute(inputs, order):
     return {name: value[:, order] for name, value in inputs.items()}
 
 
+@backends
 def test_no_positional_term_is_permutation_equivariant():
     config = {**PRESETS["bert_a_tiny"], "absolute_position": "none"}
     backbone = TupeBackbone(**config)
@@ -71,7 +73,7 @@ def test_no_positional_term_is_permutation_equivariant():
     assert_close(backbone(_permute(inputs, order))["sequence_output"], want)
 
 
-@pytest.mark.parametrize("variant", ALL_VARIANTS)
+@pytest.mark.parametrize("variant", on_every_backend(ALL_VARIANTS))
 def test_every_positional_encoding_breaks_permutation_equivariance(variant):
     """The control for the test above: each variant does see positions."""
     backbone = random_backbone(f"{variant}_tiny")
@@ -82,6 +84,7 @@ def test_every_positional_encoding_breaks_permutation_equivariance(variant):
     assert np.max(np.abs(got - want)) > 1e-3
 
 
+@backends
 @pytest.mark.parametrize("variant", ["tupe_a", "tupe_r"])
 def test_cls_reset_gives_cls_one_positional_logit(variant):
     backbone = random_backbone(f"{variant}_tiny")
@@ -113,7 +116,7 @@ def test_positional_bias_refused_without_content_free_term():
         TupeBackbone.from_preset("bert_a_tiny").positional_bias(8)
 
 
-@pytest.mark.parametrize("variant", RELATIVE_ONLY)
+@pytest.mark.parametrize("variant", on_every_backend(RELATIVE_ONLY))
 def test_relative_only_encoders_accept_longer_sequences(variant):
     backbone = TupeBackbone.from_preset(f"{variant}_tiny")
     length = backbone.max_sequence_length + 72
@@ -122,7 +125,7 @@ def test_relative_only_encoders_accept_longer_sequences(variant):
     assert np.all(np.isfinite(to_numpy(outputs["sequence_output"])))
 
 
-@pytest.mark.parametrize("variant", ABSOLUTE)
+@pytest.mark.parametrize("variant", on_every_backend(ABSOLUTE))
 def test_absolute_encoders_refuse_longer_sequences(variant):
     backbone = TupeBackbone.from_preset(f"{variant}_tiny")
     backbone(make_inputs(1, 128))  # the limit itself is fine
@@ -216,7 +219,7 @@ def test_bert_a_base_has_bert_base_size():
     assert TupeBackbone.from_preset("bert_a_base").count_params() == 109_482_240
 
 
-@pytest.mark.parametrize("variant", ALL_VARIANTS)
+@pytest.mark.parametrize("variant", on_every_backend(ALL_VARIANTS))
 def test_keras_save_load_round_trip(variant, tmp_path):
     backbone = random_backbone(f"{variant}_tiny")
     inputs = make_inputs(2, 16, real=12)
@@ -232,6 +235,7 @@ def test_keras_save_load_round_trip(variant, tmp_path):
 
 # Each XLA compilation takes most of a minute on CPU: `make test` compiles the richest
 # variant, `make test-slow` the two other attention paths.
+@backends
 @pytest.mark.parametrize("variant", ["tupe_r", pytest.param("huang_m3", marks=pytest.mark.slow),
                                      pytest.param("bert_a_d", marks=pytest.mark.slow)])
 def test_trains_under_xla_with_dynamic_batch_and_length(variant):
@@ -266,6 +270,7 @@ def _sequence_output(backbone, inputs, dtype="float32"):
     return np.asarray(to_numpy(ops.cast(output, "float32")), "float64")
 
 
+@backends
 @pytest.mark.parametrize("variant", ["tupe_r", "rope", "alibi", "deberta"])
 def test_mixed_precision_backbone_keeps_the_positional_term(variant):
     # Random weights of a sensible scale (at the initial 0.02 the positional term
@@ -297,7 +302,7 @@ def _random_weights(backbone):
     return weights
 
 
-@pytest.mark.parametrize("variant", ALL_VARIANTS)
+@pytest.mark.parametrize("variant", on_every_backend(ALL_VARIANTS))
 def test_no_two_random_weights_start_with_the_same_values(variant):
     # One unseeded initializer object handed to several weights fills them with
     # the same stream (Keras 3 fixes its seed when it is made): BERT-A's position
@@ -316,6 +321,7 @@ def test_no_two_random_weights_start_with_the_same_values(variant):
             assert shared < 0.1, f"{first} and {second} share {shared:.0%} of their values"
 
 
+@backends
 def test_the_global_seed_decides_the_initialization():
     def initial_weights(seed):
         keras.utils.set_random_seed(seed)

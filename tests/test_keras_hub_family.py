@@ -30,6 +30,7 @@ import tensorflow as tf
 from keras_hub.src.tests import test_case
 
 from keras_tupe.data import load_tokenizer
+from tests.backends import backends
 from tests.packing_oracle import pack_texts
 from keras_tupe.models import (
     TupeBackbone,
@@ -157,8 +158,11 @@ FAST_TASK_VARIANTS = ("tupe_r",)
 TASK_VARIANTS = ("tupe_r", "bert_a", "tupe_a", "deberta")
 
 
-def variants(fast, among=ALL_VARIANTS):
-    return [pytest.param(v, marks=() if v in fast else pytest.mark.slow) for v in among]
+def variants(fast, among=ALL_VARIANTS, on_jax=()):
+    """Every variant of `among`: `fast` ones in `make test` (those of `on_jax` again under JAX),
+    the others in `make test-slow`."""
+    return [pytest.param(v, marks=(backends,) * (v in on_jax) if v in fast else pytest.mark.slow)
+            for v in among]
 
 
 class KerasHubHarness(test_case.TestCase):
@@ -186,7 +190,7 @@ def tiny(variant, **changes):
 OUTPUT_SHAPES = {"sequence_output": (2, 12, HIDDEN), "pooled_output": (2, HIDDEN)}
 
 
-@pytest.mark.parametrize("variant", variants(FAST_VARIANTS))
+@pytest.mark.parametrize("variant", variants(FAST_VARIANTS, on_jax=("tupe_r", "deberta")))
 def test_keras_hub_backbone_checks(variant, harness):
     # Serialization, eager and variable-length calls, compiled predict on arrays and
     # tf.data, the name; mixed_float16 / mixed_bfloat16 / bfloat16 reach every sublayer;
@@ -214,7 +218,9 @@ def task_kwargs(variant, tokenizer, task):
     return dict(backbone=backbone, preprocessor=preprocessor)
 
 
-@pytest.mark.parametrize("task", [TupeTextClassifier, TupeMaskedLM], ids=["classifier", "mlm"])
+# Under JAX the classifier's (pre-training under JAX trains the masked LM: tests/test_jax_training.py).
+@pytest.mark.parametrize("task", [pytest.param(TupeTextClassifier, marks=backends, id="classifier"),
+                                  pytest.param(TupeMaskedLM, id="mlm")])
 @pytest.mark.parametrize("variant", variants(FAST_TASK_VARIANTS, among=TASK_VARIANTS))
 def test_keras_hub_task_checks(variant, task, harness, tokenizer):
     # Predict and fit on raw strings, on tf.data and with split preprocessing (the
@@ -230,7 +236,7 @@ def test_keras_hub_task_checks(variant, task, harness, tokenizer):
     harness.run_model_saving_test(cls=task, init_kwargs=init_kwargs, input_data=input_data)
 
 
-@pytest.mark.parametrize("variant", variants(FAST_VARIANTS))
+@pytest.mark.parametrize("variant", variants(FAST_VARIANTS, on_jax=("tupe_r",)))
 def test_keras_hub_preset_checks(variant, harness, tokenizer, tmp_path):
     # The built-in name: the architecture (no published weights), "clowntown" refused.
     harness.run_preset_test(cls=TupeBackbone, preset=f"{variant}_tiny",
@@ -437,6 +443,7 @@ def test_mlm_preprocessor_80_10_10(mlm_runs):
 # --- fit and predict on raw strings --------------------------------------------------------
 
 
+@backends
 def test_text_classifier_fits_and_predicts_raw_strings(tokenizer):
     model = classifier(tokenizer, "tupe_r", num_classes=2, seed=7)
     kernel_before = np.array(model.logits_dense.kernel)
@@ -447,6 +454,7 @@ def test_text_classifier_fits_and_predicts_raw_strings(tokenizer):
     assert prediction.shape == (1, 2) and prediction.dtype == np.float32
 
 
+@backends
 def test_text_regressor_predicts_scalars(tokenizer):
     model = classifier(tokenizer, "huang_m4", num_classes=1, seed=8)
     assert isinstance(model.loss, keras.losses.MeanSquaredError)
@@ -747,6 +755,7 @@ def span_qa(seed=0):
     return TupeSpanQA(backbone, preprocessor=preprocessor)
 
 
+@backends
 def test_span_qa_learns_answers_from_raw_strings_and_round_trips(tmp_path):
     from keras_tupe.models import TupeSpanQA
 
@@ -798,6 +807,7 @@ def _optimizer_warnings(load):
     return model, [str(w.message) for w in caught if "optimizer" in str(w.message)]
 
 
+@backends
 def test_saved_models_and_presets_carry_no_optimizer_state(tokenizer, tmp_path):
     """Issue 23: loading a saved task warned "Skipping variable loading for optimizer"."""
     import h5py

@@ -6,6 +6,9 @@ import pytest
 
 from keras_tupe import layers
 from tests.layer_test_case import run_layer_test
+from tests.backends import backends
+
+pytestmark = backends  # make test-jax runs the whole module again under JAX
 
 B, N, D, H = 2, 7, 16, 4
 RNG = np.random.default_rng(0)

@@ -17,8 +17,11 @@ from keras import ops
 
 from keras_tupe import layers
 from keras_tupe.layers import qkr_multiplicative_attention as qkr
+from tests.backends import backends
 from tests import numpy_reference as ref
 from tests.reference_params import assert_close, attention_params, randomize_weights
+
+pytestmark = backends  # make test-jax runs the whole module again under JAX
 
 BACKEND = keras.backend.backend()
 B, H, D = 2, 2, 32  # d_h = 16

@@ -16,10 +16,13 @@ from keras import ops
 
 from keras_tupe import layers
 from keras_tupe.layers import qkr_multiplicative_attention as qkr
+from tests.backends import backends
 from tests import numpy_reference as ref
 from tests.reference_params import assert_close, attention_params, randomize_weights
 from tests.test_method3 import backend_vjp  # gradients from TensorFlow or JAX autodiff
 from tests.test_method3 import layer_weight_gradients
+
+pytestmark = backends  # make test-jax runs the whole module again under JAX
 
 BACKEND = keras.backend.backend()
 B, H, D = 2, 2, 32  # d_h = 16

@@ -9,6 +9,7 @@ import pytest
 
 from keras_tupe import TupeBackbone, layers
 from keras_tupe_base.presets import VARIANTS
+from tests.backends import backends
 from tests import numpy_reference as ref
 from tests.reference_params import (
     assert_close,
@@ -17,6 +18,8 @@ from tests.reference_params import (
     randomize_weights,
     untied_params,
 )
+
+pytestmark = backends  # make test-jax runs the whole module again under JAX
 
 B, N, D, H = 3, 9, 32, 4
 RNG = np.random.default_rng(42)

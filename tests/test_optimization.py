@@ -16,6 +16,7 @@ from keras_tupe.optimization import (
     decay_exclusions,
 )
 from keras_tupe_base.presets import SIZES, VARIANTS
+from tests.backends import backends, on_every_backend
 
 
 # tf.distribute and the aggregated clipping exist on the TensorFlow backend only.
@@ -24,6 +25,7 @@ tensorflow_only = pytest.mark.skipif(
 )
 
 
+@backends
 def test_schedule_values_by_hand():
     schedule = LinearWarmupLinearDecay(1e-4, warmup_steps=4, total_steps=12)
     got = [float(schedule(step)) for step in range(13)]
@@ -158,7 +160,7 @@ def _expected_exclusions(model, variant_config):
     return {v.path for v in model.weights if v.path.split("/")[-1] in exempt}
 
 
-@pytest.mark.parametrize("variant", sorted(VARIANTS))
+@pytest.mark.parametrize("variant", on_every_backend(sorted(VARIANTS)))
 def test_decay_exclusions_are_what_the_papers_exclude(variant):
     config = VARIANTS[variant]
     model = _with_masked_lm_head(TupeBackbone.from_preset(f"{variant}_tiny"))
@@ -234,6 +236,7 @@ def _custom_model():
     return keras.Model(inputs, outputs), gain, wrapper.inner, plain
 
 
+@backends
 def test_a_layer_declaring_decay_exempt_weights_is_excluded():
     """Any layer's `decay_exempt_weights` is honoured, nested or not, although
     no list in `keras_tupe.optimization` names the layer."""
@@ -243,6 +246,7 @@ def test_a_layer_declaring_decay_exempt_weights_is_excluded():
     assert id(gain.kernel) not in excluded and id(plain.kernel) not in excluded
 
 
+@backends
 def test_declared_weights_stay_and_undeclared_kernels_decay_by_lr_wd_w():
     model, gain, inner, plain = _custom_model()
     for variable in (gain.gain, inner.gain):

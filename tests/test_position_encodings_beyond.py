@@ -19,6 +19,7 @@ from keras import ops
 from keras_tupe import TupeBackbone, layers
 from keras_tupe.layers.disentangled_attention import disentangled_index
 from keras_tupe_base.presets import PRESETS
+from tests.backends import backends
 from tests import numpy_reference as ref
 from tests.layer_test_case import run_layer_test
 from tests.reference_params import (
@@ -27,6 +28,8 @@ from tests.reference_params import (
     backbone_params,
     randomize_weights,
 )
+
+pytestmark = backends  # make test-jax runs the whole module again under JAX
 
 B, N, D, H = 3, 11, 32, 4
 D_H = D // H

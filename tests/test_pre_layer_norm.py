@@ -9,9 +9,12 @@ import pytest
 
 from keras_tupe import TupeBackbone
 from keras_tupe_base.presets import VARIANTS
+from tests.backends import backends
 from tests import numpy_reference as ref
 from tests.reference_params import assert_close, backbone_params, randomize_weights
 from tests.test_numpy_reference import TYPES, WORDS, _params
+
+pytestmark = backends  # make test-jax runs the whole module again under JAX
 
 RNG = np.random.default_rng(7)
 

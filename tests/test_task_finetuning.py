@@ -22,6 +22,7 @@ import pytest
 from keras_tupe import data
 from keras_tupe.data import glue
 from keras_tupe.finetuning.batches import batches, packed
+from tests.backends import backends
 from tests.packing_oracle import pack_texts, packed_batches
 from keras_tupe.models import (
     TupeBackbone,
@@ -125,6 +126,7 @@ def test_pad_to_multiple_of_trims_as_the_packed_route_did(vocabulary, loader):
         assert len(widths) > 1 if length == 128 else widths == {24}
 
 
+@backends
 @pytest.mark.parametrize("loader", LOADERS)
 def test_a_split_packed_once_gives_the_batches_packed_inside_fit(vocabulary, loader):
     """What `finetune_glue` trains on: the train split packed once (`packed`, in chunks)
@@ -192,6 +194,7 @@ def test_the_bpe_pair_rule_on_both_loaders(loader):
     assert x["segment_ids"][0, len(tokenizer(first)[0]) + 4] == 1  # b is segment 1
 
 
+@backends
 def test_the_first_step_loss_is_the_one_of_the_old_route(vocabulary):
     """A tiny classifier, same seed: one training step on the new route's first batch
     (tf.data, shuffled with the seed) and on `packed_batches`' (shuffled, filled) gives
