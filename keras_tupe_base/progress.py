@@ -1,5 +1,5 @@
-"""Heartbeat lines while a blocking call runs, so no wait is silent for long (tf-text's
-WordPiece learner, XLA's compilation of the first training step, an export's tracing).
+"""Heartbeat lines while a blocking call runs, so no wait is silent for long (the WordPiece
+learner's merges, XLA's compilation of the first training step, an export's tracing).
 
     with Heartbeat("vocabulary: learning the word pieces"):
         learn()  # blocks; a line every 5 s of silence

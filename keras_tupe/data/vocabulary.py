@@ -1,12 +1,15 @@
 """WordPiece vocabularies: training, loading, fingerprinting."""
 
+import collections
 import contextlib
 import os
 import time
 from pathlib import Path
 
 import keras_hub
+import numpy as np
 import tensorflow as tf
+from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 from keras_tupe.data.corpus import _parts, line_batches, line_dataset
 from keras_tupe.data.masking import SPECIAL_TOKENS  # ids 0..4; the MLM pipelines rely on them
@@ -14,16 +17,33 @@ from keras_tupe_base.checks import check_int
 from keras_tupe_base.files import check_unique_tokens, file_sha256, vocabulary_tokens
 from keras_tupe_base.progress import Heartbeat
 
+SUFFIX_INDICATOR = "##"  # keras-hub's WordPieceTokenizer default, which `load_tokenizer` keeps
+# The learner's settings (`train_vocabulary` says why).
+_MIN_PAIR_COUNT = 10
+_MAX_ALPHABET = 1000
+# keras-hub's tokenizer makes a longer word [UNK] whatever the vocabulary
+# (`tf_text.FastWordpieceTokenizer`'s limit), so the learner skips it.
+_MAX_WORD_BYTES = 100
 
-# Unicode space separators (no-break space, thin space, ideographic space, ...). keras-hub's
-# pretokenizer does not split on them but its NFKC normalization turns them into " " after
-# splitting, so "a\xa0b" was one word "a b" and the vocabulary learned the tokens " " and
-# "## " (which the tokenizer can never use, and which keras-hub warns about on export).
-_SPACE_SEPARATORS = r"\p{Z}"
+# What keras-hub's WordPieceTokenizer splits words on and drops (ASCII whitespace, \p{Cc},
+# \p{Cf}), and the Unicode space separators (no-break space, thin space, ideographic space,
+# ...), which it does not split on but whose NFKC normalization, after the split, is " ":
+# "a\xa0b" was one word "a b", and the vocabulary learned the tokens " " and "## " (which the
+# tokenizer can never use, and which keras-hub warns about on export). All become " " before
+# case folding, which would delete the format characters (zero-width space, soft hyphen)
+# and join the words keras-hub keeps apart.
+_SPACE_SEPARATORS = r"[\p{Z}\p{Cc}\p{Cf}]"
+# What keras-hub's tokenizer keeps as words of one character: ASCII's printable characters
+# but letters, digits and space; Unicode punctuation; CJK ideographs (BERT's ranges).
+_PUNCTUATION_AND_CJK = (
+    r"[!-/:-@\[-`{-~\p{P}\x{4E00}-\x{9FFF}\x{3400}-\x{4DBF}\x{20000}-\x{2A6DF}"
+    r"\x{2A700}-\x{2B73F}\x{2B740}-\x{2B81F}\x{2B820}-\x{2CEAF}\x{F900}-\x{FAFF}"
+    r"\x{2F800}-\x{2FA1F}]"
+)
 
 
 def _plain_spaces(lines, lowercase=True):
-    """Space separators as " "; with `lowercase`, NFKC-normalized first.
+    """Space separators and control characters as " "; with `lowercase`, NFKC-normalized first.
 
     Lowercasing normalizes after the split into words, so a spacing accent inside a
     word (´ in "i´j", ¨, ¸, ‾: NFKC makes each a space and a combining mark) became one
@@ -34,6 +54,26 @@ def _plain_spaces(lines, lowercase=True):
 
         lines = tf_text.normalize_utf8(lines, "NFKC")
     return tf.strings.regex_replace(lines, _SPACE_SEPARATORS, " ")
+
+
+def _learner_text(lines, lowercase=True):
+    """A batch of lines as the learner reads them: `_plain_spaces`, then, with `lowercase`,
+    case-folded by the op keras-hub's tokenizer folds each word with (NFKC_Casefold, not
+    `str.lower`: "ß" is "ss", "ς" is "σ"), so the learner sees the words the tokenizer will.
+    """
+    lines = _plain_spaces(lines, lowercase)
+    if lowercase:
+        import tensorflow_text as tf_text
+
+        lines = tf_text.case_fold_utf8(lines)
+    return lines
+
+
+def _words(text):
+    """The words of a batch of `_learner_text` lines, split as keras-hub's tokenizer splits
+    (RE2, as it does): on spaces, each punctuation and CJK character a word. 1-D."""
+    spaced = tf.strings.regex_replace(text, _PUNCTUATION_AND_CJK, r" \0 ")
+    return tf.strings.split(spaced).flat_values
 
 
 class _Progress:
@@ -84,13 +124,79 @@ def _corpus_bytes(source):
     return total
 
 
+def _count(source, lowercase, max_lines, progress):
+    """(words, characters): how often each word (UTF-8 bytes) and each code point occurs
+    in the corpus, as the learner reads it. One pass: a pipe can be read only once."""
+
+    def batch_counts(lines):
+        text = _learner_text(lines, lowercase)
+        words, _, counts = tf.unique_with_counts(_words(text))
+        return words, counts, tf.strings.unicode_decode(text, "UTF-8").flat_values
+
+    batches = line_batches(source, max_lines=max_lines, progress=progress).map(batch_counts)
+    words, characters = collections.Counter(), np.zeros(0x110000, np.int64)
+    for batch_words, counts, code_points in batches.as_numpy_iterator():
+        for word, count in zip(batch_words.tolist(), counts.tolist()):
+            words[word] += count
+        characters += np.bincount(code_points, minlength=characters.size)
+    characters[ord(" ")] = 0  # between words, never in one
+    return words, characters
+
+
+def _alphabet(characters, size):
+    """The `size` most frequent characters (ties by code point), in code point order."""
+    seen = np.flatnonzero(characters)
+    return [chr(code_point) for code_point in
+            sorted(seen[np.lexsort((seen, -characters[seen]))[:size]])]
+
+
+def _word_batches(words, alphabet, batch_words=1 << 16):
+    """The learner's input: lists of strings that repeat each word as often as it occurs.
+
+    A word longer than `_MAX_WORD_BYTES` or with a character outside `alphabet` is left
+    out: the tokenizer makes it [UNK] whatever the vocabulary.
+    """
+    allowed = frozenset(alphabet)
+    batch, size = [], 0
+    for word, count in words.items():
+        text = word.decode("utf-8")
+        if len(word) > _MAX_WORD_BYTES or not allowed.issuperset(text):
+            continue
+        while count:
+            repeats = min(count, batch_words)
+            batch.append(" ".join([text] * repeats))
+            count -= repeats
+            size += repeats
+            if size >= batch_words:
+                yield batch
+                batch, size = [], 0
+    if batch:
+        yield batch
+
+
 def train_vocabulary(source, vocabulary_size, output_file, lowercase=True, max_lines=None,
                      verbose=True):
     """Trains a WordPiece vocabulary on a corpus and writes it, one token a line.
 
-    `keras_hub.tokenizers.compute_word_piece_vocabulary` (words seen fewer than 10
-    times only contribute their pieces) with `SPECIAL_TOKENS` as ids 0-4. A small
-    corpus may give fewer than `vocabulary_size` tokens.
+    Reads the corpus once, as keras-hub's `WordPieceTokenizer` (made by `load_tokenizer`)
+    will see it: with `lowercase`, NFKC and case folding (`_learner_text`), then split
+    into words on spaces, control characters, punctuation and CJK characters (`_words`);
+    it counts the words. Hugging Face `tokenizers`' `WordPieceTrainer` then learns the
+    pieces: from single characters, it merges the most frequent pair of adjacent pieces
+    until `vocabulary_size` tokens, but never a pair seen fewer than 10 times, so a small
+    corpus may give fewer tokens (tensorflow-text's learner, used before, kept no piece
+    seen fewer than 10 times either). `SPECIAL_TOKENS` are ids 0-4, then the alphabet,
+    "c" and "##c" for each character (a punctuation mark can end up inside a word: the
+    tokenizer splits "…" off, then NFKC makes it "..."), then the pieces in the order
+    they were learned.
+
+    The alphabet is the 1,000 most frequent characters (as before), and at most half
+    the room left beyond the special tokens, so that pieces fit. A word with another
+    character (as before), or longer than 100 bytes, is left out: the tokenizer makes
+    it [UNK].
+    Fixing the alphabet's ids before learning makes the learner deterministic (left
+    to itself, `tokenizers` numbers "##c" in hash order, which breaks ties between
+    merges differently from run to run): the same corpus gives the same file.
 
     Args:
         source: a corpus, as for `line_dataset`.
@@ -118,17 +224,27 @@ def train_vocabulary(source, vocabulary_size, output_file, lowercase=True, max_l
     line_dataset(source, max_lines=max_lines)  # clear errors for missing, empty, non-UTF-8 corpora
     heartbeat = Heartbeat("  vocabulary: learning the word pieces", every=5.0)
     progress = _Progress(max_lines, _corpus_bytes(source), heartbeat=heartbeat) if verbose else None
-    # Batches of lines, document boundaries ("") included: they hold no word.
-    lines = line_batches(source, max_lines=max_lines, progress=progress).map(
-        lambda batch: _plain_spaces(batch, lowercase))
     started = time.perf_counter()
     with heartbeat if verbose else contextlib.nullcontext():
-        vocabulary = keras_hub.tokenizers.compute_word_piece_vocabulary(
-            lines,
-            vocabulary_size,
-            lowercase=lowercase,
-            reserved_tokens=SPECIAL_TOKENS,
+        words, characters = _count(source, lowercase, max_lines, progress)
+        alphabet = _alphabet(characters, min(
+            _MAX_ALPHABET, (vocabulary_size - len(SPECIAL_TOKENS)) // 2))
+        tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]",
+                                               continuing_subword_prefix=SUFFIX_INDICATOR))
+        tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()  # words joined by " "
+        trainer = trainers.WordPieceTrainer(
+            vocab_size=vocabulary_size,
+            min_frequency=_MIN_PAIR_COUNT,
+            # The alphabet as fixed ids, with no other character (limit 0).
+            special_tokens=(SPECIAL_TOKENS + alphabet
+                            + [SUFFIX_INDICATOR + character for character in alphabet]),
+            limit_alphabet=0,
+            continuing_subword_prefix=SUFFIX_INDICATOR,
+            show_progress=False,  # its progress bars; `verbose` prints ours
         )
+        tokenizer.train_from_iterator(_word_batches(words, alphabet), trainer)
+    ids = tokenizer.get_vocab(with_added_tokens=True)
+    vocabulary = sorted(ids, key=ids.get)
     if verbose:
         print(f"  vocabulary: {len(vocabulary):,} tokens learned in "
               f"{time.perf_counter() - started:.0f}s", flush=True)
@@ -191,6 +307,7 @@ def load_tokenizer(vocabulary_file, lowercase=True, sequence_length=None):
         vocabulary=str(vocabulary_file),
         sequence_length=sequence_length,
         lowercase=lowercase,
+        suffix_indicator=SUFFIX_INDICATOR,
         oov_token="[UNK]",
         dtype="int32",
     )
