@@ -55,6 +55,13 @@ WORDS = (
 VOCABULARY = SPECIALS + WORDS
 V = len(VOCABULARY)
 HIDDEN = 64  # SIZES["tiny"]["hidden_dim"], written out
+# The tasks compile with `jit_compile="auto"`, XLA on TensorFlow too: a compile of most of a
+# minute for each traced function on CPU. The tests below check what the tasks compute and
+# save, not XLA, so they compile without it; fine-tuning and pre-training train the tasks
+# under XLA, their default (tests/test_finetuning.py, tests/test_pretrain.py), and JAX always
+# compiles.
+NO_XLA = {"jit_compile": False} if keras.backend.backend() == "tensorflow" else {}
+
 SENTENCES = ["a fine film", "a dull film", "the plot was long", "a great cast and a nice ending"]
 LABELS = [1, 0, 0, 1]
 
@@ -231,7 +238,7 @@ def test_keras_hub_task_checks(variant, task, harness, tokenizer):
     else:
         train_data, output_shape = (TRAIN_DATA[0],), (2, 6, V)
     harness.run_task_test(cls=task, init_kwargs=init_kwargs, train_data=train_data,
-                          expected_output_shape=output_shape)
+                          expected_output_shape=output_shape, compile_kwargs=NO_XLA)
     input_data = init_kwargs["preprocessor"](*train_data)[0]
     harness.run_model_saving_test(cls=task, init_kwargs=init_kwargs, input_data=input_data)
 
@@ -446,6 +453,7 @@ def test_mlm_preprocessor_80_10_10(mlm_runs):
 @backends
 def test_text_classifier_fits_and_predicts_raw_strings(tokenizer):
     model = classifier(tokenizer, "tupe_r", num_classes=2, seed=7)
+    model.compile(**NO_XLA)  # keras-hub's defaults otherwise
     kernel_before = np.array(model.logits_dense.kernel)
     history = model.fit(x=SENTENCES, y=LABELS, batch_size=2, epochs=1, verbose=0)
     assert np.isfinite(history.history["loss"][0])
@@ -766,7 +774,7 @@ def test_span_qa_learns_answers_from_raw_strings_and_round_trips(tmp_path):
     np.testing.assert_array_equal(features.start_positions, [11, 8])
     np.testing.assert_array_equal(features.end_positions, [13, 10])
     # 3e-3: 1e-2 overshot (the start and end moved between runs whose float sums differ).
-    qa.compile(optimizer=keras.optimizers.Adam(3e-3))
+    qa.compile(optimizer=keras.optimizers.Adam(3e-3), **NO_XLA)
     y = {"start_positions": features.start_positions, "end_positions": features.end_positions}
     qa.fit(features.inputs, y, epochs=40, batch_size=2, verbose=0)
     # Exact substrings of the contexts (case and spacing kept by the character offsets).
@@ -792,7 +800,7 @@ def _trained_classifier(tokenizer):
     """A classifier compiled with Adam and fitted one step: its optimizer has state."""
     model = classifier(tokenizer, "tupe_r", seed=2)
     model.compile(optimizer=keras.optimizers.Adam(1e-3),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), **NO_XLA)
     model.fit(SENTENCES, np.array(LABELS), batch_size=4, epochs=1, verbose=0)
     assert model.optimizer.variables and int(model.optimizer.iterations.numpy()) == 1
     return model
