@@ -7,6 +7,8 @@ JAX_STAMP := $(VENV)/.installed-jax
 # Real data for the demo and experiments: ../shared/data when it is there.
 DATA_DIR ?= $(if $(wildcard ../shared/data),../shared/data,)
 PYTEST_WORKERS ?= 2
+# More pytest options for every suite, e.g. PYTEST_ARGS="--cov=keras_tupe --cov-append".
+PYTEST_ARGS ?=
 
 .PHONY: install install-jax test test-slow test-all test-jax test-stage demo clean
 
@@ -28,17 +30,22 @@ $(JAX_STAMP): $(STAMP) pyproject.toml constraints.txt
 	touch $(JAX_STAMP)
 
 # The default suite: unit, numerical and component tests (-rs: why any test skipped;
-# --durations: the slowest, for the CI log).
+# --durations: the slowest, for the CI log). --dist loadgroup: the tests of a module marked
+# `xdist_group` (one whose module fixtures train or export) run on one worker, which builds
+# those fixtures once; the other tests go to whichever worker is free.
 test: $(STAMP)
-	TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m pytest -q -rs -n $(PYTEST_WORKERS) --durations=15 -m "not slow and not jax" tests
+	TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m pytest -q -rs -n $(PYTEST_WORKERS) --durations=15 \
+		--dist loadgroup $(PYTEST_ARGS) -m "not slow and not jax" tests
 
 # Integration tests (training, export of every variant and size, reload, fresh processes, whole
 # studies, distribution, benchmark runs).
 test-slow: $(STAMP)
-	TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m pytest -q -n $(PYTEST_WORKERS) --durations=15 -m "slow and not jax" tests
+	TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m pytest -q -n $(PYTEST_WORKERS) --durations=15 \
+		--dist loadgroup $(PYTEST_ARGS) -m "slow and not jax" tests
 
 test-all: $(STAMP)
-	TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m pytest -q -n $(PYTEST_WORKERS) -m "not jax" tests
+	TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS) \
+		-m "not jax" tests
 
 # Under the JAX backend (CPU), in one session: the tests whose result depends on the backend
 # (marked `backends`: the layers' and encoders' numbers, initializers, saving, keras-hub's
@@ -48,7 +55,7 @@ test-all: $(STAMP)
 # TensorFlow). The rest does not depend on the backend and runs once, in test or test-slow.
 test-jax: $(JAX_STAMP)
 	TF_CPP_MIN_LOG_LEVEL=2 KERAS_BACKEND=jax $(PY) -m pytest -q -n $(PYTEST_WORKERS) --durations=15 \
-		-m "(backends and not slow) or jax" tests
+		--dist loadgroup $(PYTEST_ARGS) -m "(backends and not slow) or jax" tests
 
 # Window W1 at the tiny size on a stand-in of the lent GPU machine (tests/gpu_standin.py):
 # CPython 3.12 with only the image's packages (experiments/gpu_image.txt), a fresh HOME, no
