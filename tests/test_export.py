@@ -42,6 +42,11 @@ VARIANTS = sorted({preset.rsplit("_", 1)[0] for preset in TupeBackbone.presets})
 SIZES = sorted({preset.rsplit("_", 1)[1] for preset in TupeBackbone.presets})
 BATCH_SIZES, SEQUENCE_LENGTHS = (1, 3), (5, 19)
 TOLERANCE = 1e-5
+# Under `--dist loadgroup` (Makefile) the tests that share an export fixture run on one
+# worker, which makes it once; the other sizes' parity tests, each on its own, spread.
+TINY_EXPORTS = pytest.mark.xdist_group("test_export_tiny")
+MASKED_LM = pytest.mark.xdist_group("test_export_masked_lm")
+SST2 = pytest.mark.xdist_group("test_export_sst2")
 
 
 def random_inputs(rng, batch, length, vocabulary_size):
@@ -68,23 +73,31 @@ def flat_outputs(outputs):
     return flat
 
 
-def run_parity(presets, root):
-    """Exports each preset with its reference outputs; checks them in one fresh process."""
-    for preset in presets:
-        backbone = TupeBackbone.from_preset(preset)
-        case = root / preset
-        os.replace(export_encoder(backbone, str(case / "export")), case / "saved_model")
-        rng = np.random.default_rng(len(preset))
-        for batch, length in itertools.product(BATCH_SIZES, SEQUENCE_LENGTHS):
-            inputs = random_inputs(rng, batch, length, backbone.vocabulary_size)
-            np.savez(case / f"inputs_{batch}x{length}.npz", **inputs)
-            np.savez(case / f"expected_{batch}x{length}.npz",
-                     **flat_outputs(keras_outputs(backbone, inputs)))
-        keras.backend.clear_session()
+def write_case(backbone, case):
+    """Exports `backbone` to `case/saved_model`, beside its Keras outputs on random inputs."""
+    os.replace(export_encoder(backbone, str(case / "export")), case / "saved_model")
+    rng = np.random.default_rng(len(case.name))
+    for batch, length in itertools.product(BATCH_SIZES, SEQUENCE_LENGTHS):
+        inputs = random_inputs(rng, batch, length, backbone.vocabulary_size)
+        np.savez(case / f"inputs_{batch}x{length}.npz", **inputs)
+        np.savez(case / f"expected_{batch}x{length}.npz",
+                 **flat_outputs(keras_outputs(backbone, inputs)))
+
+
+def check_cases(root):
+    """Every case under `root`, checked in one fresh process (`tests/saved_model_check.py`)."""
     result = subprocess.run([sys.executable, str(REPO / "tests" / "saved_model_check.py"), str(root)],
                             capture_output=True, text=True, cwd=root)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def run_parity(presets, root):
+    """Exports each preset with its reference outputs; checks them in one fresh process."""
+    for preset in presets:
+        write_case(TupeBackbone.from_preset(preset), root / preset)
+        keras.backend.clear_session()  # base models: one at a time in memory
+    return check_cases(root)
 
 
 def assert_parity(results, preset):
@@ -94,48 +107,56 @@ def assert_parity(results, preset):
 
 
 # One variant of each attention path for `make test` (absolute; untied with the T5 bias and
-# the untied [CLS]; Huang's method 4; rotary; disentangled); `make test-slow` exports every
-# variant at the tiny size, and these five at every size (a size changes only widths and
-# depth, not the exported graph's code).
+# the untied [CLS]; Huang's method 4; rotary; disentangled); `make test-slow` exports the
+# other variants at the tiny size, and these five at every other size (a size changes only
+# widths and depth, not the exported graph's code).
 QUICK_VARIANTS = ["bert_a", "tupe_r", "huang_m4", "rope", "deberta"]
 
 
 @pytest.fixture(scope="module")
-def tiny_parity(tmp_path_factory):
-    return run_parity([f"{variant}_tiny" for variant in QUICK_VARIANTS],
-                      tmp_path_factory.mktemp("tiny"))
+def tiny_exports(tmp_path_factory):
+    """The five tiny encoders, exported and checked in one fresh process, with a case whose
+    reference is off by 1e-3 (`test_parity_check_detects_a_wrong_output`): `(results,
+    {preset: (backbone, saved_model path)})`, for the tests that need a tiny export."""
+    root = tmp_path_factory.mktemp("tiny")
+    backbones = {}
+    for variant in QUICK_VARIANTS:
+        preset = f"{variant}_tiny"
+        backbones[preset] = TupeBackbone.from_preset(preset)
+        write_case(backbones[preset], root / preset)
+    wrong = root / "bert_a_tiny_wrong"
+    shutil.copytree(root / "bert_a_tiny", wrong)
+    expected = dict(np.load(wrong / "expected_3x19.npz"))
+    expected["encoder_outputs_1"][0, 0, 0] += 1e-3
+    np.savez(wrong / "expected_3x19.npz", **expected)
+    return check_cases(root), {preset: (backbone, str(root / preset / "saved_model"))
+                               for preset, backbone in backbones.items()}
 
 
+@TINY_EXPORTS
 @pytest.mark.parametrize("variant", QUICK_VARIANTS)
-def test_exported_encoder_equals_keras_in_a_fresh_process(tiny_parity, variant):
-    assert_parity(tiny_parity, f"{variant}_tiny")
+def test_exported_encoder_equals_keras_in_a_fresh_process(tiny_exports, variant):
+    assert_parity(tiny_exports[0], f"{variant}_tiny")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("size", SIZES)
 def test_every_variant_and_every_size_exports_with_parity(size, tmp_path):
-    presets = [f"{variant}_{size}" for variant in (VARIANTS if size == "tiny" else QUICK_VARIANTS)]
+    # At the tiny size, QUICK_VARIANTS are `make test`'s (`tiny_exports`).
+    variants = sorted(set(VARIANTS) - set(QUICK_VARIANTS)) if size == "tiny" else QUICK_VARIANTS
+    presets = [f"{variant}_{size}" for variant in variants]
     results = run_parity(presets, tmp_path)
     for preset in presets:
         assert_parity(results, preset)
     shutil.rmtree(tmp_path, ignore_errors=True)  # base models take ~0.4 GB each
 
 
-def test_parity_check_detects_a_wrong_output(tmp_path):
-    """The checker itself: a perturbed reference must show up as an error."""
-    results_dir = tmp_path / "cases"
-    backbone = TupeBackbone.from_preset("bert_a_tiny")
-    case = results_dir / "bert_a_tiny"
-    os.replace(export_encoder(backbone, str(case / "export")), case / "saved_model")
-    inputs = random_inputs(np.random.default_rng(0), 2, 6, backbone.vocabulary_size)
-    expected = flat_outputs(keras_outputs(backbone, inputs))
-    expected["encoder_outputs_1"][0, 0, 0] += 1e-3
-    np.savez(case / "inputs_2x6.npz", **inputs)
-    np.savez(case / "expected_2x6.npz", **expected)
-    result = subprocess.run([sys.executable, str(REPO / "tests" / "saved_model_check.py"),
-                             str(results_dir)], capture_output=True, text=True)
-    error = json.loads(result.stdout.strip().splitlines()[-1])["bert_a_tiny"]["max_abs_error"]
-    assert error == pytest.approx(1e-3, rel=1e-2)
+@TINY_EXPORTS
+def test_parity_check_detects_a_wrong_output(tiny_exports):
+    """The checker itself: a perturbed reference must show up as an error (a copy of the
+    bert_a_tiny case, one number of one layer's output off by 1e-3)."""
+    assert tiny_exports[0]["bert_a_tiny_wrong"]["max_abs_error"] == pytest.approx(1e-3, rel=1e-2)
+    assert tiny_exports[0]["bert_a_tiny"]["max_abs_error"] <= TOLERANCE
 
 
 # The TF-Hub encoder API ----------------------------------------------------------------
@@ -147,6 +168,7 @@ def exported_mlm(tmp_path_factory):
     return masked_lm, tf.saved_model.load(path)
 
 
+@MASKED_LM
 def test_encoder_api_attributes_and_dropout(exported_mlm):
     masked_lm, loaded = exported_mlm
     backbone = masked_lm.backbone
@@ -164,6 +186,7 @@ def test_encoder_api_attributes_and_dropout(exported_mlm):
     assert len(loaded(inputs)["encoder_outputs"]) == backbone.num_layers
 
 
+@MASKED_LM
 def test_mlm_sub_object_equals_the_masked_lm(exported_mlm):
     masked_lm, loaded = exported_mlm
     rng = np.random.default_rng(2)
@@ -179,28 +202,29 @@ def test_mlm_sub_object_equals_the_masked_lm(exported_mlm):
         masked_lm.backbone.pooled_dense.weights)
 
 
-def test_length_limits_survive_export(tmp_path):
-    absolute = TupeBackbone.from_preset("tupe_r_tiny")
-    relative = TupeBackbone.from_preset("huang_m4_tiny")
+@TINY_EXPORTS
+def test_length_limits_survive_export(tiny_exports):
+    (absolute, absolute_path), (relative, relative_path) = (
+        tiny_exports[1][preset] for preset in ("tupe_r_tiny", "huang_m4_tiny"))
     limit = absolute.max_sequence_length
     rng = np.random.default_rng(3)
     long_inputs = random_inputs(rng, 2, limit + 40, absolute.vocabulary_size)
-    loaded_absolute = tf.saved_model.load(export_encoder(absolute, str(tmp_path / "a")))
+    loaded_absolute = tf.saved_model.load(absolute_path)
     with pytest.raises(tf.errors.InvalidArgumentError, match="max_sequence_length=128"):
         loaded_absolute(long_inputs)
     with pytest.raises(tf.errors.InvalidArgumentError, match="max_sequence_length=128"):
         loaded_absolute.signatures["serving_default"](
             **{key: tf.constant(value) for key, value in long_inputs.items()})
-    loaded_relative = tf.saved_model.load(export_encoder(relative, str(tmp_path / "r")))
+    loaded_relative = tf.saved_model.load(relative_path)
     np.testing.assert_allclose(loaded_relative(long_inputs)["sequence_output"].numpy(),
                                keras.ops.convert_to_numpy(relative(from_tfhub(long_inputs))["sequence_output"]),
                                atol=TOLERANCE, rtol=0)
 
 
-def test_keras_save_and_load_still_work_after_export(tmp_path):
-    backbone = TupeBackbone.from_preset("tupe_a_tiny")
+@TINY_EXPORTS
+def test_keras_save_and_load_still_work_after_export(tiny_exports, tmp_path):
+    backbone, _ = tiny_exports[1]["tupe_r_tiny"]  # exported by the fixture
     inputs = random_inputs(np.random.default_rng(4), 2, 7, backbone.vocabulary_size)
-    export_encoder(backbone, str(tmp_path / "export"))
     backbone.save(tmp_path / "backbone.keras")
     reloaded = keras.saving.load_model(tmp_path / "backbone.keras")
     inputs = from_tfhub(inputs)
@@ -273,10 +297,17 @@ def sst2_vocab(tmp_path_factory):
     return data.train_vocabulary(str(corpus), 600, str(root / "vocab.txt"))
 
 
-def test_preprocessor_gives_the_training_pipelines_ids(sst2_vocab, tmp_path):
+@pytest.fixture(scope="module")
+def sst2_preprocessor(sst2_vocab, tmp_path_factory):
+    """The SST-2 vocabulary's preprocessor SavedModel (seq_length=32): its path."""
+    return export_preprocessor(sst2_vocab, str(tmp_path_factory.mktemp("sst2_preprocessor")),
+                               seq_length=32)
+
+
+@SST2
+def test_preprocessor_gives_the_training_pipelines_ids(sst2_vocab, sst2_preprocessor):
     tokenizer = data.load_tokenizer(sst2_vocab)
-    path = export_preprocessor(sst2_vocab, str(tmp_path / "pre"), seq_length=32)
-    preprocessor = load_saved_model(path)
+    preprocessor = load_saved_model(sst2_preprocessor)
     # Single sentences: the default call against the packing oracle's batches.
     examples = glue.load_glue("sst2", "validation", DATA_DIR)
     examples = dataclasses.replace(examples, sentence1=examples.sentence1[:200],
@@ -308,10 +339,12 @@ def test_preprocessor_gives_the_training_pipelines_ids(sst2_vocab, tmp_path):
     assert bool(preprocessor.do_lower_case.numpy()) is True
 
 
-def test_preprocessor_rejects_a_too_short_seq_length(sst2_vocab, tmp_path):
+@SST2
+def test_preprocessor_rejects_a_too_short_seq_length(sst2_vocab, sst2_preprocessor, tmp_path):
     with pytest.raises(ValueError, match="seq_length"):
         export_preprocessor(sst2_vocab, str(tmp_path), seq_length=2)
-    preprocessor = load_saved_model(export_preprocessor(sst2_vocab, str(tmp_path)))
+    assert os.listdir(tmp_path) == []
+    preprocessor = load_saved_model(sst2_preprocessor)
     tokens = preprocessor.tokenize(tf.constant(["a b"]))
     with pytest.raises(tf.errors.InvalidArgumentError, match="seq_length"):
         preprocessor.bert_pack_inputs([tokens, tokens], seq_length=3)
@@ -329,7 +362,8 @@ def keras_probabilities(classifier, tokenizer, first, second=None, seq_length=32
     return keras.ops.convert_to_numpy(keras.ops.softmax(logits, axis=-1))
 
 
-@pytest.mark.slow  # three fresh processes: saved_model_cli and the console script
+@SST2
+@pytest.mark.slow  # two fresh processes: TensorFlow's saved_model_cli and ours
 def test_serving_model_answers_saved_model_cli(sst2_vocab, sst2_classifier, tmp_path):
     tokenizer = data.load_tokenizer(sst2_vocab)
     path = export_classifier(sst2_classifier, sst2_vocab, str(tmp_path / "sst2"), seq_length=32,
@@ -343,12 +377,15 @@ def test_serving_model_answers_saved_model_cli(sst2_vocab, sst2_classifier, tmp_
     for text in ("inputs['sentence']", "DT_STRING", "outputs['probabilities']",
                  "outputs['label']", "outputs['class_id']"):
         assert text in shown.stdout
+    # The console script (keras-tupe-saved-model-cli, through its `training.` module) answers
+    # as the Keras model does, without TensorFlow's INFO lines and deprecation warnings
+    # (issue 23), the answer on stdout as well as in --outdir.
     texts = SPECIAL_TEXTS + ["a gorgeous , witty , seductive movie .", "dull and lifeless"]
     answer = subprocess.run(
-        [sys.executable, "-m", "keras_tupe_cli.saved_model_cli", "run", "--dir", path,
+        [sys.executable, "-m", "training.saved_model_cli", "run", "--dir", path,
          "--tag_set", "serve", "--signature_def", "serving_default",
          "--input_exprs", f"sentence={json.dumps(texts, ensure_ascii=False)}", "--outdir", str(tmp_path / "answer")],
-        capture_output=True, text=True, cwd=tmp_path)
+        capture_output=True, text=True, cwd=REPO)
     assert answer.returncode == 0, answer.stderr[-3000:]
     probabilities = np.load(tmp_path / "answer" / "probabilities.npy")
     np.testing.assert_allclose(probabilities, keras_probabilities(sst2_classifier, tokenizer, texts),
@@ -357,34 +394,34 @@ def test_serving_model_answers_saved_model_cli(sst2_vocab, sst2_classifier, tmp_
     labels = np.load(tmp_path / "answer" / "label.npy", allow_pickle=True)
     expected = np.array(["negative", "positive"])[probabilities.argmax(-1)]
     assert [label.decode() for label in labels] == list(expected)
-    # The console script (keras-tupe-saved-model-cli) answers without TensorFlow's INFO
-    # lines and deprecation warnings (issue 23), the answer on stdout.
-    quiet = subprocess.run(
-        [sys.executable, "-m", "training.saved_model_cli", "run", "--dir", path,
-         "--tag_set", "serve", "--signature_def", "serving_default",
-         "--input_exprs", 'sentence=["dull and lifeless"]'],
-        capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
-    assert quiet.returncode == 0, quiet.stderr[-3000:]
-    assert "Result for output key label:" in quiet.stdout
-    assert "deprecated" not in quiet.stderr and "INFO:tensorflow" not in quiet.stderr
-    assert "Restoring parameters" not in quiet.stderr, quiet.stderr
+    assert "Result for output key label:" in answer.stdout
+    assert "deprecated" not in answer.stderr and "INFO:tensorflow" not in answer.stderr
+    assert "Restoring parameters" not in answer.stderr, answer.stderr
 
 
-def export_with_a_cut_copy(sst2_vocab, sst2_classifier, model):
-    """A classifier export with version 1, and `model/2`, which the test fills from it as a
-    copy cut short would; returns version 1's folder."""
-    first = Path(export_classifier(sst2_classifier, sst2_vocab, str(model), seq_length=24))
+@pytest.fixture(scope="module")
+def sst2_served(sst2_vocab, sst2_classifier, tmp_path_factory):
+    """The classifier's serving SavedModel (seq_length=24): its version folder."""
+    return Path(export_classifier(sst2_classifier, sst2_vocab,
+                                  str(tmp_path_factory.mktemp("sst2_served")), seq_length=24))
+
+
+def export_with_a_cut_copy(sst2_served, model):
+    """`model/1`, a copy of the classifier export, and `model/2`, which the test fills from
+    it as a copy cut short would; returns version 1's folder."""
+    first = model / "1"
+    shutil.copytree(sst2_served, first)
     (model / "2").mkdir()
     return first
 
 
-def test_predict_skips_a_version_holding_only_its_graph(sst2_vocab, sst2_classifier, tmp_path,
-                                                        capsys):
+@SST2
+def test_predict_skips_a_version_holding_only_its_graph(sst2_served, tmp_path, capsys):
     """Was: two TensorFlow error lines, one a wrong `experimental_io_device` hint."""
     from keras_tupe_cli import predict
 
     model = tmp_path / "sst2"
-    first = export_with_a_cut_copy(sst2_vocab, sst2_classifier, model)
+    first = export_with_a_cut_copy(sst2_served, model)
     shutil.copy(first / "saved_model.pb", model / "2")
     assert predict.main([str(model), "a gorgeous film"]) == 0
     out, err = capsys.readouterr()
@@ -394,13 +431,14 @@ def test_predict_skips_a_version_holding_only_its_graph(sst2_vocab, sst2_classif
     assert answer.endswith("  'a gorgeous film'") and err == ""
 
 
-def test_predict_names_a_version_whose_variables_are_cut_as_corrupt(sst2_vocab, sst2_classifier,
-                                                                    tmp_path, capsys):
+@SST2
+def test_predict_names_a_version_whose_variables_are_cut_as_corrupt(sst2_served, tmp_path,
+                                                                    capsys):
     """Was: a 32-line traceback ending `IndexError: Read less bytes than requested`."""
     from keras_tupe_cli import predict
 
     model = tmp_path / "sst2"
-    first = export_with_a_cut_copy(sst2_vocab, sst2_classifier, model)
+    first = export_with_a_cut_copy(sst2_served, model)
     shutil.copytree(first, model / "2", dirs_exist_ok=True)
     [data_file] = (model / "2" / "variables").glob("variables.data-*")
     os.truncate(data_file, data_file.stat().st_size // 2)
@@ -411,6 +449,7 @@ def test_predict_names_a_version_whose_variables_are_cut_as_corrupt(sst2_vocab, 
                    f"bytes than requested). Export it again, or pass {first}.\n")
 
 
+@SST2
 def test_pair_serving_model_takes_two_sentences(sst2_vocab, sst2_classifier, tmp_path):
     tokenizer = data.load_tokenizer(sst2_vocab)
     path = export_classifier(sst2_classifier, sst2_vocab, str(tmp_path), seq_length=24,
@@ -427,6 +466,7 @@ def test_pair_serving_model_takes_two_sentences(sst2_vocab, sst2_classifier, tmp
         atol=TOLERANCE, rtol=0)
 
 
+@SST2
 def test_serving_export_rejects_bad_settings(sst2_vocab, sst2_classifier, tmp_path):
     with pytest.raises(ValueError, match="num_segments"):
         export_classifier(sst2_classifier, sst2_vocab, str(tmp_path), num_segments=3)
@@ -439,7 +479,7 @@ def test_serving_export_rejects_bad_settings(sst2_vocab, sst2_classifier, tmp_pa
 
 # Reuse: fine-tuning a reloaded encoder -------------------------------------------------
 
-def sst2_batches(vocab, count=256, seq_length=32, batch_size=32):
+def sst2_batches(vocab, count=128, seq_length=32, batch_size=32):
     tokenizer = data.load_tokenizer(vocab)
     examples = glue.load_glue("sst2", "train", DATA_DIR)
     features = pack_texts(tokenizer, seq_length, examples.sentence1[:count])
@@ -465,6 +505,7 @@ def sst2_encoder(sst2_vocab, tmp_path_factory):
     return export_encoder(backbone, str(tmp_path_factory.mktemp("sst2_encoder")))
 
 
+@SST2
 def test_reloaded_encoder_fine_tunes_with_adamw(sst2_vocab, sst2_encoder):
     features, labels = sst2_batches(sst2_vocab)
     model, encoder = reuse_model(sst2_encoder)
@@ -481,6 +522,7 @@ def test_reloaded_encoder_fine_tunes_with_adamw(sst2_vocab, sst2_encoder):
     assert np.abs(dropped[0] - dropped[1]).max() > 1e-4  # dropout active when training
 
 
+@SST2
 def test_frozen_reloaded_encoder_does_not_move(sst2_vocab, sst2_encoder):
     features, labels = sst2_batches(sst2_vocab, count=64)
     encoder = load_encoder(sst2_encoder, trainable=False)
@@ -511,7 +553,7 @@ with strategy.scope():
     model, encoder = reuse_model(sys.argv[1])
 before = [w.numpy().copy() for w in encoder.trainable_weights]
 loss_before = model.evaluate(features, data["labels"], batch_size=32, verbose=0)
-model.fit(features, data["labels"], batch_size=32, epochs=8, verbose=0)
+model.fit(features, data["labels"], batch_size=32, epochs=4, verbose=0)
 print(json.dumps({
     "replicas": strategy.num_replicas_in_sync,
     "mirrored": all(isinstance(w.value, tf.distribute.DistributedValues)
@@ -524,6 +566,7 @@ print(json.dumps({
 """
 
 
+@SST2
 @pytest.mark.slow
 def test_reloaded_encoder_fine_tunes_under_mirrored_strategy(sst2_vocab, sst2_encoder, tmp_path):
     # A process of its own: TensorFlow numbers the collective all-reduces of every
@@ -542,15 +585,15 @@ def test_reloaded_encoder_fine_tunes_under_mirrored_strategy(sst2_vocab, sst2_en
     assert report["changed"] > 0.9
 
 
-def test_load_encoder_errors_name_the_problem(tmp_path, sst2_vocab):
+@SST2
+def test_load_encoder_errors_name_the_problem(tmp_path, sst2_preprocessor):
     with pytest.raises(FileNotFoundError, match="No SavedModel"):
         load_encoder(str(tmp_path))
-    preprocessor = export_preprocessor(sst2_vocab, str(tmp_path / "pre"))
     import tensorflow_text  # noqa: F401
     with pytest.raises(ValueError, match="not a reusable encoder"):
-        load_encoder(preprocessor)
+        load_encoder(sst2_preprocessor)
     with pytest.raises(ValueError, match="output_key"):
-        load_encoder(str(tmp_path / "pre" / "1"), output_key="logits")
+        load_encoder(sst2_preprocessor, output_key="logits")
 
 
 TF_HUB_SCRIPT = """
@@ -570,7 +613,7 @@ model.compile(tf_keras.optimizers.Adam(3e-3),
               tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 before = [w.numpy().copy() for w in layer.trainable_weights]
 loss_before = model.evaluate(features, data["labels"], verbose=0)
-model.fit(features, data["labels"], batch_size=32, epochs=8, verbose=0)
+model.fit(features, data["labels"], batch_size=32, epochs=4, verbose=0)
 print(json.dumps({
     "pooled_error": float(np.abs(pooled - data["pooled"]).max()),
     "loss_before": loss_before, "loss_after": model.evaluate(features, data["labels"], verbose=0),
@@ -582,6 +625,7 @@ print(json.dumps({
 """
 
 
+@SST2
 def test_tf_keras_hub_keras_layer_loads_and_fine_tunes(sst2_vocab, sst2_encoder, tmp_path):
     """Users of tf-keras + tensorflow_hub load the same SavedModel (separate process)."""
     features, labels = sst2_batches(sst2_vocab)
@@ -639,6 +683,7 @@ def test_export_cli_writes_all_three_and_refuses_overwrites(sst2_vocab, tmp_path
     assert not (out / "x").exists()
 
 
+@SST2
 def test_save_classifier_never_replaces_a_directory(sst2_vocab, sst2_classifier, tmp_path):
     from keras_tupe.finetuning import load_classifier, save_classifier
 
@@ -662,8 +707,8 @@ def test_demo_runs_end_to_end(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "training.demo", "--data-dir", str(DATA_DIR),
          "--out", str(tmp_path / "runs"), "--export-dir", str(tmp_path / "saved_models"),
-         "--steps", "30", "--vocab-lines", "1000", "--finetune-examples", "600",
-         "--epochs", "1"],
+         "--steps", "3", "--vocab-lines", "200", "--vocabulary-size", "300",
+         "--finetune-examples", "64", "--epochs", "1"],
         capture_output=True, text=True, cwd=REPO)
     assert result.returncode == 0, result.stderr[-3000:]
     for kind in ("encoder", "preprocessor", "sst2"):

@@ -3,7 +3,7 @@
 The twenty pairs run a stand-in command (`WRITER`: the entry-point wrapper
 `keras_tupe_cli.common.run`, the output lock, `made_folder` and staged writes, as `pretrain` uses
 them, writing a few small files), so each pair takes a fraction of a second; the slow
-test runs two real `pretrain`s.
+test runs real `pretrain`s, the first held once it holds the folder until the others are done.
 """
 
 import os
@@ -75,24 +75,50 @@ def test_twenty_pairs_on_one_folder_one_killed_at_random(tmp_path):
             assert not [p for p in (tmp_path / f"pair{i}").rglob("*") if p.is_file()]
 
 
-def _pretrain(argv):
+# `training.pretrain` that, once it holds the folder (run_config.json written), waits for the
+# file argv[1] before it builds and trains: the other commands meet it there, however slowly
+# the machine runs.
+HELD = """
+import os, sys, time
+import keras_tupe_cli  # first: TensorFlow starts quietly, as for `keras-tupe-pretrain`
+from keras_tupe import pretraining
+
+go, compiled_model = sys.argv[1], pretraining._compiled_model
+
+
+def held(*args, **kwargs):
+    while not os.path.exists(go):
+        time.sleep(0.05)
+    return compiled_model(*args, **kwargs)
+
+
+pretraining._compiled_model = held
+sys.argv = ["python -m training.pretrain", *sys.argv[2:]]
+from keras_tupe_cli.pretrain import main
+sys.exit(main())
+"""
+
+
+def _pretrain(argv, held_until=None):
+    command = ([sys.executable, "-c", HELD, str(held_until)] if held_until
+               else [sys.executable, "-m", "training.pretrain"])
     return subprocess.Popen(
-        [sys.executable, "-m", "training.pretrain", *argv], cwd=REPO,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+        [*command, *argv], cwd=REPO, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 @pytest.mark.slow
 def test_a_second_pretrain_on_the_same_out_is_refused_and_a_stopped_one_deletes_nothing(
         tmp_path, vocab):  # noqa: F811
-    out = tmp_path / "run"
-    first = _pretrain(tiny_args(out, vocab))
+    # Without XLA: what is checked is who writes the folder.
+    out, go = tmp_path / "run", tmp_path / "go"
+    first = _pretrain(tiny_args(out, vocab, "--no-xla"), held_until=go)
     deadline = time.time() + 300
     while not (out / "run_config.json").exists():  # it holds the folder
         assert first.poll() is None and time.time() < deadline, first.stderr.read()
         time.sleep(0.1)
-    second = _pretrain(tiny_args(out, vocab))  # a few seconds later: must not retrain
-    stopped = _pretrain(tiny_args(out, vocab))  # stopped while it starts
+    second = _pretrain(tiny_args(out, vocab, "--no-xla"))  # while it holds it: must not retrain
+    stopped = _pretrain(tiny_args(out, vocab, "--no-xla"))  # stopped while it starts
     time.sleep(3)
     stopped.send_signal(signal.SIGTERM)
     second_err = second.communicate(timeout=300)[1]
@@ -101,6 +127,8 @@ def test_a_second_pretrain_on_the_same_out_is_refused_and_a_stopped_one_deletes_
         f"error: --out {out} is being written by process {first.pid} on "
         + second_err.split(" on ", 1)[1].strip()]
     assert stopped.wait(300) in (2, 143)
+    assert first.poll() is None  # still holding the folder, waiting
+    go.write_text("")
     assert first.wait(600) == 0, first.stderr.read()
     rows = (out / "metrics.csv").read_text().splitlines()[1:]
     assert [int(row.split(",")[0]) for row in rows] == [2, 4, 6]  # one run, no step twice
