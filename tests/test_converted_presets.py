@@ -68,8 +68,6 @@ def test_converted_relative_bert_fine_tunes_on_raw_strings(tmp_path):
     preset = convert_huggingface(
         REFERENCE / "hf" / "relative_key" / "bert_model", tmp_path / "preset")
     classifier = keras_hub.models.TextClassifier.from_preset(preset, num_classes=2)
-    # keras-hub's defaults, without XLA: what is checked is which weights train.
-    classifier.compile(jit_compile=False)
     before = {w.path: keras.ops.convert_to_numpy(w) for w in classifier.backbone.trainable_weights}
     x = ["the city was new", "a state university", "the first time", "which school"] * 2
     y = np.array([1, 0, 1, 0] * 2)

@@ -32,6 +32,9 @@ REPO = Path(__file__).resolve().parents[1]
 DATA_DIR = Path(os.environ.get("KERAS_TUPE_DATA_DIR") or REPO.parent / "shared" / "data")
 ENWIKI = DATA_DIR / "enwiki"
 GLUE = DATA_DIR / "glue"
+# Under `--dist loadgroup` (Makefile): one worker pre-trains the study (three runs) that the
+# tests share, not each worker that runs one of them.
+pytestmark = pytest.mark.xdist_group("test_experiments")
 
 
 def _head(source, target, lines):
