@@ -1,4 +1,4 @@
-"""WordPiece learners side by side: tensorflow-text's (before issue 73) and Hugging Face's.
+"""WordPiece learners side by side: tensorflow-text's (keras-hub's) and Hugging Face's.
 
     python -m benchmarks.vocabulary --corpus ../shared/data/enwiki/train.txt
         --valid ../shared/data/enwiki/valid.txt [--size 4000] [--lines 4000]
@@ -8,7 +8,7 @@ Each learner learns a `--size`-token vocabulary from the first `--lines` lines o
 `--corpus` (all of it with `--lines 0`), in this process, one after the other:
 `hf` is `keras_tupe.data.train_vocabulary` (Hugging Face `tokenizers`); `tf` is
 `keras_hub.tokenizers.compute_word_piece_vocabulary` called exactly as
-`train_vocabulary` called it before (the same reader, NFKC and space separators
+`train_vocabulary` once called it (the same reader, NFKC and space separators
 as " ", `SPECIAL_TOKENS` reserved), kept here only. Each vocabulary then tokenizes
 `--valid` with keras-hub's `WordPieceTokenizer` as `load_tokenizer` makes it:
 tokens per word (words as that tokenizer splits them: a tokenizer whose only token
@@ -38,7 +38,7 @@ COLUMNS = ("learner", "lines", "seconds", "tokens learned", "tokens per word", "
 
 
 def learn_tf(corpus, size, output_file, max_lines):
-    """The learner `train_vocabulary` used before issue 73, as it called it."""
+    """keras-hub's `compute_word_piece_vocabulary`, as `train_vocabulary` once called it."""
     import keras_hub
     import tensorflow as tf
     import tensorflow_text as tf_text
