@@ -39,6 +39,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -859,13 +860,20 @@ def test_sigterm_before_the_first_finetuning_result_leaves_no_results_folder(
     assert list(tmp_path.iterdir()) == []
 
 
-def run_entry_point(module, argv, before=""):
-    """`python -m module argv` in a fresh process, after `before` (Python source) runs."""
-    script = ("import runpy, sys\n" + before +
+def run_entry_point(module, argv, before="", cwd=None):
+    """`python -m module argv` in a fresh process, after `before` (Python source) runs, in
+    `cwd` or else a folder of its own holding only README.md and pyproject.toml (files that
+    exist): relative paths such as `--out o` of tests on other workers never meet."""
+    script = (f"import runpy, sys\nsys.path.insert(0, {str(REPO)!r})\n" + before +
               f"sys.argv = ['{module}', *{argv!r}]\n"
               f"runpy.run_module('{module}', run_name='__main__', alter_sys=True)\n")
-    return subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True,
-                          text=True, timeout=120)
+    with tempfile.TemporaryDirectory() as own:
+        cwd = Path(cwd or own)
+        for name in ("README.md", "pyproject.toml"):
+            if not (cwd / name).exists():
+                shutil.copyfile(REPO / name, cwd / name)
+        return subprocess.run([sys.executable, "-c", script], cwd=cwd, capture_output=True,
+                              text=True, timeout=120)
 
 
 CTRL_C_AT_TENSORFLOW = """
@@ -886,9 +894,9 @@ sys.meta_path.insert(0, CtrlC())
 ])
 def test_ctrl_c_while_starting_is_one_line_and_exit_130(module, argv, tmp_path):
     """Was a 40-line KeyboardInterrupt traceback (TensorFlow was imported before `run`)."""
-    result = run_entry_point(module, argv, CTRL_C_AT_TENSORFLOW)
+    result = run_entry_point(module, argv, CTRL_C_AT_TENSORFLOW, cwd=tmp_path)
     assert (result.returncode, result.stderr) == (130, "interrupted\n")
-    assert not (REPO / "o").exists()
+    assert not (tmp_path / "o").exists()
     # Before `run` (while the entry point's modules import): one line too; Python then
     # ends by SIGINT, status 130 as the shell reports it.
     script = "import keras_tupe_cli\nraise KeyboardInterrupt\n"

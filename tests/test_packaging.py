@@ -99,11 +99,11 @@ def run_python(argv, **env):
                           timeout=900, env={**os.environ, **env})
 
 
-def test_a_command_without_tensorflow_says_which_extra_to_install():
+def test_a_command_without_tensorflow_says_which_extra_to_install(tmp_path):
     """`tests/no_tensorflow` makes `import tensorflow` fail, as on a machine without it; under
     Keras's TensorFlow backend `import keras_tupe` (Keras's import) says so."""
     result = run_python(["-m", "keras_tupe_cli.export", "preprocessor", "--vocab",
-                         "pyproject.toml", "--out", "o"],
+                         str(REPO / "pyproject.toml"), "--out", str(tmp_path / "o")],
                         PYTHONPATH=os.pathsep.join([str(REPO / "tests" / "no_tensorflow"),
                                                     str(REPO)]),
                         KERAS_BACKEND="tensorflow")
@@ -112,7 +112,7 @@ def test_a_command_without_tensorflow_says_which_extra_to_install():
                                     "TensorFlow (tensorflow does not import here")
     assert len(result.stderr.splitlines()) == 1 and TENSORFLOW_EXTRA in result.stderr
     assert result.stderr.rstrip().endswith("Or run with KERAS_BACKEND=jax.")
-    assert not (REPO / "o").exists()
+    assert not (tmp_path / "o").exists()
 
 
 def imported_modules(argv, **env):
