@@ -886,7 +886,7 @@ def _calibration_jobs(spec, tiny, work, pretrain, then, stage):
             "settings": {**then["settings"], "epochs": 1, "pad_each_batch": False}})
         jobs.append((f"finetune {task}", _experiment("finetune", config, []), after(paces)))
     jobs.append(("gradients", [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                               "tests/test_fused_gradients.py"], after(paces)))
+                               "tests/layers/test_fused_gradients.py"], after(paces)))
     return jobs + [("summary", [sys.executable, "-m", "experiments.calibrate", work],
                     after([label for label, _, _ in jobs]))]
 

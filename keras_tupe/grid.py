@@ -8,7 +8,7 @@ task's own loss and gradient (`model.compute_loss_and_updates`, what `fit` runs 
 and the optimizer's `stateless_apply` (Keras's documented JAX training-loop API), and
 `jax.lax.scan` runs many steps a dispatch, gathering each member's batch from arrays
 already on the device. A member is the run `fit` makes from the same start on the same
-batches (tests/test_grid.py holds it to that).
+batches (tests/training/test_grid.py holds it to that).
 
 Why: a small encoder's step leaves an accelerator idle between Python dispatches, and a
 run per process compiles its program again; a grid compiles one program for all its runs

@@ -1,6 +1,6 @@
 """An oracle of BERT packing for the GLUE tests, apart from the task's preprocessor.
 
-`pack_texts` is `keras_tupe.data.packing.pack_segments` (which tests/test_packing.py holds
+`pack_texts` is `keras_tupe.data.packing.pack_segments` (which tests/data/test_packing.py holds
 equal to keras-hub's `MultiSegmentPacker`) on a WordPiece tokenizer's ragged ids;
 `packed_batches` packs the raw-sentence batches of `keras_tupe.finetuning.batches` with it.
 The task's `TupeTextClassifierPreprocessor` packs with keras-hub's packer layer instead, so

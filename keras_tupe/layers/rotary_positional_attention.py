@@ -42,7 +42,7 @@ class RotaryPositionalAttention(UntiedPositionalAttention):
     `W^Q`, `W^K` absorb: trained from scratch they are equivalent. Porting an
     interleaved checkpoint (RoFormer, GPT-J) needs its query and key kernels'
     output columns permuted per head (interleaved `2c → c`, `2c + 1 → c + d_h/2`);
-    `tests/test_position_encodings_beyond.py` checks that equivalence.
+    `tests/layers/test_position_encodings_beyond.py` checks that equivalence.
 
     The rotation happens before either attention path, so the fused
     `keras.ops.dot_product_attention` path (`attention_implementation`) works as

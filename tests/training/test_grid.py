@@ -1,0 +1,610 @@
+"""The grid trainer (`keras_tupe.grid`): K members in one program equal K `fit` runs.
+
+Each member of a grid is held to the run Keras's own `fit` makes from the same start
+(`keras.utils.set_random_seed(seed)` then the same build) on the same batches, dropout
+on: per-step losses and final weights, for a classifier (K = 4, two encoders), a regressor
+(STS-B's head; K = 2 and K = 1) and the masked LM (K = 2); the comparison is shown to fail
+when a member's rate, seed or encoder is swapped. The GLUE protocol through the grid gives
+today's `run_protocol` table. Under JAX (marked `jax`: `make test-jax`); the refusal on
+other backends, in `make test`.
+"""
+
+import dataclasses
+import os
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+
+from keras_tupe.data.masking import mask_batch
+from keras_tupe.grid import GridTrainer, Schedule, check_members, epoch_rows
+from keras_tupe.models import TupeBackbone, TupeMaskedLM, TupeTextClassifier
+from keras_tupe.optimization import create_optimizer
+
+REPO = Path(__file__).resolve().parents[2]
+DATA_DIR = Path(os.environ.get("KERAS_TUPE_DATA_DIR") or REPO.parent / "shared" / "data")
+VOCABULARY, LENGTH, EXAMPLES, BATCH, EPOCHS, WARMUP = 60, 12, 20, 4, 2, 2
+SEEDS, RATES = (0, 1, 2, 3), (1e-3, 3e-4, 2e-3, 5e-4)
+# float32, one compiled program against another: measured differences are <= 5e-7 (losses)
+# and <= 1e-7 (weights); a swapped rate or seed moves them by > 1e-3.
+LOSS_TOLERANCE, WEIGHT_TOLERANCE = 1e-5, 1e-5
+
+
+def backbone():
+    return TupeBackbone.from_preset("tupe_a_tiny", vocabulary_size=VOCABULARY, num_layers=1)
+
+
+def inputs(seed=0):
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(5, VOCABULARY, (EXAMPLES, LENGTH)).astype(np.int32)
+    ids[:, 0] = 1
+    lengths = rng.integers(4, LENGTH + 1, EXAMPLES)
+    padding = np.arange(LENGTH)[None, :] < lengths[:, None]
+    ids[~padding] = 0
+    return {"token_ids": ids, "padding_mask": padding,
+            "segment_ids": np.zeros_like(ids)}
+
+
+def classifier(num_classes):
+    return lambda seed: TupeTextClassifier(backbone(), num_classes=num_classes)
+
+
+def fit_run(build, seed, rate, x, y, sample_weight, steps):
+    """The reference: `fit` on the member's batches in order; per-step losses (from the
+    epoch's running means) and the trained model."""
+    keras.utils.set_random_seed(seed)
+    model = build(seed)
+    model.compile(optimizer=create_optimizer(model, rate, total_steps=steps,
+                                             warmup_steps=WARMUP), jit_compile=True)
+    means = []
+    model.fit(x, y, sample_weight=sample_weight, batch_size=BATCH, shuffle=False, verbose=0,
+              callbacks=[keras.callbacks.LambdaCallback(
+                  on_train_batch_end=lambda batch, logs: means.append(logs["loss"]))])
+    means = np.asarray(means, np.float64) * np.arange(1, steps + 1)
+    return np.diff(means, prepend=0.0), model
+
+
+def differences(trainer, losses, references, members):
+    """Per member `k` of the grid, against the reference run `members[k]`: the largest loss
+    and weight differences."""
+    found = []
+    for k, index in enumerate(members):
+        reference_losses, reference = references[index]
+        model = trainer.member_model(k)
+        weights = max(float(np.max(np.abs(np.asarray(a.value) - np.asarray(b.value))))
+                      for a, b in zip(reference.trainable_variables, model.trainable_variables))
+        found.append((float(np.max(np.abs(losses[:, k] - reference_losses))), weights))
+    return found
+
+
+def check_equal(found):
+    for loss, weights in found:
+        assert loss <= LOSS_TOLERANCE and weights <= WEIGHT_TOLERANCE, found
+
+
+def classification_data(num_classes):
+    """`(source, rows, weights, fit_batches)`: every member's batches of the same examples
+    in its own order, and the same batches laid out for `fit`."""
+    x = inputs()
+    rng = np.random.default_rng(1)
+    y = (rng.normal(size=EXAMPLES).astype(np.float32) if num_classes == 1
+         else rng.integers(0, num_classes, EXAMPLES).astype(np.int32))
+    count = EXAMPLES - 3  # a last batch of 1: filled, weighted
+    orders = [epoch_rows(count, BATCH, seed, EPOCHS) for seed in SEEDS]
+    rows, weights = (np.stack(parts, axis=1) for parts in zip(*orders))
+    fit_batches = [({name: value[r.reshape(-1)] for name, value in x.items()},
+                    y[r.reshape(-1)], w.reshape(-1)) for r, w in orders]
+    return (x, y), rows, weights, fit_batches
+
+
+def masked_lm_data():
+    """Each member's masked batches (its own masks, from its seed), as one source."""
+    steps = 5
+    x, y, w = {}, [], []
+    for seed in SEEDS:
+        rng = np.random.default_rng([seed, 7])
+        for _ in range(steps):
+            ids = inputs(int(rng.integers(1 << 30)))["token_ids"][:BATCH]
+            batch_x, batch_y, batch_w = mask_batch(ids, rng, VOCABULARY, num_slots=3)
+            for name, value in batch_x.items():
+                x.setdefault(name, []).append(value)
+            y.append(batch_y)
+            w.append(batch_w)
+    x = {name: np.concatenate(parts) for name, parts in x.items()}
+    y, w = np.concatenate(y), np.concatenate(w)
+    # Member k's step s is the source's batch k * steps + s.
+    rows = np.arange(len(SEEDS) * steps * BATCH).reshape(len(SEEDS), steps, BATCH)
+    rows = rows.transpose(1, 0, 2)
+    fit_batches = [({name: value[r.reshape(-1)] for name, value in x.items()},
+                    y[r.reshape(-1)], w[r.reshape(-1)]) for r in rows.transpose(1, 0, 2)]
+    return (x, y, w), rows, None, fit_batches
+
+
+def masked_lm(seed):
+    return TupeMaskedLM(backbone())
+
+
+CASES = {
+    "regressor": (classifier(1), lambda: classification_data(1)),
+    "masked_lm": (masked_lm, masked_lm_data),
+}
+
+
+@pytest.mark.jax
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_each_member_is_the_fit_run_of_its_seed_and_rate(case):
+    """K = 2 members at two rates (then, for the regressor, K = 1): each equals `fit` from
+    the same seed on the same batches. (The classifier, K = 4, below: with the comparison
+    shown to fail once rates, seeds or encoders are swapped.)"""
+    build, make_data = CASES[case]
+    source, rows, weights, fit_batches = make_data()
+    steps = len(rows)
+    schedule = Schedule(total_steps=steps, warmup_steps=WARMUP)
+    references = [fit_run(build, seed, rate, *batch, steps)
+                  for seed, rate, batch in zip(SEEDS[:2], RATES[:2], fit_batches)]
+
+    trainer = GridTrainer(build, SEEDS[:2], RATES[:2], schedule, steps_per_dispatch=steps)
+    check_equal(differences(trainer, trainer.fit(source, rows[:, :2],
+                                                 None if weights is None else weights[:, :2]),
+                            references, range(2)))
+    assert trainer.compiles == 1  # every step of every member: one program
+    if case != "regressor":
+        return
+    # Dispatches of at most 4 steps: 10 steps are 3 of 4, one program; the 2 steps past
+    # the end are computed and discarded (were they kept, the member would not be `fit`'s).
+    single = GridTrainer(build, SEEDS[:1], RATES[:1], schedule, steps_per_dispatch=4)
+    check_equal(differences(single, single.fit(source, rows[:, :1], weights[:, :1]),
+                            references, [0]))
+    assert steps % 4 and single.compiles == 1
+
+
+@pytest.mark.jax
+def test_members_start_from_their_own_encoders_in_one_program():
+    """A classifier grid of K = 4 over two encoders of one architecture (other weights),
+    `inits` a member: each member equals `fit` from its own encoder at its seed and rate,
+    in one program. The comparison fails for every member once two members swap rates and
+    two swap seeds (the data order stays each position's), and once the inits are swapped
+    (a member given the wrong encoder)."""
+    encoders = {}
+    for name, seed in (("a", 100), ("b", 101)):
+        keras.utils.set_random_seed(seed)
+        encoders[name] = backbone().get_weights()
+
+    def build(seed, init):
+        encoder = backbone()
+        encoder.set_weights(encoders[init])
+        return TupeTextClassifier(encoder, num_classes=3)
+    source, rows, weights, fit_batches = classification_data(3)
+    steps, inits = len(rows), ("a", "b", "b", "a")
+    schedule = Schedule(total_steps=steps, warmup_steps=WARMUP)
+    references = [fit_run(lambda seed, init=init: build(seed, init), seed, rate, *batch, steps)
+                  for seed, rate, init, batch in zip(SEEDS, RATES, inits, fit_batches)]
+    trainer = GridTrainer(build, SEEDS, RATES, schedule, steps_per_dispatch=steps,
+                          inits=inits)
+    check_equal(differences(trainer, trainer.fit(source, rows, weights), references,
+                            range(4)))
+    assert trainer.compiles == 1
+    for seeds, rates, starts in (
+            ((0, 1, 3, 2), (RATES[1], RATES[0], RATES[2], RATES[3]), inits),
+            (SEEDS, RATES, ("b", "a", "a", "b"))):
+        swapped = GridTrainer(build, seeds, rates, schedule, steps_per_dispatch=steps,
+                              inits=starts)
+        found = differences(swapped, swapped.fit(source, rows, weights), references, range(4))
+        assert all(loss > 100 * LOSS_TOLERANCE or weight > 100 * WEIGHT_TOLERANCE
+                   for loss, weight in found), found
+    with pytest.raises(ValueError, match="one start per member: received 3 inits for 4"):
+        GridTrainer(build, SEEDS, RATES, schedule, inits=inits[:3])
+
+
+# Two grids of one shape and two schedules in a fresh process with JAX's persistent
+# compilation cache: the entries each grid's training adds, and how far their losses differ.
+SHARED_PROGRAM = """
+import json, os, sys
+import jax
+for option, value in (("jax_compilation_cache_dir", sys.argv[1]),
+                      ("jax_persistent_cache_min_compile_time_secs", 0),
+                      ("jax_persistent_cache_min_entry_size_bytes", -1)):
+    jax.config.update(option, value)
+import numpy as np
+from keras_tupe.grid import GridTrainer, Schedule
+from tests.training.test_grid import WARMUP, classification_data, classifier
+source, rows, weights, _ = classification_data(3)
+entries = lambda: set(os.listdir(sys.argv[1]))
+added, losses = [], []
+for total in (len(rows), 10 * len(rows)):
+    trainer = GridTrainer(classifier(3), (0, 1), (1e-3, 1e-3), Schedule(total, WARMUP),
+                          steps_per_dispatch=len(rows))
+    before = entries()
+    if total == len(rows):  # compiled only, then run (as a window compiles ahead)
+        trainer.compile_fit(source, rows[:, :2], weights[:, :2])
+        trainer.compile_predict(source[0])
+        added.append(len(entries() - before))
+        before = entries()
+    losses.append(trainer.fit(source, rows[:, :2], weights[:, :2]))
+    trainer.predict(source[0])
+    added.append(len(entries() - before))
+# Built for the first schedule, rescheduled to the second before its first step: the second.
+trainer = GridTrainer(classifier(3), (0, 1), (1e-3, 1e-3), Schedule(len(rows), WARMUP),
+                      steps_per_dispatch=len(rows))
+trainer.reschedule(Schedule(10 * len(rows), WARMUP))
+rescheduled = trainer.fit(source, rows[:, :2], weights[:, :2])
+print(json.dumps({"added": added, "apart": float(np.max(np.abs(losses[0] - losses[1]))),
+                  "rescheduled": float(np.max(np.abs(rescheduled - losses[1])))}))
+"""
+
+
+@pytest.mark.jax
+def test_grids_of_one_shape_share_one_program_whatever_their_schedules(tmp_path):
+    """The schedule's steps are an input of the compiled program, not constants in it: a
+    second grid of the same shape with a ten times longer schedule adds nothing to JAX's
+    compilation cache (with the steps as constants it compiled anew: one entry), so a
+    window's calibration compiles the program its run uses. It still trains on its own
+    schedule: past the warm-up its losses are not the first grid's. `compile_fit` and
+    `compile_predict` write the programs that the first grid's `fit` and `predict` then
+    load (none added): what a window compiles while it pre-trains. A grid rescheduled
+    before its first step trains as one built on that schedule (a window's grids, built
+    before its budget is set)."""
+    import json
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-c", SHARED_PROGRAM, str(tmp_path / "cache")], cwd=REPO,
+        capture_output=True, text=True, timeout=900,
+        env={**os.environ, "KERAS_BACKEND": "jax", "PYTHONPATH": str(REPO)})
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = json.loads(result.stdout.splitlines()[-1])
+    # (the first count holds small programs besides: the keys', the device puts')
+    assert found["added"][0] >= 2 and found["added"][1:] == [0, 0], found
+    assert found["apart"] > 1e-3 and found["rescheduled"] == 0, found
+
+
+@pytest.mark.jax
+def test_a_grid_refuses_members_of_different_architectures():
+    def build(seed):
+        return TupeTextClassifier(backbone(), num_classes=2 + seed)
+
+    with pytest.raises(ValueError, match="share one architecture"):
+        GridTrainer(build, (0, 1), (1e-3, 1e-3), Schedule(10, 1))
+
+
+@pytest.mark.jax
+def test_a_grid_too_large_for_the_device_is_refused_with_the_largest_that_fits():
+    trainer = GridTrainer(classifier(2), (0, 1, 2), (1e-3,) * 3, Schedule(10, 1))
+    need = trainer.check_memory(BATCH, LENGTH, limit_bytes=2**40)
+    with pytest.raises(ValueError, match=r"K=3 members needs .* Use at most K=1 members"):
+        trainer.check_memory(BATCH, LENGTH, limit_bytes=int(need / 3 / 0.9) + 1)
+
+
+def test_members_need_one_rate_a_seed():
+    with pytest.raises(ValueError, match=r"one rate per seed .* 3 seeds .* 2 learning_rates"):
+        check_members((0, 1, 2), (1e-3, 2e-3))
+    with pytest.raises(ValueError, match="positive"):
+        check_members((0,), (-1e-3,))
+    assert check_members((0, 1), (1, 2e-3)) == [(0, 1.0), (1, 2e-3)]
+
+
+def test_a_grid_on_another_backend_is_refused_in_one_line_naming_jax(monkeypatch):
+    monkeypatch.setattr(keras.backend, "backend", lambda: "tensorflow")
+    with pytest.raises(ValueError, match="JAX backend; this process runs Keras on tensorflow. "
+                                         "Set KERAS_BACKEND=jax"):
+        GridTrainer(classifier(2), (0,), (1e-3,), Schedule(10, 1))
+
+
+@pytest.fixture(scope="module")
+def encoder(tmp_path_factory):
+    """A freshly initialized one-layer encoder with a vocabulary of SST-2 sentences."""
+    from keras_tupe import data
+    from keras_tupe.data import glue
+    from keras_tupe.models import TupeTokenizer
+
+    directory = tmp_path_factory.mktemp("encoder")
+    corpus = directory / "sst2.txt"
+    corpus.write_text("\n".join(glue.load_glue("sst2", "train", DATA_DIR).sentence1[:3000]))
+    vocabulary = data.train_vocabulary(str(corpus), 400, str(directory / "vocab.txt"))
+    size = data.load_tokenizer(vocabulary).vocabulary_size()
+    TupeBackbone.from_preset("tupe_a_tiny", vocabulary_size=size, num_layers=1).save_to_preset(
+        str(directory / "preset"))
+    TupeTokenizer(vocabulary=vocabulary).save_to_preset(str(directory / "preset"))
+    return directory
+
+
+@pytest.mark.jax
+def test_the_glue_protocol_through_grids_gives_run_protocols_table(encoder, tmp_path):
+    """STS-B (a correlation: no floor that every run shares), two rates x two seeds with a
+    selection seed: `run_protocol` run by run (on Grain, the batches a grid member gets)
+    and in one grid choose the same rate, every run's dev score within 1e-4 of the other's."""
+    from keras_tupe.finetuning import run_protocol
+    from keras_tupe.finetuning.summary import read_results
+
+    settings = dict(learning_rates=[1e-3, 1e-4], seeds=[0, 1], selection_seed=0, epochs=1,
+                    batch_size=16, seq_len=32, max_train_examples=40, data_dir=DATA_DIR / "glue")
+    tables = {name: run_protocol(["stsb"], str(encoder), str(tmp_path / name), **settings,
+                                 **extra)
+              for name, extra in (("runs", {"data_loader": "grain"}), ("grid", {"grid": True}))}
+    rows = {name: {(r["learning_rate"], r["seed"]): r["dev"]["validation"]["score"]
+                   for r in read_results(str(tmp_path / name))[1]} for name in tables}
+    # Run by run: both rates on seed 0, then seed 1 at the chosen rate; the grid ran all four.
+    assert len(rows["runs"]) == 3 and len(rows["grid"]) == 4
+    # The grid's programs: one for training, one for predicting the dev split.
+    assert {r["grid_compiles"] for r in read_results(str(tmp_path / "grid"))[1]} == {2}
+    assert len(set(rows["runs"].values())) == 3  # three different runs, not one floor
+    for run, score in rows["runs"].items():
+        assert abs(rows["grid"][run] - score) <= 1e-4, (run, rows)
+    [runs], [grid] = tables["runs"], tables["grid"]
+    assert (runs["best_learning_rate"], runs["seeds"]) == (grid["best_learning_rate"], 2)
+    for key in ("score", "seed_min", "seed_max"):
+        assert abs(runs[key] - grid[key]) <= 1e-2, (runs, grid)  # percentage points
+
+
+@pytest.fixture(scope="module")
+def squad_file(tmp_path_factory):
+    """Six articles of SQuAD dev, the first six questions of each one's first paragraph."""
+    import json
+
+    found = json.loads((DATA_DIR / "squad" / "dev-v1.1.json").read_text())
+    found["data"] = [{**article, "paragraphs": [{**article["paragraphs"][0], "qas": article[
+        "paragraphs"][0]["qas"][:6]}]} for article in found["data"][:6]]
+    path = tmp_path_factory.mktemp("squad") / "squad.json"
+    path.write_text(json.dumps(found))
+    return path
+
+
+@pytest.mark.jax
+def test_a_squad_grid_member_is_the_run_of_its_seed_and_rate(encoder, squad_file, monkeypatch):
+    """Two members of other rates and seeds on SQuAD windows: each one's start and end
+    logits within 1e-4 of `finetune_squad`'s run at its rate and seed (on Grain: the
+    batches a grid member gets) and its EM/F1 the same; one program for training, one for
+    predicting. (`run_squad_protocol(grid=True)` runs these grids in `Protocol.grid_rounds`,
+    as GLUE's above; S6's rehearsal in test_stages.py runs it.)"""
+    from keras_tupe.finetuning import finetune_squad
+    from keras_tupe.finetuning import squad as squad_runs
+    from keras_tupe_base.settings import SquadConfig
+
+    seen = []  # each run's logits, in the order it is scored
+    original = squad_runs.postprocess
+
+    def postprocess(features, start, end, articles, **kwargs):
+        seen.append(np.stack([np.asarray(start, np.float64), np.asarray(end, np.float64)]))
+        return original(features, start, end, articles, **kwargs)
+
+    monkeypatch.setattr(squad_runs, "postprocess", postprocess)
+    config = SquadConfig(init=str(encoder), epochs=1, batch_size=8, seq_len=64, doc_stride=32,
+                         max_query_length=16, offline_split=str(squad_file), eval_fraction=0.34,
+                         split_seed=0, data_loader="grain")
+    members = [(0, 1e-3), (1, 1e-4)]
+    runs = [finetune_squad(dataclasses.replace(config, seed=seed, learning_rate=rate))
+            for seed, rate in members]
+    grid = squad_runs.finetune_squad_grid(config, [rate for _, rate in members],
+                                          [seed for seed, _ in members])
+    run_logits, grid_logits = seen[:2], seen[2:]
+    assert len(grid_logits) == 2 and {found["grid_compiles"] for found in grid} == {2}
+    for (seed, rate), run, found, expected, logits in zip(members, runs, grid, run_logits,
+                                                          grid_logits):
+        assert (found["seed"], found["learning_rate"]) == (seed, rate)
+        np.testing.assert_allclose(logits, expected, atol=1e-4, rtol=0, err_msg=str(seed))
+        assert (found["exact_match"], found["f1"], found["train_features"]) == (
+            run["exact_match"], run["f1"], run["train_features"])
+    # Two different runs: had the members' rates or seeds been swapped, the logits would
+    # not have matched above.
+    assert np.max(np.abs(run_logits[0] - run_logits[1])) > 1e-2
+
+
+def test_a_squad_grid_on_an_offline_split_needs_its_split_seed(tmp_path):
+    """Run by run each seed cuts its own offline split; a grid cuts one: refused without
+    `split_seed`, before any folder, on any backend."""
+    from keras_tupe.finetuning import run_squad_protocol
+
+    with pytest.raises(ValueError, match="split_seed"):
+        run_squad_protocol("unused", str(tmp_path / "out"), learning_rates=[1e-3], seeds=[0, 1],
+                           grid=True, offline_split="squad.json")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.jax
+def test_compile_protocol_compiles_the_grid_run_protocol_runs(encoder, tmp_path, monkeypatch):
+    """A window compiles a variant's fine-tuning beside its grid (`compile_protocol`, one
+    encoder there) for `run_protocol(together=...)` to load: the grid it compiles is the one
+    the run trains (members, batches, packed inputs, precision, dispatches), each task's
+    settings applied. (That a compiled grid is then loaded, not compiled again: above.)"""
+    import shutil
+
+    from keras_tupe.finetuning import Protocol, compile_protocol, run_protocol
+
+    class Seen(Exception):
+        pass
+
+    def record(kind):
+        def seen(self, source, rows, sample_weight=None, transform=None):
+            shapes = [(np.shape(leaf), np.asarray(leaf).dtype) for leaf in keras.tree.flatten(
+                source)]
+            found[kind] = (self.size, np.shape(rows), shapes, self.precision,
+                           self.steps_per_dispatch, type(self.model).__name__)
+            raise Seen
+        return seen
+    found = {}
+    monkeypatch.setattr(GridTrainer, "compile_fit", record("compiled"))
+    monkeypatch.setattr(GridTrainer, "fit", record("run"))
+    other = shutil.copytree(encoder / "preset", tmp_path / "other")
+    settings = dict(protocol=Protocol([1e-3, 1e-4], [0, 1], 0, ()), epochs=1, batch_size=8,
+                    seq_len=64, data_dir=DATA_DIR / "glue", precision="mixed_bfloat16",
+                    steps_per_dispatch=3, task_settings={"stsb": {"max_train_examples": 30}})
+    with pytest.raises(Seen):
+        compile_protocol(["stsb"], str(encoder / "preset"), 2, **settings)
+    with pytest.raises(Seen):
+        run_protocol(["stsb"], str(encoder / "preset"), str(tmp_path / "a"), grid=True,
+                     together=[(str(other), str(tmp_path / "b"))], **settings)
+    assert found["compiled"] == found["run"], found
+    assert found["run"][:2] == (8, (4, 8, 8))  # 2 encoders x 2 rates x 2 seeds; 30 rows
+
+
+@pytest.mark.jax
+def test_device_masking_keeps_the_rule_of_mask_batch():
+    """On 2,000 rows: each masks exactly min(slots, ceil(15% of its selectable tokens)),
+    never [PAD]/[CLS]/[SEP], listed by position, labels the original ids; [MASK] / random /
+    kept near 80/10/10; another key, other masks; the same key, the same."""
+    import jax
+
+    from keras_tupe.data.masking import MASK_ID
+    from keras_tupe.grid import device_masking
+
+    rng = np.random.default_rng(0)
+    ids = rng.integers(5, 1000, (2000, 40)).astype(np.int32)
+    ids[:, 0], ids[:, 20] = 1, 2  # [CLS], a [SEP]
+    ids[:1000, 30:] = 0  # padding
+    transform = jax.jit(device_masking(1000, num_slots=5))
+    x, labels, weights = map(jax.tree.map, [np.asarray] * 3,
+                             transform(jax.random.PRNGKey(3), ids, None))
+    selectable = (ids > 2).sum(axis=1)
+    assert np.array_equal(weights.sum(axis=1), np.minimum(5, np.ceil(selectable * 0.15)))
+    positions = x["mask_positions"]
+    used = weights > 0
+    assert np.all(ids[np.arange(2000)[:, None], positions][used] > 2)
+    assert np.array_equal(labels[used], ids[np.arange(2000)[:, None], positions][used])
+    assert np.all(np.diff(np.where(used, positions, 10**6), axis=1) > 0)
+    assert np.all(positions[~used] == 0) and np.all(labels[~used] == 0)
+    replaced = x["token_ids"][np.arange(2000)[:, None], positions][used]
+    masked = np.mean(replaced == MASK_ID)
+    kept = np.mean(replaced == labels[used])
+    assert abs(masked - 0.8) < 0.03 and 0.08 < kept < 0.13, (masked, kept)
+    # Only the chosen positions change.
+    outside = np.ones_like(ids, bool)
+    outside[np.arange(2000)[:, None].repeat(5, 1)[used], positions[used]] = False
+    assert np.array_equal(x["token_ids"][outside], ids[outside])
+    again = transform(jax.random.PRNGKey(3), ids, None)[0]["mask_positions"]
+    other = transform(jax.random.PRNGKey(4), ids, None)[0]["mask_positions"]
+    assert np.array_equal(np.asarray(again), positions)
+    assert not np.array_equal(np.asarray(other), positions)
+
+
+@pytest.mark.jax
+def test_a_masked_lm_grid_masks_each_members_batches_on_the_device():
+    """Two members from one token-id source, masked in the program: each member's losses
+    are its own (other masks, other order), and finite. A grid trained in two `fit` calls
+    (as `pretrain_grid` does around a checkpoint) is the grid trained in one: the second
+    call's steps go on from the first's (their masks are new ones, not the first call's
+    again), in one program of 2-step dispatches whose surplus step changes nothing."""
+    from keras_tupe.grid import device_masking
+
+    ids = inputs()["token_ids"]
+    ids[ids == 0] = 7
+    rows = np.stack([epoch_rows(EXAMPLES, BATCH, seed, 1)[0] for seed in (0, 1)], axis=1)
+    source, masking = (ids, np.zeros(EXAMPLES, np.int32)), device_masking(VOCABULARY, num_slots=3)
+    trainer = GridTrainer(masked_lm, (0, 1), (1e-3, 1e-3), Schedule(len(rows), 1))
+    losses = trainer.fit(source, rows, transform=masking)
+    assert losses.shape == (len(rows), 2) and np.all(np.isfinite(losses))
+    assert not np.allclose(losses[:, 0], losses[:, 1])
+
+    split = GridTrainer(masked_lm, (0, 1), (1e-3, 1e-3), Schedule(len(rows), 1),
+                        steps_per_dispatch=2)
+    parts = [split.fit(source, rows[:2], transform=masking),
+             split.fit(source, rows[2:], transform=masking)]  # 3 steps: 2 dispatches of 2
+    assert len(rows) == 5 and split.compiles == 1 and split.steps_done == 5
+    assert np.max(np.abs(np.concatenate(parts) - losses)) <= LOSS_TOLERANCE, (parts, losses)
+    for k in range(2):
+        whole = [np.asarray(v.value) for v in trainer.member_model(k).trainable_variables]
+        assert max(float(np.max(np.abs(a - np.asarray(b.value)))) for a, b in zip(
+            whole, split.member_model(k).trainable_variables)) <= WEIGHT_TOLERANCE
+
+
+@pytest.mark.jax
+def test_mixed_bfloat16_tracks_float32():
+    """The same two members trained in float32 and in mixed_bfloat16: every step's loss
+    within 0.02 (bfloat16 keeps 8 bits of mantissa: about 0.4% of a loss of 0.7 a step),
+    the variables stay float32."""
+    source, rows, weights, _ = classification_data(3)
+    schedule = Schedule(total_steps=len(rows), warmup_steps=WARMUP)
+    losses = {}
+    for precision in ("float32", "mixed_bfloat16"):
+        trainer = GridTrainer(classifier(3), SEEDS[:2], RATES[:2], schedule, precision=precision,
+                              steps_per_dispatch=len(rows))
+        losses[precision] = trainer.fit(source, rows[:, :2], weights[:, :2])
+        assert all(v.dtype == "float32" for v in trainer.model.trainable_variables)
+    difference = np.max(np.abs(losses["float32"] - losses["mixed_bfloat16"]))
+    assert 0 < difference < 0.02, losses
+    assert keras.config.dtype_policy().name == "float32"  # restored
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--precision", "float32"], "--precision set how a grid trains: add --grid"),
+    (["--grid", "--save-models"], "--grid keeps no classifier"),
+    (["--grid", "--pad-each-batch"], "--grid trains one length"),
+    (["--grid", "--precision", "float16"], "invalid choice: 'float16'"),
+    (["--grid", "BACKEND=tensorflow"], "--grid trains on the JAX backend; KERAS_BACKEND is "
+                                       "tensorflow. Valid: KERAS_BACKEND=jax"),
+])
+def test_the_glue_commands_grid_flags_are_checked_before_keras(flags, message, capsys,
+                                                               monkeypatch):
+    from keras_tupe_cli import finetune_glue
+
+    monkeypatch.setenv("KERAS_BACKEND", "jax")
+    if "BACKEND=tensorflow" in flags:
+        flags = flags[:-1]
+        monkeypatch.setenv("KERAS_BACKEND", "tensorflow")
+
+    try:  # argparse's own errors (a choice) stop the parse; the checks' return status 2
+        code = finetune_glue.main(["--init", "x", "--tasks", "sst2", "--out", "o", *flags])
+    except SystemExit as stop:
+        code = stop.code
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.jax
+def test_pretrain_grid_leaves_a_run_folder_a_seed(tmp_path):
+    """Two seeds of one variant pre-trained as one program from token-id shards: each seed's
+    folder holds its vocabulary, its loss every `eval_every` steps, a preset folder that
+    keras-hub loads, each with its own weights, its initialization (step 0) and its
+    checkpoint halfway, for the steps `settle` set once the grid was built (the aim's
+    were 8); a second call on them is refused; a grid settled to nothing leaves nothing."""
+    import keras_hub
+
+    from keras_tupe.data.shards import write_shard_folder
+    from keras_tupe.pretraining import PretrainError, pretrain_grid
+    from keras_tupe_base.settings import PretrainConfig
+
+    vocabulary = tmp_path / "vocab.txt"
+    vocabulary.write_text("\n".join(["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"]
+                                    + [f"w{i}" for i in range(VOCABULARY - 5)]) + "\n")
+    ids = np.random.default_rng(0).integers(5, VOCABULARY, (24, 16)).astype(np.int32)
+    ids[:, 0] = 1
+    write_shard_folder(str(tmp_path / "shards"), [ids], str(vocabulary), True, 16, 10)
+    aim = PretrainConfig(preset="tupe_a_tiny", corpus=None, shards=str(tmp_path / "shards"),
+                         out=str(tmp_path / "runs"), steps=8, batch_size=4, seq_len=16,
+                         eval_every=2, save_steps=[0, 4], backbone_overrides={"num_layers": 1})
+    config = dataclasses.replace(aim, steps=4, save_steps=[0, 2])
+    settled = []
+
+    def settle(given):  # a window's budget, set once the grid is built and compiled
+        settled.append((given, os.path.exists(given.out)))
+        return config
+    # 2-step dispatches: the program `settle` waits on is the one the 2-step segments run.
+    folders = pretrain_grid(aim, seeds=[0, 1], settle=settle, steps_per_dispatch=2)
+    assert settled == [(aim, False)]  # before any folder; then the settled steps below
+    assert [Path(f).name for f in folders] == ["seed_0", "seed_1"]
+    weights = []
+    for folder in map(Path, folders):
+        assert (folder / "vocab.txt").read_text() == vocabulary.read_text()
+        lines = (folder / "metrics.csv").read_text().splitlines()
+        assert lines[0].startswith("step,loss") and [line.split(",")[0] for line in lines[1:]] == [
+            "2", "4"]
+        assert all(float(line.split(",")[1]) > 0 for line in lines[1:])
+        backbone = keras_hub.models.Backbone.from_preset(str(folder / "preset"))
+        weights.append(backbone.get_layer("token_embedding").get_weights()[0])
+        halfway = keras_hub.models.Backbone.from_preset(
+            str(folder / "checkpoints" / "step_0000002"))
+        assert not np.allclose(halfway.get_layer("token_embedding").get_weights()[0],
+                               weights[-1])
+        start = keras_hub.models.Backbone.from_preset(
+            str(folder / "checkpoints" / "step_0000000"))  # the initialization: untrained
+        assert not np.allclose(start.get_layer("token_embedding").get_weights()[0],
+                               halfway.get_layer("token_embedding").get_weights()[0])
+    assert not np.allclose(weights[0], weights[1])
+    with pytest.raises(PretrainError, match="seed_0.*exist"):
+        pretrain_grid(config, seeds=[0])
+    # A plan that trains nothing: no folder.
+    other = dataclasses.replace(aim, out=str(tmp_path / "unplanned"))
+    assert pretrain_grid(other, seeds=[0], settle=lambda given: None,
+                         steps_per_dispatch=2) == []
+    assert not os.path.exists(other.out)
