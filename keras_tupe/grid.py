@@ -21,14 +21,16 @@ import dataclasses
 import math
 import os
 import time
+import warnings
 
 import keras
 import numpy as np
 
 from keras_tupe.data.masking import MASK_ID, UNSELECTABLE_IDS, check_mask_rates
 from keras_tupe.data.shards import ShardSequences
+from keras_tupe.models import TupeBackbone
 from keras_tupe.optimization import LinearWarmupLinearDecay, adamw
-from keras_tupe_base.checks import check_int
+from keras_tupe_base.checks import check_int, check_seed
 from keras_tupe_base.settings import GRID_PRECISIONS
 
 if keras.backend.backend() == "jax":  # JAX is optional: a grid runs on that backend alone
@@ -57,12 +59,47 @@ def check_members(seeds, learning_rates):
                          f"received {len(seeds)} seeds {seeds} and {len(learning_rates)} "
                          f"learning_rates {learning_rates}.")
     for seed in seeds:
-        check_int("seeds", seed, 0)
+        check_seed("seeds", seed)
     bad = [rate for rate in learning_rates
            if isinstance(rate, bool) or not isinstance(rate, (int, float)) or rate <= 0]
     if bad:
         raise ValueError(f"learning_rates must be positive numbers; received {bad}.")
     return list(zip(seeds, map(float, learning_rates)))
+
+
+def _member(key):
+    seed, init = key
+    return f"seed {seed}" + ("" if init is None else f" from {init}")
+
+
+def _differences(model, other):
+    """`: name a against b, ...` for the backbone settings on which two models differ."""
+    configs = [getattr(m, "backbone", m).get_config() for m in (model, other)]
+    differ = [f"{name} {configs[0].get(name)!r} against {configs[1].get(name)!r}"
+              for name in sorted(configs[0].keys() | configs[1].keys())
+              if name not in ("name", "trainable") and configs[0].get(name) != configs[1].get(name)]
+    return f" ({', '.join(differ)})" if differ else ""
+
+
+def merged_members(seeds, learning_rates, inits=None):
+    """`(seeds, learning_rates, inits)` with each member once, where `seeds[i]`,
+    `learning_rates[i]` (and `inits[i]`) are member `i`. A member listed twice would train
+    the same model twice and be counted twice: it is one member, and a warning names it
+    (the commands' rule for `--seeds 3 3`). `GridTrainer` itself trains its members as
+    given (compiling a grid's shapes may list one encoder for several)."""
+    check_members(seeds, learning_rates)
+    keys = list(zip(seeds, map(float, learning_rates),
+                    inits if inits is not None else [None] * len(seeds)))
+    kept = list(dict.fromkeys(keys))
+    if len(kept) < len(keys):
+        repeated = "; ".join(
+            f"seed {seed} at learning rate {rate:g}" + ("" if init is None else f" from {init}")
+            + f" ({keys.count((seed, rate, init))} times)"
+            for seed, rate, init in kept if keys.count((seed, rate, init)) > 1)
+        warnings.warn(f"The same member is listed more than once: {repeated}; each trains "
+                      f"once ({len(kept)} members).", stacklevel=3)
+    return ([seed for seed, _, _ in kept], [rate for _, rate, _ in kept],
+            None if inits is None else [init for _, _, init in kept])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,14 +251,15 @@ class GridTrainer:
         # Layer names differ (Keras numbers them); the classes, shapes and dtypes must not.
         shapes = {key: (type(model), [(tuple(v.shape), v.dtype) for v in model.variables])
                   for key, model in models.items()}
-        first = shapes[self._keys[0]]
-        other = [seed if init is None else (seed, init)
-                 for (seed, init), found in shapes.items() if found != first]
+        first = self._keys[0]
+        other = [key for key, found in shapes.items() if found != shapes[first]]
         if other:
-            raise ValueError(f"The members of a grid share one architecture: build(seed) for "
-                             f"seeds {other} made a model whose variables differ from seed "
-                             f"{self.members[0][0]}'s. Build one task class and config for "
-                             "every seed.")
+            raise ValueError(
+                f"The members of a grid share one architecture: {_member(other[0])} made a "
+                f"model whose variables differ from {_member(first)}'s"
+                f"{_differences(models[first], models[other[0]])}. Build one task class and "
+                "config for every member" + (", from encoders of one architecture (inits)"
+                                             if self._with_inits else "") + ".")
 
     @property
     def size(self):
@@ -229,25 +267,12 @@ class GridTrainer:
 
     def check_memory(self, batch_size, sequence_length, limit_bytes=None):
         """Raises ValueError when K members' training state and activations would not fit
-        the device (`limit_bytes`, default: the device's own limit, or this machine's
-        memory on a CPU). The estimate is written in the message."""
+        the device (`check_grid_memory`, with this grid's own parameter count). Returns
+        the bytes estimated."""
         parameters = sum(math.prod(v.shape) for v in self.model.trainable_variables)
-        backbone = self.model.backbone
-        width = 2 if self.precision == "mixed_bfloat16" else 4
-        # Activations kept for the backward pass: ~34 values a token a layer a hidden unit
-        # plus the attention maps (heads x length a token a layer; Korthikanti et al. 2022).
-        activations = backbone.num_layers * batch_size * sequence_length * width * (
-            34 * backbone.hidden_dim + 5 * backbone.num_heads * sequence_length)
-        need = self.size * (STATE_BYTES_PER_PARAMETER * parameters + activations)
-        limit = limit_bytes or device_memory()
-        if need > 0.9 * limit:
-            raise ValueError(
-                f"A grid of K={self.size} members needs about {need / 2**30:.1f} GiB (per "
-                f"member {STATE_BYTES_PER_PARAMETER} bytes x {parameters:,} parameters and "
-                f"activations at batch {batch_size} x {sequence_length} tokens); the device "
-                f"holds {limit / 2**30:.1f} GiB. Use at most "
-                f"K={max(1, int(0.9 * limit // (need / self.size)))} members a grid.")
-        return need
+        return check_grid_memory(self.model.backbone.get_config(), self.size, batch_size,
+                                 sequence_length, self.precision, parameters=parameters,
+                                 limit_bytes=limit_bytes)
 
     def fit(self, source, rows, sample_weight=None, transform=None):
         """Trains every member; returns the losses, `(steps, K)` (NumPy). A second `fit`
@@ -474,6 +499,60 @@ def shard_source(directory):
     sequences = ShardSequences(directory)
     ids = sequences.gather(np.arange(len(sequences)))
     return ids, np.zeros(len(ids), np.int32)
+
+
+def member_parameters(config, task=None):
+    """The parameters of `task(TupeBackbone(**config))` (default: the backbone alone),
+    exactly, without building it: counted on three shallow twins (one or two layers, a
+    vocabulary of two or three tokens, the other settings of `config`, constructor
+    arguments or a `get_config()`): each layer adds the same count, and each token the
+    same (its embedding row, a tied head's bias). About a second at `base`, where the
+    member itself takes seconds and its memory. (Keras's `StatelessScope` builds no
+    faster: the functional graph is traced either way.)"""
+    def count(layers, vocabulary):
+        twin = TupeBackbone.from_config({**config, "num_layers": layers,
+                                         "vocabulary_size": vocabulary})
+        return (task(twin) if task else twin).count_params()
+
+    one = count(1, 2)
+    return (one + (config["num_layers"] - 1) * (count(2, 2) - one)
+            + (config["vocabulary_size"] - 2) * (count(1, 3) - one))
+
+
+def check_grid_memory(config, members, batch_size, sequence_length, precision="float32",
+                      parameters=None, task=None, limit_bytes=None, members_are=None):
+    """Bytes a grid of `members` members needs, or ValueError where they would not fit.
+
+    A member holds `STATE_BYTES_PER_PARAMETER` bytes a parameter (`parameters`, else
+    `member_parameters(config, task)`) and the activations its backward pass keeps at
+    `batch_size` x `sequence_length` tokens; `config` is the backbone's (constructor
+    arguments or `get_config()`). The device holds `limit_bytes` (default: its own
+    limit, or this machine's memory on a CPU), of which a grid may take 90%. The refusal
+    says the estimate, the largest K that fits and what K is (`members_are`, e.g.
+    "`learning_rates=` x `seeds=`"). Nothing is built but the twins of
+    `member_parameters`: the check comes before the grid.
+    """
+    if parameters is None:
+        parameters = member_parameters(config, task)
+    width = 2 if precision == "mixed_bfloat16" else 4
+    # Activations kept for the backward pass: ~34 values a token a layer a hidden unit
+    # plus the attention maps (heads x length a token a layer; Korthikanti et al. 2022).
+    activations = config["num_layers"] * batch_size * sequence_length * width * (
+        34 * config["hidden_dim"] + 5 * config["num_heads"] * sequence_length)
+    member = STATE_BYTES_PER_PARAMETER * parameters + activations
+    need = members * member
+    limit = limit_bytes or device_memory()
+    if need > 0.9 * limit:
+        fits = int(0.9 * limit // member)
+        raise ValueError(
+            f"A grid of K={members} members{f' ({members_are})' if members_are else ''} needs "
+            f"about {need / 2**30:.1f} "
+            f"GiB (per member {STATE_BYTES_PER_PARAMETER} bytes x {parameters:,} parameters "
+            f"and activations at batch {batch_size} x {sequence_length} tokens); the device "
+            f"holds {limit / 2**30:.1f} GiB. "
+            + (f"Use at most K={fits} members a grid." if fits else
+               "Not one member fits: a smaller batch, length or encoder."))
+    return need
 
 
 def device_memory():

@@ -32,7 +32,7 @@ from keras_tupe.callbacks import (AtomicBackupAndRestore, StepCheckpoint, StepLo
                                   StepProgress, backup_metadata)
 from keras_tupe.data.shards import MaskedLMShards
 from keras_tupe.grid import (GridTrainer, Schedule, check_backend, check_members, device_masking,
-                             epoch_rows, shard_source)
+                             check_grid_memory, epoch_rows, merged_members, shard_source)
 from keras_tupe.layers.utils import INITIALIZATION
 from keras_tupe.models import (TupeBackbone, TupeMaskedLM, TupeMaskedLMPreprocessor,
                                TupeTokenizer)
@@ -514,11 +514,15 @@ def grid_pretrainer(config, members, steps_per_dispatch=100):
                                             **(config.backbone_overrides or {}))
         return TupeMaskedLM(backbone)
 
+    backbone = {**PRESETS[config.preset], "vocabulary_size": vocabulary_size,
+                **(config.backbone_overrides or {})}
+    check_grid_memory(backbone, len(members), config.batch_size, config.seq_len,
+                      config.precision, task=TupeMaskedLM,
+                      members_are="a seed (and learning rate) each: `seeds=`")
     trainer = GridTrainer(
         build, [seed for seed, _ in members], [rate for _, rate in members],
         _grid_schedule(config), precision=config.precision,
         steps_per_dispatch=steps_per_dispatch)
-    trainer.check_memory(config.batch_size, config.seq_len)
     masking = device_masking(vocabulary_size,
                              mask_selection_length(config.seq_len, config.mask_rate),
                              **_mask_rates(config))
@@ -565,7 +569,9 @@ def pretrain_grid(config, seeds, learning_rates=None, steps_per_dispatch=100, se
     to train nothing (returns []). A window sets its budget meanwhile
     (`experiments/budget.py`), its grids ready to start.
     """
-    members = check_members(seeds, learning_rates or [config.learning_rate] * len(seeds))
+    seeds, learning_rates, _ = merged_members(
+        seeds, learning_rates or [config.learning_rate] * len(seeds))
+    members = check_members(seeds, learning_rates)
     one_rate = len({rate for _, rate in members}) == 1
     folders = [os.path.join(config.out, f"seed_{seed}" + ("" if one_rate else f"_lr{rate:g}"))
                for seed, rate in members]

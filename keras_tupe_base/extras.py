@@ -7,6 +7,8 @@ export need it, imported where used. `require_tensorflow` (at a package's door) 
 """
 
 import importlib
+import json
+import os
 
 TENSORFLOW_EXTRA = 'pip install "keras-tupe[tensorflow]"'
 # The modules the extra installs: an ImportError naming one of them is the extra's.
@@ -46,3 +48,22 @@ def require_tensorflow(purpose, module="tensorflow"):
         if message is None:  # the module is there but one of its own imports failed
             raise
         raise ImportError(message, name=error.name) from error
+
+
+def keras_backend():
+    """The backend Keras will run on, found as Keras finds it, without importing Keras
+    (`keras.config.backend()` imports it and its backend: seconds, and a command answers
+    before that): `KERAS_BACKEND` where set and not empty, else `"backend"` of `keras.json`
+    in `KERAS_HOME` (else `~/.keras`, or `/tmp/.keras` where the home folder is not
+    writable), else `"tensorflow"`."""
+    if os.environ.get("KERAS_BACKEND"):
+        return os.environ["KERAS_BACKEND"]
+    home = os.environ.get("KERAS_HOME") or os.path.join(
+        os.path.expanduser("~") if os.access(os.path.expanduser("~"), os.W_OK) else "/tmp",
+        ".keras")
+    try:
+        with open(os.path.join(os.path.expanduser(home), "keras.json")) as file:
+            config = json.load(file)
+    except (OSError, ValueError):
+        config = {}
+    return config.get("backend", "tensorflow") if isinstance(config, dict) else "tensorflow"

@@ -11,7 +11,7 @@ which check the same way.
 
 import dataclasses
 
-from keras_tupe_base.checks import check_choice, check_int, check_rate
+from keras_tupe_base.checks import check_choice, check_int, check_rate, check_seed
 from keras_tupe_base.presets import PRESETS, absolute_length_limit, unknown_preset
 
 # The papers' grid (TUPE; Huang et al.): 4 learning rates x 5 seeds.
@@ -29,7 +29,8 @@ RESUME_FREE_FIELDS = ("overwrite", "verbose", "vocab",  # the vocab is checked b
 
 
 def setting(default=dataclasses.MISSING, help=None, *, factory=None, choices=None, minimum=None,
-            rate=False, switch=None, nargs=None, parse=None, flag=True, required=None):
+            rate=False, seed=False, switch=None, nargs=None, parse=None, flag=True,
+            required=None):
     """A config field and its flag.
 
     Args:
@@ -39,6 +40,7 @@ def setting(default=dataclasses.MISSING, help=None, *, factory=None, choices=Non
         choices: the values allowed (checked, and the flag's choices).
         minimum: int. The value is an int at least this (checked).
         rate: bool. The value is a number in [0, 1] (checked).
+        seed: bool. The value is a seed NumPy takes, an int in 0 .. 2**32 - 1 (checked).
         switch: str. A bool's flag, which turns its default around (`--no-xla`).
         nargs: argparse's, for a list field (`"+"`).
         parse: the flag's `type` where it is not the field's (a comma list of steps).
@@ -49,7 +51,7 @@ def setting(default=dataclasses.MISSING, help=None, *, factory=None, choices=Non
     if required is None:
         required = default is dataclasses.MISSING and factory is None
     metadata = {"help": help, "choices": choices, "minimum": minimum, "rate": rate,
-                "switch": switch, "nargs": nargs, "parse": parse, "flag": flag,
+                "seed": seed, "switch": switch, "nargs": nargs, "parse": parse, "flag": flag,
                 "required": required}
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=metadata)
@@ -66,12 +68,16 @@ def check(config):
         if value is None and field.default is None:
             continue
         try:
-            if meta.get("minimum") is not None:
-                check_int(field.name, value, meta["minimum"])
-            if meta.get("rate"):
-                check_rate(field.name, value)
-            if meta.get("choices"):
-                check_choice(field.name, value, meta["choices"])
+            # A list field (`nargs`) is checked value by value.
+            for one in value if meta.get("nargs") and isinstance(value, list) else [value]:
+                if meta.get("minimum") is not None:
+                    check_int(field.name, one, meta["minimum"])
+                if meta.get("seed"):
+                    check_seed(field.name, one)
+                if meta.get("rate"):
+                    check_rate(field.name, one)
+                if meta.get("choices"):
+                    check_choice(field.name, one, meta["choices"])
         except ValueError as error:
             problems.append(str(error))
     # The conflicts between fields (each of which `problems` checks only where its fields
@@ -149,7 +155,8 @@ class PretrainConfig:
         1, "steps one call of the compiled train function runs (Keras fit's argument): fewer "
            "Python round trips, the same numbers; a divisor of --eval-every and of each "
            "--save-steps", minimum=1)
-    seed: int = setting(0, "seed of the initialization, dropout, masking and data order")
+    seed: int = setting(0, "seed of the initialization, dropout, masking and data order",
+                        seed=True)
     shuffle_buffer: int = setting(10_000, "lines in the shuffle buffer", minimum=1)
     max_lines: int = setting(None, "read at most this many corpus lines", minimum=1)
     overwrite: bool = setting(False, switch="--overwrite", help="delete an existing --out first")
@@ -249,7 +256,7 @@ class FinetuneConfig:
     init: str = setting(help=INIT_HELP)
     learning_rate: float = setting(2e-5, "peak learning rate", flag=False)
     seed: int = setting(0, "seed of the head's initialization, dropout and data order",
-                        flag=False)
+                        seed=True, flag=False)
     # None: the paper's (10; 5 for MNLI, QQP, QNLI)
     epochs: int = setting(None, "default: 10, or 5 for MNLI, QQP, QNLI", minimum=1)
     batch_size: int = setting(32, "batch size", minimum=1)
@@ -295,11 +302,12 @@ class GlueProtocolConfig:
     out: str = setting(help="results directory (resumed if it exists)")
     learning_rates: list = setting(factory=lambda: list(PAPER_LEARNING_RATES), nargs="+",
                                    parse=float, help="the grid's peak learning rates")
-    seeds: list = setting(factory=lambda: list(PAPER_SEEDS), nargs="+", parse=int,
+    seeds: list = setting(factory=lambda: list(PAPER_SEEDS), nargs="+", parse=int, seed=True,
                           help="the fine-tuning seeds")
     selection_seed: int = setting(
         None, "choose each task's learning rate with this seed (one of --seeds) alone, then run "
-              "the other seeds at the chosen rate only (default: every rate runs every seed)")
+              "the other seeds at the chosen rate only (default: every rate runs every seed)",
+        seed=True)
     edge_learning_rates: list = setting(
         factory=list, nargs="+", parse=float,
         help="with --selection-seed: rates tried one at a time, nearest first, while the "
@@ -328,8 +336,8 @@ class GlueProtocolConfig:
             if given:
                 problems.append(f"{' and '.join(given)} set how a grid trains: add --grid")
         elif self.save_models:
-            problems.append("--grid keeps no classifier: drop --save-models, or --grid to keep "
-                            "them")
+            problems.append("--grid keeps no classifier: drop --save-models, or drop --grid to "
+                            "keep them")
         try:
             check_selection(self.seeds, self.selection_seed, self.edge_learning_rates,
                             self.learning_rates)
@@ -373,9 +381,11 @@ class SquadConfig:
                                         "evaluated on", rate=True)
     # The offline split's seed; None: `seed`. A study with several fine-tuning seeds
     # fixes it, so every seed trains and evaluates on the same articles.
-    split_seed: int = setting(None, "with --offline-split: its seed (default: --seed)")
+    split_seed: int = setting(None, "with --offline-split: its seed (default: --seed)",
+                              seed=True)
     learning_rate: float = setting(3e-5, "peak learning rate")
-    seed: int = setting(0, "seed of the head's initialization, dropout and data order")
+    seed: int = setting(0, "seed of the head's initialization, dropout and data order",
+                        seed=True)
     epochs: int = setting(2, "epochs", minimum=1)
     batch_size: int = setting(32, "batch size", minimum=1)
     seq_len: int = setting(384, "tokens a window (question and context)", minimum=1)

@@ -17,6 +17,8 @@ import os
 import sys
 
 # keras_tupe (with Keras: seconds) is imported inside `main`, after the flags parse and check.
+from keras_tupe_base.checks import merge_repeats
+from keras_tupe_base.extras import keras_backend
 from keras_tupe_base.output_lock import output_lock
 from keras_tupe_base.settings import FinetuneConfig, GlueProtocolConfig
 from keras_tupe_cli.common import (INIT_FLAGS, add_settings, command_parser, entry_point,
@@ -24,7 +26,8 @@ from keras_tupe_cli.common import (INIT_FLAGS, add_settings, command_parser, ent
 
 # A run's learning rate and seed are the protocol's grid; its task, each of --tasks.
 RUN_SKIP = ("task", "learning_rate", "seed")
-FLAGS = {**INIT_FLAGS, **setting_flags(FinetuneConfig, RUN_SKIP)}
+FLAGS = {**INIT_FLAGS, **setting_flags(FinetuneConfig, RUN_SKIP),
+         **setting_flags(GlueProtocolConfig, ("tasks", "out"))}
 
 
 def parse_configs(argv=None):
@@ -37,33 +40,15 @@ def parse_configs(argv=None):
     args = p.parse_args(argv)
     protocol = settings_from(args, GlueProtocolConfig, protocol_flags)
     run = settings_from(args, FinetuneConfig, run_flags, task=protocol.tasks[0])
-    if protocol.grid and os.environ.get("KERAS_BACKEND", "jax") != "jax":
-        raise ValueError(f"--grid trains on the JAX backend; KERAS_BACKEND is "
-                         f"{os.environ['KERAS_BACKEND']}. Valid: KERAS_BACKEND=jax")
+    if protocol.grid and keras_backend() != "jax":
+        where = ("KERAS_BACKEND is" if os.environ.get("KERAS_BACKEND") else
+                 "KERAS_BACKEND is unset, so Keras takes keras.json's backend,")
+        raise ValueError(f"--grid trains on the JAX backend; {where} {keras_backend()}. "
+                         "Valid: KERAS_BACKEND=jax")
     if protocol.grid and run.pad_each_batch:
         raise ValueError("--grid trains one length: drop --pad-each-batch (--pad-to-longest "
                          "works)")
     return protocol, run
-
-
-def merge_repeats(flag, values):
-    """`values` without repeats (first order kept), and a note naming each repeat, or None.
-
-    `--tasks sst2 sst2` would run every sst2 run twice and count sst2 twice in the
-    average; a task, learning rate or seed is one point of the grid however often it
-    is listed.
-    """
-    unique = list(dict.fromkeys(values))
-    if len(unique) == len(values):
-        return unique, None
-    def shown(value):
-        return f"{value:g}" if isinstance(value, float) else str(value)
-
-    counts = {value: values.count(value) for value in unique if values.count(value) > 1}
-    named = ", ".join(shown(value) for value in counts)
-    times = ", ".join(f"{n} times" for n in counts.values())
-    return unique, (f"note: {flag} lists {named} more than once ({times}); each runs once: "
-                    f"{flag} {' '.join(shown(value) for value in unique)}")
 
 
 @entry_point(FLAGS)
@@ -73,7 +58,7 @@ def main(argv=None):
                          ("--seeds", protocol.seeds)):
         values[:], note = merge_repeats(flag, values)
         if note:
-            print(note, file=sys.stderr, flush=True)
+            print(f"note: {note}", file=sys.stderr, flush=True)
     out = protocol.out
     if os.path.exists(out) and not os.path.isdir(out):  # else found after a first run (41 s)
         raise NotADirectoryError(f"--out {out} is a file; keras-tupe-finetune-glue writes a "

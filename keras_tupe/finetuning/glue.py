@@ -12,6 +12,7 @@ import math
 import os
 import re
 import time
+import warnings
 from contextlib import ExitStack, nullcontext
 
 import keras
@@ -24,13 +25,15 @@ from keras_tupe.finetuning.batches import batches, packed, resolve_loader
 from keras_tupe.finetuning.loading import (
     check_tokenizer_size,
     default_vocabulary,
+    encoder_config,
     load_backbone,
     resolve_init,
     save_classifier,
 )
 from keras_tupe.finetuning.protocol import Protocol
 from keras_tupe.finetuning.summary import append_result, read_results, write_tables
-from keras_tupe.grid import GridTrainer, Schedule, check_backend, check_members, epoch_rows
+from keras_tupe.grid import (GridTrainer, Schedule, check_backend, check_grid_memory,
+                             check_members, epoch_rows, merged_members)
 from keras_tupe.metrics import glue_metrics, glue_score
 from keras_tupe.models import (
     TupeBackbone,
@@ -41,7 +44,7 @@ from keras_tupe.models import (
 from keras_tupe.models.preset_folders import refuse_existing_folder
 from keras_tupe.optimization import create_optimizer
 from keras_tupe_base import files
-from keras_tupe_base.checks import check_int
+from keras_tupe_base.checks import check_int, merge_repeats
 from keras_tupe_base.folders import made_folder
 from keras_tupe_base.output_lock import output_lock
 from keras_tupe_base.progress import Heartbeat
@@ -188,6 +191,8 @@ def finetune_glue_grid(config, learning_rates, seeds, splits=None, precision="fl
     encoders of this architecture, rates, seeds) loads them instead of compiling.
     """
     check_backend()
+    if not compile_only:  # (compiling, the members are shapes: `compile_protocol`'s repeat)
+        seeds, learning_rates, inits = merged_members(seeds, learning_rates, inits)
     members = check_members(seeds, learning_rates)
     if config.pad_each_batch:
         raise ValueError("pad_each_batch cuts each batch to its own length, a compile per "
@@ -208,11 +213,13 @@ def finetune_glue_grid(config, learning_rates, seeds, splits=None, precision="fl
         model.preprocessor = None
         return model
 
+    check_grid_memory(encoder_config(config.init), len(members), config.batch_size,
+                      lengths["train"], precision, task=_classifier_of(spec),
+                      members_are=GRID_MEMBERS + (" x encoders" if inits else ""))
     trainer = GridTrainer(build, [seed for seed, _ in members], [rate for _, rate in members],
                           Schedule(steps, int(config.warmup_ratio * steps), config.weight_decay),
                           precision=precision, steps_per_dispatch=steps_per_dispatch,
                           inits=inits)
-    trainer.check_memory(config.batch_size, lengths["train"])
     evaluated = {split: packed(TupeTextClassifierPreprocessor(
         tokenizer, sequence_length=lengths[split]), _segments(splits[split]))
         for split in spec.eval_splits}
@@ -237,6 +244,16 @@ def finetune_glue_grid(config, learning_rates, seeds, splits=None, precision="fl
              "grid_members": len(members), "grid_compiles": trainer.compiles,
              "precision": precision, "data_loader": "grid", "dev": result}
             for (seed, rate), result in zip(members, results)]
+
+
+# What a grid's K is the product of (`--learning-rates` x `--seeds` in a command's words).
+GRID_MEMBERS = "a learning rate and a seed each: `learning_rates=` x `seeds=`"
+
+
+def _classifier_of(spec):
+    """The classifier of `spec`'s task on a backbone (for `check_grid_memory`'s count)."""
+    return lambda backbone: TupeTextClassifier(backbone, num_classes=spec.num_classes,
+                                               preprocessor=None)
 
 
 def _use_preprocessor(model, preprocessor):
@@ -411,6 +428,25 @@ def _preflight(tasks, init, config_kwargs, task_settings):
     return splits
 
 
+def _check_grids_fit(protocol, tasks, init, encoders, task_settings, config_kwargs,
+                     grid_settings):
+    """Refuses, before the data or any encoder is loaded, a protocol whose first grid (every
+    rate x every seed of every encoder; with a selection seed, every rate of it) would
+    not fit the device at `seq_len` (`check_grid_memory`). With `pad_to_longest` the
+    length is known once a task is packed: `finetune_glue_grid` checks it then."""
+    members = len(protocol.learning_rates) * encoders * (
+        1 if protocol.selection_seed is not None else len(protocol.seeds))
+    backbone = encoder_config(init)
+    for task in tasks:
+        config = FinetuneConfig(task=task, init=init,
+                                **{**config_kwargs, **task_settings.get(task, {})})
+        if not config.pad_to_longest:
+            check_grid_memory(backbone, members, config.batch_size, config.seq_len,
+                              grid_settings.get("precision", "float32"),
+                              task=_classifier_of(glue.get_task(task)),
+                              members_are=GRID_MEMBERS + (" x encoders" if encoders > 1 else ""))
+
+
 def _run_grids(protocol, tasks, encoders, splits, task_settings, config_kwargs,
                grid_settings):
     """`run_protocol`'s rounds of grids: each task's runs to do of every encoder
@@ -510,8 +546,10 @@ def run_protocol(tasks, init, out_dir, learning_rates=PAPER_LEARNING_RATES, seed
     with its own folder, lock, `results.jsonl` and tables.
     """
     protocol = protocol or Protocol(learning_rates, seeds, selection_seed, edge_learning_rates)
-    # A repeated task is one point of the grid (run and counted once).
-    tasks = list(dict.fromkeys(tasks))
+    # A repeated task is one point of the grid (run and counted once), with a note.
+    tasks, note = merge_repeats("tasks=", tasks)
+    if note:
+        warnings.warn(note, stacklevel=2)
     unknown = [t for t in tasks if t not in glue.GLUE_TASKS]
     if unknown:
         raise ValueError(f"Unknown GLUE task(s) {unknown}. Valid tasks: {sorted(glue.GLUE_TASKS)}")
@@ -524,6 +562,9 @@ def run_protocol(tasks, init, out_dir, learning_rates=PAPER_LEARNING_RATES, seed
             raise ValueError("save_models keeps each run's classifier; a grid keeps none "
                              "(valid: grid=False to keep them, or save_models=False).")
     encoders = [(init, out_dir), *together]
+    if grid:
+        _check_grids_fit(protocol, tasks, init, len(encoders), task_settings, config_kwargs,
+                         grid_settings)
     # every input checked before anything is written
     splits = [_preflight(tasks, start, config_kwargs, task_settings) for start, _ in encoders][0]
     # An interruption before the first finished run leaves no folder it made; after it,

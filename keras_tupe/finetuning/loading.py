@@ -61,6 +61,12 @@ def load_backbone(init):
     return TupeBackbone.from_preset(resolve_init(init))
 
 
+def encoder_config(init):
+    """The backbone settings (`get_config()`) of the encoder `init` names (`resolve_init`),
+    read from its `config.json` without loading it."""
+    return read_json(os.path.join(resolve_init(init), "config.json"))["config"]
+
+
 def unfinished_run(run_dir):
     """What to do with a pre-training run directory that has no encoder yet, or None.
 

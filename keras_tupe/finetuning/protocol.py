@@ -5,8 +5,10 @@ plan, the choice and the table, all read from the rows of finished runs
 """
 
 import dataclasses
+import warnings
 
 from keras_tupe.finetuning.summary import main_score, summarize
+from keras_tupe_base.checks import merge_repeats
 from keras_tupe_base.settings import PAPER_LEARNING_RATES, PAPER_SEEDS, check_selection
 
 
@@ -23,7 +25,7 @@ class Protocol:
         edge_learning_rates: rates tried with the selection seed, nearest first, while
             the best rate is the lowest (highest) tried. Defaults to none.
 
-    A repeated rate or seed is one point of the grid. Raises ValueError for a
+    A repeated rate or seed is one point of the grid (a warning names it). Raises ValueError for a
     selection seed not among the seeds, or edge rates without one, not positive or
     already in the grid.
 
@@ -40,7 +42,10 @@ class Protocol:
 
     def __post_init__(self):
         for name in ("learning_rates", "seeds", "edge_learning_rates"):
-            object.__setattr__(self, name, tuple(dict.fromkeys(getattr(self, name))))
+            unique, note = merge_repeats(f"{name}=", getattr(self, name))
+            if note:  # the commands' rule (`--seeds 3 3`): one point, with a note
+                warnings.warn(note, stacklevel=3)
+            object.__setattr__(self, name, tuple(unique))
         if not self.learning_rates or not self.seeds:
             raise ValueError("A protocol needs at least one learning rate and one seed. "
                              f"Received: learning_rates={list(self.learning_rates)}, "

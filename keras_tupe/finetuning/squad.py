@@ -11,11 +11,12 @@ import numpy as np
 
 from keras_tupe.data import squad
 from keras_tupe.finetuning.batches import batches, resolve_loader
-from keras_tupe.finetuning.glue import fit_task, pop_grid_settings, task_tokenizer
-from keras_tupe.finetuning.loading import FINETUNING_RECORD, load_backbone
+from keras_tupe.finetuning.glue import GRID_MEMBERS, fit_task, pop_grid_settings, task_tokenizer
+from keras_tupe.finetuning.loading import FINETUNING_RECORD, encoder_config, load_backbone
 from keras_tupe.finetuning.protocol import Protocol
 from keras_tupe.finetuning.summary import append_result, read_results
-from keras_tupe.grid import GridTrainer, Schedule, check_backend, check_members, epoch_rows
+from keras_tupe.grid import (GridTrainer, Schedule, check_backend, check_grid_memory,
+                             check_members, epoch_rows, merged_members)
 from keras_tupe.metrics import squad_evaluate
 from keras_tupe.models import TupeSpanQA, TupeSpanQAPreprocessor
 from keras_tupe.models.preset_folders import refuse_existing_folder, write_preset_folder
@@ -159,6 +160,8 @@ def finetune_squad_grid(config, learning_rates, seeds, precision="float32",
     skips windowing again. `compile_only`: as in `finetune_glue_grid`.
     """
     check_backend()
+    if not compile_only:  # (compiling, the members are shapes: `compile_protocol`'s repeat)
+        seeds, learning_rates, inits = merged_members(seeds, learning_rates, inits)
     members = check_members(seeds, learning_rates)
     check_one_split(config.offline_split, config.split_seed)
     check_question_room(config.seq_len, config.max_query_length, ("seq_len", "max_query_length"))
@@ -170,12 +173,14 @@ def finetune_squad_grid(config, learning_rates, seeds, precision="float32",
     rows, weights = (np.stack(parts, axis=1) for parts in zip(*orders))
     steps = len(rows)
     # `finetune_squad`'s model, without its preprocessor: the grid takes the windows.
+    check_grid_memory(encoder_config(config.init), len(members), config.batch_size,
+                      config.seq_len, precision, task=TupeSpanQA,
+                      members_are=GRID_MEMBERS + (" x encoders" if inits else ""))
     trainer = GridTrainer(lambda seed, init=config.init: TupeSpanQA(load_backbone(init)),
                           [seed for seed, _ in members], [rate for _, rate in members],
                           Schedule(steps, int(config.warmup_ratio * steps), config.weight_decay),
                           precision=precision, steps_per_dispatch=steps_per_dispatch,
                           inits=inits)
-    trainer.check_memory(config.batch_size, config.seq_len)
     source = (train.inputs, {"start_positions": train.start_positions,
                              "end_positions": train.end_positions})
     if compile_only:
