@@ -11,7 +11,9 @@ left: this call's, until `--stop`, and `--second` seconds of jobs in a second ca
 same warm machine (the run folders live outside the carried folder, so they are still
 there). The plan is the pre-training steps and how many of the study's tasks (in its
 order) fit with a margin (`cost`: the variants' grids at once, then their fine-tuning at
-once); the pre-training must end in this call, since a grid does not resume. It rewrites
+once); the pre-training must end in this call, since a grid does not resume. Each figure
+is written to `WORK/logs/measured.json` as it is measured (`Figures`), so a calibration
+stopped by the deadline still sends home what it measured. It rewrites
 the prepared configs (`WORK/pretrain.json`, `WORK/finetune.json`) to the plan and writes
 `WORK/logs/plan.json` (the figures, the plan by call, its basis); a pace too slow for the
 aim cuts the budget and says so there, and one too slow for anything plans nothing
@@ -32,6 +34,7 @@ import time
 
 START = time.time()  # before the heavy imports: a process's start is part of each job's cost
 PLAN = "plan.json"
+MEASURED = "measured.json"  # the calibration's figures, each written as it is measured
 FIRST_LOGS = "logs_call1"  # the first call's logs, kept beside the second call's `logs`
 
 
@@ -46,6 +49,29 @@ def read_plan(work, logs="logs"):
         return None
     with open(path) as f:
         return json.load(f)
+
+
+class Figures(dict):
+    """The calibration's figures (`measure` fills them), written to `path` whole at each
+    `[]=` and `update` (`WORK/logs/measured.json`, among the records the stage streams
+    home), so a calibration stopped by the deadline has sent home what it measured."""
+
+    def __init__(self, path):
+        super().__init__()
+        self.path = path
+
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value)
+        self._write()
+
+    def update(self, *args, **kwargs):
+        super().update(*args, **kwargs)
+        self._write()
+
+    def _write(self):
+        from experiments import records
+
+        records.write_json(self.path, {"pace": dict(self), "written": records.now()})
 
 
 def quantum(settings, dispatch):
@@ -205,9 +231,19 @@ def note_unplanned(work, calibration):
            True: "was stopped at the window's stop"}.get(
         calibration.get("stopped"), f"exited {calibration.get('exit')}")
     note = (f"nothing planned: the calibration {how} before it planned (its log: "
-            "logs/calibrate.log); no study job started")
+            f"logs/calibrate.log; {measured_note(work)}); no study job started")
     return records.write_json(plan_path(work), {"plan": {"run": False}, "notes": [note],
                                                 "lines": [note], "written": records.now()})
+
+
+def measured_note(work):
+    """Which figures a calibration measured before it stopped (`Figures`), in words."""
+    path = os.path.join(work, "logs", MEASURED)
+    if not os.path.exists(path):
+        return "it measured nothing"
+    with open(path) as f:
+        figures = json.load(f)["pace"]
+    return f"what it measured: logs/{MEASURED}, {', '.join(figures) or 'nothing'}"
 
 
 def measure(pretrain, finetune, scratch, pace):
@@ -295,13 +331,14 @@ def calibrate(work, stop, margin=0.15, most=2.0, second=0.0):
 
     paths = {kind: os.path.join(work, f"{kind}.json") for kind in ("pretrain", "finetune")}
     pretrain, finetune = (load_config(paths[kind]) for kind in ("pretrain", "finetune"))
-    pace = {}
+    pace = Figures(os.path.join(work, "logs", MEASURED))  # streamed home as measured
     try:
         with tempfile.TemporaryDirectory() as scratch:
             measure(pretrain, finetune, scratch, pace)
     except Exception as error:  # the grids waiting for a plan (`stage pretrain`) end now
         note = (f"nothing planned: the calibration failed before it planned "
-                f"({type(error).__name__}: {error}); no study job trained")
+                f"({type(error).__name__}: {error}; {measured_note(work)}); no study job "
+                "trained")
         records.write_json(plan_path(work), {"plan": {"run": False}, "notes": [note],
                                              "lines": [note], "written": records.now()})
         raise
@@ -324,7 +361,7 @@ def calibrate(work, stop, margin=0.15, most=2.0, second=0.0):
             "grid_steps_a_task": steps_a_task}
     lines = [calibration_line(pace, settings),
              *plan_lines(plan, settings, groups, left, second), *notes]
-    record = {"pace": pace, "plan": plan, "notes": notes, "lines": lines,
+    record = {"pace": dict(pace), "plan": plan, "notes": notes, "lines": lines,
               "basis": "this window's calibration (experiments/budget.py): TUPE-A's grid "
                        "pace applied to every variant, the first task's to every task",
               "card": records.machine(), "written": records.now()}

@@ -7,7 +7,10 @@
 """
 
 import argparse
+import contextlib
 import glob
+import gzip
+import io
 import json
 import lzma
 import math
@@ -18,6 +21,7 @@ import sys
 import tarfile
 import tempfile
 import time
+import zlib
 from importlib.metadata import distributions, version
 
 from experiments import budget, records, window
@@ -26,10 +30,11 @@ from experiments.config import (StudyError, ensure_vocabulary, load_config, vari
 from experiments.plans import finetune_plan
 from experiments.run import write_record
 from keras_tupe_base.files import file_sha256
-from keras_tupe_base.staging import staged
+from keras_tupe_base.staging import existing_ancestor, staged
 
 STAGE_DIR, PACK, ENCODERS, WHEELS_LIST = ".stage", "records.tar.gz", "encoders", "wheels.txt"
-RECORDS = os.path.join("docs", "results", "records")
+RESULTS = os.path.join("docs", "results")  # `collect` files the records under RESULTS/records
+RECORDS = os.path.join(RESULTS, "records")
 # S0's calibration: made on this machine in the same window, else the record that came back.
 CALIBRATIONS = (os.path.join(STAGE_DIR, "S0", "work", "logs", "calibration.json"),
                 os.path.join(RECORDS, "stages", "S0", "logs", "calibration.json"))
@@ -286,12 +291,9 @@ def _recorded_encoders(name, tiny, folder):
 
 
 def _packed_record(path):
-    """The stage record inside the records pack at `path` (`logs/stage.json`), or {}."""
-    if not os.path.exists(path):
-        return {}
-    with tarfile.open(path, "r:gz") as archive:
-        return json.load(archive.extractfile("logs/stage.json")) if (
-            "logs/stage.json" in archive.getnames()) else {}
+    """The stage record inside the records pack at `path` (checked whole: `_read_pack`),
+    or {} where there is no pack."""
+    return json.loads(_read_pack(path)[STAGE_RECORD]) if os.path.exists(path) else {}
 
 
 def estimate(name, spec, pace=None, configs=None, carried=False):
@@ -387,23 +389,9 @@ def window_one(name, limit, pace=None):
     dispatch = pretrain["grid"].get("steps_per_dispatch", 100)
     steps_a_task = budget.task_steps(finetune)
     encoders, groups = len(finetune_plan(finetune)), len(pretrain["variants"])
-    together = max(budget.encoders_a_grid(pretrain, finetune).values())
-    members = together * len(finetune["learning_rates"]) * len(finetune["seeds"])
     measured = pace.get("finetune_encoders", 1)
-    if measured != together:  # timed with another count of encoders a grid: scaled
-        tokens = members * finetune["settings"]["batch_size"] * finetune["settings"]["seq_len"]
-        pace = {**pace, "finetune_encoders": together, "finetune_members": members,
-                "finetune_step_seconds": max(pace["finetune_step_seconds"],
-                                             tokens / pace["pretrain_tokens_per_second"]),
-                "finetune_fixed_seconds": pace["finetune_fixed_seconds"] + (together - measured)
-                * len(finetune["seeds"]) * spec["plan"]["assumed"]["build_seconds"]}
-    # The calibration as `budget.measure` runs it: a process's start, the grid's set-up,
-    # compile, 3 dispatches and a save; two fine-tuning runs of 3 dispatches, one compiling.
-    calibration = (pace["start_seconds"] + pace["pretrain_setup_seconds"]
-                   + pace["pretrain_compile_seconds"] + 3 * dispatch * pace[
-                       "pretrain_step_seconds"] + pace["pretrain_save_seconds"] / 9
-                   + pace["finetune_compile_seconds"] + 2 * (pace["finetune_fixed_seconds"]
-                   + 3 * dispatch * pace["finetune_step_seconds"]))
+    pace, together, members = planned_pace(pace, pretrain, finetune, spec)
+    calibration = calibration_seconds(pace, dispatch)
     headline = headline_record("W1")
     first = limit - calibration - (0 if headline else spec["plan"]["assumed"][
         "headline_seconds"])
@@ -461,6 +449,56 @@ def window_one(name, limit, pace=None):
                               if tasks[in_first:] else "nothing left. ")
         + (" ".join(notes) + ". " if notes else "") + basis + ". Not the plan: the card's "
         "first minute times the grids again and plans from that (experiments/budget.py)."]
+
+
+def planned_pace(pace, pretrain, finetune, spec):
+    """`(pace, together, members)`: a planned window's `pace` (a calibration record's) for
+    its fine-tuning grids of `together` encoders, `members` members; a grid timed with
+    another count of encoders is scaled: its step at the pre-training grid's token rate,
+    its host work the stated build seconds a model more."""
+    together = max(budget.encoders_a_grid(pretrain, finetune).values())
+    members = together * len(finetune["learning_rates"]) * len(finetune["seeds"])
+    measured = pace.get("finetune_encoders", 1)
+    if measured != together:
+        tokens = members * finetune["settings"]["batch_size"] * finetune["settings"]["seq_len"]
+        pace = {**pace, "finetune_encoders": together, "finetune_members": members,
+                "finetune_step_seconds": max(pace["finetune_step_seconds"],
+                                             tokens / pace["pretrain_tokens_per_second"]),
+                "finetune_fixed_seconds": pace["finetune_fixed_seconds"] + (together - measured)
+                * len(finetune["seeds"]) * spec["plan"]["assumed"]["build_seconds"]}
+    return pace, together, members
+
+
+def calibration_seconds(pace, dispatch):
+    """Seconds a planned window's calibration takes at `pace`, as `budget.measure` runs it:
+    a process's start, the grid's set-up, compile, 3 dispatches and a save; two fine-tuning
+    runs of 3 dispatches, one compiling."""
+    return (pace["start_seconds"] + pace["pretrain_setup_seconds"]
+            + pace["pretrain_compile_seconds"] + 3 * dispatch * pace["pretrain_step_seconds"]
+            + pace["pretrain_save_seconds"] / 9 + pace["finetune_compile_seconds"]
+            + 2 * (pace["finetune_fixed_seconds"] + 3 * dispatch * pace["finetune_step_seconds"]))
+
+
+def _check_calibration_fits(name, spec, tiny, deadline, started):
+    """Refuses, before any work, a planned window's first call whose `--deadline` (seconds
+    after `started`) comes before its calibration could plan: the install so far, the
+    headline (unless its record is committed), the calibration at W1's recorded pace
+    (`calibration_seconds`, `prepare`'s figure) and the stop."""
+    pretrain, finetune = stage_configs(spec)
+    recorded, path = w1_pace()
+    pace = planned_pace(recorded, pretrain, finetune, spec)[0]
+    dispatch = TINY["dispatch"] if tiny else pretrain["grid"].get("steps_per_dispatch", 100)
+    calibration = calibration_seconds(pace, dispatch)
+    headline = 0 if headline_record(name) else spec["plan"]["assumed"]["headline_seconds"]
+    installed = time.time() - started
+    needed = math.ceil(installed + headline + calibration + STOP_RESERVE)
+    if deadline < needed:
+        raise StudyError(
+            f"--deadline {deadline:g} s ends before stage {name}'s calibration could plan: the "
+            f"install {installed:.0f} s so far, " + (f"the headline about {headline} s, "
+                                                     if headline else "")
+            + f"the calibration about {calibration:.0f} s at the recorded pace ({path}) and the "
+            f"stop {STOP_RESERVE} s. Give --deadline {needed} or more.")
 
 
 def programme(name, pace, limit):
@@ -638,6 +676,8 @@ def run(name, out, tiny=False, deadline=None, started=None, folder=None, encoder
                          f"{stop - time.time():.0f} s once the install ({time.time() - started:.0f}"
                          f" s so far) and the stop ({STOP_RESERVE} s) are counted: a run needs "
                          f"{MIN_RUN_SECONDS} s. Give a longer --deadline.")
+    if "plan" in spec and call == 1:  # a window whose calibration sets its budget
+        _check_calibration_fits(name, spec, tiny, deadline, started)
     folder = folder or os.path.join(STAGE_DIR, name + ("_tiny" if tiny else ""))
     # Before anything imports Keras: a fresh HOME has no keras.json, and Keras's default
     # backend is TensorFlow, which the lent machine lacks.
@@ -1100,19 +1140,37 @@ class Stream:
         self.signature, partial = signature, os.path.join(self.out, PACK + ".partial")
         with tarfile.open(partial, "w:gz") as archive:
             for arcname, folder in self.folders:
-                if os.path.isdir(folder):
-                    archive.add(folder, arcname=arcname, filter=_no_lock)
+                for root, _, names in os.walk(folder):
+                    for name in sorted(filter(_a_record, names)):
+                        _pack(archive, os.path.join(root, name), os.path.join(
+                            arcname, os.path.relpath(os.path.join(root, name), folder)))
         if os.path.getsize(partial) > load_stages()["machine"]["back_file_bytes"]:
             raise StudyError(f"The records pack to {os.path.getsize(partial) / 2**20:.1f} "
                              "MiB, more than one file that comes back.")
         os.replace(partial, os.path.join(self.out, PACK))
 
 
-def _no_lock(member):
-    """A pack's member, or None for an output folder's lock file (`.<name>.lock`, beside
-    each results folder: a writer's, not a record)."""
-    name = os.path.basename(member.name)
-    return None if name.startswith(".") and name.endswith(".lock") else member
+def _a_record(name):
+    """Whether a file named `name` in a records folder is sent home: not an output folder's
+    lock (`.<name>.lock`, beside each results folder: a writer's), nor a file being written
+    (`staging.partial_path`'s `.partial`: never complete, never read)."""
+    return not (name.startswith(".") and name.endswith(".lock")) and ".partial" not in name
+
+
+def _pack(archive, path, arcname):
+    """Adds the file at `path`; a JSON-lines record up to its last newline only (a row
+    being appended as it is read comes whole with the next pack). One that vanished (a
+    record written aside and renamed meanwhile) comes with the next pack."""
+    try:
+        with open(path, "rb") as f:
+            content = f.read()
+        info = archive.gettarinfo(path, arcname)
+    except FileNotFoundError:
+        return
+    if path.endswith(".jsonl"):
+        content = content[:content.rfind(b"\n") + 1]
+    info.size = len(content)
+    archive.addfile(info, io.BytesIO(content))
 
 
 def write_encoder(init, path):
@@ -1204,34 +1262,137 @@ def _carried(folder, name):
 
 # === collect (here) ===
 
-def collect(name, folder, results_dir="docs/results"):
-    """Unpacks what came back into `results_dir/records/` (the logs under `stages/NAME/`,
-    a call's own folder: `call_logs`); refuses to replace a record that differs, but takes
-    a `.jsonl` record that grew, and leaves one with the same bytes (or, a `.jsonl`, that
-    holds them and a later call's rows) untouched. Returns the files written."""
+def collect(name, folder, results_dir=RESULTS):
+    """Files what came back (`folder`'s records pack) under `results_dir/records/` (the logs
+    under `stages/NAME/`, a call's own folder: `call_logs`), once all of it is checked:
+    refuses, in one line naming the file, a pack that is not whole (`_read_pack`), another
+    stage's, a rehearsal's (`--tiny`) among the records of `RESULTS`, or a record that would
+    replace one that differs; takes a `.jsonl` record that grew, and leaves one with the same
+    bytes (or, a `.jsonl`, that holds them and a later call's rows) untouched. A call killed
+    before its end is recorded so, beside its stage record (`_killed`). Writes nothing
+    unless every check passed, and then every file or none (`_write_all`). Returns the
+    files written."""
     path = os.path.join(folder, PACK)
     if not os.path.exists(path):
         raise StudyError(f"{folder} holds no {PACK}: nothing came back from stage {name}.")
+    files = _read_pack(path)
+    stage = json.loads(files[STAGE_RECORD])
+    if stage.get("stage") != name:
+        raise StudyError(f"{path} is stage {stage.get('stage')}'s pack, not {name}'s: collect "
+                         f"it as `collect {stage.get('stage')} {folder}`.")
+    if (stage.get("tiny") and os.path.realpath(results_dir) == os.path.realpath(RESULTS)):
+        raise StudyError(f"{path} is a --tiny rehearsal's pack ({STAGE_RECORD}: \"tiny\": "
+                         f"true): never filed among stage {name}'s records in {RESULTS}; give "
+                         "--results-dir a folder of its own to look at it.")
+    killed = _killed(stage, files)
+    if killed:  # beside the stage record, which is filed as it came
+        files[KILLED] = (json.dumps(killed, indent=2) + "\n").encode()
     target, written = os.path.join(results_dir, "records"), []
-    with tarfile.open(path, mode="r:gz") as archive:
-        logs = call_logs(target, name, _packed_record(path).get("started"))
-        for member in (m for m in archive.getmembers() if m.isfile()):
-            where = collected_path(target, name, member.name, logs)
-            content = archive.extractfile(member).read()
-            here = open(where, "rb").read() if os.path.exists(where) else None
-            if here == content or (where.endswith(".jsonl") and here is not None
-                                   and here.startswith(content)):
-                continue  # collected already (a .jsonl: and a later call's rows)
-            if here is not None and not (
-                    where.endswith(".jsonl") and content.startswith(here)):
-                raise StudyError(f"{where} exists with other content: move it away first "
-                                 f"(stage {name} brought another version back).")
-            written.append((where, content))
-    for where, content in written:
-        os.makedirs(os.path.dirname(where), exist_ok=True)
-        with open(where, "wb") as f:
-            f.write(content)
+    logs = call_logs(target, name, stage.get("started"))
+    for member, content in files.items():
+        where = collected_path(target, name, member, logs)
+        here = open(where, "rb").read() if os.path.exists(where) else None
+        if here == content or (where.endswith(".jsonl") and here is not None
+                               and here.startswith(content)):
+            continue  # collected already (a .jsonl: and a later call's rows)
+        if here is not None and not (where.endswith(".jsonl") and content.startswith(here)):
+            raise StudyError(f"{where} exists with other content: move it away first "
+                             f"(stage {name} brought another version back).")
+        written.append((where, content))
+    _write_all(written, results_dir)
+    if killed and written:
+        print(f"stage {name}: {killed['killed']}", flush=True)
     return [where for where, _ in written]
+
+
+STAGE_RECORD = "logs/stage.json"  # the stage record, as packed
+KILLED = "logs/killed.json"  # what `collect` adds beside it for a call killed before its end
+
+
+def _read_pack(path):
+    """`{member: bytes}`: every file of the records pack at `path`, read to its end, each
+    JSON file parsed whole and each JSON-lines file line by line to its last newline, and
+    the stage record among them; anything less (a cut archive, a half-written plan, a cut
+    last row) refused in one line naming the file."""
+    with open(path, "rb") as f:  # one this process cannot read: the OSError's own line
+        packed = f.read()
+    try:  # the whole stream, its length and CRC too (tarfile stops at the archive's end)
+        with tarfile.open(fileobj=io.BytesIO(gzip.decompress(packed)), mode="r:") as archive:
+            files = {m.name: archive.extractfile(m).read() for m in archive if m.isfile()}
+    except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as error:
+        raise StudyError(f"{path} is not a whole archive ({type(error).__name__}: {error}): "
+                         "cut or damaged on its way here; fetch it again. Nothing filed.")
+    for member, content in files.items():
+        if member.endswith(".json"):
+            _parses(path, member, content)
+        elif member.endswith(".jsonl"):
+            rows = content.split(b"\n")
+            if rows[-1]:
+                raise StudyError(f"{path}: {member} is cut: its last line (line {len(rows)}) "
+                                 "ends without a newline; fetch the pack again. Nothing filed.")
+            for number, row in enumerate(rows[:-1], 1):
+                if row.strip():
+                    _parses(path, f"{member} line {number}", row)
+    if STAGE_RECORD not in files:
+        raise StudyError(f"{path} holds no {STAGE_RECORD}: not a stage's records pack. "
+                         "Nothing filed.")
+    return files
+
+
+def _parses(path, what, content):
+    try:
+        json.loads(content)
+    except ValueError as error:  # a JSONDecodeError, or bytes that are not text
+        raise StudyError(f"{path}: {what} does not parse whole ({error}): cut or half-written; "
+                         "fetch the pack again. Nothing filed.") from None
+
+
+def _killed(stage, files):
+    """`{"killed", "running"}` for a call killed before its end, else None: `run` adds
+    `seconds` to the stage record as it ends, so a record without them is one streamed
+    before that (a kill: the call's timeout_s, the machine gone). The jobs with a log but
+    no end in `processes` were running then."""
+    if "seconds" in stage:
+        return None
+    ended = {p["run"].replace(" ", "_") for p in stage.get("processes", [])}  # as logs are named
+    logs = (member[len("logs/"):-len(".log")] for member in files
+            if member.startswith("logs/") and member.endswith(".log"))
+    running = sorted(log for log in logs if log not in ended)
+    return {"killed": "killed before its end (its stage record has no \"seconds\": the last "
+                      f"one streamed); running then: {', '.join(running) or 'no job'}",
+            "running": running}
+
+
+def _write_all(written, results_dir):
+    """Writes every `(path, content)` (under `results_dir`) or none: each into a temporary
+    folder first and the folders they go to made, then each renamed into place; a write
+    that fails before the renames (a full disk, a file where a folder goes) removes what it
+    wrote and the folders it made."""
+    if not written:
+        return
+    scratch, made = tempfile.mkdtemp(prefix=".collect_", dir=existing_ancestor(results_dir)), []
+    try:
+        for index, (where, content) in enumerate(written):
+            with open(os.path.join(scratch, str(index)), "wb") as f:
+                f.write(content)
+            _make_folders(os.path.dirname(where), made)
+        for index, (where, _) in enumerate(written):
+            os.replace(os.path.join(scratch, str(index)), where)
+    except OSError:
+        for folder in reversed(made):
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)
+        raise
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _make_folders(folder, made):
+    """Makes `folder` and its missing parents, each appended to `made` once made."""
+    if folder and not os.path.isdir(folder):  # "": the working folder
+        _make_folders(os.path.dirname(folder), made)
+        os.mkdir(folder)
+        made.append(folder)
 
 
 def call_logs(target, name, started):
@@ -1292,6 +1453,8 @@ def main(argv=None):
         there.add_argument("--call", type=int, choices=(1, 2), default=1,
                            help="a planned window's call: 2 goes on from the first's")
         back.add_argument("folder", help="what came back")
+        back.add_argument("--results-dir", default=RESULTS, help="where the records are "
+                          "filed (under records/); a rehearsal's only elsewhere")
         encoder.add_argument("init", help="a run's final preset or checkpoint")
         encoder.add_argument("path")
         args = parser.parse_args(argv)
@@ -1315,7 +1478,7 @@ def main(argv=None):
                 args.first_call_of and budget.read_plan(args.first_call_of)["plan"][
                     "first_call_tasks"])
         else:
-            written = collect(args.stage, args.folder)
+            written = collect(args.stage, args.folder, args.results_dir)
             print(*(f"wrote {path}" for path in written), "next: python -m experiments.run "
                   "report" if written else "nothing new: every record there is here already",
                   sep="\n")

@@ -166,7 +166,7 @@ def test_records_stream_into_out_as_they_change_and_are_never_half_there(tmp_pat
     logs, out = str(tmp_path / "logs"), str(tmp_path / "out")
     os.makedirs(logs)
     os.makedirs(out)
-    record = {"stage": "SX", "processes": []}
+    record = {"stage": "SX", "processes": [], "seconds": 1.0}  # a whole call's (not killed)
     stream = stage.Stream(out, [("stage_x", records.record_dir(config)), ("logs", logs)],
                           record, logs)
     # An output folder's lock beside a record (run_protocol's): a writer's, not sent home.
@@ -203,7 +203,7 @@ def test_what_comes_back_never_replaces_a_differing_record(tmp_path, monkeypatch
     os.makedirs(logs)
     os.makedirs(out)
     stage.Stream(out, [("stage_x", records.record_dir(config)), ("logs", logs)],
-                 {"stage": "SX"}, logs)()
+                 {"stage": "SX", "seconds": 1.0}, logs)()
     here = str(tmp_path / "here")
     written = stage.collect("SX", out, results_dir=here)
     assert sorted(os.path.relpath(p, here) for p in written) == [
@@ -264,7 +264,8 @@ def test_each_call_of_a_window_brings_its_logs_home_beside_the_others(tmp_path):
         with open(os.path.join(logs, "plan.json"), "w") as f:
             f.write(f'{{"call": {call}}}')
         stage.Stream(out, [("glue_x", records.record_dir(config)), ("logs", logs)],
-                     {"stage": "W1x", "started": f"2026-11-28 15:0{call}:00 UTC"}, logs)()
+                     {"stage": "W1x", "started": f"2026-11-28 15:0{call}:00 UTC",
+                      "seconds": 1.0}, logs)()
         written = stage.collect("W1x", out, results_dir=here)
         assert sorted(os.path.relpath(p, here) for p in written) == sorted([
             "records/glue_x/bert_a/results.jsonl",
@@ -315,7 +316,7 @@ def test_the_stand_ins_kill_check_counts_only_what_the_stage_sends_home(tmp_path
     killed = time.time()
     for path in (record, os.path.join(work, "results", "records", "majority_class.json")):
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        open(path, "w").write("{}")
+        open(path, "w").write("{}\n")  # a whole row, as `append_jsonl` writes it
         os.utime(path, (killed - TICK - 1, killed - TICK - 1))  # before the kill
     out = tmp_path / "out"
     out.mkdir()
