@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from keras_tupe_cli.common import one_line_errors  # no framework: the commands' helpers
+from keras_tupe_base.command_line import one_line_errors  # the standard library alone
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 MiB = 1024 * 1024

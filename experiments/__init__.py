@@ -13,4 +13,10 @@ resume. In their natural order: `config` (the definitions: the studies and the e
 `docs/results.md` quotes that no other page prints), `floors` (the GLUE majority-class
 floors), `maps` (positional maps), `records` (record folders and files), `stage`, `budget`,
 `window` and `calibrate` (the GPU windows).
+
+Imports: the standard library, `keras_tupe_base` and each other's modules at the top of a
+module (`tests/test_architecture.py` refuses a function-local import of a module that imports
+the standard library alone); `keras_tupe`, Keras, keras-hub and matplotlib inside the
+functions that use them: Keras takes seconds to import, a usage error or a study's error
+comes before it, and `stage prepare` imports it only where a stage's data needs it.
 """

@@ -25,12 +25,19 @@ says in one line when the first call's run folders are not there (a fresh machin
 """
 
 import argparse
+import dataclasses
 import json
 import math
 import os
 import shutil
 import sys
+import tempfile
 import time
+
+from experiments import config as study_config
+from experiments import records
+from experiments.plans import finetune_plan
+from keras_tupe_base.settings import FinetuneConfig
 
 START = time.time()  # before the heavy imports: a process's start is part of each job's cost
 PLAN = "plan.json"
@@ -69,8 +76,6 @@ class Figures(dict):
         self._write()
 
     def _write(self):
-        from experiments import records
-
         records.write_json(self.path, {"pace": dict(self), "written": records.now()})
 
 
@@ -102,10 +107,7 @@ def task_steps(finetune):
 def encoders_a_grid(pretrain, finetune):
     """`{variant: encoders}`: the encoders of each pre-training variant (its seeds' final
     models and the checkpoints the study names) that the window fine-tunes as one program."""
-    from experiments.config import variants
-    from experiments.plans import finetune_plan
-
-    group = {v.name: v.group for v in variants(pretrain)}
+    group = {v.name: v.group for v in study_config.variants(pretrain)}
     counts = {}
     for job in finetune_plan(finetune):
         counts[group[job["variant"]]] = counts.get(group[job["variant"]], 0) + 1
@@ -223,8 +225,6 @@ def choose(pace, seconds, aim, most, step_quantum, steps_a_task, grids, variants
 def note_unplanned(work, calibration):
     """After the window: where the calibration left no plan (stopped at the deadline, or
     failed: `calibration`, its process record), a plan record that says so; else None."""
-    from experiments import records
-
     if read_plan(work) is not None:
         return None
     how = {"not started": "did not start before the window's stop",
@@ -251,20 +251,17 @@ def measure(pretrain, finetune, scratch, pace):
     the study's K and batch, and a fine-tuning grid step at the study's rates x seeds on its
     first task, each with its compile and what a run pays besides its steps (loading,
     packing, the dev split's prediction)."""
-    import dataclasses
-
-    from experiments.config import pretrain_config, variants
     from keras_tupe.finetuning.glue import finetune_glue_grid, packed_lengths
-    from keras_tupe_base.settings import FinetuneConfig
     from keras_tupe.pretraining import grid_pretrainer, write_preset
 
     pace["start_seconds"] = time.time() - START
     grid = pretrain["grid"]
     dispatch = grid.get("steps_per_dispatch", 100)
-    chosen = [v for v in variants(pretrain) if v.variant == "tupe_a"] or variants(pretrain)
+    every = study_config.variants(pretrain)
+    chosen = [v for v in every if v.variant == "tupe_a"] or every
     seeds = [v for v in chosen if v.group == chosen[0].group]
-    config = dataclasses.replace(pretrain_config(pretrain, seeds[0]), steps=3 * dispatch,
-                                 save_steps=[], eval_every=dispatch)
+    config = dataclasses.replace(study_config.pretrain_config(pretrain, seeds[0]),
+                                 steps=3 * dispatch, save_steps=[], eval_every=dispatch)
     begun = time.perf_counter()
     trainer, source, rows, masking = grid_pretrainer(
         config, [(v.seed, config.learning_rate) for v in seeds], dispatch)
@@ -323,14 +320,9 @@ def calibrate(work, stop, margin=0.15, most=2.0, second=0.0):
     """Measures (`measure`), plans (`choose`) for the time left before `stop` (epoch
     seconds) and `second` seconds of a second call, each less `margin` of it, rewrites the
     prepared configs to the plan and writes the plan record; returns it."""
-    import tempfile
-
-    from experiments import records
-    from experiments.config import load_config
-    from experiments.plans import finetune_plan
-
     paths = {kind: os.path.join(work, f"{kind}.json") for kind in ("pretrain", "finetune")}
-    pretrain, finetune = (load_config(paths[kind]) for kind in ("pretrain", "finetune"))
+    pretrain, finetune = (study_config.load_config(paths[kind])
+                          for kind in ("pretrain", "finetune"))
     pace = Figures(os.path.join(work, "logs", MEASURED))  # streamed home as measured
     try:
         with tempfile.TemporaryDirectory() as scratch:
@@ -441,20 +433,17 @@ def plan_second_call(work, stop, margin=0.15):
     """The second call's plan record (`WORK/logs/plan.json`): the fine-tuning runs the
     first call's plan (`WORK/logs_call1/plan.json`) left, from the records, against this
     call's time at the first call's pace; nothing where that plan ran nothing. Returns it."""
-    from experiments import records
-    from experiments.config import load_config, variants
-    from experiments.plans import finetune_plan
-
     first = read_plan(work, FIRST_LOGS)
     seconds = (stop - time.time()) * (1 - margin)
     if not (first or {}).get("plan", {}).get("run"):
         note = ("nothing planned: the first call planned no study job (its record: "
                 f"{FIRST_LOGS}/plan.json)")
         return write_second(work, {"run": False, "call": 2}, [note], first)
-    pretrain, finetune = (load_config(os.path.join(work, f"{kind}.json"))
+    pretrain, finetune = (study_config.load_config(os.path.join(work, f"{kind}.json"))
                           for kind in ("pretrain", "finetune"))
-    group = {v.name: v.group for v in variants(pretrain)}
-    trained = set(group.values()) - {v.group for v in variants(pretrain) if not v.is_finished}
+    every = study_config.variants(pretrain)
+    group = {v.name: v.group for v in every}
+    trained = set(group.values()) - {v.group for v in every if not v.is_finished}
     members = len(finetune["learning_rates"]) * len(finetune["seeds"])
     left, waiting = {task: set() for task in finetune["tasks"]}, []  # the variants to run
     for job in finetune_plan(finetune):
@@ -490,8 +479,6 @@ def plan_second_call(work, stop, margin=0.15):
 def write_second(work, plan, lines, first):
     """A second call's plan record, `plan` with its `lines` (`first`: the first call's
     plan record it goes on from, or None)."""
-    from experiments import records
-
     record = {"plan": plan, "lines": lines, "notes": lines,
               "basis": "the first call's calibration in this window "
                        f"({FIRST_LOGS}/plan.json)" if first else "none: no first call here",

@@ -14,6 +14,7 @@ from experiments import records
 from experiments.config import StudyError
 from experiments.pages import cell, loss_figure, prose, table_lines
 from experiments.report_pretraining import read_runs, seed_groups, validation_losses
+from keras_tupe_base.flops import variant_flops_per_token
 
 # The entry of `studies.json` that names the claims' runs.
 ENTRY = "claims"
@@ -51,8 +52,6 @@ def reach_final_loss(fast_folder, slow_folder, fast_step_flops=1.0, slow_step_fl
 def t2_rows(group_configs, fast, slow):
     """`reach_final_loss` of the variant `fast` against `slow`, one row a seed of a seed group
     (a study and its replicates), each row also naming its `study` and `seed`."""
-    from benchmarks import encoders  # it imports Keras, which the rest of the claims do not need
-
     rows = []
     for config in group_configs:
         runs = {run["variant"].name: run for run in read_runs(config)}
@@ -61,11 +60,11 @@ def t2_rows(group_configs, fast, slow):
             raise StudyError(f"{config['study']} has no record of {missing}: pre-train it first.")
         flops, (batch, length) = {}, (config["settings"][k] for k in ("batch_size", "seq_len"))
         for variant in (runs[fast]["variant"], runs[slow]["variant"]):
-            if variant.overrides:  # a training step's FLOPs, as benchmarks.encoders counts them
+            if variant.overrides:  # a preset's training step, as keras_tupe_base.flops counts it
                 raise StudyError(f"{variant.name} changes {sorted(variant.overrides)} of its "
-                                 "preset; benchmarks.encoders counts the FLOPs of library "
+                                 "preset; keras_tupe_base.flops counts the FLOPs of library "
                                  "presets only.")
-            flops[variant.name] = encoders.variant_flops_per_token(
+            flops[variant.name] = variant_flops_per_token(
                 variant.variant, config["size"], length, batch) * batch * length
         rows.append({"study": config["study"], "seed": config["settings"]["seed"],
                      "flop_ratio": flops[fast] / flops[slow],

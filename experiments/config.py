@@ -16,6 +16,9 @@ import time
 
 from experiments import records
 from keras_tupe_base.files import file_sha256
+from keras_tupe_base.presets import PRESETS, SIZES, VARIANTS
+from keras_tupe_base.settings import (GRID_PRECISIONS, FinetuneConfig, PretrainConfig,
+                                      SquadConfig, check_selection)
 from keras_tupe_base.staging import copy_file, staged
 
 KINDS = ("pretrain", "finetune", "length")
@@ -156,8 +159,6 @@ def _check(config, path):
     elif config["kind"] == "finetune":
         _require(config, path, ("pretrain_configs", "checkpoints", "tasks", "learning_rates",
                                 "seeds", "settings"))
-        from keras_tupe_base.settings import FinetuneConfig, SquadConfig
-
         if "squad" in config["tasks"]:
             if config["tasks"] != ["squad"] or config.get("task_settings"):
                 _fail(path, "a SQuAD study fine-tunes SQuAD alone: `tasks` must be [\"squad\"] "
@@ -176,7 +177,6 @@ def _check(config, path):
         if unknown:
             _fail(path, f"unknown fine-tuning settings {unknown}. Allowed: {sorted(allowed)}")
         from keras_tupe.finetuning.glue import check_task_settings
-        from keras_tupe_base.settings import check_selection
 
         try:
             check_task_settings(config["tasks"], config.get("task_settings", {}))
@@ -294,9 +294,6 @@ def checkpoint_variants(config, fraction):
 
 
 def _check_pretrain(config, path):
-    from keras_tupe_base.presets import SIZES, VARIANTS
-    from keras_tupe_base.settings import PretrainConfig
-
     _require(config, path, ("size", "vocabulary", "settings", "variants"))
     if config["size"] not in SIZES:
         _fail(path, f"`size` must be one of {sorted(SIZES)}. Received: {config['size']!r}")
@@ -350,8 +347,6 @@ def _check_grid(config, path):
     `pretrain_grid`): from token-id shards, in a grid precision, no save step at the end."""
     if "grid" not in config:
         return
-    from keras_tupe_base.settings import GRID_PRECISIONS as PRECISIONS
-
     grid, settings = config["grid"], config["settings"]
     seeds = grid.get("seeds") if isinstance(grid, dict) else None
     if (not isinstance(seeds, list) or not seeds or len(set(seeds)) != len(seeds) or not all(
@@ -359,8 +354,8 @@ def _check_grid(config, path):
             or set(grid) - {"seeds", "steps_per_dispatch"}):
         _fail(path, "`grid` is {\"seeds\": [distinct integers], \"steps_per_dispatch\": N}"
                     f" (each variant's seeds as one program). Received: {grid!r}")
-    if not settings.get("shards") or settings.get("precision") not in PRECISIONS:
-        _fail(path, f"a `grid` study pre-trains from `shards` in {' or '.join(PRECISIONS)}; "
+    if not settings.get("shards") or settings.get("precision") not in GRID_PRECISIONS:
+        _fail(path, f"a `grid` study pre-trains from `shards` in {' or '.join(GRID_PRECISIONS)}; "
                     f"received shards {settings.get('shards')!r}, precision "
                     f"{settings.get('precision')!r}.")
     if "seed" in config:
@@ -436,15 +431,11 @@ def variants(config):
 
 def expected_backbone(variant):
     """The preset fields a variant's encoder must have (the vocabulary size aside)."""
-    from keras_tupe_base.presets import PRESETS
-
     return {**PRESETS[variant.base_preset], **variant.overrides}
 
 
 def pretrain_config(config, variant, verbose=2):
     """The exact `PretrainConfig` of one variant: the study's settings, nothing else."""
-    from keras_tupe_base.settings import PretrainConfig
-
     vocabulary = config["vocabulary"]
     settings = copy.deepcopy(config["settings"])
     if variant.seed is not None:  # a grid study's run: its own seed

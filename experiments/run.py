@@ -36,7 +36,19 @@ import shutil
 import sys
 import time
 
-from keras_tupe_cli.common import add_common_flags, one_line_errors, run  # quiets TensorFlow
+from experiments import config as study_config
+from experiments import records
+from experiments.config import StudyError, require_models
+from experiments.plans import (finetune_plan, is_squad, length_key, length_plan, length_results,
+                               protocol)
+from experiments.report_length import length_pages
+from keras_tupe_base.command_line import add_common_flags, one_line_errors, quiet_start, run
+from keras_tupe_base.files import file_sha256, tree_sha256
+
+# Inside the functions: keras_tupe (Keras: seconds) and the siblings that import NumPy (maps,
+# report, floors, report_finetuning, length_study): a usage error or a study's error comes
+# first, and `experiments.stage`, which imports this module, prepares without them.
+
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(
@@ -90,16 +102,15 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
-    """`keras_tupe_cli.common.run`: a study's, a flag's or a path's error is one line, exit 2."""
+    """`keras_tupe_base.command_line.run`: a study's, a flag's or a path's error is one line,
+    exit 2; TensorFlow, wherever it is imported, starts quietly."""
+    quiet_start()
     return run(_main, argv)
 
 
 def _main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
-    from experiments import config as study_config
-    from experiments import records
-
     command = records.command_line(argv)
     start = time.perf_counter()
     if args.command == "maps":
@@ -125,7 +136,6 @@ def _main(argv=None):
 
 
 def _run_study(args, config, command):
-    from experiments.config import StudyError
     from experiments.report import report_command
 
     if config.get("frozen"):  # its run would write its pages again
@@ -153,8 +163,6 @@ def run_pretrain(config, command, only=None, verbose=2, until_step=None, record_
     `steps_per_execution` is a speed setting (`PretrainConfig`'s), not one of the study's."""
     import keras
 
-    from experiments import config as study_config
-    from experiments import records
     from keras_tupe.pretraining import pretrain
 
     every = study_config.variants(config)
@@ -210,9 +218,6 @@ def run_grid(config, seeds, command, record_only=False, plan=None):
     unfinished one (a stopped window) are started anew. `plan`: None, or called once the
     grid is built and compiled (`pretrain_grid`'s `settle`): the study config to train
     (a window's budget: its steps and save steps), or None to train nothing."""
-    from experiments import config as study_config
-    from experiments import records
-    from keras_tupe_base.files import file_sha256
     from keras_tupe.layers.utils import INITIALIZATION
     from keras_tupe.pretraining import pretrain_grid
 
@@ -255,9 +260,6 @@ def run_grid(config, seeds, command, record_only=False, plan=None):
 def write_record(config, variant):
     """Copies a run's log and settings into its record folder; returns the record, or None
     for a run that has no folder (not started, or stopped before its first backup)."""
-    from experiments import config as study_config
-    from experiments import records
-
     run_config = records.read_json(os.path.join(variant.run_dir, records.RUN_RECORD))
     if run_config is None:
         return None
@@ -294,12 +296,8 @@ def run_finetune(config, command, report_command, only_variants=None, only_check
     `steps_per_execution`: a speed setting, not pinned with the study's settings."""
     import keras
 
-    from experiments import records
-    from experiments.config import StudyError, require_models
     from experiments.floors import record_floors
-    from experiments.plans import finetune_plan, is_squad, protocol
     from experiments.report_finetuning import finetune_pages
-    from keras_tupe_base.files import tree_sha256
     from keras_tupe.finetuning import run_protocol, run_squad_protocol
 
     chosen = protocol(config)
@@ -352,11 +350,7 @@ def run_length(config, command, report_command, only_variants=None):
     import keras
     import keras_hub
 
-    from experiments import records
-    from experiments.config import require_models
     from experiments.length_study import Batches, masked_lm_loss, note, unigram_rows
-    from experiments.plans import length_key, length_plan, length_results
-    from experiments.report_length import length_pages
 
     path = length_results(config)
     done = {length_key(row) for row in records.read_jsonl(path)}

@@ -24,12 +24,14 @@ import time
 import zlib
 from importlib.metadata import distributions, version
 
+from benchmarks.encoders.cli import parse_args as benchmark_args  # flags of a stage's command
 from experiments import budget, records, window
-from experiments.config import (StudyError, ensure_vocabulary, load_config, variants,
-                                vocabulary_record_path)
-from experiments.plans import finetune_plan
-from experiments.run import write_record
-from keras_tupe_base.files import file_sha256
+from experiments.config import (StudyError, ensure_vocabulary, load_config, require_models,
+                                variants, vocabulary_record_path)
+from experiments.plans import finetune_plan, protocol
+from experiments.run import SETTINGS_FILE, run_grid, write_record
+from keras_tupe_base.command_line import one_line_errors, quiet_start, run as run_cli
+from keras_tupe_base.files import file_sha256, tree_sha256
 from keras_tupe_base.staging import existing_ancestor, staged
 
 STAGE_DIR, PACK, ENCODERS, WHEELS_LIST = ".stage", "records.tar.gz", "encoders", "wheels.txt"
@@ -306,9 +308,7 @@ def estimate(name, spec, pace=None, configs=None, carried=False):
     if "plan" in spec:  # planned on the card; here the programme's estimates
         return programme(name, pace, limit)
     if "command" in spec:
-        from benchmarks.encoders.cli import parse_args
-
-        args = parse_args(spec["command"][1:])
+        args = benchmark_args(spec["command"][1:])
         rows = (len(set(args.variants)) * len(set(args.precisions)) * len(set(args.seq_lens))
                 * (2 if args.flash == "both" else 1))
         needed = sum(rows * pace["benchmark_row_seconds"][mode] for mode in set(args.modes))
@@ -553,11 +553,9 @@ def programme(name, pace, limit):
         f"{assumed['squad_windows_a_question']} windows of {then['settings']['seq_len']} a "
         f"question and {assumed['length_seconds']} s a length an encoder (stated).")
     # (iii): every S2 row but the headline's
-    from benchmarks.encoders.cli import parse_args
-
     rows = {}
     for stage in stages["windows"]["(iii)"]:
-        args = parse_args(stage_spec(stage)["command"][1:])
+        args = benchmark_args(stage_spec(stage)["command"][1:])
         for mode in set(args.modes):
             rows[mode] = rows.get(mode, 0) + len(set(args.variants)) * len(set(
                 args.precisions)) * len(set(args.seq_lens)) * (2 if args.flash == "both" else 1)
@@ -1013,11 +1011,7 @@ def finetune_together(config, names, command, tasks=None):
     finetune` pins them. Only records: the pages are made at home, from them."""
     import keras
 
-    from experiments.config import require_models
-    from experiments.plans import protocol
-    from experiments.run import SETTINGS_FILE
     from keras_tupe.finetuning import run_protocol
-    from keras_tupe_base.files import tree_sha256
 
     chosen, tasks = protocol(config), config["tasks"] if tasks is None else tasks
     jobs = [job for job in finetune_plan(config, names) if any(chosen.runs_to_do(
@@ -1050,8 +1044,6 @@ def pretrain_planned(config, group, work, command):
     timed, waits for the plan (`WORK/logs/plan.json`), then trains the plan's steps (the
     prepared config as the calibration rewrote it: `run_grid`'s `plan`), or nothing where
     the plan says so."""
-    from experiments.run import run_grid
-
     started = time.time()
 
     def plan():  # its log says when the grid was ready, and when the plan came
@@ -1073,7 +1065,6 @@ def compile_together(config, names, tasks):
     shared compilation cache, which the fine-tuning then loads: each task's grid of every
     encoder's rates x seeds (`compile_protocol`), built from the first of its encoders
     written (seed 0's initialization, before the grid's first step). Writes nothing else."""
-    from experiments.plans import protocol
     from keras_tupe.finetuning import compile_protocol
 
     jobs = finetune_plan(config, names)
@@ -1180,7 +1171,6 @@ def write_encoder(init, path):
     import keras_hub
 
     import keras_tupe.models  # noqa: F401  (registers the classes for loading)
-    from keras_tupe_base.staging import staged
 
     machine, out = load_stages()["machine"], os.path.dirname(os.path.dirname(
         os.path.dirname(os.path.abspath(path))))
@@ -1418,8 +1408,6 @@ def collected_path(target, name, member, logs="logs"):
 
 
 def main(argv=None):
-    from keras_tupe_cli.common import one_line_errors, run as run_cli
-
     def _main(argv):
         parser = argparse.ArgumentParser(prog="python -m experiments.stage", description=__doc__,
                                          formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -1483,6 +1471,7 @@ def main(argv=None):
                   "report" if written else "nothing new: every record there is here already",
                   sep="\n")
         return 0
+    quiet_start()  # before a run imports Keras: TensorFlow quiet, Ctrl-C one line
     return run_cli(_main, argv)
 
 

@@ -3,7 +3,7 @@
 The model family, pre-training from token-id shards and GLUE/SQuAD fine-tuning through Grain
 run without it; tf.data, tensorflow-text, tensorflow-datasets, TensorBoard and SavedModel
 export need it, imported where used. `require_tensorflow` (at a package's door) and
-`keras_tupe_cli.common.run` turn its absence into `tensorflow_missing`'s message.
+`keras_tupe_base.command_line.run` turn its absence into `tensorflow_missing`'s message.
 """
 
 import importlib

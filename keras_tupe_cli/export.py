@@ -21,9 +21,9 @@ import os
 import sys
 
 # keras_tupe (with Keras: seconds) is imported inside the functions, after the flags parse.
+from keras_tupe_base.command_line import add_common_flags, one_line_errors
 from keras_tupe_base.output_lock import output_lock
-from keras_tupe_cli.common import (INIT_FLAGS, add_common_flags, at_least, entry_point,
-                                   one_line_errors)
+from keras_tupe_cli.common import INIT_FLAGS, at_least, entry_point
 
 PROG = "keras-tupe-export"
 

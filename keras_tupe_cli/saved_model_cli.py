@@ -1,7 +1,8 @@
 """`keras-tupe-saved-model-cli`: TensorFlow's `saved_model_cli` with the WordPiece ops loaded.
 
-Started through `keras_tupe_cli` so TensorFlow's start-up lines are quiet (`keras_tupe_cli.common`), and without importing a
-keras_tupe model (a serving client needs only TensorFlow and tensorflow-text):
+Started through `keras_tupe_cli` so TensorFlow's start-up lines are quiet
+(`keras_tupe_base.command_line.quiet_start`), and without importing a keras_tupe model (a
+serving client needs only TensorFlow and tensorflow-text):
 
     .venv/bin/keras-tupe-saved-model-cli run --dir saved_models/sst2/1 --tag_set serve \\
         --signature_def serving_default --input_exprs 'sentence=["a fine film"]'

@@ -7,11 +7,19 @@
 - the library imports neither its commands nor the checkout's scripts, studies or benchmarks;
 - models never import data code (data code may build on the models);
 - the layers import only layers and the base package;
-- studies and benchmarks never import the scripts (`training`);
-- in the library, a function-local import is of an optional dependency only.
+- studies and benchmarks never import the scripts (`training`) nor the commands
+  (`keras_tupe_cli`): the commands sit on top of the library, and what all of them share
+  before Keras is in the base package;
+- the studies import no benchmark (the FLOP count is the base package's), but for the stage
+  reading the flags of the benchmark command it runs;
+- in the library, a function-local import is of an optional dependency only;
+- in the studies and the benchmarks, a function-local import is never of a module that
+  imports the standard library alone (such a module costs nothing at the top, where the
+  reader and the import graph see it); Keras, the library and their like may stay local.
 """
 
 import ast
+import functools
 import pathlib
 import sys
 
@@ -184,6 +192,81 @@ def test_the_rule_of_the_base_package_sees_imports_inside_functions(tmp_path, mo
 def test_studies_and_benchmarks_never_import_the_scripts():
     assert offending(lambda m: inside(m, "experiments") or inside(m, "benchmarks"),
                      lambda t: inside(t, "training")) == []
+
+
+def test_studies_and_benchmarks_never_import_the_commands():
+    # One-line errors and the quiet TensorFlow start are keras_tupe_base.command_line's, the
+    # FLOP count keras_tupe_base.flops': nothing a study or a benchmark needs is a command's.
+    assert offending(lambda m: inside(m, "experiments") or inside(m, "benchmarks"),
+                     lambda t: inside(t, "keras_tupe_cli")) == []
+
+
+def test_the_studies_import_no_benchmark_but_the_flags_of_a_stages_command():
+    # A GPU stage may run `python -m benchmarks.encoders ...`; the stage counts that command's
+    # rows from the benchmark's own parser (a second one would be a copy).
+    assert offending(lambda m: inside(m, "experiments"), lambda t: inside(t, "benchmarks")) == [
+        ("experiments.stage", "benchmarks.encoders.cli")]
+
+
+@functools.cache
+def top_imports(module, path):
+    """(our module or None, import) of each import at the top of a module: what importing
+    it runs (its functions' imports wait until they are called)."""
+    return [(target, name) for target, name, _, local in imports(path, module, MODULES)
+            if not local]
+
+
+def standard_library_only(module):
+    """Whether importing `module` (ours) imports the standard library alone: its packages'
+    `__init__`s and its top-level imports, followed through our modules."""
+    seen, todo = set(), [module]
+    while todo:
+        current = todo.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        parts = current.split(".")
+        todo += [".".join(parts[:i]) for i in range(1, len(parts))]  # its packages run first
+        for target, name in top_imports(current, MODULES[current]):
+            if target is None and name.split(".")[0] not in sys.stdlib_module_names:
+                return False
+            todo += [target] if target else []
+    return True
+
+
+def local_imports_of_light_modules(module):
+    """`path:line: module` of each function-local import in `module` of a module that
+    imports the standard library alone (the standard library's own modules too)."""
+    path = MODULES[module]
+    found = {}
+    for target, name, line, local in imports(path, module, MODULES):
+        light = (standard_library_only(target) if target
+                 else name.split(".")[0] in sys.stdlib_module_names)
+        if local and light:
+            found.setdefault(f"{path.relative_to(REPO)}:{line}", []).append(target or name)
+    return [f"{where}: {', '.join(dict.fromkeys(names))}" for where, names in found.items()]
+
+
+@pytest.mark.parametrize("package", ["experiments", "benchmarks"])
+def test_studies_and_benchmarks_import_standard_library_only_modules_at_the_top(package):
+    found = [line for module in sorted(MODULES) if inside(module, package)
+             for line in local_imports_of_light_modules(module)]
+    assert not found, ("function-local imports of modules that import the standard library "
+                       "alone; move them to the module's top:\n" + "\n".join(found))
+
+
+def test_the_rule_of_local_imports_sees_light_modules_only(tmp_path, monkeypatch):
+    module = tmp_path / "experiments" / "probe.py"
+    module.parent.mkdir()
+    module.write_text("import os\n\ndef f():\n    import json\n    from experiments import records\n"
+                      "    import numpy\n    from keras_tupe import models\n"
+                      "    from experiments.report import report\n")
+    monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
+    monkeypatch.setitem(MODULES, "experiments.probe", module)
+    assert standard_library_only("experiments.records")
+    assert not standard_library_only("experiments.report")  # NumPy, through its siblings
+    assert local_imports_of_light_modules("experiments.probe") == [
+        "experiments/probe.py:4: json", "experiments/probe.py:5: experiments.records"]
 
 
 # Function-local imports of non-optional modules in the library, each with its reason.

@@ -27,8 +27,8 @@ Method:
   in the first call). Also reported: the whole-life peak RSS (`ru_maxrss`) and that minus
   the RSS after the build, the step figure where the backend keeps no statistics (JAX, CPU).
 - Throughput: tokens/s = batch x sequence / median step; model TFLOP/s from
-  `model_flops_per_token`; MFU against `--peak-tflops` or the dense bfloat16 peak of a
-  known GPU (`PEAK_BF16_TFLOPS`). `--flash` sets the keras_tupe models'
+  `keras_tupe_base.flops.model_flops_per_token`; MFU against `--peak-tflops` or the dense
+  bfloat16 peak of a known GPU (`PEAK_BF16_TFLOPS`). `--flash` sets the keras_tupe models'
   `attention_implementation` ("fused" / "einsum"); each row records it, the path the step
   ran and the `flash_attention` asked (never on a CPU).
 
@@ -38,6 +38,5 @@ imports a deep-learning framework; `benchmarks/README.md` maps the files.
 """
 
 from benchmarks.encoders.cli import main, parse_args
-from benchmarks.encoders.flops import model_flops_per_token, variant_flops_per_token
 
-__all__ = ["main", "model_flops_per_token", "parse_args", "variant_flops_per_token"]
+__all__ = ["main", "parse_args"]

@@ -2,8 +2,8 @@
 
 import sys
 
-import keras_tupe_cli  # noqa: F401  (first: TensorFlow starts quietly, Ctrl-C is one line)
 from benchmarks.encoders.cli import main
-from keras_tupe_cli.common import run
+from keras_tupe_base.command_line import quiet_start, run
 
+quiet_start()  # before a worker imports its framework: TensorFlow quiet, Ctrl-C one line
 sys.exit(run(main))

@@ -10,6 +10,7 @@ from benchmarks import harness
 from benchmarks.encoders import flops, plan, report
 from benchmarks.encoders.plan import KERAS_HUB_BERT
 from benchmarks.encoders.report import PRECISIONS
+from benchmarks.encoders.worker import worker_main
 
 # === Defaults ===
 DEFAULT_SIZE = {"cpu": "mini", "gpu": "base"}
@@ -194,8 +195,6 @@ def run_sweep(jobs, settings, partial):
 def main(argv=None):
     args = parse_args(argv)
     if args.worker_out:
-        from benchmarks.encoders.worker import worker_main
-
         return worker_main(args)
     started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
     start = time.perf_counter()

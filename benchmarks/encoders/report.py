@@ -298,7 +298,7 @@ def render_markdown(report):
                     if r.get("peak_tflops_source")})
     if peaks:
         lines += ["Throughput: tokens/s = batch × sequence / median step; TFLOP/s = model FLOPs "
-                  "of the step (`benchmarks.encoders.model_flops_per_token`: 3 × forward for "
+                  "of the step (`keras_tupe_base.flops.model_flops_per_token`: 3 × forward for "
                   "training, encoder layers and positional terms, no embeddings) / median step; "
                   "MFU = TFLOP/s / peak. Peak: " + "; ".join(peaks) + ". Device peak MB: the "
                   "backend allocator's whole-life peak (JAX: "

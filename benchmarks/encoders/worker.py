@@ -11,8 +11,9 @@ import time
 import traceback
 
 from benchmarks import harness
-from benchmarks.encoders.flops import variant_flops_per_token
+from benchmarks.encoders.flops import row_flops_per_token
 from benchmarks.encoders.plan import KERAS_HUB_BERT
+from keras_tupe_base.presets import SIZES, VARIANTS
 
 # Pre-training optimizer (TUPE Table 1); the schedule is far from its end.
 LEARNING_RATE, TOTAL_STEPS, WARMUP_STEPS = 1e-4, 1_000_000, 10_000
@@ -52,8 +53,6 @@ def gpus(backend):
 def probe():
     """Backend, versions and accelerators, for the parent's defaults and header."""
     import keras
-
-    from keras_tupe_base.presets import SIZES, VARIANTS
 
     backend = keras.backend.backend()
     found = gpus(backend)
@@ -96,7 +95,6 @@ def attention_choice(variant, flash, mode, dropout, on_gpu):
         flash_attention = bool(flash and on_gpu and fused)
         return implementation, "dot_product_attention" if fused else "einsum", flash_attention
     from keras_tupe.layers.schemes import SCHEMES
-    from keras_tupe_base.presets import VARIANTS
 
     fields = VARIANTS[variant]
     applies = all(rows[fields.get(field, "none")].fusable for field, rows in SCHEMES.items())
@@ -197,8 +195,8 @@ def _failure(job, error):
 
 def _new_result(job, backend, **fields):
     """The result of `job` before it runs: its model FLOPs, the machine's load, no times."""
-    flops = variant_flops_per_token(job["variant"], job["size"], job["seq_len"],
-                                    job["batch_size"], training=job["mode"] == "train")
+    flops = row_flops_per_token(job["variant"], job["size"], job["seq_len"], job["batch_size"],
+                                training=job["mode"] == "train")
     return dict(job, status="ok", backend=backend, model_flops_per_token=flops,
                 load_average_start=harness.load_average(), cpu_ms=[], **fields)
 

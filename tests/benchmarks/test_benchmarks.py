@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks import encoders, harness
+from benchmarks import harness
 from benchmarks.encoders import cli, flops, plan, report, worker
 from keras_tupe import TupeBackbone
 from keras_tupe_base import presets
@@ -28,8 +28,8 @@ def _result(variant, seq_len, mode, xla, times, peak=100.0, round_index=0, cpu=N
         cpu_ms=list(cpu or times), cpu_utilization=0.9, compile_s=1.0, xla_effective=xla,
         peak_mb=peak, peak_abs_mb=900.0, peak_build_delta_mb=150.0,
         memory_kind="tensorflow_allocator_cpu", order=0, **harness.timing_stats(times),
-        model_flops_per_token=encoders.variant_flops_per_token(variant, "tiny", seq_len, 2,
-                                                               training=mode == "train"),
+        model_flops_per_token=flops.row_flops_per_token(variant, "tiny", seq_len, 2,
+                                                        training=mode == "train"),
     )
 
 
@@ -239,28 +239,11 @@ def test_tupe_positional_term_is_computed_once_and_broadcast_over_the_batch():
         assert tuple(biases[0].shape) == (1, heads, length, length)  # not per example
 
 
-def test_model_flops_against_a_hand_count():
-    # tiny: L = 2, d = 64, d_ff = 128, h = 4; n = 32, batch B = 2.
-    # Per layer and token: 2 (4 d² + 2 d d_ff) = 2 (16,384 + 16,384) = 65,536
-    #   + 2 x 2 n d = 4 · 32 · 64 = 8,192 -> 73,728; x 2 layers = 147,456.
-    # tupe_r, once per batch: 2 x 2 n d² = 524,288 + 2 n² d = 131,072 -> 655,360,
-    #   over B n = 64 tokens = 10,240. Forward 157,696; training x 3 = 473,088.
-    # huang_m4: + 2 x 2 n d = 8,192 per layer -> 2 (73,728 + 8,192) = 163,840; x 3 = 491,520.
-    # shaw: + 2 n d = 4,096 per layer -> 2 · 77,824 = 155,648; x 3 = 466,944.
-    # bert_a: 147,456 x 3 = 442,368; inference (forward only) 147,456.
-    flops = encoders.variant_flops_per_token
-    assert flops("tupe_r", "tiny", 32, 2) == 473_088
-    assert flops("huang_m4", "tiny", 32, 2) == 491_520
-    assert flops("shaw", "tiny", 32, 2) == 466_944
-    assert flops("bert_a", "tiny", 32, 2) == 442_368
-    # Rotary and ALiBi add no counted FLOPs; DeBERTa at tiny (k = 128 // 2, r = 2k = 128):
-    # per layer + 2·2·128·64 = 32,768; per batch 2 layers x 2·2·128·64² / (2·32 tokens).
-    assert flops("rope", "tiny", 32, 2) == flops("alibi", "tiny", 32, 2) == 442_368
-    assert flops("deberta", "tiny", 32, 2) == 3 * (2 * (73_728 + 32_768) + 65_536)
-    assert flops("keras_hub_bert", "tiny", 32, 2) == 442_368
-    assert flops("bert_a", "tiny", 32, 2, training=False) == 147_456
-    # mini (d = 256, d_ff = 1024), n = 512: (24 d² + 8 n d) / (24 d² + 4 n d) = 1.25.
-    assert flops("huang_m4", "mini", 512, 8) / flops("bert_a", "mini", 512, 8) == 1.25
+def test_a_rows_flops_are_the_librarys_and_keras_hub_bert_counts_as_bert_a():
+    # The count itself: tests/base/test_flops.py (by hand).
+    assert flops.row_flops_per_token("tupe_r", "tiny", 32, 2) == 473_088
+    assert flops.row_flops_per_token("keras_hub_bert", "tiny", 32, 2) == 442_368  # bert_a's
+    assert flops.row_flops_per_token("keras_hub_bert", "tiny", 32, 2, training=False) == 147_456
 
 
 def test_throughput_mfu_and_gpu_targets():
@@ -271,7 +254,7 @@ def test_throughput_mfu_and_gpu_targets():
                and r["mode"] == "train" and r["xla"])
     assert row["tokens_per_s"] == pytest.approx(2 * 512 / 0.010)
     # The FLOPs the worker recorded for the row, kept through merge_rounds.
-    per_token = encoders.variant_flops_per_token("bert_a", "tiny", 512, 2)
+    per_token = flops.row_flops_per_token("bert_a", "tiny", 512, 2)
     assert row["model_flops_per_step"] == per_token * 2 * 512
     assert row["model_tflops_per_s"] == pytest.approx(per_token * 2 * 512 / 0.010 / 1e12)
     assert row["mfu"] is None and row["peak_tflops_source"].startswith("n/a: no float32")

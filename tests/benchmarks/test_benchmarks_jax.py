@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import encoders
+from benchmarks.encoders import flops
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.jax
@@ -39,8 +39,8 @@ def test_quick_sweep_reports_tokens_flops_mfu_and_attention(tmp_path):
         tokens = r["batch_size"] * r["seq_len"]
         assert r["tokens_per_s"] > 0
         assert r["tokens_per_s"] == pytest.approx(tokens / (r["median_ms"] / 1000))
-        per_token = encoders.variant_flops_per_token(r["variant"], "tiny", r["seq_len"],
-                                                     r["batch_size"])
+        per_token = flops.row_flops_per_token(r["variant"], "tiny", r["seq_len"],
+                                              r["batch_size"])
         assert r["model_flops_per_step"] == pytest.approx(per_token * tokens)
         achieved = per_token * tokens / (r["median_ms"] / 1000) / 1e12
         assert r["model_tflops_per_s"] == pytest.approx(achieved)

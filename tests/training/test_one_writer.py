@@ -1,7 +1,7 @@
 """One writer per output folder, end to end: commands started together on one `--out`.
 
 The twenty pairs run a stand-in command (`WRITER`: the entry-point wrapper
-`keras_tupe_cli.common.run`, the output lock, `made_folder` and staged writes, as `pretrain` uses
+`keras_tupe_base.command_line.run`, the output lock, `made_folder` and staged writes, as `pretrain` uses
 them, writing a few small files), so each pair takes a fraction of a second; the slow
 test runs real `pretrain`s, the first held once it holds the folder until the others are done.
 """
@@ -24,7 +24,7 @@ WRITER = """
 import os, sys, time
 from keras_tupe_base import folders, staging
 from keras_tupe_base import output_lock as lock
-from keras_tupe_cli.common import run
+from keras_tupe_base.command_line import run
 
 def main(argv):
     out = argv[0]

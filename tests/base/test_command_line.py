@@ -1,7 +1,7 @@
-"""`keras_tupe_cli.common`, what every command runs in: a user's mistake is one line and exit
-2 (a script's `SystemExit` message and a write error too), a bug keeps its traceback (and
-`--traceback` shows a user error raw), warnings and library notices are plain `warning:`
-lines, and TensorFlow starts quietly.
+"""`keras_tupe_base.command_line`, what every command (and the studies' and benchmarks'
+programs) runs in: a user's mistake is one line and exit 2 (a script's `SystemExit` message and
+a write error too), a bug keeps its traceback (and `--traceback` shows a user error raw),
+warnings and library notices are plain `warning:` lines, and TensorFlow starts quietly.
 """
 
 import os
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from keras_tupe_cli import common as cli
+from keras_tupe_base import command_line as cli
 from tests.commands.entry_points import REPO, run_main
 
 
@@ -63,15 +63,13 @@ def test_quiet_tensorflow_filters_the_jax_profiler_warning_once(monkeypatch):
     """Called again, the absl logger keeps one filter, which drops only that warning."""
     import logging
 
-    from keras_tupe_cli import common
-
     absl = logging.getLogger("absl")
     monkeypatch.setattr(absl, "filters", [])
     monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
     for name in ("TF_CPP_MIN_LOG_LEVEL", "CUDA_VISIBLE_DEVICES"):
         monkeypatch.setenv(name, os.environ.get(name, "3" if name.startswith("TF") else ""))
-    common.quiet_tensorflow(verbose=False)
-    common.quiet_tensorflow(verbose=False)
+    cli.quiet_tensorflow(verbose=False)
+    cli.quiet_tensorflow(verbose=False)
     assert len(absl.filters) == 1
 
     def record(message):
@@ -86,8 +84,6 @@ def test_the_quiet_import_hook_runs_the_loader_once_and_leaves_it_as_it_was(monk
     import importlib.machinery
     import importlib.util
 
-    from keras_tupe_cli import common
-
     calls = []
 
     class Loader:
@@ -101,7 +97,7 @@ def test_the_quiet_import_hook_runs_the_loader_once_and_leaves_it_as_it_was(monk
     for loader in (Loader(), SlottedLoader()):
         spec = importlib.machinery.ModuleSpec("tensorflow", loader)
         monkeypatch.setattr(importlib.util, "find_spec", lambda name: spec)
-        assert common._QuietTensorFlowImport().find_spec("tensorflow") is spec
+        assert cli._QuietTensorFlowImport().find_spec("tensorflow") is spec
         assert ("exec_module" in getattr(loader, "__dict__", {})) == (type(loader) is Loader)
         loader.exec_module("tensorflow module")
         assert calls.pop() == "tensorflow module"
