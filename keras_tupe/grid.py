@@ -164,6 +164,11 @@ class GridTrainer:
             then `build(seed, init)` builds each member's model, members with the same
             seed and init sharing one call, so one program trains several encoders of one
             architecture. Defaults to None (`build(seed)`).
+        memory_for: None, or `(batch_size, sequence_length)`: the grid's memory is then
+            checked (`check_grid_memory`) once its first member is built, before the
+            others: a K too large is refused with one member in memory, not K. Without
+            it, call `check_memory` (after every member is built) or `check_grid_memory`
+            (before any, from the encoder's configuration). Defaults to None.
 
     Example:
     >>> trainer = GridTrainer(lambda seed: TupeTextClassifier(backbone(), num_classes=2),
@@ -174,8 +179,9 @@ class GridTrainer:
     """
 
     def __init__(self, build, seeds, learning_rates, schedule, precision="float32",
-                 steps_per_dispatch=100, inits=None):
+                 steps_per_dispatch=100, inits=None, memory_for=None):
         check_backend()
+        self._memory_for = memory_for
         self.members = check_members(seeds, learning_rates)
         if inits is not None and len(inits) != len(self.members):
             raise ValueError(f"inits must give one start per member: received {len(inits)} "
@@ -243,6 +249,12 @@ class GridTrainer:
             for seed, init in dict.fromkeys(self._keys):
                 keras.utils.set_random_seed(seed)
                 models[seed, init] = build(seed, init) if self._with_inits else build(seed)
+                if self._memory_for and len(models) == 1:
+                    first = models[seed, init]
+                    check_grid_memory(
+                        first.backbone.get_config(), len(self.members), *self._memory_for,
+                        self.precision, parameters=sum(
+                            math.prod(v.shape) for v in first.trainable_variables))
         finally:
             keras.config.set_dtype_policy(previous)
         return models

@@ -171,3 +171,21 @@ def test_encoders_of_two_architectures_are_named_with_what_differs():
                                          r"from seed 0 from post's \(layer_norm_position "
                                          r"'post' against 'pre'\)"):
         GridTrainer(build, (0, 0), (1e-3, 1e-3), Schedule(10, 1), inits=["post", "pre"])
+
+
+@pytest.mark.jax
+def test_a_grid_built_directly_refuses_after_its_first_member(monkeypatch):
+    """`GridTrainer(..., memory_for=(batch, length))`: K=64 is refused with one member built
+    (was: all 64 built and stacked before `check_memory` could run)."""
+    built = []
+
+    def build(seed):
+        built.append(seed)
+        return TupeTextClassifier(TupeBackbone.from_preset(
+            "tupe_a_tiny", vocabulary_size=60, num_layers=1), num_classes=2, preprocessor=None)
+
+    config = {**PRESETS["tupe_a_tiny"], "vocabulary_size": 60, "num_layers": 1}
+    monkeypatch.setattr(grid, "device_memory", lambda: fits_three(config, 32, 128))
+    with pytest.raises(ValueError, match=r"K=64 members needs .* Use at most K=3 members"):
+        GridTrainer(build, range(64), [1e-3] * 64, Schedule(10, 1), memory_for=(32, 128))
+    assert built == [0]
