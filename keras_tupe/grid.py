@@ -18,6 +18,7 @@ discarded (a scan of another length would be a second compile, 30-40 s on a GPU 
 """
 
 import dataclasses
+import functools
 import math
 import os
 import time
@@ -164,6 +165,11 @@ class GridTrainer:
             then `build(seed, init)` builds each member's model, members with the same
             seed and init sharing one call, so one program trains several encoders of one
             architecture. Defaults to None (`build(seed)`).
+        devices: the devices the members are spread over, K/D each (the member axis of
+            every state array sharded over a `jax.sharding.Mesh` of them; the data
+            replicated); where D does not divide K, copies of the first member fill the
+            last device and their results are dropped. Defaults to every device of this
+            process (`jax.local_devices()`): one GPU, or one CPU, holds every member.
         memory_for: None, or `(batch_size, sequence_length)`: the grid's memory is then
             checked (`check_grid_memory`) once its first member is built, before the
             others: a K too large is refused with one member in memory, not K. Without
@@ -179,10 +185,16 @@ class GridTrainer:
     """
 
     def __init__(self, build, seeds, learning_rates, schedule, precision="float32",
-                 steps_per_dispatch=100, inits=None, memory_for=None):
+                 steps_per_dispatch=100, inits=None, memory_for=None, devices=None):
         check_backend()
         self._memory_for = memory_for
         self.members = check_members(seeds, learning_rates)
+        self.devices = list(jax.local_devices() if devices is None else devices)
+        if not self.devices:
+            raise ValueError("devices must name at least one device; received none.")
+        # Copies of the first member fill the last device (K/D each); their results are
+        # dropped.
+        self._slots = -(-len(self.members) // len(self.devices)) * len(self.devices)
         if inits is not None and len(inits) != len(self.members):
             raise ValueError(f"inits must give one start per member: received {len(inits)} "
                              f"inits for {len(self.members)} members.")
@@ -213,13 +225,20 @@ class GridTrainer:
         [self._step_index] = [i for i, v in enumerate(variables)
                               if v is self.optimizer.iterations]
         stack = lambda values: [jnp.stack(column) for column in zip(*values)]  # noqa: E731
+        slots = self._padded(self._keys)
         self.state = (
-            stack([[v.value for v in models[key].trainable_variables] for key in self._keys]),
-            stack([[v.value for v in models[key].non_trainable_variables]
-                   for key in self._keys]),
-            [jnp.stack([v.value] * len(self.members)) for v in variables],
-            jnp.asarray([rate for _, rate in self.members], jnp.float32),
+            stack([[v.value for v in models[key].trainable_variables] for key in slots]),
+            stack([[v.value for v in models[key].non_trainable_variables] for key in slots]),
+            [jnp.stack([v.value] * self._slots) for v in variables],
+            jnp.asarray([rate for _, rate in self._padded(self.members)], jnp.float32),
         )
+        mesh = jax.sharding.Mesh(np.asarray(self.devices), ("members",))
+        # A member's state on its device; a step's rows by member; the data on every device.
+        self._by_member, self._by_step, self._everywhere = (
+            jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(*spec))
+            for spec in (("members",), (None, "members"), ()))
+        self.state = jax.device_put(self.state, self._by_member)
+        self._steps = jax.device_put(self._steps, self._everywhere)
         self._programs = {}
         self.compiles = 0
         # Steps trained so far: a later `fit` goes on from them (its batches' masking keys).
@@ -252,9 +271,10 @@ class GridTrainer:
                 if self._memory_for and len(models) == 1:
                     first = models[seed, init]
                     check_grid_memory(
-                        first.backbone.get_config(), len(self.members), *self._memory_for,
+                        first.backbone.get_config(), self._slots, *self._memory_for,
                         self.precision, parameters=sum(
-                            math.prod(v.shape) for v in first.trainable_variables))
+                            math.prod(v.shape) for v in first.trainable_variables),
+                        devices=len(self.devices))
         finally:
             keras.config.set_dtype_policy(previous)
         return models
@@ -277,14 +297,23 @@ class GridTrainer:
     def size(self):
         return len(self.members)
 
+    def _padded(self, per_member, axis=0):
+        """`per_member` (a list, or an array along `axis`) with the first member's entry
+        repeated for each filling copy (`self._slots`)."""
+        extra = self._slots - self.size
+        if isinstance(per_member, list):
+            return per_member + per_member[:1] * extra
+        first = np.take(per_member, [0] * extra, axis=axis)
+        return np.concatenate([per_member, first], axis=axis)
+
     def check_memory(self, batch_size, sequence_length, limit_bytes=None):
         """Raises ValueError when K members' training state and activations would not fit
         the device (`check_grid_memory`, with this grid's own parameter count). Returns
         the bytes estimated."""
         parameters = sum(math.prod(v.shape) for v in self.model.trainable_variables)
-        return check_grid_memory(self.model.backbone.get_config(), self.size, batch_size,
+        return check_grid_memory(self.model.backbone.get_config(), self._slots, batch_size,
                                  sequence_length, self.precision, parameters=parameters,
-                                 limit_bytes=limit_bytes)
+                                 limit_bytes=limit_bytes, devices=len(self.devices))
 
     def fit(self, source, rows, sample_weight=None, transform=None):
         """Trains every member; returns the losses, `(steps, K)` (NumPy). A second `fit`
@@ -308,7 +337,7 @@ class GridTrainer:
             self.state, chunk = program(self.state, *arguments)
             losses.append(chunk)
         self.steps_done += steps
-        return np.asarray(jnp.concatenate(losses))[:steps]
+        return np.asarray(jnp.concatenate(losses))[:steps, :self.size]
 
     def compile_fit(self, source, rows, sample_weight=None, transform=None):
         """Compiles the program `fit` runs on these arguments, without training: with JAX's
@@ -330,22 +359,27 @@ class GridTrainer:
         steps = rows.shape[0]
         if sample_weight is None:
             sample_weight = np.ones(rows.shape, np.float32)
+        rows = self._padded(rows, axis=1)
+        sample_weight = self._padded(np.asarray(sample_weight, np.float32), axis=1)
         # Dispatches of one length (one program); the last one's surplus steps repeat the
         # last batch and leave the state as it was (`_scan_fit`).
         count = -(-steps // self.steps_per_dispatch)
         length = -(-steps // count)
         last = np.minimum(np.arange(count * length), steps - 1)
         rows, sample_weight = rows[last], np.asarray(sample_weight, np.float32)[last]
-        source = jax.device_put(keras.tree.map_structure(jnp.asarray, source))
-        keys = jnp.stack([jax.random.key_data(jax.random.PRNGKey(seed))
-                          for seed, _ in self.members])
-        metrics = [v.value for v in self.model.metrics_variables]
-        first, end = self.steps_done, jnp.asarray(self.steps_done + steps, jnp.int32)
+        everywhere = functools.partial(jax.device_put, device=self._everywhere)
+        by_step = functools.partial(jax.device_put, device=self._by_step)
+        source = everywhere(keras.tree.map_structure(np.asarray, source))
+        keys = jax.device_put(np.stack([jax.random.key_data(jax.random.PRNGKey(seed))
+                                        for seed, _ in self._padded(self.members)]),
+                              self._by_member)
+        metrics = everywhere([v.value for v in self.model.metrics_variables])
+        first, end = self.steps_done, everywhere(np.int32(self.steps_done + steps))
         program = self._program("fit", length, transform)
-        return steps, ((program, (source, metrics, keys, jnp.asarray(rows[start:start + length]),
-                                  jnp.asarray(sample_weight[start:start + length]),
-                                  jnp.arange(first + start, first + start + length), end,
-                                  self._steps))
+        return steps, ((program, (source, metrics, keys, by_step(rows[start:start + length]),
+                                  by_step(sample_weight[start:start + length]),
+                                  everywhere(np.arange(first + start, first + start + length)),
+                                  end, self._steps))
                        for start in range(0, count * length, length))
 
     def _program(self, kind, length, transform):
@@ -409,7 +443,8 @@ class GridTrainer:
 
         def members_first(leaf):  # (batches, K, batch, ...) -> (K, examples, ...)
             leaf = np.asarray(leaf, np.float32)
-            return np.moveaxis(leaf, 1, 0).reshape((self.size, -1) + leaf.shape[3:])[:, :count]
+            leaf = np.moveaxis(leaf, 1, 0)[:self.size]
+            return leaf.reshape((self.size, -1) + leaf.shape[3:])[:, :count]
 
         return keras.tree.map_structure(members_first, program(*arguments))
 
@@ -425,10 +460,12 @@ class GridTrainer:
         count = len(keras.tree.flatten(x)[0])
         batches = -(-count // batch_size)
         rows = np.arange(batches * batch_size) % count
-        x = keras.tree.map_structure(
-            lambda leaf: jnp.asarray(np.asarray(leaf)[rows].reshape(
-                (batches, batch_size) + np.shape(leaf)[1:])), x)
-        trainable, non_trainable, _, _ = self.state
+        x = jax.device_put(keras.tree.map_structure(
+            lambda leaf: np.asarray(leaf)[rows].reshape(
+                (batches, batch_size) + np.shape(leaf)[1:]), x), self._everywhere)
+        # (The state as `fit` left it, its placement said again: one program for every grid
+        # of these shapes, trained or not.)
+        trainable, non_trainable = jax.device_put(self.state[:2], self._by_member)
         return self._program("predict", batches, None), (trainable, non_trainable, x), count
 
     def _scan_predict(self):
@@ -532,14 +569,16 @@ def member_parameters(config, task=None):
 
 
 def check_grid_memory(config, members, batch_size, sequence_length, precision="float32",
-                      parameters=None, task=None, limit_bytes=None, members_are=None):
+                      parameters=None, task=None, limit_bytes=None, members_are=None,
+                      devices=1):
     """Bytes a grid of `members` members needs, or ValueError where they would not fit.
 
     A member holds `STATE_BYTES_PER_PARAMETER` bytes a parameter (`parameters`, else
     `member_parameters(config, task)`) and the activations its backward pass keeps at
     `batch_size` x `sequence_length` tokens; `config` is the backbone's (constructor
-    arguments or `get_config()`). The device holds `limit_bytes` (default: its own
-    limit, or this machine's memory on a CPU), of which a grid may take 90%. The refusal
+    arguments or `get_config()`). Spread over `devices` devices, each holds K/D members
+    and `limit_bytes` (default: the first device's own limit, or this machine's memory on
+    a CPU), of which a grid may take 90%. The refusal
     says the estimate, the largest K that fits and what K is (`members_are`, e.g.
     "`learning_rates=` x `seeds=`"). Nothing is built but the twins of
     `member_parameters`: the check comes before the grid.
@@ -552,16 +591,17 @@ def check_grid_memory(config, members, batch_size, sequence_length, precision="f
     activations = config["num_layers"] * batch_size * sequence_length * width * (
         34 * config["hidden_dim"] + 5 * config["num_heads"] * sequence_length)
     member = STATE_BYTES_PER_PARAMETER * parameters + activations
-    need = members * member
+    need = -(-members // devices) * member  # a device's
     limit = limit_bytes or device_memory()
     if need > 0.9 * limit:
-        fits = int(0.9 * limit // member)
+        fits = int(0.9 * limit // member) * devices
+        spread = (f" a device ({-(-members // devices)} members on each of {devices})"
+                  if devices > 1 else "")
         raise ValueError(
             f"A grid of K={members} members{f' ({members_are})' if members_are else ''} needs "
-            f"about {need / 2**30:.1f} "
-            f"GiB (per member {STATE_BYTES_PER_PARAMETER} bytes x {parameters:,} parameters "
-            f"and activations at batch {batch_size} x {sequence_length} tokens); the device "
-            f"holds {limit / 2**30:.1f} GiB. "
+            f"about {need / 2**30:.1f} GiB{spread} (per member {STATE_BYTES_PER_PARAMETER} "
+            f"bytes x {parameters:,} parameters and activations at batch {batch_size} x "
+            f"{sequence_length} tokens); the device holds {limit / 2**30:.1f} GiB. "
             + (f"Use at most K={fits} members a grid." if fits else
                "Not one member fits: a smaller batch, length or encoder."))
     return need

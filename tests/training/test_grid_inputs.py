@@ -18,7 +18,9 @@ import re
 import subprocess
 import sys
 import warnings
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 from keras_tupe import grid
@@ -31,6 +33,7 @@ from keras_tupe_base.settings import FinetuneConfig, check
 from keras_tupe_cli import finetune_glue
 from tests.backends import ATTENTION_PATHS
 
+REPO = Path(__file__).resolve().parents[2]
 GLUE_ARGS = ["--init", "r", "--tasks", "sst2", "--out", "o"]
 
 
@@ -189,3 +192,57 @@ def test_a_grid_built_directly_refuses_after_its_first_member(monkeypatch):
     with pytest.raises(ValueError, match=r"K=64 members needs .* Use at most K=3 members"):
         GridTrainer(build, range(64), [1e-3] * 64, Schedule(10, 1), memory_for=(32, 128))
     assert built == [0]
+
+
+SPREAD = """
+import json
+import jax
+import numpy as np
+from keras_tupe.grid import GridTrainer, Schedule
+from tests.training.test_grid import RATES, SEEDS, classification_data, classifier
+
+source, rows, weights, _ = classification_data(2)
+found = {}
+for name, devices in (("one", jax.devices()[:1]), ("two", jax.devices())):
+    trainer = GridTrainer(classifier(2), SEEDS, RATES, Schedule(len(rows), 2),
+                          steps_per_dispatch=5, devices=devices)
+    losses = trainer.fit(source, rows, weights)
+    kernel = trainer.state[0][0]  # each member's first weight, on its device
+    placed = [sorted({s.device.id for s in kernel.addressable_shards
+                      if (s.index[0].start or 0) <= k < (s.index[0].stop or len(SEEDS))})
+              for k in range(len(SEEDS))]
+    found[name] = {"losses": losses.tolist(), "placed": placed,
+                   "weights": [np.asarray(v).tolist() for v in trainer.state[0][-2:]],
+                   "predicted": np.asarray(trainer.predict(source[0])).tolist()}
+for name, devices in (("three_on_one", jax.devices()[:1]), ("three_on_two", jax.devices())):
+    trainer = GridTrainer(classifier(2), SEEDS[:3], RATES[:3], Schedule(len(rows), 2),
+                          steps_per_dispatch=5, devices=devices)
+    found[name] = {"losses": trainer.fit(source, rows[:, :3], weights[:, :3]).tolist(),
+                   "predicted": np.asarray(trainer.predict(source[0])).tolist()}
+print(json.dumps(found))
+"""
+
+
+@pytest.mark.jax
+def test_members_spread_over_two_devices_train_as_on_one(tmp_path):
+    """K = 4 over 2 devices (virtual CPU devices, XLA's host platform count): members 0-1
+    on the first, 2-3 on the second, and the losses, the last weights and the predictions
+    those of the same grid on one device. K = 3 over 2: a copy of the first member fills
+    the second device, and the three members' losses and predictions are those on one."""
+    env = {**os.environ, "KERAS_BACKEND": "jax", "PYTHONPATH": str(REPO),
+           "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    done = subprocess.run([sys.executable, "-c", SPREAD], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.splitlines()[-1])
+    assert found["one"]["placed"] == [[0]] * 4
+    assert found["two"]["placed"] == [[0], [0], [1], [1]]
+    for key in ("losses", "predicted"):
+        np.testing.assert_allclose(found["two"][key], found["one"][key], atol=1e-5, err_msg=key)
+    for two, one in zip(found["two"]["weights"], found["one"]["weights"]):
+        np.testing.assert_allclose(two, one, atol=1e-5)
+    for key in ("losses", "predicted"):
+        np.testing.assert_allclose(found["three_on_two"][key], found["three_on_one"][key],
+                                   atol=1e-5, err_msg=key)
+    assert np.shape(found["three_on_two"]["losses"])[1] == 3
+    assert len(found["three_on_two"]["predicted"]) == 3
