@@ -498,3 +498,14 @@ def test_mask_selection_length_rejects_bad_rate():
     with pytest.raises(ValueError, match="mask_rate"):
         data.mask_selection_length(128, 2.0)
     assert data.mask_selection_length(8, 1.0) == 7
+
+
+def test_the_packages_lazy_names_are_the_pipelines():
+    """`keras_tupe.data` lends the tf.data pipeline's names on first use (`__getattr__`):
+    its `__all__` is the pipeline's, and a name neither has is an AttributeError naming it."""
+    from keras_tupe.data import pretraining
+
+    assert data.__all__ == list(pretraining.__all__) and "mlm_dataset" in data.__all__
+    assert data.mlm_dataset is pretraining.mlm_dataset
+    with pytest.raises(AttributeError, match="'keras_tupe.data' has no attribute 'no_such_name'"):
+        data.no_such_name  # noqa: B018
