@@ -268,6 +268,10 @@ def fit_task(model, train, config, epochs, steps_per_epoch, progress):
     `progress`, else Keras's at `config.verbose`. Returns the seconds `fit` took and the
     seconds of each epoch (the first holds the compilations; the last shows the pace)."""
     steps = epochs * steps_per_epoch
+    if model.preprocessor is not None and not model.preprocessor.built:
+        # Built here, once: keras-hub builds it at its first call, which Grain's threads
+        # can make at once (one then finds the other's half-built packer).
+        model.preprocessor.build(None)
     model.compile(optimizer=create_optimizer(model, config.learning_rate, total_steps=steps,
                                              warmup_steps=int(config.warmup_ratio * steps),
                                              weight_decay=config.weight_decay),

@@ -56,6 +56,8 @@ def fit_batches(preprocessor, dataset):
     """
     from keras_hub.src.utils.pipeline_model import _apply_preprocessing
 
+    preprocessor.build(None)  # as `fit_task` does: before Grain's threads call it
+
     def preprocess(x, y=None, sample_weight=None):  # `Task.preprocess_samples`
         return preprocessor(x, y=y, sample_weight=sample_weight)
 
