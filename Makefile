@@ -10,7 +10,7 @@ PYTEST_WORKERS ?= 2
 # More pytest options for every suite, e.g. PYTEST_ARGS="--cov=keras_tupe --cov-append".
 PYTEST_ARGS ?=
 
-.PHONY: install install-jax test test-slow test-all test-jax test-stage demo clean
+.PHONY: install install-jax test test-slow test-all test-jax test-window test-stage demo clean
 
 # constraints.txt: the exact tested set (pyproject.toml declares ranges).
 $(STAMP): pyproject.toml constraints.txt
@@ -45,7 +45,7 @@ test-slow: $(STAMP)
 
 test-all: $(STAMP)
 	TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS) \
-		-m "not jax" tests
+		-m "not jax" tests experiments/stage/tests
 
 # Under the JAX backend (CPU), in one session: the tests whose result depends on the backend
 # (marked `backends`: the layers' and encoders' numbers, initializers, saving, keras-hub's
@@ -57,11 +57,19 @@ test-jax: $(JAX_STAMP)
 	TF_CPP_MIN_LOG_LEVEL=2 KERAS_BACKEND=jax $(PY) -m pytest -q -n $(PYTEST_WORKERS) --durations=15 \
 		--dist loadgroup $(PYTEST_ARGS) -m "(backends and not slow) or jax" tests
 
-# Window W1 at the tiny size on a stand-in of the lent GPU machine (tests/gpu_standin.py):
-# CPython 3.12 with only the image's packages (experiments/gpu_image.txt), a fresh HOME, no
-# KERAS_BACKEND, no TensorFlow; the command the stage prints, run as it is.
-test-stage: $(STAMP)
-	$(PY) -m tests.gpu_standin --stage W1
+# The GPU window tool (experiments/stage/): its tests, as `test` and `test-jax` would run
+# them (the rest, then the rehearsals of stages marked `jax` under JAX), then window W1 at
+# the tiny size on a stand-in of the lent GPU machine (experiments/stage/standin.py):
+# CPython 3.12 with only the image's packages (experiments/stage/gpu_image.txt), a fresh
+# HOME, no KERAS_BACKEND, no TensorFlow; the command the stage prints, run as it is.
+test-window: $(JAX_STAMP)
+	TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m pytest -q -rs -n $(PYTEST_WORKERS) --durations=5 \
+		--dist loadgroup $(PYTEST_ARGS) -m "not slow and not jax" experiments/stage/tests
+	TF_CPP_MIN_LOG_LEVEL=2 KERAS_BACKEND=jax $(PY) -m pytest -q -n $(PYTEST_WORKERS) --durations=5 \
+		--dist loadgroup $(PYTEST_ARGS) -m jax experiments/stage/tests
+	$(PY) -m experiments.stage.standin --stage W1
+
+test-stage: test-window  # its name before the window's tests joined it
 
 demo: $(STAMP)
 	TF_CPP_MIN_LOG_LEVEL=2 KERAS_TUPE_DATA_DIR=$(DATA_DIR) $(PY) -m training.demo

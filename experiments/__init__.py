@@ -11,8 +11,9 @@ resume. In their natural order: `config` (the definitions: the studies and the e
 `docs/results/` from the records: `report_pretraining`, `report_finetuning`,
 `report_length`, sharing `pages`; the prose in `templates/`), `claims` (the numbers
 `docs/results.md` quotes that no other page prints), `floors` (the GLUE majority-class
-floors), `maps` (positional maps), `records` (record folders and files), `stage`, `budget`,
-`window` and `calibrate` (the GPU windows).
+floors), `maps` (positional maps), `records` (record folders and files). The GPU window
+tool that runs the studies' GPU stages is a package of its own beside them, `stage`
+(`experiments/stage/README.md`).
 
 Imports: the standard library, `keras_tupe_base` and each other's modules at the top of a
 module (`tests/test_architecture.py` refuses a function-local import of a module that imports

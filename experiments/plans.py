@@ -1,7 +1,7 @@
 """What a fine-tuning or length study runs: its plan, read from the study's config alone.
 
 The runner (`experiments.run`), the length study's batches (`experiments.length_study`) and
-the GPU stages (`experiments.stage`, `experiments.budget`) plan from here, and the report
+the GPU stages (`experiments.stage`, `experiments.stage.budget`) plan from here, and the report
 (`experiments.report_finetuning`, `experiments.report_length`) lays its pages out by the same
 plan: a job's record folder, its checkpoint, its vocabulary. Nothing here reads a record or
 imports Keras.

@@ -359,8 +359,8 @@ def test_variants_and_sizes_are_the_presets_with_no_copy():
 
 
 def test_the_gpu_stage_commands_parse():
-    """experiments/stages.json runs these commands on a GPU machine (the parts of stage S2)."""
-    from experiments.stage import load_stages, stage_spec
+    """experiments/stage/stages.json runs these commands on a GPU machine (the parts of stage S2)."""
+    from experiments.stage.specs import load_stages, stage_spec
 
     seq_lens = set()
     for name in load_stages()["stages"]:

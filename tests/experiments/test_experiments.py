@@ -24,7 +24,7 @@ from experiments import report as report_module
 from experiments import report_finetuning, report_pretraining
 from experiments import run as run_module
 from experiments.run import main
-from experiments.stage import load_stages
+from experiments.stage.specs import load_stages
 from keras_tupe import data
 from keras_tupe.data import glue
 
@@ -181,7 +181,7 @@ def test_a_finished_run_is_skipped_and_a_recorded_one_without_its_folder_too(stu
     assert mlm.stat().st_mtime_ns == before
 
 def test_record_only_records_runs_trained_elsewhere_and_trains_nothing(study, tmp_path, capsys):
-    # A run brought back from another machine (a GPU stage, experiments/stage.py) with its log and
+    # A run brought back from another machine (a GPU stage, experiments/stage/) with its log and
     # settings but not its models; its encoder config beside it as backbone_config.json.
     copy = _copy_study(study, tmp_path / "copy")
     run = copy["runs"] / "pretrain" / "bert_a"

@@ -1,8 +1,8 @@
 """Put this folder on PYTHONPATH and `import tensorflow` (or tensorflow_text) fails in the
 process and in every Python process it starts: the lent GPU machine has no TensorFlow.
 With LENT_MACHINE=1, so does every other package that machine lacks: a module of an
-installed distribution that is neither in its image (experiments/gpu_image.txt) nor among
-the wheels a stage carries (experiments/stages.json), as there (an optional import then
+installed distribution that is neither in its image (experiments/stage/gpu_image.txt) nor
+among the wheels a stage carries (experiments/stage/stages.json), as there (an optional import then
 takes its fallback, a needed one fails)."""
 
 import importlib.abc
@@ -18,10 +18,10 @@ class _LentMachine(importlib.abc.MetaPathFinder):
     """Refuses the top-level modules of the distributions the lent machine lacks."""
 
     def __init__(self):
-        experiments = os.path.join(os.path.dirname(__file__), "..", "..", "experiments")
-        with open(os.path.join(experiments, "gpu_image.txt")) as f:
+        window = os.path.join(os.path.dirname(__file__), "..", "..", "experiments", "stage")
+        with open(os.path.join(window, "gpu_image.txt")) as f:
             there = [line.split("==")[0] for line in f if line.strip() and line[0] != "#"]
-        with open(os.path.join(experiments, "stages.json")) as f:
+        with open(os.path.join(window, "stages.json")) as f:
             there += json.load(f)["wheels"] + ["keras-tupe"]  # and the checkout itself
         self.there = {_canonical(name) for name in there}
         self.owners = None

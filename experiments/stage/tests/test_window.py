@@ -1,4 +1,4 @@
-"""The window runner (`experiments/window.py`): jobs N at once, each once it is ready, every
+"""The window runner (`experiments/stage/window.py`): jobs N at once, each once it is ready, every
 end heard of, stopped at the deadline with SIGTERM, then SIGKILL. Jobs that must overlap
 meet at a barrier of files; none of these tests times anything."""
 
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from experiments import window
+from experiments.stage import window
 
 # A job of steps on files: `make PATH`, `remove PATH`, `need PATH` (exit 2 if absent) and
 # `wait PATH` (until it exists; after 120 s, exit 1).

@@ -1,9 +1,9 @@
 """A stand-in of the lent GPU machine, to rehearse a stage as it will run there.
 
-    .venv/bin/python -m tests.gpu_standin [--stage S1] [--kill-after S] [--command CMD]
-    .venv/bin/python -m tests.gpu_standin --full --encoders ../gpu_out/S1/encoders --deadline 400
+    .venv/bin/python -m experiments.stage.standin [--stage S1] [--kill-after S] [--command CMD]
+    .venv/bin/python -m experiments.stage.standin --full --deadline 420 [--encoders DIR]
 
-The lent machine has CPython 3.12 with its image's packages (experiments/gpu_image.txt)
+The lent machine has CPython 3.12 with its image's packages (experiments/stage/gpu_image.txt)
 and no TensorFlow, no network, a fresh HOME and no KERAS_BACKEND; the repository arrives
 as a copy of its tracked and untracked-not-ignored files plus what a call carries. This
 builds that here: a virtual environment of CPython 3.12 holding only those packages, and a
@@ -19,12 +19,13 @@ encoders, data and plan) and runs its command with `--deadline` cut to what this
 spare: the next window's command, rehearsed until its deadline stops it. `--second-call`
 (a planned window) then runs the second command `prepare` printed in the same copy, HOME
 and TMPDIR (a warm machine: the first call's work is still there), with its own `$OUT`,
-and collects it too. Exits 1 with the reason when the stage fails; `make test-stage` runs
+and collects it too. Exits 1 with the reason when the stage fails; `make test-window` runs
 W1.
 """
 
 import argparse
 import glob
+import json
 import os
 import re
 import shutil
@@ -34,8 +35,12 @@ import sys
 import tempfile
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-IMAGE = os.path.join(REPO, "experiments", "gpu_image.txt")
+from experiments import records
+from experiments.config import load_config
+from experiments.stage import collect, run, specs
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+IMAGE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu_image.txt")
 TICK = 3  # a record reaches $OUT within a second of being written; this leaves room
 
 
@@ -114,29 +119,26 @@ def left_behind(copy):
 
 
 def check_kill(name, copy, back, killed, tiny=True, tmp=None):
-    """Every file that stage `name` sends home (`stage.home_folders`: its studies' records
+    """Every file that stage `name` sends home (`run.home_folders`: its studies' records
     and its logs) written in the copy `TICK` s before the kill came back whole, as collected
     into `back`; what it writes and does not send (the floors' `majority_class.json`)
     is not counted. A planned window works in the machine's temporary folder (`tmp`, the
     stand-in's). Returns the files that did not."""
-    from experiments import records, stage
-    from experiments.config import load_config
-
-    spec = stage.stage_spec(name)
-    work = os.path.join(copy, stage.STAGE_DIR, name + ("_tiny" if tiny else ""), "work")
+    spec = specs.stage_spec(name)
+    work = os.path.join(copy, specs.STAGE_DIR, name + ("_tiny" if tiny else ""), "work")
     if "plan" in spec:
-        work = stage.planned_work(name, tiny).replace(tempfile.gettempdir(), tmp, 1)
-    logs = stage.call_logs(os.path.join(back, "records"), name, records.read_json(
+        work = run.planned_work(name, tiny).replace(tempfile.gettempdir(), tmp, 1)
+    logs = collect.call_logs(os.path.join(back, "records"), name, records.read_json(
         os.path.join(work, "logs", "stage.json"), {}).get("started"))
     written = [os.path.join(work, f"{kind}.json") for kind in ("pretrain", "finetune")]
     configs = (list(map(load_config, written)) if "plan" in spec and all(
-        map(os.path.exists, written)) else stage.stage_configs(spec, tiny, work))
+        map(os.path.exists, written)) else specs.stage_configs(spec, tiny, work))
     missing = []
-    for arcname, folder in stage.home_folders(spec, *configs, work):  # as the run wrote them
+    for arcname, folder in run.home_folders(spec, *configs, work):  # as the run wrote them
         folder = os.path.join(copy, folder)  # a full stage's records: the copy's docs/
         for path in (os.path.join(root, n) for root, _, names in os.walk(folder) for n in names):
             member = "/".join([arcname, *os.path.relpath(path, folder).split(os.sep)])
-            here = stage.collected_path(os.path.join(back, "records"), name, member, logs)
+            here = collect.collected_path(os.path.join(back, "records"), name, member, logs)
             if os.path.getmtime(path) < killed - TICK and not (os.path.exists(here) and open(
                     here, "rb").read() == open(path, "rb").read()):
                 missing.append(member)
@@ -144,7 +146,8 @@ def check_kill(name, copy, back, killed, tiny=True, tmp=None):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m tests.gpu_standin", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m experiments.stage.standin",
+                                     description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--stage", default="S1")
     parser.add_argument("--kill-after", type=float, help="kill the command after S seconds")
@@ -175,12 +178,12 @@ def main(argv=None):
     if args.full:
         command = re.sub(r"--deadline \d+", f"--deadline {args.deadline}", command)
     folder = args.stage if args.full else f"{args.stage}_tiny"
-    copy = copy_tree(root, os.path.join(".stage", folder), args.repo)
+    copy = copy_tree(root, os.path.join(specs.STAGE_DIR, folder), args.repo)
     code, out, killed = run_there(command, copy, venv, root, args.kill_after)
     print(f"exit {code} after {time.time() - start:.0f} s; came back: {sorted(os.listdir(out))}",
           flush=True)
     back = os.path.join(root, "back")
-    collect(args.stage, out, back)
+    bring_home(args.stage, out, back)
     if args.second_call and not killed and code == 0:  # at once, on the same warm machine
         second = next(line for line in lines if line.startswith("second call")).split(
             "): ", 1)[1]
@@ -189,7 +192,7 @@ def main(argv=None):
         code, out, _ = run_there(second, copy, venv, root, out="out_2")
         print(f"second call: exit {code} after {time.time() - start:.0f} s; came back: "
               f"{sorted(os.listdir(out))}", flush=True)
-        collect(args.stage, out, back)
+        bring_home(args.stage, out, back)
     if killed:
         missing = check_kill(args.stage, copy, back, killed, tiny=not args.full,
                              tmp=os.path.join(root, "tmp"))
@@ -202,11 +205,11 @@ def main(argv=None):
     return verify(args.stage, back, args.encoders, cut_short=args.full)
 
 
-def collect(name, out, back):
+def bring_home(name, out, back):
     """What came back in `out`, collected into `back/records` as `stage collect` does."""
     if os.path.exists(os.path.join(out, "records.tar.gz")):
         collected = subprocess.run([sys.executable, "-c", (
-            "import sys; from experiments import stage; print('\\n'.join(stage.collect("
+            "from experiments.stage import collect; print('\\n'.join(collect.collect("
             f"{name!r}, {out!r}, results_dir={back!r})))")], cwd=REPO, check=True,
             capture_output=True, text=True).stdout.split()
         print(f"collected {len(collected)} files:", *sorted(
@@ -217,8 +220,6 @@ def verify(stage, back, encoders=None, cut_short=False):
     """What a finished tiny stage brings back: every process ended well, every record;
     with carried `encoders`, no pre-training and fine-tuning of each of them. `cut_short`
     (the deadline stopped it): every process ended well or was stopped by the deadline."""
-    import json
-
     log = json.load(open(os.path.join(back, "records", "stages", stage, "logs", "stage.json")))
     bad = [p for p in log["processes"]
            if (p["exit"] != 0 or p["stopped"]) and not (cut_short and p["stopped"])]

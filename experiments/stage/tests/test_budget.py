@@ -1,4 +1,4 @@
-"""Window (i)'s budget, planned from what the card measures (experiments/budget.py), and the
+"""Window (i)'s budget, planned from what the card measures (experiments/stage/budget.py), and the
 grid studies it runs (issue 65)."""
 
 import json
@@ -7,8 +7,9 @@ import re
 
 import pytest
 
-from experiments import budget, stage
+from experiments.stage import budget, prepare, run, specs
 from experiments.config import StudyError, load_config, variants
+from experiments.plans import finetune_plan
 
 PACE = {"start_seconds": 10.0, "pretrain_setup_seconds": 5.0, "pretrain_compile_seconds": 15.0,
         "pretrain_save_seconds": 5.0,
@@ -134,7 +135,7 @@ def test_the_recorded_calibration_that_planned_nothing_now_plans_within_both_cal
     recorded = json.load(open(RECORDED))
     pace, seconds = recorded["pace"], recorded["plan"]["seconds_to_plan"]
     assert recorded["plan"]["run"] is False  # what the record says
-    second = stage.second_call_seconds() * 0.85
+    second = specs.second_call_seconds() * 0.85
     steps, tasks, first, notes = check_fits(pace, seconds, second)
     assert steps >= 1000 and tasks[:1] == ["sst2"]
     old = plan(seconds, pace, grids=15)  # the old shape
@@ -147,7 +148,7 @@ def test_a_second_call_goes_on_from_the_first_calls_records_or_says_why_it_canno
     finds no first call's work here (a fresh machine) plans nothing, starts no job and says
     why in one line."""
     work = str(tmp_path / "work")
-    pretrain, then = stage.stage_configs(stage.stage_spec("W1"), True, work)
+    pretrain, then = specs.stage_configs(specs.stage_spec("W1"), True, work)
     os.makedirs(os.path.join(work, budget.FIRST_LOGS))
     first = {"pace": {**PACE, "pretrain_members": 2}, "plan": {
         "run": True, "steps": 50, "tasks": then["tasks"], "first_call_tasks": then["tasks"][:1],
@@ -175,20 +176,20 @@ def test_a_second_call_goes_on_from_the_first_calls_records_or_says_why_it_canno
         "nothing planned: the first call planned no study job (its record: "
         "logs_call1/plan.json)"]
     gone = str(tmp_path / "gone")
-    lines = stage._planned_call(gone, 2)
+    lines = run._planned_call(gone, 2)
     assert len(lines) == 1 and lines[0].startswith(
         "nothing planned: call 2 finds no first call's work here (") and "a fresh machine" in (
         lines[0])
     fresh = {"_ended": {}, "_stop": 1e10, "stage": "W1", "call": 2, "notes": lines}
-    assert stage._jobs(stage.stage_spec("W1"), pretrain, then, True, gone, gone, fresh) == []
+    assert run._jobs(specs.stage_spec("W1"), pretrain, then, True, gone, gone, fresh) == []
     assert budget.read_plan(gone) == {**budget.read_plan(gone), "plan": {
         "run": False, "call": 2}, "lines": lines}  # no job, and the record says why
     os.remove(budget.plan_path(work))  # as the first call left it: its logs in `logs`
     os.rename(os.path.join(work, budget.FIRST_LOGS), os.path.join(work, "logs"))
-    assert stage._planned_call(work, 2) == []  # the first call's logs are kept aside
+    assert run._planned_call(work, 2) == []  # the first call's logs are kept aside
     assert os.listdir(os.path.join(work, budget.FIRST_LOGS)) == [budget.PLAN]
     os.makedirs(os.path.join(work, "logs"))  # a second call's, run again: theirs went home
-    assert stage._planned_call(work, 2) == []
+    assert run._planned_call(work, 2) == []
     assert os.listdir(os.path.join(work, budget.FIRST_LOGS)) == [budget.PLAN]
     assert not os.path.exists(os.path.join(work, "logs"))
 
@@ -200,17 +201,17 @@ def test_no_study_job_starts_before_a_plan_that_says_it_fits(tmp_path, monkeypat
     with a plan that says run, each variant's fine-tuning (its encoders as one program, the
     first call's tasks) once its grid ended. Its second call: the plan of what is left,
     then the fine-tuning of the variants whose grids finished, nothing else."""
-    spec = stage.stage_spec("W1")
+    spec = specs.stage_spec("W1")
     work = str(tmp_path / "work")
-    pretrain, then = stage.stage_configs(spec, True, work)
+    pretrain, then = specs.stage_configs(spec, True, work)
     record = {"_ended": {}, "_stop": 1e10, "stage": "W1"}
-    committed = stage.headline_record("W1")
-    assert committed == os.path.join(stage.RECORDS, "stages", "W1", "logs", "benchmark.json")
-    skipped = {label for label, _, _ in stage._jobs(spec, pretrain, then, True, work,
+    committed = specs.headline_record("W1")
+    assert committed == os.path.join(specs.RECORDS, "stages", "W1", "logs", "benchmark.json")
+    skipped = {label for label, _, _ in run._jobs(spec, pretrain, then, True, work,
                                                      str(tmp_path), dict(record))}
     assert "benchmark" not in skipped and "calibrate" in skipped
-    monkeypatch.setattr(stage, "headline_record", lambda name: None)  # as before it came home
-    jobs = {label: (command, ready) for label, command, ready in stage._jobs(
+    monkeypatch.setattr(specs, "headline_record", lambda name: None)  # as before it came home
+    jobs = {label: (command, ready) for label, command, ready in run._jobs(
         spec, pretrain, then, True, work, str(tmp_path), record)}
     assert list(jobs) == ["benchmark", "calibrate", "pretrain bert_a", "pretrain tupe_a",
                           "pretrain bert_a_pre", "compile bert_a", "compile tupe_a",
@@ -218,7 +219,7 @@ def test_no_study_job_starts_before_a_plan_that_says_it_fits(tmp_path, monkeypat
                           "finetune bert_a_pre"]
     assert jobs["compile tupe_a"][0][2:] == ["experiments.stage", "compile", then["_path"],
                                              "tupe_a_seed0", "tupe_a_seed1", "--plan-of", work]
-    assert jobs["calibrate"][0][2:4] == ["experiments.budget", work]
+    assert jobs["calibrate"][0][2:4] == ["experiments.stage.budget", work]
     assert jobs["calibrate"][0][jobs["calibrate"][0].index("--second") + 1] == "0"
     assert jobs["finetune tupe_a"][0][2:] == ["experiments.stage", "finetune", then["_path"],
                                               "tupe_a_seed0", "tupe_a_seed1",
@@ -234,16 +235,16 @@ def test_no_study_job_starts_before_a_plan_that_says_it_fits(tmp_path, monkeypat
     grids = [f"pretrain {g}" for g in pretrain["variants"]]
     assert ready() == ["benchmark", "calibrate", *grids]  # built beside the calibration
     os.makedirs(os.path.join(work, "logs"))
-    for run in (False, True):  # the grids train or not by the plan (`pretrain_planned`)
+    for planned in (False, True):  # the grids train or not by the plan (`pretrain_planned`)
         with open(budget.plan_path(work), "w") as f:
-            json.dump({"plan": {"run": run}}, f)
+            json.dump({"plan": {"run": planned}}, f)
         assert ready()[2:] == grids
-        if not run:  # a grid that ended with nothing planned: no fine-tuning follows
+        if not planned:  # a grid that ended with nothing planned: no fine-tuning follows
             record["_ended"]["pretrain tupe_a"] = True
             assert "finetune tupe_a" not in ready()
             del record["_ended"]["pretrain tupe_a"]
     # A variant's compile once its grid wrote its first encoder (seed 0's initialization).
-    [init] = [job["init"] for job in stage.finetune_plan(then, ["tupe_a_seed0"])
+    [init] = [job["init"] for job in finetune_plan(then, ["tupe_a_seed0"])
               if job["step"] == 0]
     os.makedirs(init)
     assert ready()[-1] == "compile tupe_a" and "compile bert_a" not in ready()
@@ -261,7 +262,7 @@ def test_no_study_job_starts_before_a_plan_that_says_it_fits(tmp_path, monkeypat
     for v in variants(pretrain):
         if v.group != "bert_a_pre":  # its grid stopped in the first call
             os.makedirs(os.path.join(v.run_dir, "preset"))
-    jobs = stage._jobs(spec, pretrain, then, True, work, str(tmp_path), second)
+    jobs = run._jobs(spec, pretrain, then, True, work, str(tmp_path), second)
     assert [label for label, _, _ in jobs] == ["finetune bert_a", "finetune tupe_a"]
     assert "--first-call-of" not in jobs[0][1]
     assert budget.read_plan(work)["plan"]["call"] == 2  # written before any job
@@ -276,7 +277,7 @@ def test_a_planned_grid_records_the_plans_steps_or_nothing(tmp_path, monkeypatch
     from experiments.run import run_grid
 
     work = str(tmp_path / "work")
-    pretrain, _ = stage.stage_configs(stage.stage_spec("W1"), True, work)
+    pretrain, _ = specs.stage_configs(specs.stage_spec("W1"), True, work)
     planned = {**pretrain, "settings": {**pretrain["settings"], "steps": 20,
                                         "save_steps": [0, 6]}}
     seeds = [v for v in variants(pretrain) if v.group == "tupe_a"]
@@ -345,26 +346,26 @@ def test_s6s_squad_is_costed_as_its_most_grid_rounds_at_w1s_fine_tuning_pace():
     """Three rounds an encoder (every rate x seed, an edge rate, its other seeds), each a
     compile, the host work and the steps at the recorded 9-member step; one round without a
     selection seed; a grid of another size at the pre-training grid's token rate if slower."""
-    pace, _ = stage.w1_pace()
+    pace, _ = specs.w1_pace()
     config = load_config("squad_long")
     assert (len(config["learning_rates"]) * len(config["seeds"]), pace["finetune_members"]) == (
         9, 9)
     a_round = 40.61603357599999 + 7.2536827440000025 + 1000 * 0.01720850736666667
-    assert stage.squad_grid_seconds(config, 1000)[0] == pytest.approx(3 * a_round)
+    assert prepare.squad_grid_seconds(config, 1000)[0] == pytest.approx(3 * a_round)
     single = {**config, "selection_seed": None}
-    assert stage.squad_grid_seconds(single, 1000)[0] == pytest.approx(a_round)
+    assert prepare.squad_grid_seconds(single, 1000)[0] == pytest.approx(a_round)
     wide = {**single, "seeds": list(range(30))}  # 90 members: 368,640 tokens a step
     step = 90 * 32 * 128 / 4980208.077890105
     assert step > 0.01720850736666667
-    assert stage.squad_grid_seconds(wide, 1000)[0] == pytest.approx(
+    assert prepare.squad_grid_seconds(wide, 1000)[0] == pytest.approx(
         40.61603357599999 + 7.2536827440000025 + 1000 * step)
 
 
 def test_prepare_prints_the_three_windows_and_refuses_a_first_one_that_cannot_fit():
     """Window (i) at the recorded pace, planned as the card plans, by call, with its basis;
     refused, with the figures, at a pace where not even the least plan fits."""
-    pace = stage.gpu_pace()
-    lines = stage.programme("W1", pace, 568)
+    pace = specs.gpu_pace()
+    lines = prepare.programme("W1", pace, 568)
     assert "(i) W1, the GLUE study that decides T2 and T3" in lines[1]
     assert re.search(r"Call 1 \(timeout_s 600; 568 s for its jobs\): .* the calibration, about "
                      r"\d+ s; then, at the recorded pace, \d+ pre-training steps .* Call 2 "
@@ -375,11 +376,11 @@ def test_prepare_prints_the_three_windows_and_refuses_a_first_one_that_cannot_fi
     assert re.search(r"S6 4 encoders pre-trained, then SQuAD as a grid an encoder \(9 members, "
                      r"\d+ steps; up to 3 rounds of \d+ s: a 17.2 ms step, a compile of 41 s", lines[2])
     assert "less the headline's 6 rows" in lines[3]
-    slow = {**stage.w1_pace()[0], "finetune_step_seconds": 1.0}
+    slow = {**specs.w1_pace()[0], "finetune_step_seconds": 1.0}
     with pytest.raises(StudyError, match=r"Stage W1 does not fit: even the least plan \(the "
                                          r"first task after 1000 pre-training steps\) does not "
                                          r"fit window \(i\)'s two calls .*basis: "):
-        stage.window_one("W1", 568, slow)
+        prepare.window_one("W1", 568, slow)
 
 
 def test_a_calibration_stopped_before_it_planned_leaves_a_record_that_says_so(tmp_path):
@@ -402,7 +403,7 @@ def test_the_plan_rewrites_the_prepared_configs_and_a_cut_task_takes_its_setting
     steps and 30% checkpoint, the tasks that fit with their settings alone, and a config
     that still loads."""
     work = str(tmp_path / "work")
-    stage.stage_configs(stage.stage_spec("W1"), True, work)
+    specs.stage_configs(specs.stage_spec("W1"), True, work)
     measured = {**PACE, "pretrain_members": 2, "pretrain_variant": "tupe_a",
                 "pretrain_tokens_per_second": 1.0, "finetune_members": 5,
                 "finetune_encoders": 5, "finetune_task": "sst2", "finetune_length": 88,

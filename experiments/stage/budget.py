@@ -1,6 +1,6 @@
 """A planned window's budget, from what the card measures in its first minute (issue 65).
 
-    python -m experiments.budget WORK --stop EPOCH [--second S] [--margin 0.15] [--most 2]
+    python -m experiments.stage.budget WORK --stop EPOCH [--second S] [--margin 0.15] [--most 2]
 
 On the lent machine, before any study job of stage W1 starts: times the pre-training grid
 (`pretrain_grid`'s trainer: the study's K seeds, its batch, TUPE-A, the costliest variant)
@@ -354,7 +354,7 @@ def calibrate(work, stop, margin=0.15, most=2.0, second=0.0):
     lines = [calibration_line(pace, settings),
              *plan_lines(plan, settings, groups, left, second), *notes]
     record = {"pace": dict(pace), "plan": plan, "notes": notes, "lines": lines,
-              "basis": "this window's calibration (experiments/budget.py): TUPE-A's grid "
+              "basis": "this window's calibration (experiments/stage/budget.py): TUPE-A's grid "
                        "pace applied to every variant, the first task's to every task",
               "card": records.machine(), "written": records.now()}
     if plan["run"]:  # the configs first: a plan record means they are the plan's
@@ -489,7 +489,7 @@ def write_second(work, plan, lines, first):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m experiments.budget", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m experiments.stage.budget", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("work", help="the stage's work folder (pretrain.json, finetune.json)")
     parser.add_argument("--stop", type=float, required=True, help="epoch seconds: the stop")

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from experiments import budget, stage
+from experiments.stage import budget, cli, collect, run, specs
 from experiments.config import StudyError
 
 # A whole call's stage record (`run` adds "seconds" as it ends) and a fine-tuning record.
@@ -32,7 +32,7 @@ def pack(folder, stage_record=STAGE, changes=None):
     files = {RESULTS: ROWS, "logs/stage.json": json.dumps(stage_record, indent=2).encode()
              + b"\n", "logs/plan.json": PLAN, **(changes or {})}
     os.makedirs(folder, exist_ok=True)
-    with tarfile.open(os.path.join(folder, stage.PACK), "w:gz") as archive:
+    with tarfile.open(os.path.join(folder, specs.PACK), "w:gz") as archive:
         for member, content in files.items():
             info = tarfile.TarInfo(member)
             info.size = len(content)
@@ -45,7 +45,7 @@ def refused(tmp_path, capsys, out, *flags, stage_name="W1x"):
     ./docs/results); asserts exit status 2, one error line and nothing written there."""
     os.makedirs(tmp_path / "here", exist_ok=True)
     os.chdir(tmp_path / "here")
-    assert stage.main(["collect", stage_name, out, *flags]) == 2
+    assert cli.main(["collect", stage_name, out, *flags]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and len(captured.err.splitlines()) == 1, captured
     assert os.listdir(tmp_path / "here") == []
@@ -80,7 +80,7 @@ def test_a_cut_stage_record_is_refused_by_name(tmp_path, capsys):
 
 def test_a_cut_archive_is_refused_in_one_line(tmp_path, capsys):
     out = pack(tmp_path / "out")
-    path = os.path.join(out, stage.PACK)
+    path = os.path.join(out, specs.PACK)
     whole = open(path, "rb").read()
     with open(path, "wb") as f:
         f.write(whole[:len(whole) // 2])
@@ -96,7 +96,7 @@ def test_a_rehearsal_is_never_filed_among_the_records(tmp_path, capsys):
     assert "is a --tiny rehearsal's pack (logs/stage.json: \"tiny\": true): never filed among " \
            "stage W1x's records in docs/results; give --results-dir a folder of its own" in (
                refused(tmp_path, capsys, out))
-    assert stage.main(["collect", "W1x", out, "--results-dir", str(tmp_path / "look")]) == 0
+    assert cli.main(["collect", "W1x", out, "--results-dir", str(tmp_path / "look")]) == 0
     assert open(tmp_path / "look" / "records" / RESULTS, "rb").read() == ROWS
     assert "wrote" in capsys.readouterr().out
     assert "is stage W1x's pack, not W2's: collect it as `collect W1x" in refused(
@@ -111,16 +111,16 @@ def test_a_killed_call_is_recorded_as_killed_with_what_was_running(tmp_path, cap
     out = pack(tmp_path / "out", killed, {"logs/calibrate.log": b"plan\n",  # the jobs' logs
                                           "logs/pretrain_tupe_a.log": b"step 400\n"})
     here = str(tmp_path / "here")
-    assert stage.collect("W1x", out, results_dir=here)
+    assert collect.collect("W1x", out, results_dir=here)
     logs = os.path.join(here, "records", "stages", "W1x", "logs")
     assert json.load(open(os.path.join(logs, "killed.json"))) == {
         "killed": "killed before its end (its stage record has no \"seconds\": the last one "
                   "streamed); running then: pretrain_tupe_a", "running": ["pretrain_tupe_a"]}
     assert json.load(open(os.path.join(logs, "stage.json"))) == killed  # as it came
     assert "stage W1x: killed before its end" in capsys.readouterr().out
-    assert stage.collect("W1x", out, results_dir=here) == []  # the same bytes again
+    assert collect.collect("W1x", out, results_dir=here) == []  # the same bytes again
     whole = pack(tmp_path / "whole")
-    stage.collect("W1x", whole, results_dir=str(tmp_path / "there"))
+    collect.collect("W1x", whole, results_dir=str(tmp_path / "there"))
     assert not os.path.exists(tmp_path / "there" / "records" / "stages" / "W1x" / "logs" /
                               "killed.json")
 
@@ -132,7 +132,7 @@ def test_a_write_that_fails_midway_leaves_nothing_filed(tmp_path):
     os.makedirs(here / "records")
     (here / "records" / "stages").write_text("in the way")
     with pytest.raises(OSError):
-        stage.collect("W1x", pack(tmp_path / "out"), results_dir=str(here))
+        collect.collect("W1x", pack(tmp_path / "out"), results_dir=str(here))
     assert sorted(os.listdir(here / "records")) == ["stages"] and os.listdir(here) == ["records"]
 
 
@@ -144,21 +144,21 @@ def test_the_stream_packs_whole_rows_and_no_file_being_written(tmp_path):
         folder.mkdir()
     (study / "results.jsonl").write_bytes(ROWS + b'{"task": "mr')
     (logs / "plan.json.partial").write_text('{"plan": {"ru')
-    stage.Stream(str(out), [("glue_x", str(study)), ("logs", str(logs))], dict(STAGE),
+    run.Stream(str(out), [("glue_x", str(study)), ("logs", str(logs))], dict(STAGE),
                  str(logs))()
-    with tarfile.open(out / stage.PACK) as archive:
+    with tarfile.open(out / specs.PACK) as archive:
         assert sorted(archive.getnames()) == ["glue_x/results.jsonl", "logs/stage.json"]
         assert archive.extractfile("glue_x/results.jsonl").read() == ROWS
-    assert stage.collect("W1x", str(out), results_dir=str(tmp_path / "here"))
+    assert collect.collect("W1x", str(out), results_dir=str(tmp_path / "here"))
 
 
 def test_a_deadline_shorter_than_the_calibration_is_refused_naming_the_smallest(tmp_path):
     """W1's first call plans from its calibration: a --deadline that ends before it could
     plan is refused before any work, naming the smallest that fits (at W1's recorded pace);
     that one passes the check."""
-    spec, started = stage.stage_spec("W1"), time.time() - 5  # the install took 5 s
+    spec, started = specs.stage_spec("W1"), time.time() - 5  # the install took 5 s
     with pytest.raises(StudyError) as error:
-        stage.run("W1", str(tmp_path / "out"), deadline=150, started=started,
+        run.run("W1", str(tmp_path / "out"), deadline=150, started=started,
                   folder=str(tmp_path / "none"))
     message = str(error.value)
     assert re.fullmatch(r"--deadline 150 s ends before stage W1's calibration could plan: the "
@@ -168,9 +168,9 @@ def test_a_deadline_shorter_than_the_calibration_is_refused_naming_the_smallest(
     assert not os.path.exists(tmp_path / "out")
     smallest = int(re.search(r"Give --deadline (\d+)", message).group(1))
     assert smallest > 150
-    stage._check_calibration_fits("W1", spec, False, smallest + 1, started)  # fits
+    specs.check_calibration_fits("W1", spec, False, smallest + 1, started)  # fits
     with pytest.raises(StudyError, match="Give --deadline"):
-        stage._check_calibration_fits("W1", spec, True, 60, time.time())  # --tiny too
+        specs.check_calibration_fits("W1", spec, True, 60, time.time())  # --tiny too
 
 
 def test_the_calibrations_figures_go_home_as_each_is_measured(tmp_path, monkeypatch):
@@ -178,7 +178,7 @@ def test_the_calibrations_figures_go_home_as_each_is_measured(tmp_path, monkeypa
     handler runs) has them on disk in its logs, which the stage streams home; its plan
     record then names them."""
     work = str(tmp_path / "work")
-    stage.stage_configs(stage.stage_spec("W1"), True, work)
+    specs.stage_configs(specs.stage_spec("W1"), True, work)
     measured = os.path.join(work, "logs", "measured.json")
 
     class Stopped(BaseException):
@@ -202,8 +202,8 @@ def test_the_calibrations_figures_go_home_as_each_is_measured(tmp_path, monkeypa
     out = tmp_path / "out"
     out.mkdir()
     logs = os.path.join(work, "logs")
-    stage.Stream(str(out), [("logs", logs)], {**STAGE, "stage": "W1"}, logs)()
+    run.Stream(str(out), [("logs", logs)], {**STAGE, "stage": "W1"}, logs)()
     here = str(tmp_path / "here")
-    stage.collect("W1", str(out), results_dir=here)
+    collect.collect("W1", str(out), results_dir=here)
     assert json.load(open(os.path.join(here, "records", "stages", "W1", "logs",
                                        "measured.json")))["pace"]["start_seconds"] == 8.9

@@ -1,7 +1,7 @@
 """A window runner: commands run at most N at once, each as soon as it is ready, until they
 have all ended or the deadline comes; then SIGTERM to what still runs, SIGKILL after a
 grace. It knows nothing of what the commands do: the caller gives it the jobs and hears of
-each one as it ends (`experiments/stage.py` streams its records from there).
+each one as it ends (`experiments/stage/run.py` streams its records from there).
 
     from experiments import window
     window.run([("train", ["python", "-m", "x"]),

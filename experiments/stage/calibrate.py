@@ -1,5 +1,5 @@
 """Stage S0's summary: what the card measured (experiments/README.md, "The GPU stages"), as
-the `pace` that `experiments.stage.estimate` reads and S1's plan at that pace."""
+the `pace` that `experiments.stage.prepare.estimate` reads and S1's plan at that pace."""
 
 import glob
 import json
@@ -8,7 +8,7 @@ import sys
 
 from experiments import records
 from experiments.config import StudyError, load_config
-from experiments.stage import estimate, gpu_pace, stage_configs, stage_spec
+from experiments.stage import prepare, specs
 
 
 def summarize(work):
@@ -35,7 +35,7 @@ def summarize(work):
         tasks[warm["task"]] = {"steps": steps, "warm_seconds": warm["train_seconds"],
                                "compile_seconds": cold["train_seconds"] - warm["train_seconds"],
                                "process_seconds": seconds.get(f"finetune {warm['task']}")}
-    pace = {k: v for k, v in gpu_pace().items() if k not in ("basis", "calibrated")}
+    pace = {k: v for k, v in specs.gpu_pace().items() if k not in ("basis", "calibrated")}
     pace.update(pretrain_step_seconds=best / rounds[best]["total"], at_once=best,
                 install_seconds=stage.get("install_seconds", 0))
     if tasks:
@@ -43,10 +43,11 @@ def summarize(work):
                                               for t in tasks.values()),
                     finetune_start_seconds=max(t["process_seconds"] - t["warm_seconds"] * 2
                                                for t in tasks.values()))
-    spec = stage_spec("S1")  # its plan at this pace; at --tiny, with the tiny configs
+    spec = specs.stage_spec("S1")  # its plan at this pace; at --tiny, with the tiny configs
     try:
-        plan = estimate("S1", spec, {**pace, "basis": "this calibration"}, stage_configs(
-            spec, os.path.exists(os.path.join(work, "pretrain.json")), work))
+        configs = specs.stage_configs(spec, os.path.exists(os.path.join(work, "pretrain.json")),
+                                      work)
+        plan = prepare.estimate("S1", spec, {**pace, "basis": "this calibration"}, configs)
     except StudyError as error:
         plan = [str(error)]
     records.write_json(os.path.join(work, "logs", "calibration.json"), {

@@ -1,4 +1,4 @@
-"""The GPU stages (`experiments/stage.py`): defined, sized, stopped in time, packed and
+"""The GPU stages (`experiments/stage/`): defined, sized, stopped in time, packed and
 collected without loss; S1, S2a, S5a and S6 rehearsed end to end at tiny size under JAX
 without TensorFlow (S3 and S4 are S1 with other seeds, the other S2 and S5 parts the same
 commands with other rows and variants)."""
@@ -16,10 +16,11 @@ import time
 import numpy as np
 import pytest
 
-from experiments import length_study, plans, records, stage
+from experiments import length_study, plans, records
 from experiments.config import StudyError, load_config
+from experiments.stage import cli, collect, jobs, prepare, run, specs, window
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 NO_TENSORFLOW = os.path.join(REPO, "tests", "no_tensorflow")
 DATA = os.path.join(REPO, "..", "shared", "data")
 
@@ -33,9 +34,9 @@ def test_the_size_check_names_what_travels_and_the_untracked_file_to_move(tmp_pa
     subprocess.run(["git", "-C", str(tmp_path), "add", "code.py"], check=True)
     (tmp_path / "big.bin").write_bytes(b"\0" * 2**21)
     monkeypatch.chdir(tmp_path)
-    assert stage._check_size("S1", 2**22) == {"tracked files": 2**19, "untracked files": 2**21}
+    assert prepare._check_size("S1", 2**22) == {"tracked files": 2**19, "untracked files": 2**21}
     with pytest.raises(StudyError) as refused:
-        stage._check_size("S1", 2**21, {"the prepared data": 2**18, "the wheels": 0})
+        prepare._check_size("S1", 2**21, {"the prepared data": 2**18, "the wheels": 0})
     assert str(refused.value) == (
         "Stage S1 does not fit: 2.8 MiB would travel, the limit is 2 MiB: tracked files 0.5 MiB, "
         "untracked files 2.0 MiB, the prepared data 0.2 MiB, the wheels 0.0 MiB. Move the "
@@ -49,13 +50,13 @@ def test_every_stage_names_configs_that_load_and_fit_its_window(basis, monkeypat
     """On the stated estimates and on the committed S0 calibration (the H200's): each
     stage fits a call, its pre-training and a first fine-tuning run of each encoder."""
     if basis == "estimates":
-        monkeypatch.setattr(stage, "CALIBRATIONS", ())
-    assert stage.gpu_pace()["calibrated"] is (basis == "calibration")
-    stages = stage.load_stages()["stages"]
+        monkeypatch.setattr(specs, "CALIBRATIONS", ())
+    assert specs.gpu_pace()["calibrated"] is (basis == "calibration")
+    stages = specs.load_stages()["stages"]
     assert {"S0", "S1", "S2a", "S3", "S4", "S5a", "S5b", "S5c", "S6"} <= set(stages)
     for name in stages:
-        spec = stage.stage_spec(name)
-        line, *more = stage.estimate(name, spec)  # raises when it would not fit
+        spec = specs.stage_spec(name)
+        line, *more = prepare.estimate(name, spec)  # raises when it would not fit
         if "plan" in spec:  # planned on the card; here the three windows' estimates
             assert [text[:4] for text in more] == ["(i) ", "(ii)", "(iii"], more
             assert all(re.search(r"about \d+.* basis: ", text) for text in more), more
@@ -68,11 +69,11 @@ def test_every_stage_names_configs_that_load_and_fit_its_window(basis, monkeypat
                                 r"\d+ s at \d+ at once, beside and after pre-training; what a "
                                 r"call does not finish goes on from the encoders it brought "
                                 r"home", *more)
-        pretrain, then = stage.stage_configs(spec)
+        pretrain, then = specs.stage_configs(spec)
         if then:
             assert then["pretrain_configs"] == [spec["pretrain"]]
         if name == "S1":  # its encoders carried: the same first runs, no pre-training
-            carried, *_ = stage.estimate(name, spec, carried=True)
+            carried, *_ = prepare.estimate(name, spec, carried=True)
             assert carried.startswith("S1: no pre-training (every final encoder carried), "
                                       "then a first sst2 run"), carried
             needed = [int(re.search(r"about (\d+) s of", text)[1]) for text in (carried, line)]
@@ -80,7 +81,7 @@ def test_every_stage_names_configs_that_load_and_fit_its_window(basis, monkeypat
 
 
 def test_s1_trains_the_plateau_control_and_fine_tunes_what_it_trained():
-    pretrain, finetune = stage.stage_configs(stage.stage_spec("S1"))
+    pretrain, finetune = specs.stage_configs(specs.stage_spec("S1"))
     long_v2 = load_config("long_v2_jax")
     assert pretrain["settings"] == long_v2["settings"]
     assert pretrain["variants"]["bert_a_pre"] == {"variant": "bert_a",
@@ -92,12 +93,12 @@ def test_s1_trains_the_plateau_control_and_fine_tunes_what_it_trained():
 
 def test_a_stage_too_long_for_its_window_is_refused_with_the_figure_before_any_work(
         monkeypatch, tmp_path):
-    monkeypatch.setattr(stage, "CALIBRATIONS", ())  # the stated estimates: four at once
-    spec = {**stage.stage_spec("S1"), "variants": ["a", "b", "c", "d", "e"]}
-    monkeypatch.setattr(stage, "stage_spec", lambda name: spec)
+    monkeypatch.setattr(specs, "CALIBRATIONS", ())  # the stated estimates: four at once
+    spec = {**specs.stage_spec("S1"), "variants": ["a", "b", "c", "d", "e"]}
+    monkeypatch.setattr(specs, "stage_spec", lambda name: spec)
     with pytest.raises(StudyError, match=r"Stage S1 does not fit: S1: 5 pre-training runs of "
                                          r"16000 steps, 4 at once.*about \d+ s of \d+ s"):
-        stage.prepare("S1", dest=str(tmp_path / "stage"))
+        prepare.prepare("S1", dest=str(tmp_path / "stage"))
     assert not os.path.exists(tmp_path / "stage")  # refused before it made anything
 
 
@@ -109,10 +110,10 @@ def test_the_s2_parts_measure_every_row_of_the_benchmark_once_with_fused_trainin
     from benchmarks.encoders.worker import attention_choice
     from keras_tupe_base.presets import VARIANTS
 
-    parts = [n for n, s in stage.load_stages()["stages"].items() if "benchmark" in s]
+    parts = [n for n, s in specs.load_stages()["stages"].items() if "benchmark" in s]
     measured = []
     for name in parts:
-        args = parse_args(stage.stage_spec(name)["command"][1:])
+        args = parse_args(specs.stage_spec(name)["command"][1:])
         assert (args.size, args.precisions, args.xla, args.dropout) == (
             "base", ["mixed_bfloat16"], "on", 0.0)
         measured += [(v, n, m, f) for v in args.variants for n in args.seq_lens
@@ -125,23 +126,22 @@ def test_the_s2_parts_measure_every_row_of_the_benchmark_once_with_fused_trainin
     assert wanted <= set(measured) and len(measured) == len(set(measured))
     assert set(measured) - wanted == {(v, n, m, True) for v in ("huang_m3", "huang_m4")
                                       for n in (128, 512) for m in ("train", "infer")}
-    spec = stage.stage_spec("S2a")
+    spec = specs.stage_spec("S2a")
     spec["command"] += ["--modes", "train", "infer"]
     with pytest.raises(StudyError, match=r"Stage S2a does not fit: S2a: 16 benchmark rows"):
-        stage.estimate("S2a", spec)
+        prepare.estimate("S2a", spec)
 
 
 def test_the_stage_records_each_job_as_the_window_ends_it(tmp_path, monkeypatch):
-    """`_schedule` runs the jobs in the window (`experiments/window.py`, tested there) and
+    """`_schedule` runs the jobs in the window (`experiments/stage/window.py`, tested there) and
     records each end in the stage record: an encoder's name, sha256 and size from its log's
     last line; a job never ready as not started; the records streamed at every tick."""
-    from experiments import window
 
     monkeypatch.setattr(window, "TICK", 0.05)
     line = {"encoder": "encoders/s/v__step0000050.tar", "sha256": "ab", "bytes": 3}
     encoder = [sys.executable, "-c", f"print('loading'); print({json.dumps(line)!r})"]
     record, streamed = {"processes": [], "encoders": {}, "_records": lambda: streamed.append(1)}, []
-    stage._schedule([("encoder v step 50", encoder, None), ("never", encoder, lambda: False)],
+    run._schedule([("encoder v step 50", encoder, None), ("never", encoder, lambda: False)],
                     2, math.inf, str(tmp_path / "logs"), dict(os.environ), record,
                     lambda **_: None)
     assert record["encoders"] == {line["encoder"]: {"sha256": "ab", "bytes": 3}}
@@ -152,8 +152,8 @@ def test_the_stage_records_each_job_as_the_window_ends_it(tmp_path, monkeypatch)
 
 def test_every_job_shares_one_compilation_cache_outside_the_carried_folder():
     """A call's carry replaces `.stage/NAME`: a cache in it would start empty every call."""
-    cache = stage.job_environment()["JAX_COMPILATION_CACHE_DIR"]
-    assert os.path.isabs(cache) and not cache.startswith(os.path.abspath(stage.STAGE_DIR))
+    cache = run.job_environment()["JAX_COMPILATION_CACHE_DIR"]
+    assert os.path.isabs(cache) and not cache.startswith(os.path.abspath(specs.STAGE_DIR))
     assert not os.path.abspath(cache).startswith(REPO + os.sep)
 
 
@@ -167,7 +167,7 @@ def test_records_stream_into_out_as_they_change_and_are_never_half_there(tmp_pat
     os.makedirs(logs)
     os.makedirs(out)
     record = {"stage": "SX", "processes": [], "seconds": 1.0}  # a whole call's (not killed)
-    stream = stage.Stream(out, [("stage_x", records.record_dir(config)), ("logs", logs)],
+    stream = run.Stream(out, [("stage_x", records.record_dir(config)), ("logs", logs)],
                           record, logs)
     # An output folder's lock beside a record (run_protocol's): a writer's, not sent home.
     open(os.path.join(os.path.dirname(folder), ".bert_a.lock"), "w").close()
@@ -177,20 +177,20 @@ def test_records_stream_into_out_as_they_change_and_are_never_half_there(tmp_pat
             f.write(f"{step},6.1\n")
         record["processes"].append({"run": f"block {step}"})
         stream()
-        assert os.listdir(out) == [stage.PACK]  # no .partial left
-        collected = stage.collect("SX", out, results_dir=here)
+        assert os.listdir(out) == [specs.PACK]  # no .partial left
+        collected = collect.collect("SX", out, results_dir=here)
         back = open(os.path.join(here, "records", "stage_x", "bert_a", "metrics.csv")).read()
         assert back == open(os.path.join(folder, "metrics.csv")).read()
         assert json.load(open(os.path.join(here, "records", "stages", "SX", "logs",
                                            "stage.json")))["processes"][-1]["run"] == (
             f"block {step}")
         assert len(collected) == 2
-        with tarfile.open(os.path.join(out, stage.PACK)) as pack:
+        with tarfile.open(os.path.join(out, specs.PACK)) as pack:
             assert not [n for n in pack.getnames() if n.endswith(".lock")]
-    mtime = os.path.getmtime(os.path.join(out, stage.PACK))
+    mtime = os.path.getmtime(os.path.join(out, specs.PACK))
     time.sleep(0.05)
     stream()  # nothing changed: not packed again
-    assert os.path.getmtime(os.path.join(out, stage.PACK)) == mtime
+    assert os.path.getmtime(os.path.join(out, specs.PACK)) == mtime
 
 
 def test_what_comes_back_never_replaces_a_differing_record(tmp_path, monkeypatch, capsys):
@@ -202,24 +202,24 @@ def test_what_comes_back_never_replaces_a_differing_record(tmp_path, monkeypatch
     logs, out = str(tmp_path / "logs"), str(tmp_path / "out")
     os.makedirs(logs)
     os.makedirs(out)
-    stage.Stream(out, [("stage_x", records.record_dir(config)), ("logs", logs)],
+    run.Stream(out, [("stage_x", records.record_dir(config)), ("logs", logs)],
                  {"stage": "SX", "seconds": 1.0}, logs)()
     here = str(tmp_path / "here")
-    written = stage.collect("SX", out, results_dir=here)
+    written = collect.collect("SX", out, results_dir=here)
     assert sorted(os.path.relpath(p, here) for p in written) == [
         "records/stage_x/bert_a/metrics.csv", "records/stages/SX/logs/stage.json"]
     mtimes = [os.stat(path).st_mtime_ns for path in written]
-    assert stage.collect("SX", out, results_dir=here) == []  # the same bytes: nothing written
+    assert collect.collect("SX", out, results_dir=here) == []  # the same bytes: nothing written
     assert [os.stat(path).st_mtime_ns for path in written] == mtimes
     os.makedirs(tmp_path / "cli")
     monkeypatch.chdir(tmp_path / "cli")  # the command collects into ./docs/results
-    assert stage.main(["collect", "SX", out]) == 0 and "wrote" in capsys.readouterr().out
-    assert stage.main(["collect", "SX", out]) == 0
+    assert cli.main(["collect", "SX", out]) == 0 and "wrote" in capsys.readouterr().out
+    assert cli.main(["collect", "SX", out]) == 0
     assert capsys.readouterr().out == "nothing new: every record there is here already\n"
     with open(written[0], "w") as f:
         f.write("step,loss\n200,9.9\n")  # a record that differs is never replaced silently
     with pytest.raises(StudyError, match="exists with other content"):
-        stage.collect("SX", out, results_dir=here)
+        collect.collect("SX", out, results_dir=here)
     assert open(written[0]).read() == "step,loss\n200,9.9\n"
 
 
@@ -236,14 +236,14 @@ def test_a_jsonl_record_that_grew_is_collected_and_one_that_lost_rows_is_not(tmp
         os.makedirs(records.record_dir(config), exist_ok=True)
         with open(os.path.join(records.record_dir(config), "results.jsonl"), "w") as f:
             f.write(rows)
-        stage.Stream(out, [("lengths", records.record_dir(config)), ("logs", logs)],
+        run.Stream(out, [("lengths", records.record_dir(config)), ("logs", logs)],
                      {"stage": "S5x"}, logs)()
         if fits:
-            stage.collect("S5x", out, results_dir=here)
+            collect.collect("S5x", out, results_dir=here)
             assert open(path).read() == rows
         else:
             with pytest.raises(StudyError, match="exists with other content"):
-                stage.collect("S5x", out, results_dir=here)
+                collect.collect("S5x", out, results_dir=here)
     assert open(path).read() == '{"a": 1}\n{"b": 2}\n'
 
 
@@ -263,10 +263,10 @@ def test_each_call_of_a_window_brings_its_logs_home_beside_the_others(tmp_path):
             f.write(rows)
         with open(os.path.join(logs, "plan.json"), "w") as f:
             f.write(f'{{"call": {call}}}')
-        stage.Stream(out, [("glue_x", records.record_dir(config)), ("logs", logs)],
+        run.Stream(out, [("glue_x", records.record_dir(config)), ("logs", logs)],
                      {"stage": "W1x", "started": f"2026-11-28 15:0{call}:00 UTC",
                       "seconds": 1.0}, logs)()
-        written = stage.collect("W1x", out, results_dir=here)
+        written = collect.collect("W1x", out, results_dir=here)
         assert sorted(os.path.relpath(p, here) for p in written) == sorted([
             "records/glue_x/bert_a/results.jsonl",
             *(f"records/stages/W1x/{'logs' if call == 1 else 'logs_2'}/{name}"
@@ -278,7 +278,7 @@ def test_each_call_of_a_window_brings_its_logs_home_beside_the_others(tmp_path):
     assert open(os.path.join(here, "records", "glue_x", "bert_a", "results.jsonl")).read() == (
         '{"task": "sst2"}\n{"task": "stsb"}\n')
     for out in outs + outs[::-1]:
-        assert stage.collect("W1x", out, results_dir=here) == []
+        assert collect.collect("W1x", out, results_dir=here) == []
     assert sorted(os.listdir(stages)) == ["logs", "logs_2"]
 
 
@@ -289,10 +289,10 @@ def test_a_machine_without_keras_hub_is_told_which_wheel_and_the_real_error(tmp_
     folder = tmp_path / "S1"
     (folder / "wheels").mkdir(parents=True)
     wheels = ["keras_hub-0.32.0-py3-none-any.whl", "namex-0.1.0-py3-none-any.whl"]
-    (folder / stage.WHEELS_LIST).write_text("".join(f"{wheel}\n" for wheel in wheels))
+    (folder / specs.WHEELS_LIST).write_text("".join(f"{wheel}\n" for wheel in wheels))
     (folder / "wheels" / wheels[1]).touch()  # keras-hub's was left out on the way
-    code = ("from experiments import stage\n"
-            f"try:\n    stage._check_packages({str(folder)!r})\n"
+    code = ("from experiments.stage import run\n"
+            f"try:\n    run._check_packages({str(folder)!r})\n"
             "except Exception as error:\n    print(error)\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(tmp_path)}).stdout
@@ -307,11 +307,11 @@ def test_a_machine_without_keras_hub_is_told_which_wheel_and_the_real_error(tmp_
 def test_the_stand_ins_kill_check_counts_only_what_the_stage_sends_home(tmp_path):
     """A file the stage writes but does not pack (the floors' majority_class.json, beside
     the study records) is not counted as lost; a streamed record that did not come is."""
-    from tests.gpu_standin import TICK, check_kill
+    from experiments.stage.standin import TICK, check_kill
 
     copy, back = tmp_path / "copy", tmp_path / "back"
-    work = copy / stage.STAGE_DIR / "S1_tiny" / "work"
-    pretrain, then = stage.stage_configs(stage.stage_spec("S1"), tiny=True, work=str(work))
+    work = copy / specs.STAGE_DIR / "S1_tiny" / "work"
+    pretrain, then = specs.stage_configs(specs.stage_spec("S1"), tiny=True, work=str(work))
     record = records.record_dir(then, "stage_s1", "bert_a", "results.jsonl")
     killed = time.time()
     for path in (record, os.path.join(work, "results", "records", "majority_class.json")):
@@ -321,9 +321,9 @@ def test_the_stand_ins_kill_check_counts_only_what_the_stage_sends_home(tmp_path
     out = tmp_path / "out"
     out.mkdir()
     os.makedirs(work / "logs")
-    stage.Stream(str(out), stage.home_folders(stage.stage_spec("S1"), pretrain, then,
+    run.Stream(str(out), run.home_folders(specs.stage_spec("S1"), pretrain, then,
                                               str(work)), {"stage": "S1"}, str(work / "logs"))()
-    stage.collect("S1", str(out), results_dir=str(back))
+    collect.collect("S1", str(out), results_dir=str(back))
     assert check_kill("S1", str(copy), str(back), killed) == []
     os.remove(back / "records" / "glue_s1" / "stage_s1" / "bert_a" / "results.jsonl")
     assert check_kill("S1", str(copy), str(back), killed) == [
@@ -337,12 +337,12 @@ def test_prepare_takes_the_committed_shared_vocabulary_instead_of_training_it(
     committed copy that is not the one its record names is refused."""
     from experiments import config as study_config
 
-    pretrain, _ = stage.stage_configs(stage.stage_spec("S3"))
+    pretrain, _ = specs.stage_configs(specs.stage_spec("S3"))
     committed = os.path.join(study_config.VOCABULARIES, "vocab_v2.txt")
     recorded = json.load(open(os.path.join(study_config.VOCABULARIES, "vocab_v2.json")))
     assert os.path.basename(pretrain["vocabulary"]["file"]) == "vocab_v2.txt"
     assert recorded["settings"] == study_config.vocabulary_settings(pretrain["vocabulary"])
-    run = json.load(open(os.path.join(stage.RECORDS, "stage_s1", "bert_a", "run_config.json")))
+    run = json.load(open(os.path.join(specs.RECORDS, "stage_s1", "bert_a", "run_config.json")))
     assert hashlib.sha256(open(committed, "rb").read()).hexdigest() == recorded["sha256"] == (
         run["vocabulary_sha256"])
     config = {**pretrain, "vocabulary": {**pretrain["vocabulary"],
@@ -367,7 +367,7 @@ def test_prepare_takes_the_committed_shared_vocabulary_instead_of_training_it(
 def test_the_stand_in_finds_the_jobs_a_kill_of_the_commands_group_leaves_running(tmp_path):
     """A job in a session of its own, working in the copy, is found (and killed) by its id;
     nothing working elsewhere is."""
-    from tests.gpu_standin import left_behind
+    from experiments.stage.standin import left_behind
 
     (tmp_path / "copy").mkdir()
     job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
@@ -385,28 +385,28 @@ def test_a_deadline_too_short_for_one_run_is_refused_at_once(tmp_path):
     started = time.time() - 50  # the install took 50 s
     with pytest.raises(StudyError, match=r"--deadline 90 s from --started leaves \d+ s once the "
                                          r"install \(50 s so far\).*Give a longer --deadline"):
-        stage.run("S1", str(tmp_path / "out"), deadline=90, started=started,
+        run.run("S1", str(tmp_path / "out"), deadline=90, started=started,
                   folder=str(tmp_path / "none"))
     assert not os.path.exists(tmp_path / "out")
 
 
 def test_the_device_command_starts_the_clock_before_the_install_and_sets_the_backend():
-    command = stage.device_command("S1", ".stage/S1", False, 585)
+    command = prepare.device_command("S1", ".stage/S1", False, 585)
     assert command.startswith("T0=$(date +%s); python3 -m pip install ")
     assert command.endswith("KERAS_BACKEND=jax python3 -m experiments.stage run S1 "
                             "--started $T0 --deadline 585 --out $OUT")
 
 
 def test_s3_and_s4_are_s1_with_seeds_1_and_2_also_at_tiny_size(tmp_path):
-    s1 = stage.stage_spec("S1")
-    s1_pretrain, s1_finetune = stage.stage_configs(s1)
-    s1_tiny = stage.stage_configs(s1, tiny=True, work=str(tmp_path / "S1"))[0]
+    s1 = specs.stage_spec("S1")
+    s1_pretrain, s1_finetune = specs.stage_configs(s1)
+    s1_tiny = specs.stage_configs(s1, tiny=True, work=str(tmp_path / "S1"))[0]
     assert s1_tiny["settings"]["seed"] == s1_pretrain["settings"]["seed"] == 0
     for name, seed in (("S3", 1), ("S4", 2)):
-        spec = stage.stage_spec(name)
+        spec = specs.stage_spec(name)
         assert {k: v for k, v in spec.items() if k not in ("pretrain", "finetune", "like")
                 } == {k: v for k, v in s1.items() if k not in ("pretrain", "finetune")}
-        pretrain, finetune = stage.stage_configs(spec)
+        pretrain, finetune = specs.stage_configs(spec)
         assert pretrain["settings"] == {**s1_pretrain["settings"], "seed": seed}
         for key in ("size", "vocabulary", "variants", "runs_dir", "results_dir"):
             assert pretrain[key] == s1_pretrain[key], key
@@ -414,7 +414,7 @@ def test_s3_and_s4_are_s1_with_seeds_1_and_2_also_at_tiny_size(tmp_path):
         same = ("study", "pretrain_configs", "description", "_flag", "_path")
         assert {k: v for k, v in finetune.items() if k not in same} == {
             k: v for k, v in s1_finetune.items() if k not in same}
-        tiny = stage.stage_configs(spec, tiny=True, work=str(tmp_path / name))[0]
+        tiny = specs.stage_configs(spec, tiny=True, work=str(tmp_path / name))[0]
         assert tiny["settings"] == {**s1_tiny["settings"], "seed": seed,
                                     "shards": tiny["settings"]["shards"],
                                     "valid_shards": tiny["settings"]["valid_shards"]}
@@ -425,24 +425,24 @@ def _rehearse(name, tmp_path, variants=None):
     imported (nor in the processes it starts), then collect; `variants`: only these of the
     stage's. A package the lent machine lacks (neither in its image, gpu_image.txt, nor
     carried) cannot be imported there, nor here (tests/no_tensorflow, LENT_MACHINE). Returns
-    the files collected and the stage's log. (S1 runs on the stand-in: `make test-stage`.)"""
+    the files collected and the stage's log. (W1 runs on the stand-in: `make test-window`.)"""
     dest = str(tmp_path / "stage")
-    lines = stage.prepare(name, tiny=True, dest=dest)
+    lines = prepare.prepare(name, tiny=True, dest=dest)
     assert f"python3 -m experiments.stage run {name} --tiny --started $T0 " in lines[-1]
     env = {**os.environ, "PYTHONPATH": NO_TENSORFLOW, "LENT_MACHINE": "1"}
     env.pop("KERAS_BACKEND", None)  # as there: the stage chooses JAX itself
     folder = os.path.join(dest, name + "_tiny")
-    code = ("import sys; from experiments import stage; " + (
-            f"spec = {{**stage.stage_spec({name!r}), 'variants': {variants!r}}}; "
-            "stage.stage_spec = lambda name: spec; " if variants else "") +
-            f"stage.run({name!r}, {str(tmp_path / 'out')!r}, tiny=True, deadline=1500, "
+    code = ("from experiments.stage import run, specs; " + (
+            f"spec = {{**specs.stage_spec({name!r}), 'variants': {variants!r}}}; "
+            "specs.stage_spec = lambda name: spec; " if variants else "") +
+            f"run.run({name!r}, {str(tmp_path / 'out')!r}, tiny=True, deadline=1500, "
             f"folder={folder!r})")
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env,
                             capture_output=True, text=True, timeout=1800)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    machine = stage.load_stages()["machine"]
-    assert os.path.getsize(tmp_path / "out" / stage.PACK) <= machine["back_file_bytes"]
-    written = stage.collect(name, str(tmp_path / "out"), results_dir=str(tmp_path / "back"))
+    machine = specs.load_stages()["machine"]
+    assert os.path.getsize(tmp_path / "out" / specs.PACK) <= machine["back_file_bytes"]
+    written = collect.collect(name, str(tmp_path / "out"), results_dir=str(tmp_path / "back"))
     log = json.load(open(next(p for p in written if p.endswith("logs/stage.json"))))
     assert log["processes"] and all(p["exit"] == 0 for p in log["processes"]), log
     return written, log
@@ -479,7 +479,7 @@ def test_an_encoder_comes_home_in_bfloat16_and_is_fine_tuned_from_there(tmp_path
     model = TupeMaskedLM(backbone, preprocessor=TupeMaskedLMPreprocessor(
         TupeTokenizer(vocabulary=vocabulary), sequence_length=8))
     model.save_to_preset(str(tmp_path / "run" / "preset"))
-    path = tmp_path / "out" / stage.ENCODERS / "study" / "tupe_r__step0000050.tar"
+    path = tmp_path / "out" / specs.ENCODERS / "study" / "tupe_r__step0000050.tar"
     path.parent.mkdir(parents=True)
     printed = subprocess.run([sys.executable, "-m", "experiments.stage", "encoder",
                               str(tmp_path / "run" / "preset"), str(path)], cwd=REPO,
@@ -489,7 +489,7 @@ def test_an_encoder_comes_home_in_bfloat16_and_is_fine_tuned_from_there(tmp_path
     assert line == {"encoder": "encoders/study/tupe_r__step0000050.tar", "bytes": os.path.getsize(
         path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
     assert os.listdir(path.parent) == [path.name]  # nothing half-written beside it
-    stage.read_encoder(str(path), str(tmp_path / "again" / "preset"))
+    jobs.read_encoder(str(path), str(tmp_path / "again" / "preset"))
     again = keras_hub.models.MaskedLM.from_preset(str(tmp_path / "again" / "preset"))
     assert [w.path for w in again.weights] == [w.path for w in model.weights]
     for got, want in zip(again.weights, model.weights):
@@ -535,14 +535,14 @@ def test_s6_rehearsed_at_tiny_size_under_jax_without_tensorflow(tmp_path):
         run = json.load(open(tmp_path / "back" / "records" / "huang_long" / variant /
                              "run_config.json"))
         assert run["status"] == "finished"
-        assert run["last_step"] == stage.TINY["pretrain"]["steps"]
+        assert run["last_step"] == specs.TINY["pretrain"]["steps"]
     results = sorted(p for p in written if p.endswith("results.jsonl"))
     assert [p.split(os.sep)[-3] for p in results] == sorted(variants)  # the final encoders
     for path in results:
         (row,) = records.read_jsonl(path)  # one rate, one seed
         assert row["task"] == "squad" and 0 < row["eval_questions"] <= (
-            stage.TINY["squad_questions"])  # the held-out article's first paragraph
-        assert row["train_features"] >= stage.TINY["squad"]["max_train_examples"]  # windows
+            specs.TINY["squad_questions"])  # the held-out article's first paragraph
+        assert row["train_features"] >= specs.TINY["squad"]["max_train_examples"]  # windows
         assert math.isfinite(row["dev"]["eval"]["f1"]), row
 
 
@@ -562,7 +562,7 @@ def test_s5a_rehearsed_at_tiny_size_under_jax_without_tensorflow(tmp_path):
     rows = {(r["variant"], r["length"]): r for r in records.read_jsonl(next(
         p for p in written if p.endswith("encodings_long_length/results.jsonl")))}
     assert set(rows) == {(v, n) for v in ("bert_a", "tupe_r", "unigram")
-                         for n in stage.TINY["length"]["lengths"]}
+                         for n in specs.TINY["length"]["lengths"]}
     for variant in ("bert_a", "tupe_r"):  # the tiny presets' 128 absolute positions
         assert math.isfinite(rows[(variant, 128)]["loss"])
         assert "absolute positions 32-127 never trained" in rows[(variant, 128)]["note"]
@@ -571,9 +571,9 @@ def test_s5a_rehearsed_at_tiny_size_under_jax_without_tensorflow(tmp_path):
     config = load_config(str(work / "length.json"))
     job = plans.length_plan(config, ["bert_a"])[0]
     batches = length_study.Batches(config)
-    for length in stage.TINY["length"]["lengths"]:
+    for length in specs.TINY["length"]["lengths"]:
         prepared, here = batches.get(job, length), batches._tf_data(job, length)
-        assert len(prepared) == len(here) == stage.TINY["length"]["batches"]
+        assert len(prepared) == len(here) == specs.TINY["length"]["batches"]
         for (x, y, w), (x_here, y_here, w_here) in zip(prepared, here):
             assert sorted(x) == sorted(x_here)
             for a, b in [*((x[k], x_here[k]) for k in x), (y, y_here), (w, w_here)]:
@@ -614,35 +614,35 @@ def test_prepared_length_batches_are_read_back_as_made_and_refused_for_other_set
 def test_the_stages_plan_from_the_calibration_once_it_came_back(tmp_path, monkeypatch):
     """S0's record replaces the estimates: a card twice as slow as recorded refuses S1; a
     task's own fine-tuning pace, where the calibration timed it, plans its first run."""
-    configs = stage.stage_configs(stage.stage_spec("S1"))
-    monkeypatch.setattr(stage, "CALIBRATIONS", ())
-    recorded = stage.gpu_pace()
+    configs = specs.stage_configs(specs.stage_spec("S1"))
+    monkeypatch.setattr(specs, "CALIBRATIONS", ())
+    recorded = specs.gpu_pace()
     assert not recorded["calibrated"]
     pace = {k: v for k, v in recorded.items() if k not in ("basis", "calibrated")}
     folder = tmp_path / "logs"
     folder.mkdir()
-    monkeypatch.setattr(stage, "CALIBRATIONS", ("nowhere.json", str(folder / "calibration.json")))
+    monkeypatch.setattr(specs, "CALIBRATIONS", ("nowhere.json", str(folder / "calibration.json")))
     for factor, fits in ((1.0, True), (2.0, False)):
         slower = {**pace, "pretrain_step_seconds": pace["pretrain_step_seconds"] * factor}
         (folder / "calibration.json").write_text(json.dumps({"pace": slower}))
-        assert stage.gpu_pace() == {**slower, "calibrated": True,
+        assert specs.gpu_pace() == {**slower, "calibrated": True,
                                     "basis": f"the S0 calibration ({folder}/calibration.json)"}
         if fits:
-            assert "basis: the S0 calibration" in stage.estimate(
-                "S1", stage.stage_spec("S1"), configs=configs)[0]
+            assert "basis: the S0 calibration" in prepare.estimate(
+                "S1", specs.stage_spec("S1"), configs=configs)[0]
         else:
             with pytest.raises(StudyError, match="Stage S1 does not fit: .* basis: the S0 "
                                                  "calibration"):
-                stage.estimate("S1", stage.stage_spec("S1"), configs=configs)
+                prepare.estimate("S1", specs.stage_spec("S1"), configs=configs)
     for task, fits in (("rte", True), ("sst2", False)):  # a second a step: S1 starts on sst2
         (folder / "calibration.json").write_text(json.dumps({
             "pace": pace, "finetune_tasks": {task: {"steps": 10, "warm_seconds": 10.0}}}))
-        assert stage.gpu_pace()["finetune_task_step_seconds"] == {task: 1.0}
+        assert specs.gpu_pace()["finetune_task_step_seconds"] == {task: 1.0}
         if fits:
-            stage.estimate("S1", stage.stage_spec("S1"), configs=configs)
+            prepare.estimate("S1", specs.stage_spec("S1"), configs=configs)
         else:
             with pytest.raises(StudyError, match="then a first sst2 run on each final encoder"):
-                stage.estimate("S1", stage.stage_spec("S1"), configs=configs)
+                prepare.estimate("S1", specs.stage_spec("S1"), configs=configs)
 
 
 def test_a_later_call_fine_tunes_the_encoders_brought_home_without_pre_training(tmp_path):
@@ -651,22 +651,22 @@ def test_a_later_call_fine_tunes_the_encoders_brought_home_without_pre_training(
     import keras_tupe.models  # noqa: F401  (registers the classes for loading)
     from keras_tupe import TupeBackbone, TupeMaskedLM, TupeMaskedLMPreprocessor, TupeTokenizer
 
-    spec = stage.stage_spec("S1")
+    spec = specs.stage_spec("S1")
     work = str(tmp_path / "work")
-    pretrain, then = stage.stage_configs(spec, tiny=True, work=work)
+    pretrain, then = specs.stage_configs(spec, tiny=True, work=work)
     vocabulary = ["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]", "a", "film"]
     model = TupeMaskedLM(TupeBackbone.from_preset("bert_a_tiny", vocabulary_size=7),
                          preprocessor=TupeMaskedLMPreprocessor(TupeTokenizer(
                              vocabulary=vocabulary), sequence_length=8))
     model.save_to_preset(str(tmp_path / "trained"))
-    carried = tmp_path / "home" / stage.ENCODERS  # what came back: nothing else beside it
-    name = f"bert_a__step{stage.TINY['pretrain']['steps']:07d}.tar"
+    carried = tmp_path / "home" / specs.ENCODERS  # what came back: nothing else beside it
+    name = f"bert_a__step{specs.TINY['pretrain']['steps']:07d}.tar"
     (carried / pretrain["study"]).mkdir(parents=True)
     subprocess.run([sys.executable, "-m", "experiments.stage", "encoder", str(tmp_path / "trained"),
                     str(carried / pretrain["study"] / name)], cwd=REPO, check=True,
                    capture_output=True)
     record = {"processes": []}
-    jobs = {label: ready for label, _, ready in stage._jobs(
+    jobs = {label: ready for label, _, ready in run._jobs(
         spec, pretrain, then, True, work, str(tmp_path / "out"), record,
         str(carried))}
     assert "pretrain bert_a" not in jobs and "pretrain tupe_a" in jobs
@@ -685,47 +685,47 @@ def test_prepare_carries_the_encoders_compressed_checked_against_their_record(tm
     import keras_tupe.models  # noqa: F401  (registers the classes for loading)
     from keras_tupe import TupeBackbone, TupeMaskedLM, TupeMaskedLMPreprocessor, TupeTokenizer
 
-    spec = stage.stage_spec("S1")
-    pretrain, then = stage.stage_configs(spec, tiny=True, work=str(tmp_path / "work"))
+    spec = specs.stage_spec("S1")
+    pretrain, then = specs.stage_configs(spec, tiny=True, work=str(tmp_path / "work"))
     vocabulary = ["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]", "a", "film"]
     TupeMaskedLM(TupeBackbone.from_preset("bert_a_tiny", vocabulary_size=7),
                  preprocessor=TupeMaskedLMPreprocessor(TupeTokenizer(vocabulary=vocabulary),
                                                        sequence_length=8)
                  ).save_to_preset(str(tmp_path / "trained"))
     home = tmp_path / "home"
-    name = f"{pretrain['study']}/bert_a__step{stage.TINY['pretrain']['steps']:07d}.tar"
-    (home / stage.ENCODERS / pretrain["study"]).mkdir(parents=True)
+    name = f"{pretrain['study']}/bert_a__step{specs.TINY['pretrain']['steps']:07d}.tar"
+    (home / specs.ENCODERS / pretrain["study"]).mkdir(parents=True)
     subprocess.run([sys.executable, "-m", "experiments.stage", "encoder", str(tmp_path / "trained"),
-                    str(home / stage.ENCODERS / name)], cwd=REPO, check=True, capture_output=True)
+                    str(home / specs.ENCODERS / name)], cwd=REPO, check=True, capture_output=True)
     # No record names it (a tiny rehearsal reads only the one beside it): its sha256
     # cannot be checked, so it is refused.
     with pytest.raises(StudyError, match=rf"{name}: no stage record names it \(read .*"
                                          r"they name no encoder\), so its sha256 cannot be "
                                          r"checked: not carried"):
-        stage._carried_encoders("S1", spec, True, str(home / stage.ENCODERS))
-    digest = hashlib.sha256((home / stage.ENCODERS / name).read_bytes()).hexdigest()
+        prepare._carried_encoders("S1", spec, True, str(home / specs.ENCODERS))
+    digest = hashlib.sha256((home / specs.ENCODERS / name).read_bytes()).hexdigest()
     (home / "logs").mkdir()  # a record beside it that says another sha256: refused
     for recorded in ("0" * 64, digest):
         (home / "logs" / "stage.json").write_text(json.dumps({"encoders": {
-            f"{stage.ENCODERS}/{name}": {"sha256": recorded}}}))
+            f"{specs.ENCODERS}/{name}": {"sha256": recorded}}}))
         if recorded != digest:
             with pytest.raises(StudyError, match=f"its sha256 {digest} is not the one its "
                                                  "stage record"):
-                stage._carried_encoders("S1", spec, True, str(home / stage.ENCODERS))
-    carried = stage._carried_encoders("S1", spec, True, str(home / stage.ENCODERS))
-    assert carried == {"files": {name: str(home / stage.ENCODERS / name)}, "all": False}
+                prepare._carried_encoders("S1", spec, True, str(home / specs.ENCODERS))
+    carried = prepare._carried_encoders("S1", spec, True, str(home / specs.ENCODERS))
+    assert carried == {"files": {name: str(home / specs.ENCODERS / name)}, "all": False}
     # As a call brings it back: the record inside the records pack beside the encoders.
-    with tarfile.open(home / stage.PACK, "w:gz") as archive:
+    with tarfile.open(home / specs.PACK, "w:gz") as archive:
         archive.add(home / "logs", arcname="logs")
     (home / "logs" / "stage.json").unlink()
-    assert stage._carried_encoders("S1", spec, True, str(home / stage.ENCODERS)) == carried
+    assert prepare._carried_encoders("S1", spec, True, str(home / specs.ENCODERS)) == carried
     with pytest.raises(StudyError, match="none of stage S1's encoders is there"):
-        stage._carried_encoders("S1", spec, True, str(tmp_path))
+        prepare._carried_encoders("S1", spec, True, str(tmp_path))
     # What prepare writes: the same tar, xz-compressed; read as the .tar it was.
     xz = tmp_path / "carried" / (name + ".xz")
     xz.parent.mkdir(parents=True)
-    xz.write_bytes(lzma.compress((home / stage.ENCODERS / name).read_bytes()))
-    jobs = {label: ready for label, _, ready in stage._jobs(
+    xz.write_bytes(lzma.compress((home / specs.ENCODERS / name).read_bytes()))
+    jobs = {label: ready for label, _, ready in run._jobs(
         spec, pretrain, then, True, str(tmp_path / "work"),
         str(tmp_path / "out"), {"processes": []}, str(tmp_path / "carried"))}
     assert "pretrain bert_a" not in jobs and jobs["finetune bert_a step 50"]()
@@ -742,8 +742,8 @@ def test_a_damaged_carried_encoder_is_skipped_by_name_and_the_others_go_on(tmp_p
     import io
     import lzma
 
-    spec = stage.stage_spec("S1")
-    pretrain, then = stage.stage_configs(spec, tiny=True, work=str(tmp_path / "work"))
+    spec = specs.stage_spec("S1")
+    pretrain, then = specs.stage_configs(spec, tiny=True, work=str(tmp_path / "work"))
     tar = io.BytesIO()
     with tarfile.open(fileobj=tar, mode="w") as archive:
         member = tarfile.TarInfo("preset/config.json")
@@ -752,11 +752,11 @@ def test_a_damaged_carried_encoder_is_skipped_by_name_and_the_others_go_on(tmp_p
     damaged = bytearray(lzma.compress(tar.getvalue()))
     damaged[len(damaged) // 2] ^= 0xFF
     path = tmp_path / "carried" / pretrain["study"] / (
-        f"bert_a__step{stage.TINY['pretrain']['steps']:07d}.tar.xz")
+        f"bert_a__step{specs.TINY['pretrain']['steps']:07d}.tar.xz")
     path.parent.mkdir(parents=True)
     path.write_bytes(bytes(damaged))
     record = {"processes": []}
-    labels = [label for label, _, _ in stage._jobs(
+    labels = [label for label, _, _ in run._jobs(
         spec, pretrain, then, True, str(tmp_path / "work"), str(tmp_path / "out"), record,
         str(tmp_path / "carried"))]
     assert "finetune bert_a step 50" not in labels and "pretrain bert_a" not in labels
@@ -773,18 +773,18 @@ def test_a_stage_whose_runs_were_recorded_elsewhere_is_refused_without_their_enc
     its encoder its fine-tuning would wait until the deadline. Refused, naming --encoders."""
     from experiments.config import variants
 
-    spec = stage.stage_spec("S1")
-    pretrain, then = stage.stage_configs(spec, tiny=True, work=str(tmp_path / "work"))
+    spec = specs.stage_spec("S1")
+    pretrain, then = specs.stage_configs(spec, tiny=True, work=str(tmp_path / "work"))
     chosen = variants(pretrain)
-    stage._recorded_elsewhere(pretrain, then, chosen, None)  # nothing recorded: fine
+    prepare._recorded_elsewhere(pretrain, then, chosen, None)  # nothing recorded: fine
     record = records.record_dir(pretrain, "bert_a", "run_config.json")
     os.makedirs(os.path.dirname(record))
     open(record, "w").write("{}")
     with pytest.raises(StudyError, match=r"stage_s1: bert_a pre-trained in an earlier window .* "
                                          r"Give --encoders FOLDER"):
-        stage._recorded_elsewhere(pretrain, then, chosen, None)
+        prepare._recorded_elsewhere(pretrain, then, chosen, None)
     home = tmp_path / "home"
     (home / pretrain["study"]).mkdir(parents=True)
     (home / pretrain["study"] / f"bert_a__step{pretrain['settings']['steps']:07d}.tar.xz").touch()
-    stage._recorded_elsewhere(pretrain, then, chosen, str(home))  # its encoder came: fine
-    stage._recorded_elsewhere(pretrain, None, chosen, None)  # nothing waits for it: fine
+    prepare._recorded_elsewhere(pretrain, then, chosen, str(home))  # its encoder came: fine
+    prepare._recorded_elsewhere(pretrain, None, chosen, None)  # nothing waits for it: fine
