@@ -11,6 +11,7 @@ import numpy as np
 
 from keras_tupe.models.preset_folders import checkpoint_name, write_preset_folder
 from keras_tupe.models.saving import arrays_bytes, write_weights
+from keras_tupe.processes import writing_alone
 from keras_tupe_base.files import read_json
 from keras_tupe_base.progress import Heartbeat
 from keras_tupe_base.staging import staged, write_text
@@ -42,10 +43,13 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     `_seed_generators` (the dropout state has no public accessor).
     """
 
-    def __init__(self, backup_dir, delete_checkpoint=True):
+    def __init__(self, backup_dir, delete_checkpoint=True, writes=True):
         # delete_checkpoint=False for a run stopped early on purpose (`until_step`):
         # Keras removes the backup at the end of `fit`, and the next call would start over.
-        super().__init__(backup_dir, save_freq="epoch", delete_checkpoint=delete_checkpoint)
+        # writes=False: restores only (a process of several that does not write the run).
+        super().__init__(backup_dir, save_freq="epoch",
+                         delete_checkpoint=delete_checkpoint and writes)
+        self.writes = writes
 
     def _seed_states(self):
         # `_flatten_layers`: Keras 3 has no public recursive walk over sublayers.
@@ -56,11 +60,14 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         ]
 
     def _save_model(self):
+        if not self.writes:
+            return
         step = int(self.model.optimizer.iterations.numpy())
         name = f"step_{step:09d}"
         if backup_metadata(self.backup_dir).get("backup") == name:
             return  # this very state is already committed
-        self._write(os.path.join(self.backup_dir, name), step)
+        with writing_alone():
+            self._write(os.path.join(self.backup_dir, name), step)
         self._commit({"epoch": self._current_epoch, "batch": self._last_batch_seen,
                       "step": step, "backup": name})
         self._remove_all_but(name)
@@ -222,7 +229,8 @@ class StepCheckpoint(keras.callbacks.Callback):
         # `MaskedLM.from_preset` attaches it; one saved beside only would not be.
         preprocessor, self.model.preprocessor = self.model.preprocessor, self.preprocessor
         try:
-            write_preset_folder(self.model, path, "keras_tupe_checkpoint", {"step": step})
+            with writing_alone():
+                write_preset_folder(self.model, path, "keras_tupe_checkpoint", {"step": step})
         finally:
             self.model.preprocessor = preprocessor
 

@@ -40,6 +40,8 @@ from keras_tupe.models.preset_folders import (RUN_CHECKPOINTS, RUN_PRESET, check
                                               run_checkpoint, run_model, write_preset_folder)
 from keras_tupe.models.tupe_masked_lm_preprocessor import mask_selection_length
 from keras_tupe.optimization import create_optimizer
+from keras_tupe.processes import ONE_PROCESS, writing_alone
+from keras_tupe.processes import join as processes_join
 from keras_tupe.provenance import versions
 from keras_tupe_base import settings
 from keras_tupe_base.files import file_sha256
@@ -47,7 +49,8 @@ from keras_tupe_base.folders import made_folder
 from keras_tupe_base.output_lock import output_lock
 from keras_tupe_base.presets import PRESETS, unknown_preset
 from keras_tupe_base.progress import Heartbeat
-from keras_tupe_base.settings import GRID_PRECISIONS, RESUME_FREE_FIELDS, STRATEGIES
+from keras_tupe_base.settings import (GRID_PRECISIONS, LAYOUT_FIELDS, RESUME_FREE_FIELDS,
+                                     STRATEGIES)
 from keras_tupe_base.shard_folders import MANIFEST, VOCABULARY, ShardError, read_manifest
 from keras_tupe_base.staging import (WriteError, copy_file, space_error, staged, write_json,
                                 write_text)
@@ -71,31 +74,48 @@ class NoStrategy:
 
     num_replicas_in_sync = 1
     scope = contextlib.nullcontext
+    processes = ONE_PROCESS
 
 
 class KerasDataParallel(NoStrategy):
-    """The JAX backend's `--strategy mirrored`: `keras.distribution.DataParallel`, set
-    globally, so `fit` shards every batch over the local devices and all-reduces the
-    gradient (clipping and weight decay act on it as under MirroredStrategy)."""
+    """The JAX backend's `--strategy mirrored` and `multiworker`: `keras.distribution.
+    DataParallel`, set globally, so `fit` shards every batch over the devices and all-reduces
+    the gradient (clipping and weight decay act on it as under MirroredStrategy).
 
-    def __init__(self):
-        devices = keras.distribution.list_devices()
-        self.distribution = keras.distribution.DataParallel(devices=devices)
+    `processes` (`keras_tupe.processes`): the devices of every process, each process
+    feeding its rows of the global batch (Keras's `auto_shard_dataset` splits only tf.data)."""
+
+    def __init__(self, processes=ONE_PROCESS):
+        devices = keras.distribution.list_devices()  # every process's, once they joined
+        self.distribution = keras.distribution.DataParallel(
+            devices=devices, auto_shard_dataset=processes.count == 1)
         keras.distribution.set_distribution(self.distribution)
         self.num_replicas_in_sync = len(devices)
+        self.processes = processes
 
 
-def make_strategy(name):
-    """The distribution for `--strategy`: tf.distribute on TensorFlow, keras.distribution on JAX."""
+def make_strategy(config):
+    """The distribution for `config.strategy`: tf.distribute on TensorFlow,
+    keras.distribution on JAX (`multiworker`: the processes of `config`'s layout joined
+    first, `keras_tupe.processes.join`)."""
+    name = config.strategy
     if problem := _not_one_of("strategy", name, STRATEGIES):
         raise PretrainError(problem)
     if keras.backend.backend() == "jax":
         if name == "multiworker":
-            raise PretrainError(
-                "--strategy multiworker is tf.distribute's (TensorFlow backend). On JAX use "
-                "--strategy mirrored: keras.distribution.DataParallel over the local devices."
-            )
+            if not config.shards:
+                raise PretrainError(
+                    "--strategy multiworker under JAX reads token-id shards (--shards), each "
+                    "process its rows of every batch; make them with keras-tupe-shard-corpus.")
+            return KerasDataParallel(processes_join(config))
         return KerasDataParallel() if name == "mirrored" else NoStrategy()
+    layout = [f"--{field.replace('_', '-')}" for field in LAYOUT_FIELDS
+              if getattr(config, field) is not None]
+    if layout:
+        raise PretrainError(
+            f"{' '.join(layout)} set JAX's process layout; under TensorFlow, --strategy "
+            "multiworker reads the cluster from TF_CONFIG. Leave them out, or run with "
+            "KERAS_BACKEND=jax.")
     import tensorflow as tf
 
     if name == "mirrored":
@@ -262,14 +282,14 @@ def _shard_vocabulary(config, mode, run_vocab):
     return copy_file(shard_vocab, run_vocab)
 
 
-def _shard_inputs(config, consumed):
+def _shard_inputs(config, consumed, part=(0, 1)):
     """Training and validation batches from shard folders (NumPy, no TensorFlow).
 
     The training stream starts at batch `consumed` directly: a resumed run seeks,
     it does not replay. Shuffling permutes all sequences each pass
-    (`--shuffle-buffer 0`: corpus order).
+    (`--shuffle-buffer 0`: corpus order). `part`: this process's rows of each batch.
     """
-    rates = _mask_rates(config)
+    rates = dict(_mask_rates(config), part=part)
     train = MaskedLMShards(config.shards, config.batch_size, seed=config.seed,
                            shuffle=bool(config.shuffle_buffer), start_batch=consumed, **rates)
     valid = None
@@ -311,15 +331,55 @@ def pretrain(config, until_step=None):
     rate schedule is still the one of `config.steps`, and the same call without
     `until_step` resumes it to the end, with the weights of a run never stopped.
     For an intermediate checkpoint (`save_steps`) when the rest can wait.
+
+    Under JAX with `strategy="multiworker"`, every process of the layout calls it with the
+    same config but the layout (`keras_tupe.processes`): each checks, then feeds its rows of
+    each batch; process 0 alone writes `config.out` (on a file system every process reads:
+    each restores a resumed run's backup from it).
     """
-
+    strategy = make_strategy(config)  # joins the processes, before any file or lock
+    # tf.distribute's workers each write their own `out`: one process each, here.
+    processes = getattr(strategy, "processes", ONE_PROCESS)
     # One writer per run folder, from the first check to the last file.
-    with output_lock(config.out, flag="`out=`"):
-        return _pretrain(config, until_step)
+    with output_lock(config.out, flag="`out=`") if processes.writer else contextlib.nullcontext():
+        return _pretrain(config, until_step, strategy, processes)
 
 
-def _pretrain(config, until_step):
-    strategy = make_strategy(config.strategy)
+def _pretrain(config, until_step, strategy, processes):
+    problem = manifest = None
+    try:
+        manifest = _check(config, until_step, strategy)
+    except PretrainError as error:
+        problem = error
+    # Every process's checks: all train, or all stop (none waits for another forever).
+    processes.agree(problem, settings=config.resume_key(), num_processes=config.num_processes)
+    mode = None
+    if processes.writer:
+        try:
+            mode = prepare_run_dir(config)
+        except PretrainError as error:
+            problem = error
+    processes.agree(problem)
+    # Nothing half-made: the folders this call creates go again if it fails before a
+    # backup to resume from (the vocabulary failed, ^C while compiling).
+    backup_dir = os.path.join(config.out, "backup")
+    keep = lambda: _backed_up_epoch(backup_dir) > 0  # noqa: E731
+    with made_folder(config.out, keep=keep) if processes.writer else contextlib.nullcontext():
+        try:
+            return _train(config, mode, strategy, manifest, until_step, backup_dir, processes)
+        except (OSError, RuntimeError) as error:
+            found = space_error(error)
+            if not found:
+                raise
+            if not isinstance(error, WriteError):
+                error = WriteError(getattr(error, "filename", None) or config.out, found[1],
+                                   found[0])
+            raise error.with_note(_what_was_kept(config, backup_dir)) from None
+
+
+def _check(config, until_step, strategy):
+    """The checks of the settings and inputs, before anything is written: the shards'
+    manifest (or None)."""
     validate(config, strategy.num_replicas_in_sync)
     if until_step is not None and not (
             0 < until_step <= config.steps and until_step % config.eval_every == 0):
@@ -339,52 +399,59 @@ def _pretrain(config, until_step):
             data.check_vocabulary(config.vocab)
         except (FileNotFoundError, ValueError) as error:
             raise PretrainError(f"--vocab: {error}") from error
-    mode = prepare_run_dir(config)
-    # Nothing half-made: the folders this call creates go again if it fails before a
-    # backup to resume from (the vocabulary failed, ^C while compiling).
-    backup_dir = os.path.join(config.out, "backup")
-    with made_folder(config.out, keep=lambda: _backed_up_epoch(backup_dir) > 0):
+    return manifest
+
+
+def _set_up(config, mode, strategy, processes):
+    """The writer's vocabulary and `run_config.json`; its path. Every process waits for it."""
+    vocab_path, problem = os.path.join(config.out, "vocab.txt"), None
+    if processes.writer:
         try:
-            return _train(config, mode, strategy, manifest, until_step, backup_dir)
-        except (OSError, RuntimeError) as error:
-            found = space_error(error)
-            if not found:
-                raise
-            if not isinstance(error, WriteError):
-                error = WriteError(getattr(error, "filename", None) or config.out, found[1],
-                                   found[0])
-            raise error.with_note(_what_was_kept(config, backup_dir)) from None
+            vocab_path = _vocabulary(config, mode)
+            if mode == "new":
+                write_json(os.path.join(config.out, RUN_CONFIG), {
+                    "config": config.resume_key(),
+                    "vocabulary_sha256": file_sha256(vocab_path),
+                    "command": " ".join(sys.argv),
+                    "versions": versions(),
+                    "replicas": strategy.num_replicas_in_sync,
+                    "processes": processes.count,
+                    "initialization": INITIALIZATION,
+                })
+        except (PretrainError, OSError) as error:
+            problem = error
+    processes.agree(problem)
+    return vocab_path
 
 
-def _train(config, mode, strategy, manifest, until_step, backup_dir):
+def _train(config, mode, strategy, manifest, until_step, backup_dir, processes):
     """`pretrain` once `config.out` exists: vocabulary, inputs, model, `fit`, saving."""
-    vocab_path = _vocabulary(config, mode)
-    if mode == "new":
-        write_json(os.path.join(config.out, RUN_CONFIG), {
-            "config": config.resume_key(),
-            "vocabulary_sha256": file_sha256(vocab_path),
-            "command": " ".join(sys.argv),
-            "versions": versions(),
-            "replicas": strategy.num_replicas_in_sync,
-            "initialization": INITIALIZATION,
-        })
-
+    vocab_path = _set_up(config, mode, strategy, processes)
     keras.utils.set_random_seed(config.seed)
     keras.config.set_dtype_policy(config.precision)
     consumed = _backed_up_epoch(backup_dir) * config.eval_every
-    if consumed and config.verbose:
+    verbose = config.verbose if processes.writer else 0
+    if processes.count > 1 and config.verbose:
+        print(f"Process {processes.index} of {processes.count}, "
+              f"{strategy.num_replicas_in_sync} devices in all: "
+              + ("writes the run." if processes.writer else f"process 0 writes {config.out}."),
+              flush=True)
+    if consumed and verbose:
         print(f"Resuming {config.out} after step {consumed}.", flush=True)
     # Tracing the input pipeline and building the model: silent for tens of seconds.
     building = Heartbeat("  building the input pipeline and the model", every=5.0)
-    with building if config.verbose else contextlib.nullcontext():
+    with building if verbose else contextlib.nullcontext():
         if manifest:
-            train, valid = _shard_inputs(config, consumed)
+            train, valid = _shard_inputs(config, consumed, processes.part)
             vocabulary_size = manifest["vocabulary_size"]
         else:
             train, valid, vocabulary_size = _text_inputs(config, vocab_path, consumed)
         model = _compiled_model(config, strategy, vocabulary_size)
 
-    callbacks = _callbacks(config, vocab_path, backup_dir)
+    if processes.writer:
+        callbacks = _callbacks(config, vocab_path, backup_dir)
+    else:  # restores a resumed run's backup as process 0 does; writes nothing
+        callbacks = [AtomicBackupAndRestore(backup_dir, delete_checkpoint=False, writes=False)]
     # keras-hub's `PipelineModel.fit` converts any input but a tf.data or grain dataset
     # to one of those (it has no case for a `keras.utils.PyDataset`); pre-training feeds
     # finished batches (no preprocessor), so shards go to Keras's own `fit`.
@@ -400,10 +467,11 @@ def _train(config, mode, strategy, manifest, until_step, backup_dir):
         for callback in callbacks:
             if isinstance(callback, StepProgress):
                 callback.close()  # its heartbeat thread, when fit raised
-    if until_step not in (None, config.steps):  # stopped early, resumable
-        return history
-    _save_final(model, vocab_path, config, backup_dir)
-    if config.verbose:
+    if until_step not in (None, config.steps) or not processes.writer:
+        return history  # stopped early, resumable; or not the writer
+    with writing_alone():
+        _save_final(model, vocab_path, config, backup_dir)
+    if verbose:
         print(f"Saved the pre-trained model to {run_model(config.out)} (a keras-hub preset "
               "folder: backbone, masked LM, tokenizer), with vocab.txt and metrics.csv beside "
               "it. (Masked-LM accuracy is that of the 15% masked tokens: a few % after a few "
@@ -493,8 +561,9 @@ def _save_final(model, vocab_path, config, backup_dir):
 def grid_pretrainer(config, members, steps_per_dispatch=100):
     """What `pretrain_grid` trains with, `(trainer, source, rows, masking)`: the
     `GridTrainer` of `members` (`(seed, rate)`s), the shards as its source, each member's
-    rows for `config.steps` steps and the masking transform; checked first. Also what a
-    window's calibration times (`experiments/budget.py`)."""
+    rows for `config.steps` steps and the masking transform; checked first. Public so
+    that a grid can be built, timed or compiled ahead (`GridTrainer.compile_fit`) before
+    it trains: `pretrain_grid(..., pretrainer=...)` then trains it."""
     check_backend()
     if config.precision not in GRID_PRECISIONS:
         raise PretrainError(f"A grid pre-trains in {' or '.join(GRID_PRECISIONS)}; received "

@@ -25,7 +25,11 @@ GRID_PRECISIONS = ("float32", "mixed_bfloat16")  # `keras_tupe.grid.GridTrainer`
 MIN_SEQUENCE_LENGTH = 8
 # Fields of a `PretrainConfig` that may differ when a killed run is started again.
 RESUME_FREE_FIELDS = ("overwrite", "verbose", "vocab",  # the vocab is checked by content
-                      "steps_per_execution")  # speed only: the same steps
+                      "steps_per_execution",  # speed only: the same steps
+                      # The process layout: every layout trains the same global batches.
+                      "coordinator", "num_processes", "process_id", "coordinator_timeout")
+# The fields of `--strategy multiworker`'s process layout under JAX (`keras_tupe.processes`).
+LAYOUT_FIELDS = ("coordinator", "num_processes", "process_id")
 
 
 def setting(default=dataclasses.MISSING, help=None, *, factory=None, choices=None, minimum=None,
@@ -147,6 +151,16 @@ class PretrainConfig:
              "control for fine-tuning)")
     strategy: str = setting("default", "how the batch is spread over devices",
                             choices=STRATEGIES)
+    # The process layout of `--strategy multiworker` under JAX (`keras_tupe.processes`); left
+    # out, JAX's cluster detection (SLURM, Open MPI, Cloud TPU) finds it.
+    coordinator: str = setting(None, "JAX, --strategy multiworker: HOST:PORT of process 0, "
+                                     "which serves the coordination (every process the same)")
+    num_processes: int = setting(None, "JAX, --strategy multiworker: how many processes train "
+                                       "together", minimum=1)
+    process_id: int = setting(None, "JAX, --strategy multiworker: this process's index, 0 .. "
+                                    "--num-processes - 1 (0 writes --out)", minimum=0)
+    coordinator_timeout: int = setting(300, "JAX, --strategy multiworker: seconds to wait for "
+                                            "every process to join", minimum=1)
     precision: str = setting("float32", "Keras's dtype policy", choices=PRECISIONS)
     xla: bool = setting(True, switch="--no-xla", help="turn XLA off")
     # Steps one call of the compiled train function runs (Keras `fit`'s argument): fewer
@@ -188,6 +202,7 @@ class PretrainConfig:
                 "relative-only preset.")
         if not 0 <= self.warmup_ratio < 1:
             problems.append(f"--warmup-ratio must be in [0, 1). Received: {self.warmup_ratio}")
+        problems += self._layout_problems()
         if not _counts(self.steps, self.eval_every, self.steps_per_execution):
             return problems
         if self.steps_per_execution > self.steps:
@@ -212,6 +227,27 @@ class PretrainConfig:
         if bad_saves:
             problems.append(f"--save-steps must lie in [0, --steps={self.steps}] (0: the "
                             f"initialization, before the first step). Received: {bad_saves}")
+        return problems
+
+    def _layout_problems(self):
+        """The process layout's conflicts: given only with `--strategy multiworker`, a
+        process id inside the count, a coordinator of the form HOST:PORT."""
+        given = [f"--{name.replace('_', '-')}" for name in LAYOUT_FIELDS
+                 if getattr(self, name) is not None]
+        if given and self.strategy != "multiworker":
+            return [f"{' '.join(given)} set the process layout of --strategy multiworker "
+                    f"(JAX); the run has --strategy {self.strategy}. Add --strategy "
+                    "multiworker, or leave them out."]
+        problems = []
+        count, index = self.num_processes, self.process_id
+        if _counts(count) and index is not None and _counts(index + 1) and index >= count:
+            problems.append(f"--process-id {index} is out of range for --num-processes "
+                            f"{count}: give each process one of 0 .. {count - 1}.")
+        host, _, port = (self.coordinator or "").rpartition(":")
+        if self.coordinator is not None and not (host and port.isdigit()
+                                                 and 0 < int(port) < 2**16):
+            problems.append(f"--coordinator must be HOST:PORT (process 0's address and a free "
+                            f"port, e.g. 10.0.0.1:1234). Received: {self.coordinator!r}")
         return problems
 
 

@@ -14,11 +14,13 @@ token-id shards of `keras-tupe-shard-corpus`, read with NumPy only (a
 JAX machine without TensorFlow can train from them).
 """
 
+import contextlib
 import os
 import sys
 
 # keras_tupe (with Keras: seconds) is imported inside `main`, after the flags parse and check.
 from keras_tupe_base import corpus_files
+from keras_tupe_base.extras import keras_backend
 from keras_tupe_base.output_lock import output_lock
 from keras_tupe_base.presets import PRESETS
 from keras_tupe_base.settings import PretrainConfig
@@ -114,12 +116,20 @@ def settings_line(config):
             f"{'XLA' if config.xla else 'no XLA'} -> {config.out}")
 
 
+def locks_early(config):
+    """Whether this process takes `--out`'s lock before Keras imports: every run but a
+    process of JAX's multiworker layout that is not, or may not be, process 0 (the one
+    writer, which `pretrain` locks for once the processes joined)."""
+    return (config.strategy != "multiworker" or keras_backend() != "jax"
+            or config.process_id == 0)
+
+
 @entry_point()
 def main(argv=None):
     config = parse_config(argv)
     # Held before Keras is imported: a second run on --out is refused at once.
-    with output_lock(config.out):
-        if config.verbose:
+    with output_lock(config.out) if locks_early(config) else contextlib.nullcontext():
+        if config.verbose and config.process_id in (None, 0):
             print(settings_line(config), flush=True)
         from keras_tupe.pretraining import pretrain
 

@@ -204,6 +204,9 @@ class MaskedLMShards(keras.utils.PyDataset):
             the GIL); `0`: in `__getitem__`. The same batches either way. Defaults to
             `min(4, os.cpu_count())`.
         flag: str. The command-line flag named in errors. Defaults to `"--shards"`.
+        part: `(index, count)`. Feed rows `index*B/count .. (index+1)*B/count` of each
+            batch of `B`, masked as in the whole batch: process `index` of `count`
+            training together (`keras_tupe.processes`). Defaults to `(0, 1)`.
         **kwargs: `keras.utils.PyDataset` arguments. Leave `workers` at its
             default 1 (use `threads`): under `fit` with `steps_per_epoch`, Keras
             stops its worker pool at each epoch's end and drops the batches it
@@ -212,11 +215,18 @@ class MaskedLMShards(keras.utils.PyDataset):
 
     def __init__(self, directory, batch_size, seed=0, mask_rate=0.15, mask_token_rate=0.8,
                  random_token_rate=0.1, shuffle=True, repeat=True, start_batch=0,
-                 max_batches=None, threads=None, flag="--shards", **kwargs):
+                 max_batches=None, threads=None, flag="--shards", part=(0, 1), **kwargs):
         super().__init__(**kwargs)
         for name, value, minimum in [("batch_size", batch_size, 1), ("seed", seed, 0),
                                      ("start_batch", start_batch, 0)]:
             check_int(name, value, minimum)
+        index, count = part
+        if batch_size % count or not 0 <= index < count:
+            raise ValueError(f"A batch of {batch_size} does not split into {count} equal "
+                             f"parts (part {index} of {count}): the batch size must be a "
+                             "multiple of the number of processes.")
+        share = batch_size // count
+        self.rows = slice(index * share, (index + 1) * share)
         check_mask_rates(mask_rate, mask_token_rate, random_token_rate)
         self.sequences = ShardSequences(directory, flag)
         if len(self.sequences) < batch_size:
@@ -277,17 +287,29 @@ class MaskedLMShards(keras.utils.PyDataset):
         return indices
 
     def unmasked(self, index):
-        """The sequences of batch `index`, before masking: int32 `(B, L)`."""
+        """The sequences of batch `index`, before masking: int32 `(B, L)`; with a `part`,
+        only its rows are read, the others are [PAD] (id 0)."""
         if self.num_batches is not None and not 0 <= index < self.num_batches:
             raise IndexError(f"Batch {index} out of range [0, {self.num_batches}).")
-        return self.sequences.gather(self.sequence_indices(self.start_batch + index))
+        indices = self.sequence_indices(self.start_batch + index)
+        if self.rows == slice(0, self.batch_size):
+            return self.sequences.gather(indices)
+        ids = np.zeros((self.batch_size, self.sequences.sequence_length), np.int32)
+        ids[self.rows] = self.sequences.gather(indices[self.rows])
+        return ids
 
     def batch(self, index):
-        """Batch `index`, computed now: `(x, y, sample_weight)`."""
+        """Batch `index`, computed now: `(x, y, sample_weight)`, the part's rows of it."""
         rng = np.random.default_rng([self.seed, self.start_batch + index])
-        return mask_batch(self.unmasked(index), rng, self.sequences.vocabulary_size,
-                          self.num_slots, self.mask_rate, self.mask_token_rate,
-                          self.random_token_rate)
+        # The whole batch's random draws, then the part's rows: `mask_batch` treats each
+        # row alone, from its ids and its rows of the draws, so a part is masked exactly
+        # as in the whole batch (the unread rows, all [PAD], cost a few microseconds).
+        x, y, weights = mask_batch(self.unmasked(index), rng, self.sequences.vocabulary_size,
+                                   self.num_slots, self.mask_rate, self.mask_token_rate,
+                                   self.random_token_rate)
+        if self.rows == slice(0, self.batch_size):
+            return x, y, weights
+        return {key: value[self.rows] for key, value in x.items()}, y[self.rows], weights[self.rows]
 
     def __getitem__(self, index):
         if not self.threads:

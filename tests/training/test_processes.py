@@ -1,0 +1,225 @@
+"""Pre-training across processes under JAX (`--strategy multiworker`, `keras_tupe.processes`).
+
+Each run is `keras-tupe-pretrain` in fresh processes on this CPU: two processes of one
+device each (JAX's gloo collectives over 127.0.0.1), one process of two virtual devices
+(`--xla_force_host_platform_device_count=2`, `--strategy mirrored`) and one device, all with
+the same global batch of 8 from the same token-id shards. Process 0 writes the run folder;
+each process feeds its half of every batch.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.jax
+
+REPO = Path(__file__).resolve().parents[2]
+DATA_DIR = Path(os.environ.get("KERAS_TUPE_DATA_DIR") or REPO.parent / "shared" / "data")
+# Float32 sums taken in another order (each process's half, then the all-reduce): the
+# losses agree to about 1e-7 relative, the weights after 4 steps to about 1e-7 absolute.
+LOSS_RTOL, WEIGHT_ATOL = 1e-5, 1e-5
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    """A training shard folder of 3 files and a validation one of 1 (fewer files than
+    processes: a process reads rows, not files)."""
+    from keras_tupe import data
+    from keras_tupe.data.sharding import shard_corpus
+
+    root = tmp_path_factory.mktemp("shards")
+    vocab = data.train_vocabulary(str(DATA_DIR / "enwiki" / "train.txt"), 400,
+                                  str(root / "vocab.txt"), max_lines=300)
+    shard_corpus(str(DATA_DIR / "enwiki" / "train.txt"), vocab, str(root / "train"), 32,
+                 sequences_per_shard=1000, max_lines=340, command="test")
+    shard_corpus(str(DATA_DIR / "enwiki" / "valid.txt"), vocab, str(root / "valid"), 32,
+                 max_lines=60, command="test")
+    return root
+
+
+def pretrain_args(out, shards, *extra, steps=4, eval_every=1):
+    return ["--preset", "tupe_r_tiny", "--shards", str(shards / "train"),
+            "--valid-shards", str(shards / "valid"), "--valid-batches", "2", "--seq-len", "32",
+            "--batch-size", "8", "--steps", str(steps), "--eval-every", str(eval_every),
+            "--learning-rate", "1e-3", "--out", str(out), *extra]
+
+
+def start(args, devices=1, **popen):
+    env = {**os.environ, "KERAS_BACKEND": "jax", "TF_CPP_MIN_LOG_LEVEL": "3",
+           "PYTHONPATH": str(REPO)}
+    if devices > 1:
+        env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    return subprocess.Popen([sys.executable, "-m", "training.pretrain", *args], cwd=REPO,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, **popen)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def layout(port, index, count=2, *extra):
+    return ["--strategy", "multiworker", "--coordinator", f"127.0.0.1:{port}",
+            "--num-processes", str(count), "--process-id", str(index), *extra]
+
+
+def start_processes(args, count=2, extra=()):
+    """`count` processes of one layout, each with its own `--process-id`."""
+    port = free_port()
+    return [start([*args, *layout(port, index, count, *extra)]) for index in range(count)]
+
+
+def finish(processes, timeout=600):
+    """Each process's (status, output)."""
+    return [(p.wait(timeout), p.communicate()[0]) for p in processes]
+
+
+def losses(out):
+    rows = (Path(out) / "metrics.csv").read_text().splitlines()[1:]
+    return np.array([[float(v) for v in row.split(",")[1:4:2]] for row in rows])  # loss, val
+
+
+def weights(out):
+    from keras_tupe.models import TupeMaskedLM
+
+    return [np.asarray(w) for w in TupeMaskedLM.from_preset(str(Path(out) / "preset")).weights]
+
+
+@pytest.fixture(scope="module")
+def runs(shards, tmp_path_factory):
+    """The same 4 steps as 2 processes x 1 device, 1 process x 2 devices and 1 device."""
+    root = tmp_path_factory.mktemp("runs")
+    one = start(pretrain_args(root / "one", shards))
+    virtual = start(pretrain_args(root / "virtual", shards, "--strategy", "mirrored"), devices=2)
+    two = start_processes(pretrain_args(root / "two", shards))
+    results = {"one": finish([one]), "virtual": finish([virtual]), "two": finish(two)}
+    for name, finished in results.items():
+        assert [status for status, _ in finished] == [0] * len(finished), finished
+    return root, results
+
+
+def test_two_processes_and_two_devices_train_as_one_device(runs):
+    root, results = runs
+    want_losses, want_weights = losses(root / "one"), weights(root / "one")
+    assert want_losses.shape == (4, 2)
+    for name in ("two", "virtual"):
+        np.testing.assert_allclose(losses(root / name), want_losses, rtol=LOSS_RTOL)
+        for got, want in zip(weights(root / name), want_weights, strict=True):
+            np.testing.assert_allclose(got, want, atol=WEIGHT_ATOL)
+    record = json.loads((root / "two" / "run_config.json").read_text())
+    assert (record["replicas"], record["processes"]) == (2, 2)
+    # One writer: process 0 wrote the folder; process 1 said so and wrote nothing else.
+    assert "Process 1 of 2, 2 devices in all: process 0 writes" in results["two"][1][1]
+    assert sorted(p.name for p in root.iterdir()) == ["one", "two", "virtual"]
+    assert not (root / "two" / "backup").exists()  # removed once the preset was whole
+
+
+def test_a_killed_two_process_run_resumes_to_the_weights_of_one_device(runs, shards, tmp_path):
+    root, _ = runs
+    out = tmp_path / "killed"
+    args = pretrain_args(out, shards)
+    processes = start_processes(args)
+    metadata = out / "backup" / "training_metadata.json"
+    deadline = time.time() + 600
+    # Killed once a backup is committed (a file process 0 writes after step 2 of 4).
+    while not (metadata.exists() and json.loads(metadata.read_text() or "{}").get("step", 0) >= 2):
+        assert all(p.poll() is None for p in processes) and time.time() < deadline, \
+            finish(processes)
+        time.sleep(0.05)
+    for p in processes:
+        p.send_signal(signal.SIGKILL)
+    finish(processes)
+    assert not (out / "preset").exists()
+    resumed = finish(start_processes(args))
+    assert [status for status, _ in resumed] == [0, 0], resumed
+    assert "Resuming" in resumed[0][1]
+    steps = [int(row.split(",")[0]) for row in
+             (out / "metrics.csv").read_text().splitlines()[1:]]
+    assert steps == [1, 2, 3, 4]  # continues; no step twice
+    for got, want in zip(weights(out), weights(root / "one"), strict=True):
+        np.testing.assert_allclose(got, want, atol=WEIGHT_ATOL)
+
+
+def one_line(output):
+    lines = [line for line in output.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1, output
+    return lines[0]
+
+
+def test_process_counts_that_differ_stop_every_process_with_one_line(shards, tmp_path):
+    out = tmp_path / "run"
+    port, args = free_port(), pretrain_args(out, shards)
+    processes = [start([*args, *layout(port, 0, 2)]), start([*args, *layout(port, 1, 3)])]
+    (first, first_output), (second, second_output) = finish(processes)
+    assert (first, second) == (2, 2)
+    assert one_line(second_output) == (
+        "error: --num-processes 3 does not match the coordinator's: 2 processes joined it. "
+        "Give every process the same --num-processes.")
+    assert one_line(first_output) == ("error: process 1 stopped before training (its own "
+                                      "error line says why); nothing was trained or written.")
+    assert not out.exists()
+
+
+def test_a_batch_the_devices_do_not_divide_stops_every_process(shards, tmp_path):
+    out = tmp_path / "run"
+    args = pretrain_args(out, shards)
+    args[args.index("--batch-size") + 1] = "7"
+    for status, output in finish(start_processes(args)):
+        assert status == 2
+        assert one_line(output).startswith(
+            "error: --batch-size 7 (the global batch) must be a positive multiple of the "
+            "number of replicas (2)")
+    assert not out.exists()
+
+
+def test_a_coordinator_nobody_answers_ends_in_one_line_within_the_timeout(shards, tmp_path):
+    out = tmp_path / "run"
+    alone = start([*pretrain_args(out, shards),
+                   *layout(free_port(), 1, 2, "--coordinator-timeout", "5")])
+    [(status, output)] = finish([alone], timeout=300)
+    assert status == 2
+    assert one_line(output).startswith(
+        "error: the processes did not all join --coordinator 127.0.0.1:")
+    assert "within --coordinator-timeout 5 s (this process: --process-id 1 of " \
+           "--num-processes 2)" in output
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("flags, message", [
+    (("--strategy", "multiworker", "--num-processes", "2", "--process-id", "2"),
+     "error: --process-id 2 is out of range for --num-processes 2: give each process one of "
+     "0 .. 1."),
+    (("--num-processes", "2"),
+     "error: --num-processes set the process layout of --strategy multiworker (JAX); the run "
+     "has --strategy default. Add --strategy multiworker, or leave them out."),
+    (("--strategy", "multiworker", "--coordinator", "localhost"),
+     "error: --coordinator must be HOST:PORT (process 0's address and a free port, e.g. "
+     "10.0.0.1:1234). Received: 'localhost'"),
+])
+def test_a_wrong_layout_is_refused_before_keras_starts(shards, tmp_path, flags, message):
+    out = tmp_path / "run"
+    [(status, output)] = finish([start([*pretrain_args(out, shards), *flags])])
+    assert (status, one_line(output)) == (2, message)
+    assert not out.exists()
+
+
+def test_a_second_process_0_on_the_same_out_is_refused_at_once(shards, tmp_path):
+    from keras_tupe_base.output_lock import output_lock
+
+    out = tmp_path / "run"
+    with output_lock(str(out), command="the first process 0"):  # held: a barrier, not a race
+        [(status, output)] = finish([start([*pretrain_args(out, shards),
+                                            *layout(free_port(), 0, 2)])])
+    assert status == 2
+    assert one_line(output).startswith(f"error: --out {out} is being written by process "
+                                       f"{os.getpid()}")
