@@ -211,13 +211,12 @@ def run_pretrain(config, command, only=None, verbose=2, until_step=None, record_
                       f"{os.path.dirname(record)}", flush=True)
 
 
-def run_grid(config, seeds, command, record_only=False, plan=None):
+def run_grid(config, seeds, command, record_only=False, pretrainer=None):
     """Pre-trains one variant's seeds (`Variant`s of one group) as one program
     (`pretrain_grid`), unless they are finished; then writes each run's `run_config.json`
     (as `pretrain` writes it) and its record. A grid does not resume: the folders of an
-    unfinished one (a stopped window) are started anew. `plan`: None, or called once the
-    grid is built and compiled (`pretrain_grid`'s `settle`): the study config to train
-    (a window's budget: its steps and save steps), or None to train nothing."""
+    unfinished one (a stopped window) are started anew. `pretrainer`: the grid built
+    ahead (`pretrain_grid`'s), or None."""
     from keras_tupe.layers.utils import INITIALIZATION
     from keras_tupe.pretraining import pretrain_grid
 
@@ -229,21 +228,9 @@ def run_grid(config, seeds, command, record_only=False, plan=None):
         print(f"{prefix}: pre-training {seeds[0].preset} as one program -> "
               f"{os.path.dirname(seeds[0].run_dir)}", flush=True)
         base = study_config.pretrain_config(config, seeds[0])
-
-        def settle(_):
-            nonlocal config, base
-            config = plan()
-            if config is None:
-                return None
-            base = study_config.pretrain_config(config, seeds[0])
-            return dataclasses.replace(base, out=os.path.dirname(seeds[0].run_dir))
-        pretrain_grid(dataclasses.replace(base, out=os.path.dirname(seeds[0].run_dir)),
-                      [v.seed for v in seeds],
+        pretrain_grid(grid_config(config, seeds), [v.seed for v in seeds],
                       steps_per_dispatch=config["grid"].get("steps_per_dispatch", 100),
-                      settle=settle if plan else None)
-        if config is None:
-            print(f"{prefix}: not planned, nothing trained", flush=True)
-            return
+                      pretrainer=pretrainer)
         for v in seeds:
             records.write_json(os.path.join(v.run_dir, records.RUN_RECORD), {
                 "config": dataclasses.replace(base, out=v.run_dir, seed=v.seed).resume_key(),
@@ -255,6 +242,13 @@ def run_grid(config, seeds, command, record_only=False, plan=None):
         written = write_record(config, v)
         print(f"{prefix}: {v.name} " + (f"{written['status']}, recorded" if written
                                         else "no finished run to record"), flush=True)
+
+
+def grid_config(config, seeds):
+    """The `PretrainConfig` a grid of one variant's seeds trains (`pretrain_grid`'s): the
+    first seed's, its `out` the variant's folder (the seeds' folders go in it)."""
+    return dataclasses.replace(study_config.pretrain_config(config, seeds[0]),
+                               out=os.path.dirname(seeds[0].run_dir))
 
 
 def write_record(config, variant):

@@ -155,7 +155,11 @@ class GridTrainer:
         seeds: the members' seeds (initialization, dropout; the data order is the
             caller's, through `rows`).
         learning_rates: the members' peak learning rates, one per seed.
-        schedule: a `Schedule`: steps, warm-up, weight decay, clipping.
+        schedule: a `Schedule`: steps, warm-up, weight decay, clipping. Its steps and
+            warm-up are inputs of the compiled program, read at each `fit` from the
+            `schedule` attribute: a grid built and compiled (`compile_fit`) before its
+            length is chosen trains for any length once `schedule` is set to it. The
+            optimizer's settings are built in; a schedule that changes them is refused.
         precision: "float32" or "mixed_bfloat16" (Keras's dtype policy while the
             members are built). Defaults to "float32".
         steps_per_dispatch: int. The most steps one call of the compiled program runs
@@ -206,7 +210,10 @@ class GridTrainer:
         if precision not in GRID_PRECISIONS:
             raise ValueError(f"Unknown precision {precision!r}. Valid: {', '.join(GRID_PRECISIONS)}.")
         check_int("steps_per_dispatch", steps_per_dispatch, 1)
-        self.schedule, self.precision = schedule, precision
+        # `schedule` may be replaced (its steps); the optimizer keeps the settings it was
+        # built with.
+        self.schedule = self._built_schedule = schedule
+        self.precision = precision
         self.steps_per_dispatch = steps_per_dispatch
         models = self._build(build)
         self.model = models[self._keys[0]]
@@ -216,9 +223,6 @@ class GridTrainer:
         self.model.compile(optimizer=self.optimizer)
         self.optimizer.build(self.model.trainable_variables)
         self._decay = LinearWarmupLinearDecay(1.0, schedule.warmup_steps, schedule.total_steps)
-        # An input of the compiled program, not constants in it: grids of one shape share
-        # one program whatever their schedules (`LinearWarmupLinearDecay.fraction`).
-        self._steps = jnp.asarray([schedule.warmup_steps, schedule.total_steps], jnp.float32)
         variables = self.optimizer.variables
         # Keras's public `learning_rate` is the value; the grid sets the variable itself.
         [self._rate_index] = [i for i, v in enumerate(variables) if v.name == "learning_rate"]
@@ -238,27 +242,10 @@ class GridTrainer:
             jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(*spec))
             for spec in (("members",), (None, "members"), ()))
         self.state = jax.device_put(self.state, self._by_member)
-        self._steps = jax.device_put(self._steps, self._everywhere)
         self._programs = {}
         self.compiles = 0
         # Steps trained so far: a later `fit` goes on from them (its batches' masking keys).
         self.steps_done = 0
-
-    def reschedule(self, schedule):
-        """Trains on `schedule` from now on: its steps and warm-up (inputs of the compiled
-        program, which stays). The optimizer's other settings are built in: they must
-        not change. Before the first step (e.g. once a window's budget is set), so that no
-        step ran on another schedule."""
-        kept = ("weight_decay", "clip_norm", "beta_1", "beta_2", "epsilon")
-        changed = [name for name in kept if getattr(schedule, name) != getattr(self.schedule, name)]
-        if changed:
-            raise ValueError(f"reschedule changes a schedule's total_steps and warmup_steps; "
-                             f"received other {', '.join(changed)}: build another grid.")
-        if self.steps_done:
-            raise ValueError(f"reschedule comes before the first step; this grid has trained "
-                             f"{self.steps_done}.")
-        self.schedule = schedule
-        self._steps = jnp.asarray([schedule.warmup_steps, schedule.total_steps], jnp.float32)
 
     def _build(self, build):
         models = {}
@@ -375,12 +362,28 @@ class GridTrainer:
                               self._by_member)
         metrics = everywhere([v.value for v in self.model.metrics_variables])
         first, end = self.steps_done, everywhere(np.int32(self.steps_done + steps))
+        # An input of the compiled program, not constants in it: grids of one shape share
+        # one program whatever their schedules (`LinearWarmupLinearDecay.fraction`).
+        schedule = everywhere(np.asarray(self._schedule_steps(), np.float32))
         program = self._program("fit", length, transform)
         return steps, ((program, (source, metrics, keys, by_step(rows[start:start + length]),
                                   by_step(sample_weight[start:start + length]),
                                   everywhere(np.arange(first + start, first + start + length)),
-                                  end, self._steps))
+                                  end, schedule))
                        for start in range(0, count * length, length))
+
+    def _schedule_steps(self):
+        """`(warmup_steps, total_steps)` of `schedule`, refused where it changes the
+        optimizer's settings, which the grid was built with."""
+        built = self._built_schedule
+        changed = [field.name for field in dataclasses.fields(Schedule)
+                   if field.name not in ("total_steps", "warmup_steps")
+                   and getattr(self.schedule, field.name) != getattr(built, field.name)]
+        if changed:
+            raise ValueError(f"A grid's schedule may change its total_steps and warmup_steps; "
+                             f"this one changes {', '.join(changed)}, built into the "
+                             "optimizer: build another grid.")
+        return self.schedule.warmup_steps, self.schedule.total_steps
 
     def _program(self, kind, length, transform):
         key = (kind, length, transform)

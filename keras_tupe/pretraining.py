@@ -618,7 +618,7 @@ def _grid_schedule(config):
                     config.clip_norm, config.adam_beta1, config.adam_beta2, config.adam_epsilon)
 
 
-def pretrain_grid(config, seeds, learning_rates=None, steps_per_dispatch=100, settle=None):
+def pretrain_grid(config, seeds, learning_rates=None, steps_per_dispatch=100, pretrainer=None):
     """Pre-trains `config.preset` at each of `seeds` at once, in one compiled program
     (`keras_tupe.grid.GridTrainer`, JAX): `config.shards` held in device memory, each
     member's batches masked on the device (`device_masking`, the 80/10/10 rule), each in
@@ -632,11 +632,11 @@ def pretrain_grid(config, seeds, learning_rates=None, steps_per_dispatch=100, se
     run folder that exists is refused, and one this call made goes if it fails. Returns
     the folders.
 
-    `settle`: None, or `settle(config)`, called once the grid is built (shards on the
-    device, models) and its training program compiled, before any step or folder: returns
-    the config to train, whose `steps` and `save_steps` may differ (nothing else), or None
-    to train nothing (returns []). A window sets its budget meanwhile
-    (`experiments/budget.py`), its grids ready to start.
+    `pretrainer`: None (built here), or what `grid_pretrainer` returned for these members
+    and a config that differs from `config` in `steps` and `save_steps` alone, not yet
+    trained: a grid built (and compiled: `GridTrainer.compile_fit`) while its length was
+    still being chosen, e.g. from a pace measured meanwhile. It trains `config.steps` on
+    `config`'s schedule (the steps are inputs of the compiled program, which stays).
     """
     seeds, learning_rates, _ = merged_members(
         seeds, learning_rates or [config.learning_rate] * len(seeds))
@@ -648,22 +648,16 @@ def pretrain_grid(config, seeds, learning_rates=None, steps_per_dispatch=100, se
     if taken:
         raise PretrainError(f"{', '.join(taken)} exist: a grid starts its runs anew; choose "
                             "another out, or move them away.")
-    trainer, source, rows, masking = grid_pretrainer(config, members, steps_per_dispatch)
-    if settle is not None:
-        trainer.compile_fit(source, rows[:steps_per_dispatch], transform=masking)
-        planned = settle(config)
-        if planned is None:
-            return []
-        changed = [field.name for field in dataclasses.fields(config)
-                   if field.name not in ("steps", "save_steps")
-                   and getattr(planned, field.name) != getattr(config, field.name)]
-        if changed:
-            raise PretrainError(f"settle may change steps and save_steps; it changed "
-                                f"{', '.join(changed)}.")
-        config = planned
-        _check_grid_steps(config)
-        trainer.reschedule(_grid_schedule(config))
-        rows = _grid_rows(config, members, len(source[0]))
+    if pretrainer is None:
+        pretrainer = grid_pretrainer(config, members, steps_per_dispatch)
+    trainer, source, _, masking = pretrainer
+    if trainer.members != members or trainer.steps_done:
+        raise PretrainError(f"pretrainer must be a grid of the members {members} that has not "
+                            f"trained; received one of {trainer.members} that trained "
+                            f"{trainer.steps_done} steps.")
+    _check_grid_steps(config)
+    trainer.schedule = _grid_schedule(config)  # the built one's, or another length's
+    rows = _grid_rows(config, members, len(source[0]))
     # One writer of `out`; a failure removes the member folders this call made.
     with output_lock(config.out, command="pretrain_grid", flag="`out`"), \
             contextlib.ExitStack() as made:

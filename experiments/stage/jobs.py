@@ -13,9 +13,10 @@ import time
 from experiments import records
 from experiments.config import StudyError, ensure_vocabulary, load_config, require_models, variants
 from experiments.plans import finetune_plan, protocol
-from experiments.run import SETTINGS_FILE, run_grid
+from experiments.run import SETTINGS_FILE, grid_config, run_grid
 from experiments.stage import budget, specs
 from keras_tupe_base.files import tree_sha256
+from keras_tupe_base.settings import FinetuneConfig
 from keras_tupe_base.staging import staged
 
 
@@ -56,46 +57,69 @@ def finetune_together(config, names, command, tasks=None):
 
 def pretrain_planned(config, group, work, command):
     """A planned window's grid of one variant (`group`: its seeds as one program), started
-    beside the calibration: it loads the shards, builds and compiles while the card is
-    timed, waits for the plan (`WORK/logs/plan.json`), then trains the plan's steps (the
-    prepared config as the calibration rewrote it: `run_grid`'s `plan`), or nothing where
-    the plan says so."""
-    started = time.time()
+    beside the calibration: it loads the shards, builds the grid and compiles its program
+    while the card is timed (`grid_pretrainer`, `GridTrainer.compile_fit`), waits for the
+    plan (`WORK/logs/plan.json`), then trains that grid for the plan's steps (the prepared
+    config as the calibration rewrote it: `run_grid`'s `pretrainer`), or nothing where the
+    plan says so."""
+    from keras_tupe.pretraining import grid_pretrainer
 
-    def plan():  # its log says when the grid was ready, and when the plan came
-        print(f"{group}: built and compiled in {time.time() - started:.0f} s; waiting for "
-              "the plan", flush=True)
-        while (record := budget.read_plan(work)) is None:
-            time.sleep(1)
-        print(f"{group}: the plan after {time.time() - started:.0f} s: " + (
-            f"{record['plan']['steps']} steps" if record["plan"].get("run") else "nothing"),
-              flush=True)
-        return load_config(config["_path"]) if record["plan"].get("run") else None
+    started = time.time()
+    seeds = [v for v in variants(config) if v.group == group]
     ensure_vocabulary(config, command=command)
-    run_grid(config, [v for v in variants(config) if v.group == group], command, plan=plan)
+    aim, dispatch = grid_config(config, seeds), config["grid"].get("steps_per_dispatch", 100)
+    built = grid_pretrainer(aim, [(v.seed, aim.learning_rate) for v in seeds], dispatch)
+    trainer, source, rows, masking = built
+    trainer.compile_fit(source, rows[:dispatch], transform=masking)  # the program it trains
+    # Its log says when the grid was ready, and when the plan came.
+    print(f"{group}: built and compiled in {time.time() - started:.0f} s; waiting for the "
+          "plan", flush=True)
+    while (record := budget.read_plan(work)) is None:
+        time.sleep(1)
+    planned = record["plan"].get("run")
+    print(f"{group}: the plan after {time.time() - started:.0f} s: "
+          + (f"{record['plan']['steps']} steps" if planned else "nothing"), flush=True)
+    if not planned:
+        print(f"[{config['study']}] {group} seeds {[v.seed for v in seeds]}: not planned, "
+              "nothing trained", flush=True)
+        return
+    config = load_config(config["_path"])  # its steps and save steps, the plan's
+    run_grid(config, [v for v in variants(config) if v.group == group], command,
+             pretrainer=built)
 
 
 def compile_together(config, names, tasks):
     """The programs `finetune_together` will run for one variant (`names`: its seeds) on
     `tasks`, compiled beside its grid (the host is idle while the card pre-trains) into the
     shared compilation cache, which the fine-tuning then loads: each task's grid of every
-    encoder's rates x seeds (`compile_protocol`), built from the first of its encoders
-    written (seed 0's initialization, before the grid's first step). Writes nothing else."""
-    from keras_tupe.finetuning import compile_protocol
+    encoder's rates x seeds, as `run_protocol(together=...)` first runs it (`glue_grid`,
+    its training and prediction compiled, nothing trained), built from the first of its
+    encoders written (seed 0's initialization, before the grid's first step). Writes
+    nothing else."""
+    from keras_tupe.finetuning import glue_grid
 
     jobs = finetune_plan(config, names)
     start = next((job for job in jobs if os.path.isdir(job["init"])), None)
     if start is None:
         raise StudyError(f"Nothing to compile from: no encoder of {', '.join(names)} is "
                          f"written yet ({jobs[0]['init']} and {len(jobs) - 1} more).")
-    settings = config.get("task_settings") or {}
-    for task, seconds in compile_protocol(
-            tasks, start["init"], len(jobs), protocol=protocol(config), vocab=start["vocab"],
-            lowercase=start["lowercase"], data_dir=config.get("data_dir"), task_settings={
-                task: value for task, value in settings.items() if task in tasks},
-            **config["settings"], **config["grid"]).items():
+    chosen, settings = protocol(config), config.get("task_settings") or {}
+    # Every encoder's members, each encoder as `start` (the program is the shapes').
+    members = [(rate, seed) for rate in chosen.learning_rates for seed in chosen.seeds] * len(
+        jobs)
+    for task in tasks:
+        began = time.perf_counter()
+        run = FinetuneConfig(task=task, init=start["init"], vocab=start["vocab"],
+                             lowercase=start["lowercase"], data_dir=config.get("data_dir"),
+                             **{**config["settings"], **settings.get(task, {})})
+        grid = glue_grid(run, [rate for rate, _ in members], [seed for _, seed in members],
+                         **config["grid"],
+                         inits=[start["init"]] * len(members) if len(jobs) > 1 else None)
+        grid.trainer.compile_fit(grid.source, grid.rows, grid.weights)
+        for x in grid.evaluated.values():
+            grid.trainer.compile_predict(x, run.batch_size)
         print(f"[{config['study']}] {task}: {len(jobs)} encoders' grid compiled in "
-              f"{seconds:.1f} s", flush=True)
+              f"{time.perf_counter() - began:.1f} s", flush=True)
 
 
 def write_encoder(init, path):

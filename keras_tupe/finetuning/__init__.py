@@ -11,8 +11,9 @@ A run's settings, `FinetuneConfig` and `SquadConfig`, are `keras_tupe_base.setti
 from keras_tupe.finetuning.batches import batches, resolve_loader
 from keras_tupe.finetuning.glue import (
     SHORT_TASKS,
-    compile_protocol,
+    GlueGrid,
     finetune_glue,
+    glue_grid,
     paper_epochs,
     run_protocol,
 )
@@ -30,12 +31,13 @@ from keras_tupe.finetuning.summary import summarize, write_tables
 
 __all__ = [
     "SHORT_TASKS",
+    "GlueGrid",
     "Protocol",
     "batches",
-    "compile_protocol",
     "default_vocabulary",
     "finetune_glue",
     "finetune_squad",
+    "glue_grid",
     "load_backbone",
     "load_classifier",
     "load_matching_tokenizer",

@@ -14,6 +14,7 @@ import re
 import time
 import warnings
 from contextlib import ExitStack, nullcontext
+from typing import NamedTuple
 
 import keras
 import keras_hub
@@ -44,7 +45,7 @@ from keras_tupe.models import (
 from keras_tupe.models.preset_folders import refuse_existing_folder
 from keras_tupe.optimization import create_optimizer
 from keras_tupe_base import files
-from keras_tupe_base.checks import check_int, merge_repeats
+from keras_tupe_base.checks import merge_repeats
 from keras_tupe_base.folders import made_folder
 from keras_tupe_base.output_lock import output_lock
 from keras_tupe_base.progress import Heartbeat
@@ -172,7 +173,7 @@ def task_classifier(config, backbone, tokenizer, train_length):
 
 
 def finetune_glue_grid(config, learning_rates, seeds, splits=None, precision="float32",
-                       steps_per_dispatch=100, inits=None, compile_only=False):
+                       steps_per_dispatch=100, inits=None):
     """Fine-tunes `config.init` on `config.task` at every `(learning_rates[i], seeds[i])`
     at once, in one compiled program (`keras_tupe.grid.GridTrainer`, JAX); returns a row
     a member, as `finetune_glue` returns for one run. `inits` (one encoder a member, of
@@ -184,15 +185,55 @@ def finetune_glue_grid(config, learning_rates, seeds, splits=None, precision="fl
     and packed once for every member, at one length (`seq_len`, or the split's longest
     with `pad_to_longest`; no `pad_each_batch`: one shape, one compile), and the schedule
     is stepped on the device. `config.learning_rate` and `config.seed` are not used.
-
-    `compile_only` compiles the grid's programs (training, and prediction on each
-    evaluation split) without training, and returns `{"compile_seconds": seconds}`: with
-    JAX's persistent compilation cache set, the grid of these shapes run later (other
-    encoders of this architecture, rates, seeds) loads them instead of compiling.
     """
     check_backend()
-    if not compile_only:  # (compiling, the members are shapes: `compile_protocol`'s repeat)
-        seeds, learning_rates, inits = merged_members(seeds, learning_rates, inits)
+    seeds, learning_rates, inits = merged_members(seeds, learning_rates, inits)
+    grid = glue_grid(config, learning_rates, seeds, splits, precision, steps_per_dispatch,
+                     inits)
+    trainer, members, spec = grid.trainer, grid.trainer.members, glue.get_task(config.task)
+    start = time.perf_counter()
+    trainer.fit(grid.source, grid.rows, grid.weights)
+    seconds = time.perf_counter() - start
+    results = [{} for _ in members]
+    for split in spec.eval_splits:
+        outputs = trainer.predict(grid.evaluated[split], config.batch_size)
+        for result, output in zip(results, outputs):
+            predictions = output if spec.num_classes == 1 else np.argmax(output, axis=-1)
+            metrics = glue_metrics(config.task, predictions, grid.labels[split])
+            result[split] = {**metrics, "score": glue_score(config.task, metrics)}
+    return [{"task": config.task, "learning_rate": rate, "seed": seed, "epochs": grid.epochs,
+             "train_examples": len(grid.source[1]), "sequence_lengths": grid.lengths,
+             "train_lengths_compiled_at_most": [grid.lengths["train"]], "train_seconds": seconds,
+             "grid_members": len(members), "grid_compiles": trainer.compiles,
+             "precision": precision, "data_loader": "grid", "dev": result}
+            for (seed, rate), result in zip(members, results)]
+
+
+class GlueGrid(NamedTuple):
+    """A GLUE task's grid, built and not trained (`glue_grid`): the `trainer`, its
+    `source` (packed train inputs, labels), `rows` and `weights` (each member's batches),
+    the packed inputs of each evaluation split (`evaluated`) and their `labels`, the
+    `epochs` and the packed `lengths` of each split."""
+
+    trainer: GridTrainer
+    source: tuple
+    rows: np.ndarray
+    weights: np.ndarray
+    evaluated: dict
+    labels: dict
+    epochs: int
+    lengths: dict
+
+
+def glue_grid(config, learning_rates, seeds, splits=None, precision="float32",
+              steps_per_dispatch=100, inits=None):
+    """The grid `finetune_glue_grid` trains, built (its members as given, `(seeds[i],
+    learning_rates[i])`), a `GlueGrid`. Public so that a grid can be built and compiled
+    ahead of its run: `grid.trainer.compile_fit(grid.source, grid.rows, grid.weights)` and
+    `compile_predict` on each of `grid.evaluated`; with JAX's persistent compilation cache
+    set, a run of the same shapes later (other encoders of this architecture, other
+    rates and seeds, another process) loads the programs instead of compiling them."""
+    check_backend()
     members = check_members(seeds, learning_rates)
     if config.pad_each_batch:
         raise ValueError("pad_each_batch cuts each batch to its own length, a compile per "
@@ -223,27 +264,8 @@ def finetune_glue_grid(config, learning_rates, seeds, splits=None, precision="fl
     evaluated = {split: packed(TupeTextClassifierPreprocessor(
         tokenizer, sequence_length=lengths[split]), _segments(splits[split]))
         for split in spec.eval_splits}
-    if compile_only:
-        return {"compile_seconds": trainer.compile_fit(
-            (train_x, _labels(spec, train_examples)), rows, weights) + sum(
-            trainer.compile_predict(x, config.batch_size) for x in evaluated.values())}
-    start = time.perf_counter()
-    trainer.fit((train_x, _labels(spec, train_examples)), rows, weights)
-    seconds = time.perf_counter() - start
-    results = [{} for _ in members]
-    for split in spec.eval_splits:
-        examples = splits[split]
-        outputs = trainer.predict(evaluated[split], config.batch_size)
-        for result, output in zip(results, outputs):
-            predictions = output if spec.num_classes == 1 else np.argmax(output, axis=-1)
-            metrics = glue_metrics(config.task, predictions, examples.labels)
-            result[split] = {**metrics, "score": glue_score(config.task, metrics)}
-    return [{"task": config.task, "learning_rate": rate, "seed": seed, "epochs": epochs,
-             "train_examples": count, "sequence_lengths": lengths,
-             "train_lengths_compiled_at_most": [lengths["train"]], "train_seconds": seconds,
-             "grid_members": len(members), "grid_compiles": trainer.compiles,
-             "precision": precision, "data_loader": "grid", "dev": result}
-            for (seed, rate), result in zip(members, results)]
+    return GlueGrid(trainer, (train_x, _labels(spec, train_examples)), rows, weights, evaluated,
+                    {split: splits[split].labels for split in spec.eval_splits}, epochs, lengths)
 
 
 # What a grid's K is the product of (`--learning-rates` x `--seeds` in a command's words).
@@ -475,30 +497,6 @@ def _run_grids(protocol, tasks, encoders, splits, task_settings, config_kwargs,
                 scores = {split: round(100 * m["score"], 2) for split, m in row["dev"].items()}
                 print(f"{task} lr={row['learning_rate']:g} seed={row['seed']}"
                       f"{f' {init}' if len(encoders) > 1 else ''}: {scores}", flush=True)
-
-
-def compile_protocol(tasks, init, encoders=1, learning_rates=PAPER_LEARNING_RATES,
-                     seeds=PAPER_SEEDS, task_settings=None, protocol=None, **config_kwargs):
-    """Compiles the grids `run_protocol(tasks, init, ..., grid=True)` runs first on each
-    task (every rate x every seed of `encoders` encoders of `init`'s architecture and
-    vocabulary, as one program; `together` holding `encoders - 1`), without training or
-    writing anything: with JAX's persistent compilation cache set, that run (in this
-    process or another, from other encoders) loads the programs instead of compiling
-    them. Returns `{task: seconds}`."""
-    check_backend()
-    protocol = protocol or Protocol(learning_rates, seeds)
-    tasks, task_settings = list(dict.fromkeys(tasks)), task_settings or {}
-    check_task_settings(tasks, task_settings)
-    check_int("encoders", encoders, 1)
-    grid_settings = {key: config_kwargs.pop(key) for key in GRID_SETTINGS if key in config_kwargs}
-    splits = _preflight(tasks, init, config_kwargs, task_settings)
-    members = [(rate, seed) for rate in protocol.learning_rates
-               for seed in protocol.seeds] * encoders
-    return {task: finetune_glue_grid(
-        FinetuneConfig(task=task, init=init, **{**config_kwargs, **task_settings.get(task, {})}),
-        [rate for rate, _ in members], [seed for _, seed in members], splits[task],
-        **grid_settings, inits=[init] * len(members) if encoders > 1 else None,
-        compile_only=True)["compile_seconds"] for task in tasks}
 
 
 GRID_SETTINGS = ("precision", "steps_per_dispatch")  # `finetune_glue_grid`'s own

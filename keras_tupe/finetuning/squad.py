@@ -145,7 +145,7 @@ def check_one_split(offline_split, split_seed):
 
 
 def finetune_squad_grid(config, learning_rates, seeds, precision="float32",
-                        steps_per_dispatch=100, inits=None, compile_only=False, data=None):
+                        steps_per_dispatch=100, inits=None, data=None):
     """Fine-tunes `config.init` on SQuAD at every `(learning_rates[i], seeds[i])` at once,
     in one compiled program (`keras_tupe.grid.GridTrainer`, JAX); returns a result a
     member, as `finetune_squad` returns for one run, with its `learning_rate` and `seed`.
@@ -157,11 +157,10 @@ def finetune_squad_grid(config, learning_rates, seeds, precision="float32",
     grid's full one with the copies weighted 0): the windows are cut once for every
     member, so an offline split is cut at `split_seed`, which must be set.
     `config.learning_rate` and `config.seed` are not used. `data` (`squad_data`'s)
-    skips windowing again. `compile_only`: as in `finetune_glue_grid`.
+    skips windowing again.
     """
     check_backend()
-    if not compile_only:  # (compiling, the members are shapes: `compile_protocol`'s repeat)
-        seeds, learning_rates, inits = merged_members(seeds, learning_rates, inits)
+    seeds, learning_rates, inits = merged_members(seeds, learning_rates, inits)
     members = check_members(seeds, learning_rates)
     check_one_split(config.offline_split, config.split_seed)
     check_question_room(config.seq_len, config.max_query_length, ("seq_len", "max_query_length"))
@@ -183,9 +182,6 @@ def finetune_squad_grid(config, learning_rates, seeds, precision="float32",
                           inits=inits)
     source = (train.inputs, {"start_positions": train.start_positions,
                              "end_positions": train.end_positions})
-    if compile_only:
-        return {"compile_seconds": trainer.compile_fit(source, rows, weights)
-                + trainer.compile_predict(evaluated.inputs, config.batch_size)}
     start = time.perf_counter()
     trainer.fit(source, rows, weights)
     seconds = time.perf_counter() - start

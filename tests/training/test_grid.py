@@ -224,13 +224,22 @@ for total in (len(rows), 10 * len(rows)):
     losses.append(trainer.fit(source, rows[:, :2], weights[:, :2]))
     trainer.predict(source[0])
     added.append(len(entries() - before))
-# Built for the first schedule, rescheduled to the second before its first step: the second.
+# Built and compiled for the first schedule, given the second before its first step: the
+# second; a schedule that changes the optimizer's settings, refused.
 trainer = GridTrainer(classifier(3), (0, 1), (1e-3, 1e-3), Schedule(len(rows), WARMUP),
                       steps_per_dispatch=len(rows))
-trainer.reschedule(Schedule(10 * len(rows), WARMUP))
+trainer.compile_fit(source, rows[:, :2], weights[:, :2])
+trainer.schedule = Schedule(10 * len(rows), WARMUP, weight_decay=0.5)
+try:
+    trainer.fit(source, rows[:, :2], weights[:, :2])
+    refused = None
+except ValueError as error:
+    refused = str(error)
+trainer.schedule = Schedule(10 * len(rows), WARMUP)
 rescheduled = trainer.fit(source, rows[:, :2], weights[:, :2])
 print(json.dumps({"added": added, "apart": float(np.max(np.abs(losses[0] - losses[1]))),
-                  "rescheduled": float(np.max(np.abs(rescheduled - losses[1])))}))
+                  "rescheduled": float(np.max(np.abs(rescheduled - losses[1]))),
+                  "refused": refused}))
 """
 
 
@@ -242,9 +251,10 @@ def test_grids_of_one_shape_share_one_program_whatever_their_schedules(tmp_path)
     window's calibration compiles the program its run uses. It still trains on its own
     schedule: past the warm-up its losses are not the first grid's. `compile_fit` and
     `compile_predict` write the programs that the first grid's `fit` and `predict` then
-    load (none added): what a window compiles while it pre-trains. A grid rescheduled
-    before its first step trains as one built on that schedule (a window's grids, built
-    before its budget is set)."""
+    load (none added): a grid compiled ahead. A grid given another schedule (`schedule`)
+    before its first step trains as one built on that schedule (a grid built and compiled
+    before its length is chosen); one that would change the optimizer's settings is
+    refused, naming them."""
     import json
     import subprocess
     import sys
@@ -258,6 +268,7 @@ def test_grids_of_one_shape_share_one_program_whatever_their_schedules(tmp_path)
     # (the first count holds small programs besides: the keys', the device puts')
     assert found["added"][0] >= 2 and found["added"][1:] == [0, 0], found
     assert found["apart"] > 1e-3 and found["rescheduled"] == 0, found
+    assert "changes weight_decay" in found["refused"], found
 
 
 @pytest.mark.jax
@@ -403,14 +414,16 @@ def test_a_squad_grid_on_an_offline_split_needs_its_split_seed(tmp_path):
 
 
 @pytest.mark.jax
-def test_compile_protocol_compiles_the_grid_run_protocol_runs(encoder, tmp_path, monkeypatch):
-    """A window compiles a variant's fine-tuning beside its grid (`compile_protocol`, one
-    encoder there) for `run_protocol(together=...)` to load: the grid it compiles is the one
-    the run trains (members, batches, packed inputs, precision, dispatches), each task's
-    settings applied. (That a compiled grid is then loaded, not compiled again: above.)"""
+def test_glue_grid_builds_the_grid_run_protocol_runs(encoder, tmp_path, monkeypatch):
+    """A GLUE grid compiled ahead (`glue_grid`, then `compile_fit`; one encoder listed for
+    each of the run's, as a window compiles a variant's fine-tuning beside its
+    pre-training) is the grid `run_protocol(together=...)` then trains (members, batches,
+    packed inputs, precision, dispatches), the task's settings applied. (That a compiled
+    grid is then loaded, not compiled again: above.)"""
     import shutil
 
-    from keras_tupe.finetuning import Protocol, compile_protocol, run_protocol
+    from keras_tupe.finetuning import Protocol, glue_grid, run_protocol
+    from keras_tupe_base.settings import FinetuneConfig
 
     class Seen(Exception):
         pass
@@ -430,8 +443,14 @@ def test_compile_protocol_compiles_the_grid_run_protocol_runs(encoder, tmp_path,
     settings = dict(protocol=Protocol([1e-3, 1e-4], [0, 1], 0, ()), epochs=1, batch_size=8,
                     seq_len=64, data_dir=DATA_DIR / "glue", precision="mixed_bfloat16",
                     steps_per_dispatch=3, task_settings={"stsb": {"max_train_examples": 30}})
+    init, members = str(encoder / "preset"), [(rate, seed) for rate in (1e-3, 1e-4)
+                                               for seed in (0, 1)] * 2
+    grid = glue_grid(FinetuneConfig(task="stsb", init=init, epochs=1, batch_size=8, seq_len=64,
+                                    data_dir=DATA_DIR / "glue", max_train_examples=30),
+                     [rate for rate, _ in members], [seed for _, seed in members],
+                     precision="mixed_bfloat16", steps_per_dispatch=3, inits=[init] * 8)
     with pytest.raises(Seen):
-        compile_protocol(["stsb"], str(encoder / "preset"), 2, **settings)
+        grid.trainer.compile_fit(grid.source, grid.rows, grid.weights)
     with pytest.raises(Seen):
         run_protocol(["stsb"], str(encoder / "preset"), str(tmp_path / "a"), grid=True,
                      together=[(str(other), str(tmp_path / "b"))], **settings)
@@ -556,12 +575,14 @@ def test_pretrain_grid_leaves_a_run_folder_a_seed(tmp_path):
     """Two seeds of one variant pre-trained as one program from token-id shards: each seed's
     folder holds its vocabulary, its loss every `eval_every` steps, a preset folder that
     keras-hub loads, each with its own weights, its initialization (step 0) and its
-    checkpoint halfway, for the steps `settle` set once the grid was built (the aim's
-    were 8); a second call on them is refused; a grid settled to nothing leaves nothing."""
+    checkpoint halfway, for the config's steps, the grid built and compiled ahead for
+    another length (`grid_pretrainer`, the aim's 8 steps: `pretrainer`) and no folder made
+    until it trains; a second call on them is refused, and so is a grid built for other
+    members."""
     import keras_hub
 
     from keras_tupe.data.shards import write_shard_folder
-    from keras_tupe.pretraining import PretrainError, pretrain_grid
+    from keras_tupe.pretraining import PretrainError, grid_pretrainer, pretrain_grid
     from keras_tupe_base.settings import PretrainConfig
 
     vocabulary = tmp_path / "vocab.txt"
@@ -574,14 +595,15 @@ def test_pretrain_grid_leaves_a_run_folder_a_seed(tmp_path):
                          out=str(tmp_path / "runs"), steps=8, batch_size=4, seq_len=16,
                          eval_every=2, save_steps=[0, 4], backbone_overrides={"num_layers": 1})
     config = dataclasses.replace(aim, steps=4, save_steps=[0, 2])
-    settled = []
-
-    def settle(given):  # a window's budget, set once the grid is built and compiled
-        settled.append((given, os.path.exists(given.out)))
-        return config
-    # 2-step dispatches: the program `settle` waits on is the one the 2-step segments run.
-    folders = pretrain_grid(aim, seeds=[0, 1], settle=settle, steps_per_dispatch=2)
-    assert settled == [(aim, False)]  # before any folder; then the settled steps below
+    # 2-step dispatches: the program compiled ahead is the one the 2-step segments run.
+    members = [(0, aim.learning_rate), (1, aim.learning_rate)]
+    trainer, source, rows, masking = built = grid_pretrainer(aim, members, 2)
+    trainer.compile_fit(source, rows[:2], transform=masking)
+    assert not os.path.exists(aim.out) and trainer.compiles == 1
+    with pytest.raises(PretrainError, match="must be a grid of the members"):
+        pretrain_grid(config, seeds=[0], pretrainer=built)
+    folders = pretrain_grid(config, seeds=[0, 1], pretrainer=built)
+    assert trainer.compiles == 1  # one program, the one compiled ahead, for 4 steps
     assert [Path(f).name for f in folders] == ["seed_0", "seed_1"]
     weights = []
     for folder in map(Path, folders):
@@ -603,8 +625,3 @@ def test_pretrain_grid_leaves_a_run_folder_a_seed(tmp_path):
     assert not np.allclose(weights[0], weights[1])
     with pytest.raises(PretrainError, match="seed_0.*exist"):
         pretrain_grid(config, seeds=[0])
-    # A plan that trains nothing: no folder.
-    other = dataclasses.replace(aim, out=str(tmp_path / "unplanned"))
-    assert pretrain_grid(other, seeds=[0], settle=lambda given: None,
-                         steps_per_dispatch=2) == []
-    assert not os.path.exists(other.out)

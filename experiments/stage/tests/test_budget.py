@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from experiments.stage import budget, prepare, run, specs
+from experiments.stage import budget, jobs, prepare, run, specs
 from experiments.config import StudyError, load_config, variants
 from experiments.plans import finetune_plan
 
@@ -268,42 +268,52 @@ def test_no_study_job_starts_before_a_plan_that_says_it_fits(tmp_path, monkeypat
     assert budget.read_plan(work)["plan"]["call"] == 2  # written before any job
 
 
-def test_a_planned_grid_records_the_plans_steps_or_nothing(tmp_path, monkeypatch):
-    """`stage pretrain`'s grid (`run_grid(plan=...)`, `pretrain_grid` stubbed): the run
-    folders' settings and records are the plan's config (its steps), not the aim's; a plan
-    that says nothing trains nothing and records nothing."""
+def test_a_planned_grid_is_built_and_compiled_before_the_plan_then_trains_its_steps(
+        tmp_path, monkeypatch):
+    """`stage pretrain` (`jobs.pretrain_planned`; the library's grid stubbed): it builds the
+    grid and compiles its program before it reads the plan, then trains that grid
+    (`pretrain_grid(pretrainer=...)`) at the plan's config, whose steps the run folders'
+    settings and records pin, not the aim's; a plan that says nothing trains nothing and
+    records nothing."""
     import keras_tupe.pretraining
     from experiments import records
-    from experiments.run import run_grid
 
     work = str(tmp_path / "work")
     pretrain, _ = specs.stage_configs(specs.stage_spec("W1"), True, work)
-    planned = {**pretrain, "settings": {**pretrain["settings"], "steps": 20,
-                                        "save_steps": [0, 6]}}
-    seeds = [v for v in variants(pretrain) if v.group == "tupe_a"]
-    given = []
+    raw = records.read_json(pretrain["_path"])
+    records.write_json(pretrain["_path"], {**raw, "settings": {
+        **raw["settings"], "steps": 20, "save_steps": [0, 6]}})  # as the calibration plans
+    dispatch, events, plans = pretrain["grid"]["steps_per_dispatch"], [], []
 
-    def grid(config, seeds_, steps_per_dispatch, settle):  # as pretrain_grid calls settle
-        given.append(config.steps)
-        config = settle(config)
-        if config is None:
-            return []
-        given.append(config.steps)
-        for seed in seeds_:
-            folder = os.path.join(config.out, f"seed_{seed}")
-            os.makedirs(folder)
-            open(os.path.join(folder, "vocab.txt"), "w").write("[PAD]\n")
-        return []
+    class Trainer:
+        def compile_fit(self, source, rows, transform=None):
+            events.append(("compiled", len(rows)))
+
+    def build(config, members, steps_per_dispatch):
+        events.append(("built", config.steps, [seed for seed, _ in members]))
+        return Trainer(), "source", list(range(config.steps)), "masking"
+
+    def grid(config, seeds, steps_per_dispatch, pretrainer):
+        events.append(("trained", config.steps, type(pretrainer[0]).__name__))
+        for seed in seeds:
+            os.makedirs(os.path.join(config.out, f"seed_{seed}"))
+            open(os.path.join(config.out, f"seed_{seed}", "vocab.txt"), "w").write("[PAD]\n")
+    monkeypatch.setattr(keras_tupe.pretraining, "grid_pretrainer", build)
     monkeypatch.setattr(keras_tupe.pretraining, "pretrain_grid", grid)
-    run_grid(pretrain, seeds, "test", plan=lambda: planned)
-    assert given == [pretrain["settings"]["steps"], 20]
-    for v in seeds:
+    monkeypatch.setattr(jobs, "ensure_vocabulary", lambda config, command: None)
+    monkeypatch.setattr(budget, "read_plan", lambda work: events.append(("plan",)) or plans[0])
+    plans.append({"plan": {"run": True, "steps": 20}})
+    jobs.pretrain_planned(pretrain, "tupe_a", work, "test")
+    assert events == [("built", pretrain["settings"]["steps"], [0, 1]),
+                      ("compiled", dispatch), ("plan",), ("trained", 20, "Trainer")]
+    for v in (v for v in variants(pretrain) if v.group == "tupe_a"):
         pinned = records.read_json(os.path.join(v.run_dir, records.RUN_RECORD))
         assert pinned["config"]["steps"] == 20 and pinned["config"]["save_steps"] == [0, 6]
-    other = [v for v in variants(pretrain) if v.group == "bert_a"]
-    run_grid(pretrain, other, "test", plan=lambda: None)
-    assert given[2:] == [pretrain["settings"]["steps"]]  # built, then nothing planned
-    assert not any(os.path.exists(v.run_dir) for v in other)
+    events.clear()
+    plans[0] = {"plan": {"run": False}}
+    jobs.pretrain_planned(pretrain, "bert_a", work, "test")
+    assert [event[0] for event in events] == ["built", "compiled", "plan"]  # nothing trained
+    assert not any(os.path.exists(v.run_dir) for v in variants(pretrain) if v.group == "bert_a")
 
 
 def test_a_grid_study_is_a_run_a_seed_in_the_folders_pretrain_grid_leaves(tmp_path):
