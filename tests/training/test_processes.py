@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.jax
+# One worker runs the file (`--dist loadgroup`): the runs are one module fixture.
+pytestmark = [pytest.mark.jax, pytest.mark.xdist_group("test_processes")]
 
 REPO = Path(__file__).resolve().parents[2]
 DATA_DIR = Path(os.environ.get("KERAS_TUPE_DATA_DIR") or REPO.parent / "shared" / "data")
@@ -73,10 +74,10 @@ def layout(port, index, count=2, *extra):
             "--num-processes", str(count), "--process-id", str(index), *extra]
 
 
-def start_processes(args, count=2, extra=()):
+def start_processes(args, count=2):
     """`count` processes of one layout, each with its own `--process-id`."""
     port = free_port()
-    return [start([*args, *layout(port, index, count, *extra)]) for index in range(count)]
+    return [start([*args, *layout(port, index, count)]) for index in range(count)]
 
 
 def finish(processes, timeout=600):
@@ -95,14 +96,31 @@ def weights(out):
     return [np.asarray(w) for w in TupeMaskedLM.from_preset(str(Path(out) / "preset")).weights]
 
 
+def kill_after_first_backup(processes, out):
+    """SIGKILL to every process once process 0 committed a backup (after step 2 of 4):
+    a file it writes, waited for, not a time."""
+    metadata = Path(out) / "backup" / "training_metadata.json"
+    deadline = time.time() + 600
+    while not (metadata.exists() and json.loads(metadata.read_text() or "{}").get("step", 0) >= 2):
+        assert all(p.poll() is None for p in processes) and time.time() < deadline, \
+            finish(processes)
+        time.sleep(0.05)
+    for p in processes:
+        p.send_signal(signal.SIGKILL)
+    return finish(processes)
+
+
 @pytest.fixture(scope="module")
 def runs(shards, tmp_path_factory):
-    """The same 4 steps as 2 processes x 1 device, 1 process x 2 devices and 1 device."""
+    """The same 4 steps as 1 device, 1 process x 2 devices, and 2 processes x 1 device
+    killed after their first backup and resumed."""
     root = tmp_path_factory.mktemp("runs")
     one = start(pretrain_args(root / "one", shards))
     virtual = start(pretrain_args(root / "virtual", shards, "--strategy", "mirrored"), devices=2)
-    two = start_processes(pretrain_args(root / "two", shards))
-    results = {"one": finish([one]), "virtual": finish([virtual]), "two": finish(two)}
+    kill_after_first_backup(start_processes(pretrain_args(root / "two", shards)), root / "two")
+    assert not (root / "two" / "preset").exists()
+    results = {"one": finish([one]), "virtual": finish([virtual]),
+               "two": finish(start_processes(pretrain_args(root / "two", shards)))}
     for name, finished in results.items():
         assert [status for status, _ in finished] == [0] * len(finished), finished
     return root, results
@@ -116,38 +134,38 @@ def test_two_processes_and_two_devices_train_as_one_device(runs):
         np.testing.assert_allclose(losses(root / name), want_losses, rtol=LOSS_RTOL)
         for got, want in zip(weights(root / name), want_weights, strict=True):
             np.testing.assert_allclose(got, want, atol=WEIGHT_ATOL)
+
+
+def test_the_two_processes_resume_after_a_kill_with_one_writer(runs):
+    root, results = runs
+    (first_status, first), (second_status, second) = results["two"]
+    assert "Resuming" in first and "Resuming" not in second  # process 0 speaks for the run
+    assert "Process 1 of 2, 2 devices in all: process 0 writes" in second
+    steps = [int(row.split(",")[0]) for row in
+             (root / "two" / "metrics.csv").read_text().splitlines()[1:]]
+    assert steps == [1, 2, 3, 4]  # continued: no step twice, none missing
     record = json.loads((root / "two" / "run_config.json").read_text())
     assert (record["replicas"], record["processes"]) == (2, 2)
-    # One writer: process 0 wrote the folder; process 1 said so and wrote nothing else.
-    assert "Process 1 of 2, 2 devices in all: process 0 writes" in results["two"][1][1]
     assert sorted(p.name for p in root.iterdir()) == ["one", "two", "virtual"]
     assert not (root / "two" / "backup").exists()  # removed once the preset was whole
 
 
-def test_a_killed_two_process_run_resumes_to_the_weights_of_one_device(runs, shards, tmp_path):
-    root, _ = runs
-    out = tmp_path / "killed"
-    args = pretrain_args(out, shards)
-    processes = start_processes(args)
-    metadata = out / "backup" / "training_metadata.json"
-    deadline = time.time() + 600
-    # Killed once a backup is committed (a file process 0 writes after step 2 of 4).
-    while not (metadata.exists() and json.loads(metadata.read_text() or "{}").get("step", 0) >= 2):
-        assert all(p.poll() is None for p in processes) and time.time() < deadline, \
-            finish(processes)
-        time.sleep(0.05)
-    for p in processes:
-        p.send_signal(signal.SIGKILL)
-    finish(processes)
-    assert not (out / "preset").exists()
-    resumed = finish(start_processes(args))
-    assert [status for status, _ in resumed] == [0, 0], resumed
-    assert "Resuming" in resumed[0][1]
-    steps = [int(row.split(",")[0]) for row in
-             (out / "metrics.csv").read_text().splitlines()[1:]]
-    assert steps == [1, 2, 3, 4]  # continues; no step twice
-    for got, want in zip(weights(out), weights(root / "one"), strict=True):
-        np.testing.assert_allclose(got, want, atol=WEIGHT_ATOL)
+def test_the_parts_of_a_batch_are_the_whole_batch(shards):
+    """Each process's rows, read and masked alone, are its rows of the one-process batch."""
+    from keras_tupe.data.shards import MaskedLMShards
+
+    whole = MaskedLMShards(str(shards / "train"), 8, seed=3, threads=0)
+    parts = [MaskedLMShards(str(shards / "train"), 8, seed=3, threads=0, part=(i, 4))
+             for i in range(4)]
+    for index in (0, 1, 289):  # 289: the end of the first pass and the second's start
+        (x, y, weight), pieces = whole[index], [part[index] for part in parts]
+        for key in x:
+            np.testing.assert_array_equal(np.concatenate([p[0][key] for p in pieces]), x[key])
+        np.testing.assert_array_equal(np.concatenate([p[1] for p in pieces]), y)
+        np.testing.assert_array_equal(np.concatenate([p[2] for p in pieces]), weight)
+        assert len({p[0]["token_ids"].tobytes() for p in pieces}) == 4
+    with pytest.raises(ValueError, match="A batch of 8 does not split into 3 equal parts"):
+        MaskedLMShards(str(shards / "train"), 8, part=(0, 3))
 
 
 def one_line(output):
@@ -167,18 +185,6 @@ def test_process_counts_that_differ_stop_every_process_with_one_line(shards, tmp
         "Give every process the same --num-processes.")
     assert one_line(first_output) == ("error: process 1 stopped before training (its own "
                                       "error line says why); nothing was trained or written.")
-    assert not out.exists()
-
-
-def test_a_batch_the_devices_do_not_divide_stops_every_process(shards, tmp_path):
-    out = tmp_path / "run"
-    args = pretrain_args(out, shards)
-    args[args.index("--batch-size") + 1] = "7"
-    for status, output in finish(start_processes(args)):
-        assert status == 2
-        assert one_line(output).startswith(
-            "error: --batch-size 7 (the global batch) must be a positive multiple of the "
-            "number of replicas (2)")
     assert not out.exists()
 
 
