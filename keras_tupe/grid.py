@@ -4,8 +4,10 @@ A grid is K *members*, each a `(seed, learning_rate)`: the same task model (one
 architecture), each member with its own initialization, dropout seeds, data order and
 peak learning rate, under one warm-up/decay schedule. The members' weights and optimizer
 variables are stacked on a leading member axis; one training step is `jax.vmap` of the
-task's own loss and gradient (`model.compute_loss_and_updates`, what `fit` runs on JAX)
-and the optimizer's `stateless_apply` (Keras's documented JAX training-loop API), and
+task's own loss and gradient (`model.compute_loss_and_updates`, what `fit` runs on JAX:
+Keras does not document it, tests/training/test_keras_contract.py holds its signature and
+result to what the grid unpacks) and the optimizer's `stateless_apply` (Keras's documented
+JAX training-loop API), and
 `jax.lax.scan` runs many steps a dispatch, gathering each member's batch from arrays
 already on the device. A member is the run `fit` makes from the same start on the same
 batches (tests/training/test_grid.py holds it to that).
@@ -117,34 +119,6 @@ class Schedule:
     epsilon: float = 1e-6
 
 
-def epoch_rows(count, batch_size, seed, epochs, shuffle=True):
-    """The example rows of every batch, `(epochs * per_epoch, batch_size)`, and their
-    weights: the batches of `keras_tupe.finetuning.batches` on Grain (`epoch_order`, then
-    `filled_batch`)."""
-    per_epoch = -(-count // batch_size)
-    rows, weights = zip(*(
-        filled_batch(epoch_order(count, seed, epoch, shuffle)[
-            step * batch_size:(step + 1) * batch_size], batch_size)
-        for epoch in range(epochs) for step in range(per_epoch)))
-    return np.stack(rows).astype(np.int32), np.stack(weights)
-
-
-def epoch_order(count, seed, epoch, shuffle=True):
-    """The examples of one epoch in order: a fresh permutation from `(seed, epoch)`."""
-    if not shuffle:
-        return np.arange(count)
-    return np.random.default_rng([seed, epoch]).permutation(count)
-
-
-def filled_batch(rows, batch_size):
-    """`rows` (at most `batch_size`) completed with copies of its first rows, and their
-    weights: `batch_size / n` on the `n` real rows, 0 on the copies (a mean over the
-    batch is then the mean over the real rows; every batch has one shape)."""
-    n = len(rows)
-    weights = np.where(np.arange(batch_size) < n, np.float32(batch_size / n), np.float32(0.0))
-    return rows[np.arange(batch_size) % n], weights
-
-
 class GridTrainer:
     """K runs of one task model trained at once, in one compiled program (JAX).
 
@@ -224,8 +198,10 @@ class GridTrainer:
         self.optimizer.build(self.model.trainable_variables)
         self._decay = LinearWarmupLinearDecay(1.0, schedule.warmup_steps, schedule.total_steps)
         variables = self.optimizer.variables
-        # Keras's public `learning_rate` is the value; the grid sets the variable itself.
-        [self._rate_index] = [i for i, v in enumerate(variables) if v.name == "learning_rate"]
+        # The optimizer was made with a number, so its public `learning_rate` is the variable
+        # itself (a schedule's would be a value): found by identity, as the step counter is.
+        [self._rate_index] = [i for i, v in enumerate(variables)
+                              if v is self.optimizer.learning_rate]
         [self._step_index] = [i for i, v in enumerate(variables)
                               if v is self.optimizer.iterations]
         stack = lambda values: [jnp.stack(column) for column in zip(*values)]  # noqa: E731

@@ -30,9 +30,10 @@ import numpy as np
 from keras_tupe import data
 from keras_tupe.callbacks import (AtomicBackupAndRestore, StepCheckpoint, StepLogger,
                                   StepProgress, backup_metadata)
+from keras_tupe.data.order import epoch_rows
 from keras_tupe.data.shards import MaskedLMShards
 from keras_tupe.grid import (GridTrainer, Schedule, check_backend, check_members, device_masking,
-                             check_grid_memory, epoch_rows, merged_members, shard_source)
+                             check_grid_memory, merged_members, shard_source)
 from keras_tupe.layers.utils import INITIALIZATION
 from keras_tupe.models import (TupeBackbone, TupeMaskedLM, TupeMaskedLMPreprocessor,
                                TupeTokenizer)

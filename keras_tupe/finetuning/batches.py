@@ -11,7 +11,7 @@ import functools
 
 import numpy as np
 
-from keras_tupe.grid import epoch_order, filled_batch
+from keras_tupe.data.order import epoch_order, filled_batch
 from keras_tupe.models.tupe_text_classifier_preprocessor import trim_packed
 from keras_tupe_base.checks import check_int
 from keras_tupe_base.settings import LOADERS

@@ -33,8 +33,9 @@ from keras_tupe.finetuning.loading import (
 )
 from keras_tupe.finetuning.protocol import Protocol
 from keras_tupe.finetuning.summary import append_result, read_results, write_tables
+from keras_tupe.data.order import epoch_rows
 from keras_tupe.grid import (GridTrainer, Schedule, check_backend, check_grid_memory,
-                             check_members, epoch_rows, merged_members)
+                             check_members, merged_members)
 from keras_tupe.metrics import glue_metrics, glue_score
 from keras_tupe.models import (
     TupeBackbone,
@@ -102,8 +103,8 @@ def finetune_glue(config, splits=None):
               f"prediction for one length a split; data on {loader}.", flush=True)
     seconds, epoch_seconds = fit_task(model, train, config, epochs, steps_per_epoch,
                                       config.progress)
-    results = {}
-    for split in spec.eval_splits:
+
+    def predict(split):  # the one member's outputs
         examples = splits[split]
         _use_preprocessor(model, TupeTextClassifierPreprocessor(  # one length a split
             tokenizer, sequence_length=lengths[split]))
@@ -113,10 +114,10 @@ def finetune_glue(config, splits=None):
             print(f"Evaluating {config.task} on {split} ({len(examples.labels):,} examples) ...",
                   flush=True)
         with Heartbeat(f"  evaluating on {split}") if config.progress else nullcontext():
-            outputs = model.predict(dataset, verbose=0)[:len(examples.labels)]
-        predictions = outputs if spec.num_classes == 1 else np.argmax(outputs, axis=-1)
-        metrics = glue_metrics(config.task, predictions, examples.labels)
-        results[split] = {**metrics, "score": glue_score(config.task, metrics)}
+            return [model.predict(dataset, verbose=0)[:len(examples.labels)]]
+
+    [results] = dev_results(config.task, {split: splits[split].labels
+                                          for split in spec.eval_splits}, predict)
     _use_preprocessor(model, preprocessor)
     if config.save_dir:
         save_classifier(model, config.save_dir, tokenizer, {
@@ -124,11 +125,9 @@ def finetune_glue(config, splits=None):
             "num_segments": 2 if spec.is_pair else 1, "label_names": list(spec.label_names),
             "init": config.init, "learning_rate": config.learning_rate, "seed": config.seed,
             "epochs": epochs, "dev": results})
-    return {"task": config.task, "learning_rate": config.learning_rate, "seed": config.seed,
-            "epochs": epochs, "train_examples": len(train_examples.labels),
-            "sequence_lengths": lengths, "train_lengths_compiled_at_most": train_lengths,
-            "train_seconds": seconds, "epoch_seconds": epoch_seconds, "data_loader": loader,
-            "dev": results}
+    return result_row(config.task, config.learning_rate, config.seed, epochs,
+                      len(train_examples.labels), lengths, train_lengths, seconds, loader,
+                      results, epoch_seconds=epoch_seconds)
 
 
 def _task_inputs(config, spec, splits):
@@ -190,23 +189,42 @@ def finetune_glue_grid(config, learning_rates, seeds, splits=None, precision="fl
     seeds, learning_rates, inits = merged_members(seeds, learning_rates, inits)
     grid = glue_grid(config, learning_rates, seeds, splits, precision, steps_per_dispatch,
                      inits)
-    trainer, members, spec = grid.trainer, grid.trainer.members, glue.get_task(config.task)
+    trainer, members = grid.trainer, grid.trainer.members
     start = time.perf_counter()
     trainer.fit(grid.source, grid.rows, grid.weights)
     seconds = time.perf_counter() - start
-    results = [{} for _ in members]
-    for split in spec.eval_splits:
-        outputs = trainer.predict(grid.evaluated[split], config.batch_size)
-        for result, output in zip(results, outputs):
-            predictions = output if spec.num_classes == 1 else np.argmax(output, axis=-1)
-            metrics = glue_metrics(config.task, predictions, grid.labels[split])
-            result[split] = {**metrics, "score": glue_score(config.task, metrics)}
-    return [{"task": config.task, "learning_rate": rate, "seed": seed, "epochs": grid.epochs,
-             "train_examples": len(grid.source[1]), "sequence_lengths": grid.lengths,
-             "train_lengths_compiled_at_most": [grid.lengths["train"]], "train_seconds": seconds,
-             "grid_members": len(members), "grid_compiles": trainer.compiles,
-             "precision": precision, "data_loader": "grid", "dev": result}
+    results = dev_results(config.task, grid.labels, lambda split: trainer.predict(
+        grid.evaluated[split], config.batch_size))
+    return [result_row(config.task, rate, seed, grid.epochs, len(grid.source[1]), grid.lengths,
+                       [grid.lengths["train"]], seconds, "grid", result,
+                       grid_members=len(members), grid_compiles=trainer.compiles,
+                       precision=precision)
             for (seed, rate), result in zip(members, results)]
+
+
+def dev_results(task, labels, predict):
+    """Each member's dev metrics and score, a dict a member: `predict(split)` gives every
+    member's outputs on `split` (the task's evaluation splits, whose `labels` are given).
+    Both engines evaluate through it: `fit`'s run is a grid of one member."""
+    spec, results = glue.get_task(task), None
+    for split in spec.eval_splits:
+        outputs = predict(split)
+        results = results or [{} for _ in outputs]
+        for result, output in zip(results, outputs, strict=True):
+            predictions = output if spec.num_classes == 1 else np.argmax(output, axis=-1)
+            metrics = glue_metrics(task, predictions, labels[split])
+            result[split] = {**metrics, "score": glue_score(task, metrics)}
+    return results
+
+
+def result_row(task, learning_rate, seed, epochs, train_examples, lengths, compiled, seconds,
+               loader, dev, **engine):
+    """A run's row (`results.jsonl`), from either engine; `engine`: what only it records
+    (`fit`'s `epoch_seconds`; a grid's members, compiles and precision)."""
+    return {"task": task, "learning_rate": learning_rate, "seed": seed, "epochs": epochs,
+            "train_examples": train_examples, "sequence_lengths": lengths,
+            "train_lengths_compiled_at_most": compiled, "train_seconds": seconds, **engine,
+            "data_loader": loader, "dev": dev}
 
 
 class GlueGrid(NamedTuple):
@@ -279,9 +297,19 @@ def _classifier_of(spec):
 
 
 def _use_preprocessor(model, preprocessor):
-    """`model` takes `preprocessor` from now on, fitted to its backbone (`fit_preprocessor`)."""
+    """`model` takes `preprocessor` from now on, fitted to its backbone (`fit_preprocessor`)
+    and built (`_build_preprocessor`): `predict` on Grain calls it from several threads."""
     model.preprocessor = preprocessor
     model.fit_preprocessor()
+    _build_preprocessor(model)
+
+
+def _build_preprocessor(model):
+    """Builds `model`'s preprocessor here, once, if it is not: keras-hub builds it at its
+    first call, which Grain's threads can make at once (one then finds the other's
+    half-built packer: `'NoneType' object is not callable`)."""
+    if model.preprocessor is not None and not model.preprocessor.built:
+        model.preprocessor.build(None)
 
 
 def fit_task(model, train, config, epochs, steps_per_epoch, progress):
@@ -290,10 +318,7 @@ def fit_task(model, train, config, epochs, steps_per_epoch, progress):
     `progress`, else Keras's at `config.verbose`. Returns the seconds `fit` took and the
     seconds of each epoch (the first holds the compilations; the last shows the pace)."""
     steps = epochs * steps_per_epoch
-    if model.preprocessor is not None and not model.preprocessor.built:
-        # Built here, once: keras-hub builds it at its first call, which Grain's threads
-        # can make at once (one then finds the other's half-built packer).
-        model.preprocessor.build(None)
+    _build_preprocessor(model)
     model.compile(optimizer=create_optimizer(model, config.learning_rate, total_steps=steps,
                                              warmup_steps=int(config.warmup_ratio * steps),
                                              weight_decay=config.weight_decay),

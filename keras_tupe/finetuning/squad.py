@@ -15,8 +15,9 @@ from keras_tupe.finetuning.glue import GRID_MEMBERS, fit_task, pop_grid_settings
 from keras_tupe.finetuning.loading import FINETUNING_RECORD, encoder_config, load_backbone
 from keras_tupe.finetuning.protocol import Protocol
 from keras_tupe.finetuning.summary import append_result, read_results
+from keras_tupe.data.order import epoch_rows
 from keras_tupe.grid import (GridTrainer, Schedule, check_backend, check_grid_memory,
-                             check_members, epoch_rows, merged_members)
+                             check_members, merged_members)
 from keras_tupe.metrics import squad_evaluate
 from keras_tupe.models import TupeSpanQA, TupeSpanQAPreprocessor
 from keras_tupe.models.preset_folders import refuse_existing_folder, write_preset_folder

@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 from keras_tupe.data.masking import mask_batch
-from keras_tupe.grid import GridTrainer, Schedule, check_members, epoch_rows
+from keras_tupe.data.order import epoch_rows
+from keras_tupe.grid import GridTrainer, Schedule, check_members
 from keras_tupe.models import TupeBackbone, TupeMaskedLM, TupeTextClassifier
 from keras_tupe.optimization import create_optimizer
 
