@@ -132,8 +132,9 @@ class GridTrainer:
         schedule: a `Schedule`: steps, warm-up, weight decay, clipping. Its steps and
             warm-up are inputs of the compiled program, read at each `fit` from the
             `schedule` attribute: a grid built and compiled (`compile_fit`) before its
-            length is chosen trains for any length once `schedule` is set to it. The
-            optimizer's settings are built in; a schedule that changes them is refused.
+            length is chosen trains for any length once `schedule` is set to it, before
+            its first step (after it, another schedule is refused). The optimizer's
+            settings are built in; a schedule that changes them is refused.
         precision: "float32" or "mixed_bfloat16" (Keras's dtype policy while the
             members are built). Defaults to "float32".
         steps_per_dispatch: int. The most steps one call of the compiled program runs
@@ -222,6 +223,7 @@ class GridTrainer:
         self.compiles = 0
         # Steps trained so far: a later `fit` goes on from them (its batches' masking keys).
         self.steps_done = 0
+        self._trained_on = None  # the schedule's (warmup_steps, total_steps) once it trains
 
     def _build(self, build):
         models = {}
@@ -359,7 +361,14 @@ class GridTrainer:
             raise ValueError(f"A grid's schedule may change its total_steps and warmup_steps; "
                              f"this one changes {', '.join(changed)}, built into the "
                              "optimizer: build another grid.")
-        return self.schedule.warmup_steps, self.schedule.total_steps
+        steps = self.schedule.warmup_steps, self.schedule.total_steps
+        if self.steps_done and steps != self._trained_on:
+            raise ValueError(f"This grid trained {self.steps_done} steps on a schedule of "
+                             f"{self._trained_on[1]} steps ({self._trained_on[0]} warming up); "
+                             "its schedule changes only before its first step: build another "
+                             "grid.")
+        self._trained_on = steps
+        return steps
 
     def _program(self, kind, length, transform):
         key = (kind, length, transform)

@@ -238,9 +238,16 @@ except ValueError as error:
     refused = str(error)
 trainer.schedule = Schedule(10 * len(rows), WARMUP)
 rescheduled = trainer.fit(source, rows[:, :2], weights[:, :2])
+# Once it trained, another schedule would bend its curve midway: refused.
+trainer.schedule = Schedule(len(rows), WARMUP)
+try:
+    trainer.fit(source, rows[:, :2], weights[:, :2])
+    late = None
+except ValueError as error:
+    late = str(error)
 print(json.dumps({"added": added, "apart": float(np.max(np.abs(losses[0] - losses[1]))),
                   "rescheduled": float(np.max(np.abs(rescheduled - losses[1]))),
-                  "refused": refused}))
+                  "refused": refused, "late": late}))
 """
 
 
@@ -255,7 +262,7 @@ def test_grids_of_one_shape_share_one_program_whatever_their_schedules(tmp_path)
     load (none added): a grid compiled ahead. A grid given another schedule (`schedule`)
     before its first step trains as one built on that schedule (a grid built and compiled
     before its length is chosen); one that would change the optimizer's settings is
-    refused, naming them."""
+    refused, naming them, and so is another schedule once the grid has trained."""
     import json
     import subprocess
     import sys
@@ -270,6 +277,7 @@ def test_grids_of_one_shape_share_one_program_whatever_their_schedules(tmp_path)
     assert found["added"][0] >= 2 and found["added"][1:] == [0, 0], found
     assert found["apart"] > 1e-3 and found["rescheduled"] == 0, found
     assert "changes weight_decay" in found["refused"], found
+    assert "its schedule changes only before its first step" in found["late"], found
 
 
 @pytest.mark.jax
