@@ -246,6 +246,8 @@ def test_every_setting_is_a_flag_of_its_type(case, monkeypatch):
                 text = "docs"  # a folder that exists
             elif field.name in ("vocab", "valid_corpus"):
                 text = "README.md"  # a file that exists
+            elif field.name == "coordinator":
+                text = "10.0.0.1:1234"  # HOST:PORT
             else:
                 text = SAMPLES[meta["parse"] or (str if field.type is list else field.type)]
             given = [flag, text]
@@ -256,6 +258,8 @@ def test_every_setting_is_a_flag_of_its_type(case, monkeypatch):
                 given += ["--steps", "9", "--eval-every", "9"]  # a multiple of each other
             if name == "pretrain" and field.name == "steps_per_execution":
                 given += ["--eval-every", "18", "--steps", "18000"]  # 9 divides 18
+            if field.name in ("coordinator", "num_processes", "process_id"):
+                given += ["--strategy", "multiworker"]  # the layout of multiworker alone
             if field.name == "selection_seed":
                 given += ["--seeds", "9"]
             if field.name == "edge_learning_rates":
