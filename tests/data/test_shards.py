@@ -2,8 +2,8 @@
 
 The shard path must give the token stream of `packed_sequences` and the masking
 statistics of `mlm_dataset`, need no TensorFlow, and resume a run exactly. The
-loader tests are fast (`make test`); the training runs are marked `jax` (`make
-test-jax`, under the JAX backend) or `slow` (the TensorFlow backend).
+loader tests are fast (`make test`); the resumed run under TensorFlow is `slow`, under
+JAX without TensorFlow tests/training/test_processes.py's.
 """
 
 import json
@@ -296,9 +296,6 @@ def test_resuming_with_shards_made_again_with_another_vocabulary_is_refused(
 
 RUN_SCRIPT = """
 import sys
-if {block_tensorflow}:
-    sys.modules["tensorflow"] = None
-    sys.modules["tensorflow_text"] = None
 if {until_step} is None:  # the command line, as a user runs it
     from keras_tupe_cli.pretrain import main
 
@@ -315,17 +312,14 @@ pretrain(config, until_step={until_step})
 """
 
 
-def run_pretraining(backend, shard_dir, valid_dir, out, until_step=None, block_tensorflow=False):
+def run_pretraining(shard_dir, valid_dir, out, until_step=None):
     # Under TensorFlow without XLA: the shards' resume is checked here, and a resume to the
     # same weights under XLA, the default, is tests/training/test_pretrain.py's (from a corpus).
-    xla = backend != "tensorflow"
     argv = tiny_shard_args(out, shard_dir, "--valid-shards", str(valid_dir), "--valid-batches",
-                           "2", "--save-steps", "0,4", "--learning-rate", "1e-3",
-                           *([] if xla else ["--no-xla"]))
-    script = RUN_SCRIPT.format(block_tensorflow=block_tensorflow, argv=argv, shards=str(shard_dir),
-                               valid=str(valid_dir), out=str(out), seq_len=SEQ_LEN,
-                               until_step=until_step, xla=xla)
-    env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3",
+                           "2", "--save-steps", "0,4", "--learning-rate", "1e-3", "--no-xla")
+    script = RUN_SCRIPT.format(argv=argv, shards=str(shard_dir), valid=str(valid_dir),
+                               out=str(out), seq_len=SEQ_LEN, until_step=until_step, xla=False)
+    env = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "3",
            "PYTHONPATH": str(REPO)}
     result = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env,
                             capture_output=True, text=True, timeout=600)
@@ -349,26 +343,19 @@ def valid_shard_dir(vocab, tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize("backend", [pytest.param("jax", marks=pytest.mark.jax),
-                                     pytest.param("tensorflow", marks=pytest.mark.slow)])
+@pytest.mark.slow
 def test_pretraining_from_shards_resumes_like_an_uninterrupted_run(
-        backend, shard_dir, valid_shard_dir, tmp_path):
+        shard_dir, valid_shard_dir, tmp_path):
     """`training.pretrain --shards DIR`, stopped after step 2 and run again: the weights
-    of a run never stopped. Under JAX every run has TensorFlow blocked: the issue's GPU
-    machine, end to end."""
-    if backend == "jax":
-        pytest.importorskip("jax")
-    elif os.environ.get("KERAS_BACKEND") == "jax":
-        pytest.skip("`make test-jax` runs the JAX case; `make test-slow` this one")
-    block = backend == "jax"
+    of a run never stopped. Under JAX, without TensorFlow (the GPU machine's), the shards'
+    runs killed and resumed are tests/training/test_processes.py's (1 and 2 processes)."""
     straight, stopped = tmp_path / "straight", tmp_path / "stopped"
-    run_pretraining(backend, shard_dir, valid_shard_dir, straight, block_tensorflow=block)
-    run_pretraining(backend, shard_dir, valid_shard_dir, stopped, until_step=2,
-                    block_tensorflow=block)
+    run_pretraining(shard_dir, valid_shard_dir, straight)
+    run_pretraining(shard_dir, valid_shard_dir, stopped, until_step=2)
     assert not (stopped / "preset").exists()
     # The backup is kept: the second call resumes after step 2 rather than starting over.
     assert json.loads((stopped / "backup" / "training_metadata.json").read_text())["step"] == 2
-    run_pretraining(backend, shard_dir, valid_shard_dir, stopped, block_tensorflow=block)
+    run_pretraining(shard_dir, valid_shard_dir, stopped)
 
     steps, got = weights_of(stopped)
     want_steps, want = weights_of(straight)

@@ -229,7 +229,8 @@ def test_members_spread_over_two_devices_train_as_on_one(tmp_path):
     on the first, 2-3 on the second, and the losses, the last weights and the predictions
     those of the same grid on one device. K = 3 over 2: a copy of the first member fills
     the second device, and the three members' losses and predictions are those on one."""
-    env = {**os.environ, "KERAS_BACKEND": "jax", "PYTHONPATH": str(REPO),
+    env = {**os.environ, "KERAS_BACKEND": "jax",  # JAX alone (tests/no_tensorflow), as on a GPU
+           "PYTHONPATH": os.pathsep.join([str(REPO / "tests" / "no_tensorflow"), str(REPO)]),
            "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
     done = subprocess.run([sys.executable, "-c", SPREAD], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=600)

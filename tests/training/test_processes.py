@@ -54,8 +54,10 @@ def pretrain_args(out, shards, *extra, steps=4, eval_every=1):
 
 
 def start(args, devices=1, **popen):
+    """`keras-tupe-pretrain` in a process where TensorFlow cannot be imported
+    (tests/no_tensorflow): the lent GPU machine's, and a cluster image's, JAX alone."""
     env = {**os.environ, "KERAS_BACKEND": "jax", "TF_CPP_MIN_LOG_LEVEL": "3",
-           "PYTHONPATH": str(REPO)}
+           "PYTHONPATH": os.pathsep.join([str(REPO / "tests" / "no_tensorflow"), str(REPO)])}
     if devices > 1:
         env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
     return subprocess.Popen([sys.executable, "-m", "training.pretrain", *args], cwd=REPO,

@@ -527,10 +527,12 @@ def test_s2a_rehearsed_at_tiny_size_under_jax_without_tensorflow(tmp_path):
 @pytest.mark.jax
 @pytest.mark.skipif(not os.path.isdir(DATA), reason="needs ../shared/data (the text and SQuAD)")
 def test_s6_rehearsed_at_tiny_size_under_jax_without_tensorflow(tmp_path):
-    """Huang's four encoders pre-train, and each final encoder is scored on SQuAD (the
-    offline article split of a few articles) in one run of the protocol."""
-    written, _ = _rehearse("S6", tmp_path)
-    variants = ("bert_a", "shaw", "huang_m3", "huang_m4")
+    """Huang's encoders pre-train, and each final encoder is scored on SQuAD (the offline
+    article split of a few articles) in one run of the protocol: two of the four (absolute
+    and method 4), as a run of the stage takes each alike (the variants' own paths are the
+    layers' tests)."""
+    variants = ("bert_a", "huang_m4")
+    written, _ = _rehearse("S6", tmp_path, variants=list(variants))
     for variant in variants:
         run = json.load(open(tmp_path / "back" / "records" / "huang_long" / variant /
                              "run_config.json"))
