@@ -12,6 +12,7 @@ import os
 from experiments import config as study_config
 from experiments import records
 from experiments.config import StudyError
+from keras_tupe_base.settings import FinetuneConfig, ProtocolConfig, SquadConfig
 
 # The length study's context-free reference, a row of its table.
 UNIGRAM = {"pretrain_study": "baseline", "variant": "unigram", "preset": "(no model)",
@@ -56,6 +57,29 @@ def protocol(config):
     from keras_tupe.finetuning import Protocol
 
     return Protocol.from_config(config)
+
+
+def protocol_settings(config, jobs, tasks=None, grid=None, **run_settings):
+    """What `run_protocol` (or `run_squad_protocol`) takes for the first of `jobs` (the
+    others trained beside it: `together`): the `ProtocolConfig` (`tasks`, default the
+    study's; the job's record folder; the study's rates, seeds and choice; `grid`: a dict
+    of the grid's settings, which trains each task's runs as one program, default the
+    study's, where an empty or absent one trains run by run) and the run's
+    `FinetuneConfig` (or `SquadConfig`: the job's encoder, vocabulary and case, the
+    study's settings and data, and `run_settings`)."""
+    tasks = tasks or config["tasks"]
+    grid = (config.get("grid") or None) if grid is None else grid
+    job = jobs[0]
+    protocol_config = ProtocolConfig(
+        tasks=list(tasks), out=job["out"], learning_rates=list(config["learning_rates"]),
+        seeds=list(config["seeds"]), selection_seed=config.get("selection_seed"),
+        edge_learning_rates=list(config.get("edge_learning_rates") or []), grid=grid is not None,
+        **(grid or {}))
+    common = dict(init=job["init"], vocab=job["vocab"], lowercase=job["lowercase"],
+                  **config["settings"], **run_settings)
+    run = (SquadConfig(offline_split=config["squad_file"], **common) if is_squad(config) else
+           FinetuneConfig(task=tasks[0], data_dir=config.get("data_dir"), **common))
+    return protocol_config, run
 
 
 def is_squad(config):

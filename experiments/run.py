@@ -40,7 +40,7 @@ from experiments import config as study_config
 from experiments import records
 from experiments.config import StudyError, require_models
 from experiments.plans import (finetune_plan, is_squad, length_key, length_plan, length_results,
-                               protocol)
+                               protocol, protocol_settings)
 from experiments.report_length import length_pages
 from keras_tupe_base.command_line import add_common_flags, one_line_errors, quiet_start, run
 from keras_tupe_base.files import file_sha256, tree_sha256
@@ -319,19 +319,13 @@ def run_finetune(config, command, report_command, only_variants=None, only_check
               f"{config['tasks']} x lr {config['learning_rates']} x seeds {config['seeds']}",
               flush=True)
         keras.backend.clear_session()
-        common = dict(protocol=chosen, vocab=job["vocab"], lowercase=job["lowercase"],
-                      **config["settings"])
-        if config.get("grid"):  # each task's rates x seeds as one program (JAX)
-            common.update(grid=True, **config["grid"])
-        else:
-            common.update(steps_per_execution=steps_per_execution)
+        # With the study's `grid`, each task's rates x seeds as one program (JAX).
+        protocol_config, run = protocol_settings(config, [job], **(
+            {} if config.get("grid") else {"steps_per_execution": steps_per_execution}))
         if is_squad(config):
-            run_squad_protocol(job["init"], job["out"], offline_split=config["squad_file"],
-                               **common)
+            run_squad_protocol(protocol_config, run)
         else:
-            run_protocol(config["tasks"], job["init"], job["out"],
-                         data_dir=config.get("data_dir"),
-                         task_settings=config.get("task_settings"), **common)
+            run_protocol(protocol_config, run, task_settings=config.get("task_settings"))
     record_floors([config], missing_only=True)  # the data is here; `report` reads only records
     return finetune_pages(config, report_command)
 

@@ -329,10 +329,11 @@ class FinetuneConfig:
 
 
 @dataclasses.dataclass
-class GlueProtocolConfig:
-    """The papers' protocol over GLUE tasks (`keras-tupe-finetune-glue`): the grid of
-    learning rates and seeds, how a task's rate is chosen, how the runs train. Each run's
-    own settings are a `FinetuneConfig`'s."""
+class ProtocolConfig:
+    """The papers' protocol (`keras-tupe-finetune-glue`; `keras_tupe.finetuning.run_protocol`
+    over GLUE tasks, `run_squad_protocol` over `tasks=["squad"]`): the grid of learning
+    rates and seeds, how a task's rate is chosen, how the runs train. Each run's own
+    settings are a `FinetuneConfig`'s (GLUE) or a `SquadConfig`'s."""
 
     tasks: list = setting(help="GLUE tasks, e.g. cola sst2 mrpc", nargs="+")
     out: str = setting(help="results directory (resumed if it exists)")

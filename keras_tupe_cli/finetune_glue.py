@@ -20,25 +20,25 @@ import sys
 from keras_tupe_base.checks import merge_repeats
 from keras_tupe_base.extras import keras_backend
 from keras_tupe_base.output_lock import output_lock
-from keras_tupe_base.settings import FinetuneConfig, GlueProtocolConfig
+from keras_tupe_base.settings import FinetuneConfig, ProtocolConfig
 from keras_tupe_cli.common import (INIT_FLAGS, add_settings, command_parser, entry_point,
                                    setting_flags, settings_from)
 
 # A run's learning rate and seed are the protocol's grid; its task, each of --tasks.
 RUN_SKIP = ("task", "learning_rate", "seed")
 FLAGS = {**INIT_FLAGS, **setting_flags(FinetuneConfig, RUN_SKIP),
-         **setting_flags(GlueProtocolConfig, ("tasks", "out"))}
+         **setting_flags(ProtocolConfig, ("tasks", "out"))}
 
 
 def parse_configs(argv=None):
-    """The protocol's `GlueProtocolConfig` and the runs' `FinetuneConfig` (of the first task;
+    """The protocol's `ProtocolConfig` and the runs' `FinetuneConfig` (of the first task;
     each run sets its own task, rate and seed): a flag a field, every value checked;
     imports no Keras."""
     p = command_parser("keras-tupe-finetune-glue", __doc__)
-    protocol_flags = add_settings(p, GlueProtocolConfig)
+    protocol_flags = add_settings(p, ProtocolConfig)
     run_flags = add_settings(p, FinetuneConfig, skip=RUN_SKIP)
     args = p.parse_args(argv)
-    protocol = settings_from(args, GlueProtocolConfig, protocol_flags)
+    protocol = settings_from(args, ProtocolConfig, protocol_flags)
     run = settings_from(args, FinetuneConfig, run_flags, task=protocol.tasks[0])
     if protocol.grid and keras_backend() != "jax":
         where = ("KERAS_BACKEND is" if os.environ.get("KERAS_BACKEND") else
@@ -65,19 +65,10 @@ def main(argv=None):
                                  "results folder there. Choose another --out.")
     # Held before Keras is imported: a second protocol on --out is refused at once.
     with output_lock(out):
-        from keras_tupe.finetuning import Protocol, run_protocol
+        from keras_tupe.finetuning import run_protocol
 
-        grid = Protocol(protocol.learning_rates, protocol.seeds, protocol.selection_seed,
-                        protocol.edge_learning_rates)
-        settings = {name: value for name, value in dataclasses.asdict(run).items()
-                    if name not in (*RUN_SKIP, "init", "save_dir")}
         # Progress lines (steps, metrics, time left, evaluation) unless Keras's (--verbose).
-        settings["progress"] = run.verbose == 0
-        settings.update({name: getattr(protocol, name)
-                         for name in ("precision", "steps_per_dispatch")
-                         if getattr(protocol, name) is not None})
-        table = run_protocol(protocol.tasks, run.init, out, protocol=grid,
-                             save_models=protocol.save_models, grid=protocol.grid, **settings)
+        table = run_protocol(protocol, dataclasses.replace(run, progress=run.verbose == 0))
     for row in table:
         print(f"{row['task']}: {row['score']:.2f} (lr {row['best_learning_rate']:g}, "
               f"{row['seeds']} seeds)")

@@ -12,7 +12,7 @@ import time
 
 from experiments import records
 from experiments.config import StudyError, ensure_vocabulary, load_config, require_models, variants
-from experiments.plans import finetune_plan, protocol
+from experiments.plans import finetune_plan, protocol, protocol_settings
 from experiments.run import SETTINGS_FILE, grid_config, run_grid
 from experiments.stage import budget, specs
 from keras_tupe_base.files import tree_sha256
@@ -48,11 +48,9 @@ def finetune_together(config, names, command, tasks=None):
         print(f"[{config['study']}] {len(jobs)} encoders as one program a task: "
               f"{tasks} x lr {config['learning_rates']} x seeds {config['seeds']}", flush=True)
         keras.backend.clear_session()
-        run_protocol(tasks, jobs[0]["init"], jobs[0]["out"],
-                     together=[(job["init"], job["out"]) for job in jobs[1:]], grid=True,
-                     protocol=chosen, vocab=jobs[0]["vocab"], lowercase=jobs[0]["lowercase"],
-                     data_dir=config.get("data_dir"), task_settings=config.get(
-                         "task_settings"), **config["settings"], **config["grid"])
+        run_protocol(*protocol_settings(config, jobs, tasks, grid=config.get("grid") or {}),
+                     task_settings=config.get("task_settings"),
+                     together=[(job["init"], job["out"]) for job in jobs[1:]])
 
 
 def pretrain_planned(config, group, work, command):

@@ -4,8 +4,10 @@
 folder. `glue` and `squad`: one run and the grid over learning rates and seeds;
 `protocol` and `summary`: that grid's plan, choice and table.
 `batches`: a task's batches on tf.data, or on Grain where TensorFlow is absent.
-A run's settings, `FinetuneConfig` and `SquadConfig`, are `keras_tupe_base.settings`'s
-(the standard library alone: a command reads their fields before Keras is imported).
+A run's settings, `FinetuneConfig` and `SquadConfig`, and a protocol's, `ProtocolConfig`,
+are `keras_tupe_base.settings`'s (the standard library alone: a command reads their fields
+before Keras is imported); `run_protocol` and `run_squad_protocol` take a protocol's and a
+run's, as the commands parse them.
 """
 
 from keras_tupe.finetuning.batches import batches, resolve_loader

@@ -45,12 +45,12 @@ from keras_tupe.models import (
 )
 from keras_tupe.models.preset_folders import refuse_existing_folder
 from keras_tupe.optimization import create_optimizer
-from keras_tupe_base import files
+from keras_tupe_base import files, settings
 from keras_tupe_base.checks import merge_repeats
 from keras_tupe_base.folders import made_folder
 from keras_tupe_base.output_lock import output_lock
 from keras_tupe_base.progress import Heartbeat
-from keras_tupe_base.settings import PAPER_LEARNING_RATES, PAPER_SEEDS, FinetuneConfig
+from keras_tupe_base.settings import FinetuneConfig, ProtocolConfig
 
 SHORT_TASKS = ("mnli", "qqp", "qnli")  # 5 epochs instead of 10
 
@@ -454,22 +454,20 @@ def _with_dropout(backbone, dropout):
     return rebuilt
 
 
-def _preflight(tasks, init, config_kwargs, task_settings):
+def _preflight(tasks, init, run, task_settings):
     """Loads the encoder, tokenizer and every split once, and packs each task's first
     example as training will: errors before any training. Returns the splits,
     `{task: {split: GlueExamples}}`, which every run of the task takes."""
-    resolve_loader(config_kwargs.get("data_loader"))
+    resolve_loader(run.data_loader)
     backbone = load_backbone(init)
     for task in tasks:
-        backbone.check_sequence_length({**config_kwargs, **task_settings.get(task, {})}.get(
-            "seq_len", FinetuneConfig.seq_len))
-    tokenizer = task_tokenizer(init, backbone, config_kwargs.get("vocab"),
-                               config_kwargs.get("lowercase", True))
+        backbone.check_sequence_length(task_run(run, task, task_settings).seq_len)
+    tokenizer = task_tokenizer(init, backbone, run.vocab, run.lowercase)
     preprocessor = TupeTextClassifierPreprocessor(tokenizer, sequence_length=16)
     splits = {}
     for task in tasks:
         for split in ("train",) + tuple(glue.GLUE_TASKS[task].eval_splits):
-            examples = glue.load_glue(task, split, config_kwargs.get("data_dir"))
+            examples = glue.load_glue(task, split, run.data_dir)
             if not len(examples):
                 raise ValueError(f"GLUE {task} {split} has no examples: nothing to "
                                  f"{'fine-tune on' if split == 'train' else 'evaluate'}.")
@@ -479,39 +477,48 @@ def _preflight(tasks, init, config_kwargs, task_settings):
     return splits
 
 
-def _check_grids_fit(protocol, tasks, init, encoders, task_settings, config_kwargs,
-                     grid_settings):
+def task_run(run, task, task_settings=None, **each):
+    """`run`'s settings for `task`: its `task_settings` entry (`TASK_SETTINGS`) and `each`
+    run's own (`learning_rate`, `seed`, `init`, `save_dir`) over them."""
+    return dataclasses.replace(run, task=task, **(task_settings or {}).get(task, {}), **each)
+
+
+def grid_settings(config):
+    """A protocol's `finetune_glue_grid` / `finetune_squad_grid` settings: its
+    `precision` and `steps_per_dispatch`, those given."""
+    return {name: getattr(config, name) for name in ("precision", "steps_per_dispatch")
+            if getattr(config, name) is not None}
+
+
+def _check_grids_fit(config, protocol, run, encoders, task_settings):
     """Refuses, before the data or any encoder is loaded, a protocol whose first grid (every
     rate x every seed of every encoder; with a selection seed, every rate of it) would
     not fit the device at `seq_len` (`check_grid_memory`). With `pad_to_longest` the
     length is known once a task is packed: `finetune_glue_grid` checks it then."""
     members = len(protocol.learning_rates) * encoders * (
         1 if protocol.selection_seed is not None else len(protocol.seeds))
-    backbone = encoder_config(init)
-    for task in tasks:
-        config = FinetuneConfig(task=task, init=init,
-                                **{**config_kwargs, **task_settings.get(task, {})})
-        if not config.pad_to_longest:
-            check_grid_memory(backbone, members, config.batch_size, config.seq_len,
-                              grid_settings.get("precision", "float32"),
+    backbone = encoder_config(run.init)
+    for task in config.tasks:
+        each = task_run(run, task, task_settings)
+        if not each.pad_to_longest:
+            check_grid_memory(backbone, members, each.batch_size, each.seq_len,
+                              config.precision or "float32",
                               task=_classifier_of(glue.get_task(task)),
                               members_are=GRID_MEMBERS + (" x encoders" if encoders > 1 else ""))
 
 
-def _run_grids(protocol, tasks, encoders, splits, task_settings, config_kwargs,
-               grid_settings):
+def _run_grids(config, protocol, run, encoders, splits, task_settings):
     """`run_protocol`'s rounds of grids: each task's runs to do of every encoder
     (`(init, results_path, rows)`), in one program a round."""
-    for task in tasks:
+    for task in config.tasks:
         for members in protocol.grid_rounds([rows for _, _, rows in encoders], task):
-            if config_kwargs.get("progress"):
+            if run.progress:
                 print(f"{task}: {len(members)} runs in one grid ...", flush=True)
-            settings = {**config_kwargs, **task_settings.get(task, {})}
             start = time.perf_counter()
             found = finetune_glue_grid(
-                FinetuneConfig(task=task, init=encoders[0][0], **settings),
+                task_run(run, task, task_settings, init=encoders[0][0]),
                 [rate for _, rate, _ in members], [seed for _, _, seed in members],
-                splits[task], **grid_settings,
+                splits[task], **grid_settings(config),
                 inits=[encoders[index][0] for index, _, _ in members] if len(
                     encoders) > 1 else None)
             for (index, _, _), row in zip(members, found):
@@ -524,17 +531,6 @@ def _run_grids(protocol, tasks, encoders, splits, task_settings, config_kwargs,
                       f"{f' {init}' if len(encoders) > 1 else ''}: {scores}", flush=True)
 
 
-GRID_SETTINGS = ("precision", "steps_per_dispatch")  # `finetune_glue_grid`'s own
-
-
-def pop_grid_settings(config_kwargs, grid, together=()):
-    """A protocol's grid settings (`GRID_SETTINGS`), taken out of `config_kwargs`; raises
-    ValueError when they or `together` are given without `grid`."""
-    settings = {key: config_kwargs.pop(key) for key in GRID_SETTINGS if key in config_kwargs}
-    if not grid and (settings or together):
-        raise ValueError(f"{sorted(settings) or 'together'} set how a grid trains; pass "
-                         "grid=True.")
-    return settings
 TASK_SETTINGS = ("epochs", "batch_size", "seq_len", "max_train_examples", "warmup_ratio",
                  "weight_decay", "dropout")
 
@@ -550,74 +546,89 @@ def check_task_settings(tasks, task_settings):
         raise ValueError("task_settings: " + "; ".join(problems))
 
 
-def run_protocol(tasks, init, out_dir, learning_rates=PAPER_LEARNING_RATES, seeds=PAPER_SEEDS,
-                 save_models=False, task_settings=None, selection_seed=None,
-                 edge_learning_rates=(), protocol=None, grid=False, together=(),
-                 **config_kwargs):
+def check_protocol(config, run, run_class, together=()):
+    """`config` (a `ProtocolConfig`) and `run` (a `run_class`) checked as the commands check
+    them (`keras_tupe_base.settings.check`: every problem at once, a ValueError), and
+    `config`'s `Protocol`. `together` needs `grid` (which needs JAX: the caller's check)."""
+    if not isinstance(config, ProtocolConfig) or not isinstance(run, run_class):
+        raise TypeError(f"A protocol takes a ProtocolConfig and a {run_class.__name__}; "
+                        f"received {type(config).__name__} and {type(run).__name__}.")
+    settings.check(config)
+    settings.check(run)
+    if together and not config.grid:
+        raise ValueError("together trains more encoders in a grid's programs: set grid=True "
+                         "in the ProtocolConfig.")
+    return Protocol(config.learning_rates, config.seeds, config.selection_seed,
+                    config.edge_learning_rates)
+
+
+def run_protocol(config, run, task_settings=None, together=()):
     """The papers' grid over tasks x learning rates x seeds, resumable; returns the table.
 
-    `protocol` (a `Protocol`, or the four arguments that make one) names the grid and
-    how each task's rate is chosen. `task_settings` (`{task: {setting: value}}`, the
-    names of `TASK_SETTINGS`) changes settings for one task, e.g. `{"sst2":
-    {"max_train_examples": 20000}}`. With `save_models`, each run's classifier is kept
-    as the preset folder `out_dir/models/<task>_lr<rate>_seed<seed>/`. Holds `out_dir`'s
-    lock meanwhile: one writer per folder.
+    Args:
+        config: a `ProtocolConfig` (`keras_tupe_base.settings`), as `keras-tupe-finetune-glue`
+            takes it: the GLUE `tasks`, the `out` folder, the grid (`learning_rates`,
+            `seeds`) and how each task's rate is chosen (`selection_seed`,
+            `edge_learning_rates`), `save_models`, `grid` and the grid's `precision` and
+            `steps_per_dispatch`.
+        run: a `FinetuneConfig`, the settings of every run (`init` the encoder); each run
+            sets its own `task`, `learning_rate`, `seed` and `save_dir`.
+        task_settings: `{task: {setting: value}}`, the names of `TASK_SETTINGS`: settings
+            of one task, e.g. `{"sst2": {"max_train_examples": 20000}}`.
+        together: with `grid`, more encoders `(init, out)` of `run.init`'s architecture and
+            vocabulary, fine-tuned in the same programs (each task's runs of every encoder
+            as one grid), each with its own folder, lock, `results.jsonl` and tables.
 
-    With `grid` (JAX), a task's runs train together in one program a round
-    (`finetune_glue_grid`): first every rate x every seed (with a selection seed the
-    choice then reads from its rows, the other seeds' rows at the chosen rate counted, the
-    rest kept in `results.jsonl` but outside the table), then any edge rate the choice
-    asks for, then that rate's other seeds. `save_models` is refused with it. `together`
-    (with `grid`): more encoders `(init, out_dir)` of `init`'s architecture and vocabulary,
-    fine-tuned in the same programs (each task's runs of every encoder as one grid), each
-    with its own folder, lock, `results.jsonl` and tables.
+    With `save_models`, each run's classifier is kept as the preset folder
+    `out/models/<task>_lr<rate>_seed<seed>/`. Holds `out`'s lock meanwhile: one writer per
+    folder. With `grid` (JAX), a task's runs train together in one program a round
+    (`finetune_glue_grid`): first every rate x every seed (with a selection seed the choice
+    then reads from its rows, the other seeds' rows at the chosen rate counted, the rest
+    kept in `results.jsonl` but outside the table), then any edge rate the choice asks for,
+    then that rate's other seeds.
+
+    Example:
+    >>> run_protocol(ProtocolConfig(tasks=["rte", "mrpc"], out="glue", seeds=[0, 1]),
+    ...              FinetuneConfig(task="rte", init="runs/tupe_a"))  # doctest: +SKIP
     """
-    protocol = protocol or Protocol(learning_rates, seeds, selection_seed, edge_learning_rates)
+    protocol = check_protocol(config, run, FinetuneConfig, together)
     # A repeated task is one point of the grid (run and counted once), with a note.
-    tasks, note = merge_repeats("tasks=", tasks)
+    tasks, note = merge_repeats("tasks=", config.tasks)
     if note:
         warnings.warn(note, stacklevel=2)
     unknown = [t for t in tasks if t not in glue.GLUE_TASKS]
     if unknown:
         raise ValueError(f"Unknown GLUE task(s) {unknown}. Valid tasks: {sorted(glue.GLUE_TASKS)}")
-    task_settings = task_settings or {}
+    config, task_settings = dataclasses.replace(config, tasks=tasks), task_settings or {}
     check_task_settings(tasks, task_settings)
-    grid_settings = pop_grid_settings(config_kwargs, grid, together)
-    if grid:
+    encoders = [(run.init, config.out), *together]
+    if config.grid:
         check_backend()
-        if save_models:
-            raise ValueError("save_models keeps each run's classifier; a grid keeps none "
-                             "(valid: grid=False to keep them, or save_models=False).")
-    encoders = [(init, out_dir), *together]
-    if grid:
-        _check_grids_fit(protocol, tasks, init, len(encoders), task_settings, config_kwargs,
-                         grid_settings)
+        _check_grids_fit(config, protocol, run, len(encoders), task_settings)
     # every input checked before anything is written
-    splits = [_preflight(tasks, start, config_kwargs, task_settings) for start, _ in encoders][0]
+    splits = [_preflight(tasks, start, run, task_settings) for start, _ in encoders][0]
     # An interruption before the first finished run leaves no folder it made; after it,
     # results.jsonl stays, to resume from.
     with ExitStack() as folders:
         for _, folder in encoders:
             folders.enter_context(output_lock(folder, command="finetune_glue",
-                                              flag="`out_dir=`"))
+                                              flag="`out=`"))
             folders.enter_context(made_folder(folder, keep=lambda folder=folder: bool(
                 read_results(folder)[1])))
         found = [read_results(folder) for _, folder in encoders]
         results_path, rows = found[0]
-        if grid:
-            _run_grids(protocol, tasks, [(start, path, done) for (start, _), (path, done) in zip(
-                encoders, found)], splits, task_settings, config_kwargs, grid_settings)
-        for task, rate, seed in ([] if grid else protocol.runs(rows, tasks)):
-            save_dir = (os.path.join(out_dir, "models", f"{task}_lr{rate:g}_seed{seed}")
-                        if save_models else None)
-            if config_kwargs.get("progress"):
+        if config.grid:
+            _run_grids(config, protocol, run, [(start, path, done) for (start, _), (
+                path, done) in zip(encoders, found)], splits, task_settings)
+        for task, rate, seed in ([] if config.grid else protocol.runs(rows, tasks)):
+            save_dir = (os.path.join(config.out, "models", f"{task}_lr{rate:g}_seed{seed}")
+                        if config.save_models else None)
+            if run.progress:
                 print(f"{task} lr={rate:g} seed={seed}: loading and fine-tuning "
                       f"({protocol.run_number(rows, tasks)}) ...", flush=True)
             start = time.perf_counter()
-            settings = {**config_kwargs, **task_settings.get(task, {})}
-            row = finetune_glue(FinetuneConfig(task=task, init=init, learning_rate=rate,
-                                               seed=seed, save_dir=save_dir, **settings),
-                                splits[task])
+            row = finetune_glue(task_run(run, task, task_settings, learning_rate=rate,
+                                         seed=seed, save_dir=save_dir), splits[task])
             row["wall_seconds"] = time.perf_counter() - start  # data, training, evaluation
             rows.append(row)
             append_result(results_path, row)

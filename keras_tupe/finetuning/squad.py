@@ -11,9 +11,9 @@ import numpy as np
 
 from keras_tupe.data import squad
 from keras_tupe.finetuning.batches import batches, resolve_loader
-from keras_tupe.finetuning.glue import GRID_MEMBERS, fit_task, pop_grid_settings, task_tokenizer
+from keras_tupe.finetuning.glue import (GRID_MEMBERS, check_protocol, fit_task, grid_settings,
+                                        task_tokenizer)
 from keras_tupe.finetuning.loading import FINETUNING_RECORD, encoder_config, load_backbone
-from keras_tupe.finetuning.protocol import Protocol
 from keras_tupe.finetuning.summary import append_result, read_results
 from keras_tupe.data.order import epoch_rows
 from keras_tupe.grid import (GridTrainer, Schedule, check_backend, check_grid_memory,
@@ -200,54 +200,57 @@ def finetune_squad_grid(config, learning_rates, seeds, precision="float32",
     return results
 
 
-def run_squad_protocol(init, out_dir, learning_rates=None, seeds=None, selection_seed=None,
-                       edge_learning_rates=(), protocol=None, grid=False, together=(),
-                       **config_kwargs):
-    """`finetune_squad` over learning rates x seeds, resumable, as `run_protocol` for GLUE
-    (`protocol`, a `Protocol`, or the four arguments that make one, as there).
+def run_squad_protocol(config, run, together=()):
+    """`finetune_squad` over learning rates x seeds, resumable, as `run_protocol` for GLUE.
 
-    Each finished run is appended to `out_dir/results.jsonl` as a row of the GLUE
-    protocol's form (`task` "squad", `learning_rate`, `seed`, `dev`: `{"eval":
-    {"exact_match", "f1", "score"}}`, score = F1 / 100), so the GLUE summaries and
-    study reports read it; a run already there is skipped. Returns every row (of
-    `out_dir`).
+    Args:
+        config: a `ProtocolConfig` of `tasks=["squad"]`: its `out` folder, the grid
+            (`learning_rates`, `seeds`, `selection_seed`, `edge_learning_rates`), `grid`
+            and the grid's `precision` and `steps_per_dispatch` (no `save_models`).
+        run: a `SquadConfig`, the settings of every run (`init` the encoder); each run sets
+            its own `learning_rate` and `seed`.
+        together: with `grid`, more encoders `(init, out)` of `run.init`'s architecture and
+            vocabulary, trained in the same programs, each with its own folder, lock and
+            `results.jsonl`.
 
-    With `grid` (JAX), the runs train together in one program a round
-    (`finetune_squad_grid`, its `precision` and `steps_per_dispatch` among the
-    settings), in `run_protocol(grid=True)`'s rounds: every rate x every seed, then any
-    edge rate the choice asks for, then that rate's other seeds. `together` (with
-    `grid`): more encoders `(init, out_dir)` of `init`'s architecture and vocabulary,
-    trained in the same programs, each with its own folder, lock and `results.jsonl`.
+    Each finished run is appended to `out/results.jsonl` as a row of the GLUE protocol's
+    form (`task` "squad", `learning_rate`, `seed`, `dev`: `{"eval": {"exact_match", "f1",
+    "score"}}`, score = F1 / 100), so the GLUE summaries and study reports read it; a run
+    already there is skipped. Returns every row (of `out`). With `grid` (JAX), the runs
+    train together in one program a round (`finetune_squad_grid`), in `run_protocol`'s
+    rounds: every rate x every seed, then any edge rate the choice asks for, then that
+    rate's other seeds.
     """
-    if protocol is None:
-        if learning_rates is None or seeds is None:
-            raise ValueError("run_squad_protocol needs a `protocol` or `learning_rates` and "
-                             "`seeds`.")
-        protocol = Protocol(learning_rates, seeds, selection_seed, edge_learning_rates)
-    grid_settings = pop_grid_settings(config_kwargs, grid, together)
-    if grid:
-        check_one_split(config_kwargs.get("offline_split"), config_kwargs.get("split_seed"))
+    protocol = check_protocol(config, run, SquadConfig, together)
+    if list(config.tasks) != ["squad"]:
+        raise ValueError(f"run_squad_protocol runs tasks=['squad']; received {config.tasks} "
+                         "(GLUE tasks: run_protocol).")
+    if config.save_models:
+        raise ValueError("run_squad_protocol keeps no model (save_models=False): "
+                         "finetune_squad(save_dir=...) keeps one run's.")
+    if config.grid:
+        check_one_split(run.offline_split, run.split_seed)
         check_backend()
-    encoders = [(init, out_dir), *together]
+    encoders = [(run.init, config.out), *together]
     with contextlib.ExitStack() as locks:
         found = []
         for _, folder in encoders:
             locks.enter_context(output_lock(folder, command="finetune_squad",
-                                            flag="`out_dir=`"))
+                                            flag="`out=`"))
             os.makedirs(folder, exist_ok=True)
             found.append(read_results(folder))
-        if grid:
-            _run_squad_grids(protocol, [(start, *paths) for (start, _), paths in zip(
-                encoders, found)], config_kwargs, grid_settings)
+        if config.grid:
+            _run_squad_grids(config, protocol, run, [(start, *paths) for (start, _), paths in zip(
+                encoders, found)])
             return found[0][1]
         results_path, rows = found[0]
         for _, rate, seed in protocol.runs(rows, ["squad"]):
             number = protocol.run_number(rows, ["squad"])
             print(f"squad lr={rate:g} seed={seed}: fine-tuning ({number}) ...", flush=True)
             start = time.perf_counter()
-            config = SquadConfig(init=init, learning_rate=rate, seed=seed, **config_kwargs)
-            result = finetune_squad(config)
-            row = _squad_row(rate, seed, config.epochs, result)
+            each = dataclasses.replace(run, learning_rate=rate, seed=seed)
+            result = finetune_squad(each)
+            row = _squad_row(rate, seed, each.epochs, result)
             row["wall_seconds"] = time.perf_counter() - start
             rows.append(row)
             append_result(results_path, row)
@@ -266,10 +269,10 @@ def _squad_row(rate, seed, epochs, result):
                              "score": result["f1"] / 100}}}
 
 
-def _run_squad_grids(protocol, encoders, config_kwargs, grid_settings):
+def _run_squad_grids(config, protocol, run, encoders):
     """`run_squad_protocol`'s rounds of grids over `encoders` (`(init, results_path,
     rows)`), the windows cut once, for the first round."""
-    base, data = SquadConfig(init=encoders[0][0], **config_kwargs), None
+    base, data = dataclasses.replace(run, init=encoders[0][0]), None
     for members in protocol.grid_rounds([rows for _, _, rows in encoders], "squad"):
         if data is None:  # cut once, and only when a round is left to run
             _, data = encoder_and_windows(base)
@@ -277,7 +280,7 @@ def _run_squad_grids(protocol, encoders, config_kwargs, grid_settings):
         start = time.perf_counter()
         found = finetune_squad_grid(
             base, [rate for _, rate, _ in members], [seed for _, _, seed in members],
-            **grid_settings, data=data,
+            **grid_settings(config), data=data,
             inits=[encoders[index][0] for index, _, _ in members] if len(encoders) > 1 else None)
         for (index, _, _), result in zip(members, found):
             start_from, results_path, rows = encoders[index]

@@ -166,13 +166,13 @@ def test_the_commands_defaults_are_their_settings_defaults(tmp_path):
     import dataclasses
 
     from keras_tupe_base.settings import (PAPER_LEARNING_RATES, PAPER_SEEDS, FinetuneConfig,
-                                          GlueProtocolConfig, PretrainConfig, ShardConfig,
+                                          ProtocolConfig, PretrainConfig, ShardConfig,
                                           SquadConfig)
     from keras_tupe_cli import finetune_glue, finetune_squad, shard_corpus
 
     protocol, run = finetune_glue.parse_configs(["--init", "r", "--tasks", "sst2", "--out", "o"])
     assert run == FinetuneConfig(task="sst2", init="r")
-    assert protocol == GlueProtocolConfig(tasks=["sst2"], out="o")
+    assert protocol == ProtocolConfig(tasks=["sst2"], out="o")
     assert (protocol.learning_rates, protocol.seeds) == (
         list(PAPER_LEARNING_RATES), list(PAPER_SEEDS))
     corpus, out = str(tmp_path / "c"), str(tmp_path / "o")  # the corpus must exist
@@ -193,14 +193,14 @@ SAMPLES = {str: "x", int: "9", float: "0.5"}  # 9: at least every least value
 def flag_cases():
     """(command, argv that parses, settings class, skipped fields) of every command whose
     flags are a dataclass's fields."""
-    from keras_tupe_base.settings import (FinetuneConfig, GlueProtocolConfig, PretrainConfig,
+    from keras_tupe_base.settings import (FinetuneConfig, ProtocolConfig, PretrainConfig,
                                           ShardConfig, SquadConfig)
     from keras_tupe_cli import finetune_glue
 
     glue = ["--init", "r", "--tasks", "sst2", "--out", "o"]
     return [("finetune_squad", ["--init", "r"], SquadConfig, ()),
             ("finetune_glue", glue, FinetuneConfig, finetune_glue.RUN_SKIP),
-            ("finetune_glue", glue, GlueProtocolConfig, ()),
+            ("finetune_glue", glue, ProtocolConfig, ()),
             ("pretrain", ["--preset", "tupe_r_tiny", "--corpus", "README.md", "--out", "o"],
              PretrainConfig, ()),
             ("shard_corpus", ["--corpus", "README.md", "--out", "o"], ShardConfig, ())]

@@ -1,5 +1,6 @@
 """SQuAD fine-tuning end to end on the offline article split of the real dev file."""
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -9,6 +10,7 @@ import pytest
 from keras_tupe import data
 from keras_tupe.data import squad
 from keras_tupe.models import TupeBackbone
+from keras_tupe_base.settings import FinetuneConfig, ProtocolConfig, SquadConfig
 from keras_tupe_cli import finetune_squad as cli
 
 REPO = Path(__file__).resolve().parents[2]
@@ -61,7 +63,7 @@ def test_offline_split_fine_tune_reports_labelled_official_metrics(tmp_path, cap
 
 
 def test_squad_protocol_appends_glue_form_rows_and_resumes(tmp_path, monkeypatch, capsys):
-    from keras_tupe.finetuning import Protocol, run_squad_protocol
+    from keras_tupe.finetuning import run_squad_protocol
     from keras_tupe.finetuning import squad as finetuning_squad
 
     calls = []
@@ -75,13 +77,14 @@ def test_squad_protocol_appends_glue_form_rows_and_resumes(tmp_path, monkeypatch
                 "train_seconds": 1.0, "eval_questions": 3}
 
     monkeypatch.setattr(finetuning_squad, "finetune_squad", fake_finetune)
-    protocol = Protocol((1e-4, 2e-4), (0, 1))
     out = tmp_path / "squad"
+    protocol = ProtocolConfig(tasks=["squad"], out=str(out), learning_rates=[1e-4, 2e-4],
+                              seeds=[0, 1])
     with pytest.raises(KeyboardInterrupt):
-        run_squad_protocol("unused", str(out), protocol=protocol, epochs=3)
+        run_squad_protocol(protocol, SquadConfig(init="unused", epochs=3))
     lines = (out / "results.jsonl").read_text().splitlines()
     assert len(lines) == 2  # the two finished runs stay, to resume from
-    rows = run_squad_protocol("unused", str(out), protocol=protocol, epochs=3)
+    rows = run_squad_protocol(protocol, SquadConfig(init="unused", epochs=3))
     assert calls[3:] == [(2e-4, 0, 3), (2e-4, 1, 3)]  # only the runs not done
     assert [(r["learning_rate"], r["seed"]) for r in rows] == [
         (1e-4, 0), (1e-4, 1), (2e-4, 0), (2e-4, 1)]
@@ -89,5 +92,10 @@ def test_squad_protocol_appends_glue_form_rows_and_resumes(tmp_path, monkeypatch
     assert row["task"] == "squad" and row["epochs"] == 3 and row["wall_seconds"] >= 0
     assert row["dev"] == {"eval": {"exact_match": 61.0, "f1": 71.0, "score": 0.71}}
     assert "squad lr=0.0002 seed=1: fine-tuning (run 4 of 4) ..." in capsys.readouterr().out
-    with pytest.raises(ValueError, match="needs a `protocol` or `learning_rates`"):
-        run_squad_protocol("unused", str(out))
+    with pytest.raises(ValueError, match=r"runs tasks=\['squad'\]; received \['rte'\]"):
+        run_squad_protocol(dataclasses.replace(protocol, tasks=["rte"]), SquadConfig(init="u"))
+    with pytest.raises(TypeError, match="takes a ProtocolConfig and a SquadConfig; received "
+                                        "ProtocolConfig and FinetuneConfig"):
+        run_squad_protocol(protocol, FinetuneConfig(task="rte", init="u"))
+    with pytest.raises(ValueError, match=r"`warmup_ratio` must be a number in \[0, 1\]"):
+        run_squad_protocol(protocol, SquadConfig(init="u", warmup_ratio=2.0))

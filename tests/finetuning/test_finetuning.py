@@ -12,7 +12,7 @@ from keras_tupe.data import glue
 from keras_tupe.finetuning import finetune_glue
 from keras_tupe.finetuning.glue import longest_packed_length, packed_lengths
 from keras_tupe.models import TupeBackbone, TupeTokenizer
-from keras_tupe_base.settings import FinetuneConfig
+from keras_tupe_base.settings import FinetuneConfig, ProtocolConfig
 from keras_tupe_cli import finetune_glue as cli
 from tests.packing_oracle import pack_texts, packed_batches
 
@@ -270,6 +270,13 @@ def test_sst2_end_to_end_beats_chance_and_writes_the_table(encoder_dir, tmp_path
     assert code == 0 and len((out / "results.jsonl").read_text().splitlines()) == 3
 
 
+def protocol_of(out, **grid):
+    """`run_protocol`'s settings for RTE on `out` with the protocol's `grid` (its rates,
+    seeds, choice): a `ProtocolConfig` and a `FinetuneConfig`."""
+    return ProtocolConfig(tasks=["rte"], out=str(out), **grid), FinetuneConfig(task="rte",
+                                                                             init="unused")
+
+
 def _fake_runs(monkeypatch, scores):
     """`run_protocol` with `finetune_glue` replaced by a score of (rate, seed) from `scores`:
     returns the list of runs it was asked for, in order."""
@@ -297,7 +304,7 @@ def test_the_selection_protocol_chooses_with_one_seed_and_widens_at_the_edge(tmp
     calls = _fake_runs(monkeypatch, lambda rate, seed: by_rate[rate] - 0.02 * seed)
     grid = {"learning_rates": [1e-4, 3e-4, 1e-3], "seeds": [0, 1, 2], "selection_seed": 0,
             "edge_learning_rates": [3e-5, 3e-3, 1e-2]}
-    [row] = run_protocol(["rte"], "unused", str(tmp_path / "up"), **grid)
+    [row] = run_protocol(*protocol_of(tmp_path / "up", **grid))
     assert calls == [(1e-4, 0), (3e-4, 0), (1e-3, 0), (3e-3, 0), (1e-2, 0), (3e-3, 1), (3e-3, 2)]
     from keras_tupe.finetuning import Protocol
     from keras_tupe.finetuning.summary import read_results
@@ -308,16 +315,15 @@ def test_the_selection_protocol_chooses_with_one_seed_and_widens_at_the_edge(tmp
     assert row["best_learning_rate"] == 3e-3 and row["seeds"] == 3
     assert row["score"] == pytest.approx(100 * np.median([0.85, 0.83, 0.81]))
     calls.clear()  # resumed: nothing runs again
-    run_protocol(["rte"], "unused", str(tmp_path / "up"), **grid)
+    run_protocol(*protocol_of(tmp_path / "up", **grid))
     assert calls == []
     # Best at the lowest rate: the nearest lower edge rate next; it loses, so 1e-4 stays.
     by_rate.update({1e-4: 0.9, 3e-5: 0.6})
-    run_protocol(["rte"], "unused", str(tmp_path / "down"), **grid)
+    run_protocol(*protocol_of(tmp_path / "down", **grid))
     assert calls == [(1e-4, 0), (3e-4, 0), (1e-3, 0), (3e-5, 0), (1e-4, 1), (1e-4, 2)]
     # Without a selection seed: the papers' full grid, rate by rate.
     calls.clear()
-    run_protocol(["rte"], "unused", str(tmp_path / "grid"), learning_rates=[1e-4, 3e-4],
-                 seeds=[0, 1])
+    run_protocol(*protocol_of(tmp_path / "grid", learning_rates=[1e-4, 3e-4], seeds=[0, 1]))
     assert calls == [(1e-4, 0), (1e-4, 1), (3e-4, 0), (3e-4, 1)]
 
 
@@ -329,13 +335,13 @@ def test_a_results_line_cut_by_a_full_disk_is_named_and_its_run_done_again(tmp_p
 
     calls = _fake_runs(monkeypatch, lambda rate, seed: 0.5 + seed / 10)
     out, grid = tmp_path / "out", {"learning_rates": [1e-4], "seeds": [0, 1, 2]}
-    run_protocol(["rte"], "unused", str(out), **grid)
+    run_protocol(*protocol_of(out, **grid))
     results = out / "results.jsonl"
     first, second, third = results.read_text().splitlines()
     results.write_text(f"{first}\n{second}\n{third[:40]}")  # seed 2's line, cut
     calls.clear()
     with pytest.warns(UserWarning) as caught:
-        [row] = run_protocol(["rte"], "unused", str(out), **grid)
+        [row] = run_protocol(*protocol_of(out, **grid))
     assert calls == [(1e-4, 2)]
     assert len({str(w.message) for w in caught}) == 1
     assert str(caught[0].message).startswith(f"{results} line 3 is cut short or not JSON")
@@ -373,8 +379,8 @@ def test_a_bad_selection_is_refused_before_any_run(tmp_path, monkeypatch, grid, 
 
     calls = _fake_runs(monkeypatch, lambda rate, seed: 0.5)
     with pytest.raises(ValueError, match=message):
-        run_protocol(["rte"], "unused", str(tmp_path / "out"),
-                     **{"learning_rates": [1e-4, 3e-4], "seeds": [0, 1], **grid})
+        run_protocol(*protocol_of(tmp_path / "out", **{"learning_rates": [1e-4, 3e-4],
+                                                       "seeds": [0, 1], **grid}))
     assert calls == [] and not (tmp_path / "out").exists()
 
 

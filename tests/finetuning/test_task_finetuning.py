@@ -31,6 +31,7 @@ from keras_tupe.models import (
     TupeTextClassifierPreprocessor,
     TupeTokenizer,
 )
+from keras_tupe_base.settings import FinetuneConfig, ProtocolConfig
 
 REPO = Path(__file__).resolve().parents[2]
 DATA_DIR = Path(os.environ.get("KERAS_TUPE_DATA_DIR") or REPO.parent / "shared" / "data")
@@ -261,8 +262,10 @@ def test_a_glue_file_without_examples_is_refused_before_training(tmp_path, vocab
     size = TupeTokenizer(vocabulary).vocabulary_size()
     TupeBackbone.from_preset("bert_a_tiny", vocabulary_size=size).save_to_preset(str(init))
     with pytest.raises(ValueError, match="GLUE rte train has no examples: nothing to fine-tune"):
-        run_protocol(["rte"], str(init), str(tmp_path / "out"), learning_rates=[1e-4],
-                     seeds=[0], vocab=vocabulary, data_dir=str(tmp_path / "glue"))
+        run_protocol(ProtocolConfig(tasks=["rte"], out=str(tmp_path / "out"),
+                                    learning_rates=[1e-4], seeds=[0]),
+                     FinetuneConfig(task="rte", init=str(init), vocab=vocabulary,
+                                    data_dir=str(tmp_path / "glue")))
     assert not (tmp_path / "out").exists()
 
 
@@ -271,7 +274,6 @@ def test_glue_save_dir_is_refused_before_training_only_where_it_holds_files(tmp_
     """As save_classifier (and SQuAD's --save-models) refuse, before the encoder is read: an
     empty folder is taken."""
     from keras_tupe.finetuning import finetune_glue
-    from keras_tupe_base.settings import FinetuneConfig
     from keras_tupe.finetuning import glue as finetuning_glue
 
     folder = tmp_path / "glue" / "SST-2"
@@ -351,7 +353,6 @@ NO_TENSORFLOW = textwrap.dedent("""
     with open(vocab, "w") as f:
         f.write("\\n".join(["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"] + words) + "\\n")
     from keras_tupe.finetuning import finetune_glue
-    from keras_tupe_base.settings import FinetuneConfig
     from keras_tupe.models import TupeBackbone
     init = os.path.join(out, "encoder")  # a preset folder
     TupeBackbone.from_preset("tupe_r_tiny", vocabulary_size=len(words) + 5).save_to_preset(init)

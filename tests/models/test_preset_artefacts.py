@@ -36,6 +36,7 @@ from keras_tupe.models import (
     TupeTokenizer,
 )
 from keras_tupe.models.preset_folders import write_preset_folder
+from keras_tupe_base.settings import FinetuneConfig, ProtocolConfig
 
 REPO = Path(__file__).resolve().parents[2]
 DATA_DIR = Path(os.environ.get("KERAS_TUPE_DATA_DIR") or REPO.parent / "shared" / "data")
@@ -330,7 +331,8 @@ def test_glue_protocol_holds_its_out_lock(tmp_path, monkeypatch):
     holder = hold(out, 30)
     try:
         with pytest.raises(OutputLockedError, match="holder-test"):
-            glue.run_protocol(["sst2"], str(tmp_path), out_dir=str(out))
+            glue.run_protocol(ProtocolConfig(tasks=["sst2"], out=str(out)),
+                              FinetuneConfig(task="sst2", init=str(tmp_path)))
     finally:
         holder.kill()
         holder.wait()

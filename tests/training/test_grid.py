@@ -22,6 +22,7 @@ from keras_tupe.data.order import epoch_rows
 from keras_tupe.grid import GridTrainer, Schedule, check_members
 from keras_tupe.models import TupeBackbone, TupeMaskedLM, TupeTextClassifier
 from keras_tupe.optimization import create_optimizer
+from keras_tupe_base.settings import FinetuneConfig, ProtocolConfig, SquadConfig
 
 REPO = Path(__file__).resolve().parents[2]
 DATA_DIR = Path(os.environ.get("KERAS_TUPE_DATA_DIR") or REPO.parent / "shared" / "data")
@@ -339,11 +340,12 @@ def test_the_glue_protocol_through_grids_gives_run_protocols_table(encoder, tmp_
     from keras_tupe.finetuning import run_protocol
     from keras_tupe.finetuning.summary import read_results
 
-    settings = dict(learning_rates=[1e-3, 1e-4], seeds=[0, 1], selection_seed=0, epochs=1,
-                    batch_size=16, seq_len=32, max_train_examples=40, data_dir=DATA_DIR / "glue")
-    tables = {name: run_protocol(["stsb"], str(encoder), str(tmp_path / name), **settings,
-                                 **extra)
-              for name, extra in (("runs", {"data_loader": "grain"}), ("grid", {"grid": True}))}
+    run = FinetuneConfig(task="stsb", init=str(encoder), epochs=1, batch_size=16, seq_len=32,
+                         max_train_examples=40, data_dir=DATA_DIR / "glue")
+    tables = {name: run_protocol(ProtocolConfig(
+        tasks=["stsb"], out=str(tmp_path / name), learning_rates=[1e-3, 1e-4], seeds=[0, 1],
+        selection_seed=0, grid=name == "grid"), dataclasses.replace(run, **extra))
+              for name, extra in (("runs", {"data_loader": "grain"}), ("grid", {}))}
     rows = {name: {(r["learning_rate"], r["seed"]): r["dev"]["validation"]["score"]
                    for r in read_results(str(tmp_path / name))[1]} for name in tables}
     # Run by run: both rates on seed 0, then seed 1 at the chosen rate; the grid ran all four.
@@ -377,11 +379,10 @@ def test_a_squad_grid_member_is_the_run_of_its_seed_and_rate(encoder, squad_file
     """Two members of other rates and seeds on SQuAD windows: each one's start and end
     logits within 1e-4 of `finetune_squad`'s run at its rate and seed (on Grain: the
     batches a grid member gets) and its EM/F1 the same; one program for training, one for
-    predicting. (`run_squad_protocol(grid=True)` runs these grids in `Protocol.grid_rounds`,
+    predicting. (`run_squad_protocol` with `grid` runs these grids in `Protocol.grid_rounds`,
     as GLUE's above; S6's rehearsal in test_stages.py runs it.)"""
     from keras_tupe.finetuning import finetune_squad
     from keras_tupe.finetuning import squad as squad_runs
-    from keras_tupe_base.settings import SquadConfig
 
     seen = []  # each run's logits, in the order it is scored
     original = squad_runs.postprocess
@@ -418,8 +419,9 @@ def test_a_squad_grid_on_an_offline_split_needs_its_split_seed(tmp_path):
     from keras_tupe.finetuning import run_squad_protocol
 
     with pytest.raises(ValueError, match="split_seed"):
-        run_squad_protocol("unused", str(tmp_path / "out"), learning_rates=[1e-3], seeds=[0, 1],
-                           grid=True, offline_split="squad.json")
+        run_squad_protocol(ProtocolConfig(tasks=["squad"], out=str(tmp_path / "out"),
+                                          learning_rates=[1e-3], seeds=[0, 1], grid=True),
+                           SquadConfig(init="unused", offline_split="squad.json"))
     assert not (tmp_path / "out").exists()
 
 
@@ -432,8 +434,7 @@ def test_glue_grid_builds_the_grid_run_protocol_runs(encoder, tmp_path, monkeypa
     grid is then loaded, not compiled again: above.)"""
     import shutil
 
-    from keras_tupe.finetuning import Protocol, glue_grid, run_protocol
-    from keras_tupe_base.settings import FinetuneConfig
+    from keras_tupe.finetuning import glue_grid, run_protocol
 
     class Seen(Exception):
         pass
@@ -450,9 +451,11 @@ def test_glue_grid_builds_the_grid_run_protocol_runs(encoder, tmp_path, monkeypa
     monkeypatch.setattr(GridTrainer, "compile_fit", record("compiled"))
     monkeypatch.setattr(GridTrainer, "fit", record("run"))
     other = shutil.copytree(encoder / "preset", tmp_path / "other")
-    settings = dict(protocol=Protocol([1e-3, 1e-4], [0, 1], 0, ()), epochs=1, batch_size=8,
-                    seq_len=64, data_dir=DATA_DIR / "glue", precision="mixed_bfloat16",
-                    steps_per_dispatch=3, task_settings={"stsb": {"max_train_examples": 30}})
+    protocol_config = ProtocolConfig(
+        tasks=["stsb"], out=str(tmp_path / "a"), learning_rates=[1e-3, 1e-4], seeds=[0, 1],
+        selection_seed=0, grid=True, precision="mixed_bfloat16", steps_per_dispatch=3)
+    run = FinetuneConfig(task="stsb", init=str(encoder / "preset"), epochs=1, batch_size=8,
+                         seq_len=64, data_dir=DATA_DIR / "glue")
     init, members = str(encoder / "preset"), [(rate, seed) for rate in (1e-3, 1e-4)
                                                for seed in (0, 1)] * 2
     grid = glue_grid(FinetuneConfig(task="stsb", init=init, epochs=1, batch_size=8, seq_len=64,
@@ -462,8 +465,8 @@ def test_glue_grid_builds_the_grid_run_protocol_runs(encoder, tmp_path, monkeypa
     with pytest.raises(Seen):
         grid.trainer.compile_fit(grid.source, grid.rows, grid.weights)
     with pytest.raises(Seen):
-        run_protocol(["stsb"], str(encoder / "preset"), str(tmp_path / "a"), grid=True,
-                     together=[(str(other), str(tmp_path / "b"))], **settings)
+        run_protocol(protocol_config, run, task_settings={"stsb": {"max_train_examples": 30}},
+                     together=[(str(other), str(tmp_path / "b"))])
     assert found["compiled"] == found["run"], found
     assert found["run"][:2] == (8, (4, 8, 8))  # 2 encoders x 2 rates x 2 seeds; 30 rows
 

@@ -29,7 +29,7 @@ from keras_tupe.grid import (GridTrainer, Schedule, check_grid_memory, member_pa
                              merged_members)
 from keras_tupe.models import TupeBackbone, TupeMaskedLM, TupeSpanQA, TupeTextClassifier
 from keras_tupe_base.presets import PRESETS
-from keras_tupe_base.settings import FinetuneConfig, check
+from keras_tupe_base.settings import FinetuneConfig, ProtocolConfig, check
 from keras_tupe_cli import finetune_glue
 from tests.backends import ATTENTION_PATHS
 
@@ -85,8 +85,9 @@ def test_a_grid_too_large_is_refused_before_anything_loads(tmp_path, monkeypatch
                r"about .* GiB .* at batch 32 x 128 tokens\); the device holds .* GiB. Use at "
                r"most K=3 members a grid.")
     with pytest.raises(ValueError, match=message.format("learning_rates=", "seeds=")):
-        run_protocol(["sst2"], str(encoder), str(tmp_path / "out"), learning_rates=rates,
-                     seeds=seeds, grid=True, batch_size=32, seq_len=128)
+        run_protocol(ProtocolConfig(tasks=["sst2"], out=str(tmp_path / "out"),
+                                    learning_rates=rates, seeds=seeds, grid=True),
+                     FinetuneConfig(task="sst2", init=str(encoder), batch_size=32, seq_len=128))
     monkeypatch.setenv("KERAS_BACKEND", "jax")  # the command's parse reads it for --grid
     code = finetune_glue.main(["--init", str(encoder), "--tasks", "sst2", "--out",
                                str(tmp_path / "out"), "--grid", "--learning-rates",
@@ -114,7 +115,8 @@ def test_the_library_merges_repeated_rates_seeds_and_tasks_with_the_commands_not
         assert Protocol((1e-4,), (3, 3, 1)).seeds == (3, 1)
     with pytest.warns(UserWarning, match=r"^tasks= lists sst2 more than once"), \
             pytest.raises(FileNotFoundError):  # (no encoder there: refused after the note)
-        run_protocol(["sst2", "sst2"], str(tmp_path / "none"), str(tmp_path / "out"))
+        run_protocol(ProtocolConfig(tasks=["sst2", "sst2"], out=str(tmp_path / "out")),
+                     FinetuneConfig(task="sst2", init=str(tmp_path / "none")))
 
 
 @pytest.mark.parametrize("seeds", [["0", "-1"], ["4294967296"]])
