@@ -57,19 +57,22 @@ test-jax: $(JAX_STAMP)
 	TF_CPP_MIN_LOG_LEVEL=2 KERAS_BACKEND=jax $(PY) -m pytest -q -n $(PYTEST_WORKERS) --durations=15 \
 		--dist loadgroup $(PYTEST_ARGS) -m "(backends and not slow) or jax" tests
 
-# The GPU window tool (experiments/stage/): its tests, as `test` and `test-jax` would run
-# them (the rest, then the rehearsals of stages marked `jax` under JAX), then window W1 at
-# the tiny size on a stand-in of the lent GPU machine (experiments/stage/standin.py):
-# CPython 3.12 with only the image's packages (experiments/stage/gpu_image.txt), a fresh
-# HOME, no KERAS_BACKEND, no TensorFlow; the command the stage prints, run as it is.
+# The GPU window tool (experiments/stage/): its tests (planning, budget, packing, collecting),
+# in CI.
 test-window: $(JAX_STAMP)
 	TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m pytest -q -rs -n $(PYTEST_WORKERS) --durations=5 \
 		--dist loadgroup $(PYTEST_ARGS) -m "not slow and not jax" experiments/stage/tests
+
+# The window's rehearsals, before a window and after a change to what a window runs (not in
+# CI: about 400 s of its clock): the stages marked `jax` at the tiny size under JAX without
+# TensorFlow (S2a, S5a, S6), then window W1 at the tiny size on a stand-in of the lent GPU
+# machine (experiments/stage/standin.py): CPython 3.12 with only the image's packages
+# (experiments/stage/gpu_image.txt), a fresh HOME, no KERAS_BACKEND, no TensorFlow; the
+# command the stage prints, run as it is.
+test-stage: $(JAX_STAMP)
 	TF_CPP_MIN_LOG_LEVEL=2 KERAS_BACKEND=jax $(PY) -m pytest -q -n $(PYTEST_WORKERS) --durations=5 \
 		--dist loadgroup $(PYTEST_ARGS) -m jax experiments/stage/tests
 	$(PY) -m experiments.stage.standin --stage W1
-
-test-stage: test-window  # its name before the window's tests joined it
 
 demo: $(STAMP)
 	TF_CPP_MIN_LOG_LEVEL=2 KERAS_TUPE_DATA_DIR=$(DATA_DIR) $(PY) -m training.demo
