@@ -354,6 +354,7 @@ NO_TENSORFLOW = textwrap.dedent("""
         f.write("\\n".join(["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"] + words) + "\\n")
     from keras_tupe.finetuning import finetune_glue
     from keras_tupe.models import TupeBackbone
+    from keras_tupe_base.settings import FinetuneConfig
     init = os.path.join(out, "encoder")  # a preset folder
     TupeBackbone.from_preset("tupe_r_tiny", vocabulary_size=len(words) + 5).save_to_preset(init)
     result = finetune_glue(FinetuneConfig(
