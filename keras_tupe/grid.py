@@ -33,12 +33,14 @@ from keras_tupe.data.masking import MASK_ID, UNSELECTABLE_IDS, check_mask_rates
 from keras_tupe.data.shards import ShardSequences
 from keras_tupe.models import TupeBackbone
 from keras_tupe.optimization import LinearWarmupLinearDecay, adamw
+from keras_tupe.processes import Processes
 from keras_tupe_base.checks import check_int, check_seed
 from keras_tupe_base.settings import GRID_PRECISIONS
 
 if keras.backend.backend() == "jax":  # JAX is optional: a grid runs on that backend alone
     import jax
     import jax.numpy as jnp
+    from jax.experimental import multihost_utils
 
 # Bytes a parameter holds in a member's training state: float32 weights, the two Adam
 # moments and the gradient.
@@ -147,8 +149,13 @@ class GridTrainer:
         devices: the devices the members are spread over, K/D each (the member axis of
             every state array sharded over a `jax.sharding.Mesh` of them; the data
             replicated); where D does not divide K, copies of the first member fill the
-            last device and their results are dropped. Defaults to every device of this
-            process (`jax.local_devices()`): one GPU, or one CPU, holds every member.
+            last device and their results are dropped. Defaults to every device of every
+            process (`jax.devices()`): one GPU, or one CPU, holds every member; after
+            `jax.distributed.initialize` (or `keras_tupe.processes.join`), the members are
+            split across the processes, each holding K/D on each of its devices. Then
+            every process builds the grid with the same arguments and calls `fit`,
+            `predict` and `member_model` in the same order (each is a program over every
+            process's devices), and each gets every member's results.
         memory_for: None, or `(batch_size, sequence_length)`: the grid's memory is then
             checked (`check_grid_memory`) once its first member is built, before the
             others: a K too large is refused with one member in memory, not K. Without
@@ -168,7 +175,7 @@ class GridTrainer:
         check_backend()
         self._memory_for = memory_for
         self.members = check_members(seeds, learning_rates)
-        self.devices = list(jax.local_devices() if devices is None else devices)
+        self.devices = list(jax.devices() if devices is None else devices)
         if not self.devices:
             raise ValueError("devices must name at least one device; received none.")
         # Copies of the first member fill the last device (K/D each); their results are
@@ -218,8 +225,9 @@ class GridTrainer:
         self._by_member, self._by_step, self._everywhere = (
             jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(*spec))
             for spec in (("members",), (None, "members"), ()))
-        self.state = jax.device_put(self.state, self._by_member)
+        self.state = _place(self.state, self._by_member)
         self._programs = {}
+        self._member_copy = None
         self.compiles = 0
         # Steps trained so far: a later `fit` goes on from them (its batches' masking keys).
         self.steps_done = 0
@@ -302,7 +310,7 @@ class GridTrainer:
             self.state, chunk = program(self.state, *arguments)
             losses.append(chunk)
         self.steps_done += steps
-        return np.asarray(jnp.concatenate(losses))[:steps, :self.size]
+        return _fetch(jnp.concatenate(losses))[:steps, :self.size]
 
     def compile_fit(self, source, rows, sample_weight=None, transform=None):
         """Compiles the program `fit` runs on these arguments, without training: with JAX's
@@ -332,13 +340,12 @@ class GridTrainer:
         length = -(-steps // count)
         last = np.minimum(np.arange(count * length), steps - 1)
         rows, sample_weight = rows[last], np.asarray(sample_weight, np.float32)[last]
-        everywhere = functools.partial(jax.device_put, device=self._everywhere)
-        by_step = functools.partial(jax.device_put, device=self._by_step)
+        everywhere = functools.partial(_place, sharding=self._everywhere)
+        by_step = functools.partial(_place, sharding=self._by_step)
         source = everywhere(keras.tree.map_structure(np.asarray, source))
-        keys = jax.device_put(np.stack([jax.random.key_data(jax.random.PRNGKey(seed))
-                                        for seed, _ in self._padded(self.members)]),
-                              self._by_member)
-        metrics = everywhere([v.value for v in self.model.metrics_variables])
+        keys = _place(np.stack([jax.random.key_data(jax.random.PRNGKey(seed))
+                                for seed, _ in self._padded(self.members)]), self._by_member)
+        metrics = everywhere([np.asarray(v.value) for v in self.model.metrics_variables])
         first, end = self.steps_done, everywhere(np.int32(self.steps_done + steps))
         # An input of the compiled program, not constants in it: grids of one shape share
         # one program whatever their schedules (`LinearWarmupLinearDecay.fraction`).
@@ -430,7 +437,7 @@ class GridTrainer:
         program, arguments, count = self._prediction(x, batch_size)
 
         def members_first(leaf):  # (batches, K, batch, ...) -> (K, examples, ...)
-            leaf = np.asarray(leaf, np.float32)
+            leaf = _fetch(leaf).astype(np.float32)
             leaf = np.moveaxis(leaf, 1, 0)[:self.size]
             return leaf.reshape((self.size, -1) + leaf.shape[3:])[:, :count]
 
@@ -448,12 +455,12 @@ class GridTrainer:
         count = len(keras.tree.flatten(x)[0])
         batches = -(-count // batch_size)
         rows = np.arange(batches * batch_size) % count
-        x = jax.device_put(keras.tree.map_structure(
+        x = _place(keras.tree.map_structure(
             lambda leaf: np.asarray(leaf)[rows].reshape(
                 (batches, batch_size) + np.shape(leaf)[1:]), x), self._everywhere)
         # (The state as `fit` left it, its placement said again: one program for every grid
         # of these shapes, trained or not.)
-        trainable, non_trainable = jax.device_put(self.state[:2], self._by_member)
+        trainable, non_trainable = _place(self.state[:2], self._by_member)
         return self._program("predict", batches, None), (trainable, non_trainable, x), count
 
     def _scan_predict(self):
@@ -474,12 +481,18 @@ class GridTrainer:
 
     def member_model(self, index):
         """The task model holding member `index`'s weights (the grid's one model: the next
-        call gives it another member's)."""
+        call gives it another member's). Members across processes: every process calls it
+        (the member is copied from the device that holds it to every process's)."""
+        if not 0 <= index < self.size:
+            raise IndexError(f"member {index} is not in this grid of {self.size} members.")
         trainable, non_trainable, _, _ = self.state
-        for variable, value in zip(self.model.trainable_variables, trainable):
-            variable.assign(value[index])
-        for variable, value in zip(self.model.non_trainable_variables, non_trainable):
-            variable.assign(value[index])
+        if self._member_copy is None:  # one program: a member's weights onto every device
+            self._member_copy = jax.jit(lambda values, index: [value[index] for value in values],
+                                        out_shardings=self._everywhere)
+        for variables, values in ((self.model.trainable_variables, trainable),
+                                  (self.model.non_trainable_variables, non_trainable)):
+            for variable, value in zip(variables, self._member_copy(values, np.int32(index))):
+                variable.assign(_fetch(value))
         return self.model
 
 
@@ -595,10 +608,40 @@ def check_grid_memory(config, members, batch_size, sequence_length, precision="f
     return need
 
 
+def grid_processes():
+    """This process's place among the processes a grid's devices span (`jax.devices()`'s):
+    a `keras_tupe.processes.Processes`, whose `writer` (process 0) alone writes what the
+    grid trained, and whose `agree` gathers every process's checks."""
+    return Processes(jax.process_index(), jax.process_count())
+
+
+def _place(tree, sharding):
+    """`tree`'s arrays placed by `sharding`. Over the devices of several processes (which
+    `jax.device_put` does not take from host values), each process puts its own devices'
+    parts of the same value, which every process holds whole."""
+    if sharding.is_fully_addressable:
+        return jax.device_put(tree, sharding)
+
+    def place(leaf):
+        if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable:
+            return jax.device_put(leaf, sharding)  # already global: placed again
+        value = np.asarray(leaf)
+        return jax.make_array_from_callback(value.shape, sharding, lambda index: value[index])
+
+    return jax.tree.map(place, tree)
+
+
+def _fetch(array):
+    """`array` as NumPy, whole, in every process (gathered where processes hold parts)."""
+    if array.is_fully_addressable or array.is_fully_replicated:
+        return np.asarray(array)
+    return multihost_utils.process_allgather(array, tiled=True)
+
+
 def device_memory():
-    """Bytes the first device can hold: its own limit (an accelerator), else this
+    """Bytes a device of this process can hold: its own limit (an accelerator), else this
     machine's physical memory."""
-    stats = jax.devices()[0].memory_stats() or {}
+    stats = jax.local_devices()[0].memory_stats() or {}
     if "bytes_limit" in stats:
         return stats["bytes_limit"]
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

@@ -33,7 +33,7 @@ from keras_tupe.callbacks import (AtomicBackupAndRestore, StepCheckpoint, StepLo
 from keras_tupe.data.order import epoch_rows
 from keras_tupe.data.shards import MaskedLMShards
 from keras_tupe.grid import (GridTrainer, Schedule, check_backend, check_members, device_masking,
-                             check_grid_memory, merged_members, shard_source)
+                             check_grid_memory, grid_processes, merged_members, shard_source)
 from keras_tupe.layers.utils import INITIALIZATION
 from keras_tupe.models import (TupeBackbone, TupeMaskedLM, TupeMaskedLMPreprocessor,
                                TupeTokenizer)
@@ -633,6 +633,10 @@ def pretrain_grid(config, seeds, learning_rates=None, steps_per_dispatch=100, pr
     run folder that exists is refused, and one this call made goes if it fails. Returns
     the folders.
 
+    Members across processes (`GridTrainer`'s devices after `jax.distributed.initialize`):
+    every process calls it with the same arguments, and process 0 alone writes the folders
+    (each process's checks gathered first: all train or all stop, `keras_tupe.processes`).
+
     `pretrainer`: None (built here), or what `grid_pretrainer` returned for these members
     and a config that differs from `config` in `steps` and `save_steps` alone, not yet
     trained: a grid built (and compiled: `GridTrainer.compile_fit`) while its length was
@@ -645,10 +649,14 @@ def pretrain_grid(config, seeds, learning_rates=None, steps_per_dispatch=100, pr
     one_rate = len({rate for _, rate in members}) == 1
     folders = [os.path.join(config.out, f"seed_{seed}" + ("" if one_rate else f"_lr{rate:g}"))
                for seed, rate in members]
-    taken = [folder for folder in folders if os.path.exists(folder)]
-    if taken:
-        raise PretrainError(f"{', '.join(taken)} exist: a grid starts its runs anew; choose "
-                            "another out, or move them away.")
+    processes = grid_processes()
+    problem = None
+    if processes.writer:
+        taken = [folder for folder in folders if os.path.exists(folder)]
+        if taken:
+            problem = PretrainError(f"{', '.join(taken)} exist: a grid starts its runs anew; "
+                                    "choose another out, or move them away.")
+    processes.agree(problem)
     if pretrainer is None:
         pretrainer = grid_pretrainer(config, members, steps_per_dispatch)
     trainer, source, _, masking = pretrainer
@@ -659,12 +667,19 @@ def pretrain_grid(config, seeds, learning_rates=None, steps_per_dispatch=100, pr
     _check_grid_steps(config)
     trainer.schedule = _grid_schedule(config)  # the built one's, or another length's
     rows = _grid_rows(config, members, len(source[0]))
-    # One writer of `out`; a failure removes the member folders this call made.
-    with output_lock(config.out, command="pretrain_grid", flag="`out`"), \
-            contextlib.ExitStack() as made:
-        vocabularies = [copy_file(os.path.join(config.shards, VOCABULARY),
-                                  os.path.join(made.enter_context(made_folder(folder)),
-                                               "vocab.txt")) for folder in folders]
+    # One writer of `out` (process 0); a failure removes the member folders this call made.
+    with contextlib.ExitStack() as made:
+        problem, vocabularies = None, [None] * len(folders)
+        if processes.writer:
+            try:
+                made.enter_context(output_lock(config.out, command="pretrain_grid",
+                                               flag="`out`"))
+                vocabularies = [copy_file(os.path.join(config.shards, VOCABULARY),
+                                          os.path.join(made.enter_context(made_folder(folder)),
+                                                       "vocab.txt")) for folder in folders]
+            except OSError as error:  # the lock held, a folder not made (WriteError)
+                problem = error
+        processes.agree(problem)
         start, done, losses = time.perf_counter(), 0, []
         for end in sorted({*config.save_steps, config.steps}):
             if end > done:  # step 0 saves the initialization, before any step
@@ -672,18 +687,23 @@ def pretrain_grid(config, seeds, learning_rates=None, steps_per_dispatch=100, pr
             done = end
             if end < config.steps:  # as `StepCheckpoint` writes them: fine-tuning's --init
                 for index, (folder, vocab_path) in enumerate(zip(folders, vocabularies)):
-                    _write_checkpoint(trainer.member_model(index), vocab_path, config,
-                                      run_checkpoint(folder, end), end)
+                    model = trainer.member_model(index)  # every process: a collective
+                    if processes.writer:
+                        _write_checkpoint(model, vocab_path, config,
+                                          run_checkpoint(folder, end), end)
         seconds = time.perf_counter() - start
         losses = np.concatenate(losses)
         tokens_per_second = len(members) * config.steps * config.batch_size * config.seq_len / seconds
         for index, ((seed, rate), folder) in enumerate(zip(members, folders)):
+            model = trainer.member_model(index)
+            if not processes.writer:
+                continue
             blocks = losses[:, index].reshape(-1, config.eval_every).mean(axis=1)
             write_text(os.path.join(folder, "metrics.csv"), ",".join(StepLogger.COLUMNS) + "\n"
                        + "".join(f"{(block + 1) * config.eval_every},{loss:.6g},,,,,"
                                  f"{tokens_per_second:.6g},{seconds:.6g}\n"
                                  for block, loss in enumerate(blocks)))
-            write_preset(trainer.member_model(index), vocabularies[index],
+            write_preset(model, vocabularies[index],
                          dataclasses.replace(config, out=folder, seed=seed, learning_rate=rate),
                          run_model(folder))
     return folders

@@ -13,16 +13,15 @@ import os
 import re
 import time
 import warnings
-from contextlib import ExitStack, nullcontext
+from contextlib import ExitStack
 from typing import NamedTuple
 
-import keras
 import keras_hub
 import numpy as np
 
-from keras_tupe.callbacks import StepProgress
 from keras_tupe.data import glue
 from keras_tupe.finetuning.batches import batches, packed, resolve_loader
+from keras_tupe.finetuning.engines import FIT, GRID_MEMBERS, Grid, build_preprocessor
 from keras_tupe.finetuning.loading import (
     check_tokenizer_size,
     default_vocabulary,
@@ -34,8 +33,8 @@ from keras_tupe.finetuning.loading import (
 from keras_tupe.finetuning.protocol import Protocol
 from keras_tupe.finetuning.summary import append_result, read_results, write_tables
 from keras_tupe.data.order import epoch_rows
-from keras_tupe.grid import (GridTrainer, Schedule, check_backend, check_grid_memory,
-                             check_members, merged_members)
+from keras_tupe.grid import (GridTrainer, check_backend, check_grid_memory, check_members,
+                             grid_processes, merged_members)
 from keras_tupe.metrics import glue_metrics, glue_score
 from keras_tupe.models import (
     TupeBackbone,
@@ -44,12 +43,11 @@ from keras_tupe.models import (
     TupeTokenizer,
 )
 from keras_tupe.models.preset_folders import refuse_existing_folder
-from keras_tupe.optimization import create_optimizer
+from keras_tupe.processes import ONE_PROCESS
 from keras_tupe_base import files, settings
 from keras_tupe_base.checks import merge_repeats
 from keras_tupe_base.folders import made_folder
 from keras_tupe_base.output_lock import output_lock
-from keras_tupe_base.progress import Heartbeat
 from keras_tupe_base.settings import FinetuneConfig, ProtocolConfig
 
 SHORT_TASKS = ("mnli", "qqp", "qnli")  # 5 epochs instead of 10
@@ -66,68 +64,148 @@ BATCH_PAD_MULTIPLE = 16
 
 
 def finetune_glue(config, splits=None):
-    """Fine-tunes `config.init` on one GLUE task; returns the dev metrics and timings.
+    """Fine-tunes `config.init` on one GLUE task at `config.learning_rate` and `config.seed`
+    with Keras's `fit`; returns its row: the dev metrics and timings (`train_glue` with the
+    `Fit` engine and one member).
 
-    The task owns its data path: raw sentences (pairs: a tuple of two lists) go to a
-    `TupeTextClassifier` whose `TupeTextClassifierPreprocessor` tokenizes and packs the
-    train split once before `fit` and each batch inside `predict`, on tf.data where
-    TensorFlow imports and on Grain where it does not (`config.data_loader`). `splits`
-    (`{split: GlueExamples}`, the task's train and evaluation splits) skips loading them:
-    `run_protocol` loads each split once for all its runs.
+    The task's data path is keras-hub's: the task's `TupeTextClassifierPreprocessor`
+    tokenizes and packs each split once (`glue_data`), and `fit` trains on those arrays on
+    tf.data where TensorFlow imports and on Grain where it does not (`config.data_loader`).
+    `splits` (`{split: GlueExamples}`, the task's train and evaluation splits) skips
+    loading them.
     """
+    return train_glue(config, [(config.seed, config.learning_rate)], FIT, splits)[0]
+
+
+class GlueData(NamedTuple):
+    """A GLUE task's inputs, prepared once for every run of it by either engine
+    (`glue_data`; `keras_tupe.finetuning.engines` says what an engine reads): the
+    `tokenizer`, the packed train inputs and labels (`source`), the packed inputs of each
+    evaluation split (`evaluated`) and their `labels`, the packed `lengths` of each split,
+    the `epochs`, and `trim`: each `fit` batch cut after its longest example, rounded up
+    to a multiple of it (`pad_each_batch`), or None."""
+
+    task: str
+    tokenizer: object
+    source: tuple
+    evaluated: dict
+    labels: dict
+    lengths: dict
+    epochs: int
+    trim: int = None
+
+    @property
+    def train_length(self):
+        return self.lengths["train"]
+
+    def head(self, backbone):
+        """The task's classifier of `backbone` (for `check_grid_memory`'s count)."""
+        return _classifier_of(glue.get_task(self.task))(backbone)
+
+    def orders(self, seeds, batch_size):
+        """Each seed's batch order, `(rows, weights)`, each `(steps, len(seeds), batch)`:
+        a new permutation an epoch, the last batch filled with weight 0 (`epoch_rows`:
+        the order the Grain loader gives a run of that seed)."""
+        count = len(self.source[1])
+        orders = [epoch_rows(count, batch_size, seed, self.epochs) for seed in seeds]
+        return tuple(np.stack(parts, axis=1) for parts in zip(*orders))
+
+    def fit_batches(self, seed, batch_size, loader):
+        """A run's batches for `fit`: `(dataset, steps_per_epoch)`, the last batch filled
+        to the batch size (its copies weigh 0)."""
+        return batches(*self.source, batch_size, shuffle=True, seed=seed, fill_last_batch=True,
+                       epochs=self.epochs, loader=loader, trim_to_multiple_of=self.trim)
+
+    def compiled(self):
+        """The train lengths a `fit` run compiles its step for, at most."""
+        return compiled_lengths(self.train_length, self.trim)
+
+
+def glue_data(config, splits=None):
+    """The inputs every run of `config.task` takes (`GlueData`), for `config.init`'s
+    tokenizer: each split packed once at its length (`seq_len`, or with `pad_to_longest`
+    its longest example), `max_train_examples` of the train split. Checks first that the
+    encoder takes `seq_len` and that the tokenizer tokenizes here."""
     spec = glue.get_task(config.task)
-    loader = resolve_loader(config.data_loader)
+    _, tokenizer, splits, train_examples, epochs = _task_inputs(config, spec, splits)
+    check_tokenizes(TupeTextClassifierPreprocessor(tokenizer, sequence_length=config.seq_len),
+                    _segments(train_examples), config.init)
+    lengths = _split_lengths(config, tokenizer, spec, splits, train_examples)
+
+    def pack(split, examples):
+        return packed(TupeTextClassifierPreprocessor(tokenizer, sequence_length=lengths[split]),
+                      _segments(examples))
+
+    return GlueData(config.task, tokenizer,
+                    (pack("train", train_examples), _labels(spec, train_examples)),
+                    {split: pack(split, splits[split]) for split in spec.eval_splits},
+                    {split: splits[split].labels for split in spec.eval_splits}, lengths, epochs,
+                    BATCH_PAD_MULTIPLE if config.pad_each_batch else None)
+
+
+def _check_one_length(config):
+    """A grid trains one length: refuses `pad_each_batch`."""
+    if config.pad_each_batch:
+        raise ValueError("pad_each_batch cuts each batch to its own length, a compile per "
+                         "length; a grid trains one length. Valid: pad_each_batch=False "
+                         "(pad_to_longest still pads a split to its longest example).")
+
+
+def member_builder(config, data):
+    """`build(seed, init=config.init)`: a member's classifier (`task_classifier`, from
+    `init`), trained and evaluated on `data`'s packed inputs (no preprocessor)."""
+
+    def build(seed, init=config.init):
+        model = task_classifier(config, load_backbone(init), data.tokenizer, data.train_length)
+        model.preprocessor = None
+        return model
+
+    return build
+
+
+def train_glue(config, members, engine=FIT, splits=None, data=None):
+    """Fine-tunes `config.init` on `config.task` once for each member, a `(seed,
+    learning_rate)`, with `engine`; returns a row a member (`result_row`).
+
+    The one way to train a GLUE task: `engine` is `FIT` (Keras's `fit`, a member at a time;
+    any backend) or a `Grid` (every member in one compiled program, JAX;
+    `keras_tupe.finetuning.engines`). Either trains each member from `config.init` (or
+    its `Grid.inits` entry) on the same packed inputs (`data`, a `GlueData`, prepared here
+    unless given: a protocol prepares it once a task) in its seed's batch order, with its
+    seed's initialization and dropout, and evaluates it on the task's evaluation splits
+    (`dev_results`). `config.learning_rate` and `config.seed` are not used. With
+    `config.save_dir` (`FIT`, one member), the classifier is kept there as a preset
+    folder with its preprocessor.
+    """
+    engine.check(config, members)
+    if engine.name == "grid":
+        _check_one_length(config)
     if config.save_dir:  # refused before anything is read, by save_classifier's own rule
         refuse_existing_folder(config.save_dir)
-    keras.utils.set_random_seed(config.seed)
-    backbone, tokenizer, splits, train_examples, epochs = _task_inputs(config, spec, splits)
-    # One preprocessor a sequence length: the saved one at `seq_len`, the training one at
-    # the train split's, one for each evaluation split.
-    preprocessor = TupeTextClassifierPreprocessor(tokenizer, sequence_length=config.seq_len)
-    check_tokenizes(preprocessor, _segments(train_examples), config.init)
-    lengths = _split_lengths(config, tokenizer, spec, splits, train_examples)
-    pad_multiple = BATCH_PAD_MULTIPLE if config.pad_each_batch else None
-    model = task_classifier(config, backbone, tokenizer, lengths["train"])
-    # The train split is packed once by the task's own preprocessor, and `fit` trains on
-    # those arrays without it; each batch is cut after its longest example with
-    # `pad_each_batch`. The last batch is filled to the batch size (its copies weigh 0).
-    train, steps_per_epoch = batches(
-        packed(model.preprocessor, _segments(train_examples)), _labels(spec, train_examples),
-        config.batch_size, shuffle=True, seed=config.seed, fill_last_batch=True, epochs=epochs,
-        loader=loader, trim_to_multiple_of=pad_multiple)
-    model.preprocessor = None
-    train_lengths = compiled_lengths(lengths["train"], pad_multiple)
-    if config.progress:
-        print(f"{config.task}: the training step compiles for at most {len(train_lengths)} "
-              f"length(s) ({', '.join(map(str, train_lengths))}) at batch {config.batch_size}, "
-              f"prediction for one length a split; data on {loader}.", flush=True)
-    seconds, epoch_seconds = fit_task(model, train, config, epochs, steps_per_epoch,
-                                      config.progress)
-
-    def predict(split):  # the one member's outputs
-        examples = splits[split]
-        _use_preprocessor(model, TupeTextClassifierPreprocessor(  # one length a split
-            tokenizer, sequence_length=lengths[split]))
-        dataset, _ = batches(_segments(examples), _labels(spec, examples), config.batch_size,
-                             fill_last_batch=True, loader=loader)
-        if config.progress:
-            print(f"Evaluating {config.task} on {split} ({len(examples.labels):,} examples) ...",
-                  flush=True)
-        with Heartbeat(f"  evaluating on {split}") if config.progress else nullcontext():
-            return [model.predict(dataset, verbose=0)[:len(examples.labels)]]
-
-    [results] = dev_results(config.task, {split: splits[split].labels
-                                          for split in spec.eval_splits}, predict)
-    _use_preprocessor(model, preprocessor)
+    data = data or glue_data(config, splits)
+    compiled = data.compiled() if engine.name == "fit" else [data.train_length]
+    if config.progress and engine.name == "fit":
+        print(f"{config.task}: the training step compiles for at most {len(compiled)} "
+              f"length(s) ({', '.join(map(str, compiled))}) at batch {config.batch_size}, "
+              f"prediction for one length a split; data on "
+              f"{resolve_loader(config.data_loader)}.", flush=True)
+    trained = engine.train(config, member_builder(config, data), data, members,
+                           talk=config.progress)
+    results = dev_results(config.task, data.labels,
+                          lambda split: [member.outputs[split] for member in trained])
     if config.save_dir:
-        save_classifier(model, config.save_dir, tokenizer, {
+        [member], [result] = trained, results
+        spec = glue.get_task(config.task)
+        _use_preprocessor(member.model, TupeTextClassifierPreprocessor(
+            data.tokenizer, sequence_length=config.seq_len))
+        save_classifier(member.model, config.save_dir, data.tokenizer, {
             "task": config.task, "seq_len": config.seq_len, "lowercase": config.lowercase,
             "num_segments": 2 if spec.is_pair else 1, "label_names": list(spec.label_names),
-            "init": config.init, "learning_rate": config.learning_rate, "seed": config.seed,
-            "epochs": epochs, "dev": results})
-    return result_row(config.task, config.learning_rate, config.seed, epochs,
-                      len(train_examples.labels), lengths, train_lengths, seconds, loader,
-                      results, epoch_seconds=epoch_seconds)
+            "init": config.init, "learning_rate": members[0][1], "seed": members[0][0],
+            "epochs": data.epochs, "dev": result})
+    return [result_row(config.task, rate, seed, data.epochs, len(data.source[1]), data.lengths,
+                       compiled, member.seconds, member.loader, result, **member.engine)
+            for (seed, rate), member, result in zip(members, trained, results, strict=True)]
 
 
 def _task_inputs(config, spec, splits):
@@ -174,32 +252,17 @@ def task_classifier(config, backbone, tokenizer, train_length):
 def finetune_glue_grid(config, learning_rates, seeds, splits=None, precision="float32",
                        steps_per_dispatch=100, inits=None):
     """Fine-tunes `config.init` on `config.task` at every `(learning_rates[i], seeds[i])`
-    at once, in one compiled program (`keras_tupe.grid.GridTrainer`, JAX); returns a row
-    a member, as `finetune_glue` returns for one run. `inits` (one encoder a member, of
-    one architecture and `config`'s vocabulary) fine-tunes several encoders in the program:
-    member `i` starts from `inits[i]`.
-
-    Each member is the run `finetune_glue` makes at its rate and seed on the Grain loader
-    (the same initialization, dropout seeds and batch order), but the task is tokenized
-    and packed once for every member, at one length (`seq_len`, or the split's longest
-    with `pad_to_longest`; no `pad_each_batch`: one shape, one compile), and the schedule
-    is stepped on the device. `config.learning_rate` and `config.seed` are not used.
+    at once, in one compiled program; returns a row a member, as `finetune_glue` returns
+    for one run (`train_glue` with the `Grid` engine). `inits` (one encoder a member, of
+    one architecture and `config`'s vocabulary) fine-tunes several encoders in the
+    program: member `i` starts from `inits[i]`. Each member is the run `finetune_glue`
+    makes at its rate and seed on the Grain loader (the same initialization, dropout seeds
+    and batch order); `config.learning_rate` and `config.seed` are not used.
     """
     check_backend()
     seeds, learning_rates, inits = merged_members(seeds, learning_rates, inits)
-    grid = glue_grid(config, learning_rates, seeds, splits, precision, steps_per_dispatch,
-                     inits)
-    trainer, members = grid.trainer, grid.trainer.members
-    start = time.perf_counter()
-    trainer.fit(grid.source, grid.rows, grid.weights)
-    seconds = time.perf_counter() - start
-    results = dev_results(config.task, grid.labels, lambda split: trainer.predict(
-        grid.evaluated[split], config.batch_size))
-    return [result_row(config.task, rate, seed, grid.epochs, len(grid.source[1]), grid.lengths,
-                       [grid.lengths["train"]], seconds, "grid", result,
-                       grid_members=len(members), grid_compiles=trainer.compiles,
-                       precision=precision)
-            for (seed, rate), result in zip(members, results)]
+    return train_glue(config, check_members(seeds, learning_rates),
+                      Grid(precision, steps_per_dispatch, inits), splits)
 
 
 def dev_results(task, labels, predict):
@@ -251,43 +314,15 @@ def glue_grid(config, learning_rates, seeds, splits=None, precision="float32",
     `compile_predict` on each of `grid.evaluated`; with JAX's persistent compilation cache
     set, a run of the same shapes later (other encoders of this architecture, other
     rates and seeds, another process) loads the programs instead of compiling them."""
-    check_backend()
+    engine = Grid(precision, steps_per_dispatch, inits)
     members = check_members(seeds, learning_rates)
-    if config.pad_each_batch:
-        raise ValueError("pad_each_batch cuts each batch to its own length, a compile per "
-                         "length; a grid trains one length. Valid: pad_each_batch=False "
-                         "(pad_to_longest still pads a split to its longest example).")
-    spec = glue.get_task(config.task)
-    _, tokenizer, splits, train_examples, epochs = _task_inputs(config, spec, splits)
-    lengths = _split_lengths(config, tokenizer, spec, splits, train_examples)
-    train_x = packed(TupeTextClassifierPreprocessor(tokenizer, sequence_length=lengths["train"]),
-                     _segments(train_examples))
-    count = len(train_examples.labels)
-    orders = [epoch_rows(count, config.batch_size, seed, epochs) for seed, _ in members]
-    rows, weights = (np.stack(parts, axis=1) for parts in zip(*orders))
-    steps = len(rows)
-
-    def build(seed, init=config.init):
-        model = task_classifier(config, load_backbone(init), tokenizer, lengths["train"])
-        model.preprocessor = None
-        return model
-
-    check_grid_memory(encoder_config(config.init), len(members), config.batch_size,
-                      lengths["train"], precision, task=_classifier_of(spec),
-                      members_are=GRID_MEMBERS + (" x encoders" if inits else ""))
-    trainer = GridTrainer(build, [seed for seed, _ in members], [rate for _, rate in members],
-                          Schedule(steps, int(config.warmup_ratio * steps), config.weight_decay),
-                          precision=precision, steps_per_dispatch=steps_per_dispatch,
-                          inits=inits)
-    evaluated = {split: packed(TupeTextClassifierPreprocessor(
-        tokenizer, sequence_length=lengths[split]), _segments(splits[split]))
-        for split in spec.eval_splits}
-    return GlueGrid(trainer, (train_x, _labels(spec, train_examples)), rows, weights, evaluated,
-                    {split: splits[split].labels for split in spec.eval_splits}, epochs, lengths)
-
-
-# What a grid's K is the product of (`--learning-rates` x `--seeds` in a command's words).
-GRID_MEMBERS = "a learning rate and a seed each: `learning_rates=` x `seeds=`"
+    engine.check(config, members)
+    _check_one_length(config)
+    data = glue_data(config, splits)
+    rows, weights = data.orders([seed for seed, _ in members], config.batch_size)
+    trainer = engine.trainer(config, member_builder(config, data), data, members, len(rows))
+    return GlueGrid(trainer, data.source, rows, weights, data.evaluated, data.labels,
+                    data.epochs, data.lengths)
 
 
 def _classifier_of(spec):
@@ -297,44 +332,11 @@ def _classifier_of(spec):
 
 
 def _use_preprocessor(model, preprocessor):
-    """`model` takes `preprocessor` from now on, fitted to its backbone (`fit_preprocessor`)
-    and built (`_build_preprocessor`): `predict` on Grain calls it from several threads."""
+    """`model` takes `preprocessor` (saved with it), fitted to its backbone
+    (`fit_preprocessor`) and built (`build_preprocessor`)."""
     model.preprocessor = preprocessor
     model.fit_preprocessor()
-    _build_preprocessor(model)
-
-
-def _build_preprocessor(model):
-    """Builds `model`'s preprocessor here, once, if it is not: keras-hub builds it at its
-    first call, which Grain's threads can make at once (one then finds the other's
-    half-built packer: `'NoneType' object is not callable`)."""
-    if model.preprocessor is not None and not model.preprocessor.built:
-        model.preprocessor.build(None)
-
-
-def fit_task(model, train, config, epochs, steps_per_epoch, progress):
-    """Compiles `model` with `create_optimizer` (warm-up over `config.warmup_ratio` of the
-    steps, then linear decay) and fits it on `train`, with `StepProgress` lines when
-    `progress`, else Keras's at `config.verbose`. Returns the seconds `fit` took and the
-    seconds of each epoch (the first holds the compilations; the last shows the pace)."""
-    steps = epochs * steps_per_epoch
-    _build_preprocessor(model)
-    model.compile(optimizer=create_optimizer(model, config.learning_rate, total_steps=steps,
-                                             warmup_steps=int(config.warmup_ratio * steps),
-                                             weight_decay=config.weight_decay),
-                  jit_compile=config.xla, steps_per_execution=config.steps_per_execution)
-    ends = []
-    callbacks = [StepProgress(steps, steps_per_epoch)] if progress else []
-    start = time.perf_counter()
-    try:
-        model.fit(train, epochs=epochs, steps_per_epoch=steps_per_epoch, shuffle=False,
-                  verbose=0 if progress else config.verbose, callbacks=callbacks + [
-                      keras.callbacks.LambdaCallback(
-                          on_epoch_end=lambda epoch, logs: ends.append(time.perf_counter()))])
-    finally:
-        for callback in callbacks:
-            callback.close()  # its heartbeat thread, when fit raised
-    return time.perf_counter() - start, np.diff([start, *ends]).round(3).tolist()
+    build_preprocessor(model)
 
 
 def compiled_lengths(split_length, pad_multiple):
@@ -507,28 +509,44 @@ def _check_grids_fit(config, protocol, run, encoders, task_settings):
                               members_are=GRID_MEMBERS + (" x encoders" if encoders > 1 else ""))
 
 
-def _run_grids(config, protocol, run, encoders, splits, task_settings):
+def _run_grids(config, protocol, run, encoders, prepared, task_settings, writer=True):
     """`run_protocol`'s rounds of grids: each task's runs to do of every encoder
-    (`(init, results_path, rows)`), in one program a round."""
+    (`(init, results_path, rows)`), in one program a round, on the task's inputs
+    (`prepared(task, config)`); their rows written and printed where `writer`."""
     for task in config.tasks:
         for members in protocol.grid_rounds([rows for _, _, rows in encoders], task):
             if run.progress:
                 print(f"{task}: {len(members)} runs in one grid ...", flush=True)
             start = time.perf_counter()
-            found = finetune_glue_grid(
-                task_run(run, task, task_settings, init=encoders[0][0]),
-                [rate for _, rate, _ in members], [seed for _, _, seed in members],
-                splits[task], **grid_settings(config),
-                inits=[encoders[index][0] for index, _, _ in members] if len(
-                    encoders) > 1 else None)
+            each = task_run(run, task, task_settings, init=encoders[0][0])
+            engine = Grid(**grid_settings(config), inits=[
+                encoders[index][0] for index, _, _ in members] if len(encoders) > 1 else None)
+            found = train_glue(each, [(seed, rate) for _, rate, seed in members], engine,
+                               data=prepared(task, each))
             for (index, _, _), row in zip(members, found):
                 init, results_path, rows = encoders[index]
                 row["wall_seconds"] = time.perf_counter() - start  # the whole grid's
                 rows.append(row)
+                if not writer:
+                    continue
                 append_result(results_path, row)
                 scores = {split: round(100 * m["score"], 2) for split, m in row["dev"].items()}
                 print(f"{task} lr={row['learning_rate']:g} seed={row['seed']}"
                       f"{f' {init}' if len(encoders) > 1 else ''}: {scores}", flush=True)
+
+
+def _prepared(splits):
+    """`prepared(task, config)`: the task's `GlueData` (`glue_data`), made at its first run
+    and kept for the next ones, one task at a time (a task's packed inputs are large)."""
+    kept = {}
+
+    def prepared(task, config):
+        if task not in kept:
+            kept.clear()
+            kept[task] = glue_data(config, splits[task])
+        return kept[task]
+
+    return prepared
 
 
 TASK_SETTINGS = ("epochs", "batch_size", "seq_len", "max_train_examples", "warmup_ratio",
@@ -585,7 +603,10 @@ def run_protocol(config, run, task_settings=None, together=()):
     (`finetune_glue_grid`): first every rate x every seed (with a selection seed the choice
     then reads from its rows, the other seeds' rows at the chosen rate counted, the rest
     kept in `results.jsonl` but outside the table), then any edge rate the choice asks for,
-    then that rate's other seeds.
+    then that rate's other seeds. With `grid` across processes (after
+    `jax.distributed.initialize`), every process calls it alike: each grid's members are
+    spread over every process's devices (`GridTrainer`), every process's checks gathered
+    first, and process 0 alone writes `out`, which the others read (a shared file system).
 
     Example:
     >>> run_protocol(ProtocolConfig(tasks=["rte", "mrpc"], out="glue", seeds=[0, 1]),
@@ -607,19 +628,28 @@ def run_protocol(config, run, task_settings=None, together=()):
         _check_grids_fit(config, protocol, run, len(encoders), task_settings)
     # every input checked before anything is written
     splits = [_preflight(tasks, start, run, task_settings) for start, _ in encoders][0]
+    # A grid's members across processes (`GridTrainer`): process 0 alone writes.
+    processes = grid_processes() if config.grid else ONE_PROCESS
     # An interruption before the first finished run leaves no folder it made; after it,
     # results.jsonl stays, to resume from.
     with ExitStack() as folders:
-        for _, folder in encoders:
-            folders.enter_context(output_lock(folder, command="finetune_glue",
-                                              flag="`out=`"))
-            folders.enter_context(made_folder(folder, keep=lambda folder=folder: bool(
-                read_results(folder)[1])))
+        problem = None
+        try:
+            for _, folder in encoders if processes.writer else ():
+                folders.enter_context(output_lock(folder, command="finetune_glue",
+                                                  flag="`out=`"))
+                folders.enter_context(made_folder(folder, keep=lambda folder=folder: bool(
+                    read_results(folder)[1])))
+        except OSError as error:  # the lock held, a folder not made
+            problem = error
+        processes.agree(problem)  # every process's, gathered: all go on or all stop
         found = [read_results(folder) for _, folder in encoders]
         results_path, rows = found[0]
+        prepared = _prepared(splits)
         if config.grid:
             _run_grids(config, protocol, run, [(start, path, done) for (start, _), (
-                path, done) in zip(encoders, found)], splits, task_settings)
+                path, done) in zip(encoders, found)], prepared, task_settings,
+                       processes.writer)
         for task, rate, seed in ([] if config.grid else protocol.runs(rows, tasks)):
             save_dir = (os.path.join(config.out, "models", f"{task}_lr{rate:g}_seed{seed}")
                         if config.save_models else None)
@@ -627,14 +657,16 @@ def run_protocol(config, run, task_settings=None, together=()):
                 print(f"{task} lr={rate:g} seed={seed}: loading and fine-tuning "
                       f"({protocol.run_number(rows, tasks)}) ...", flush=True)
             start = time.perf_counter()
-            row = finetune_glue(task_run(run, task, task_settings, learning_rate=rate,
-                                         seed=seed, save_dir=save_dir), splits[task])
-            row["wall_seconds"] = time.perf_counter() - start  # data, training, evaluation
+            each = task_run(run, task, task_settings, learning_rate=rate, seed=seed,
+                            save_dir=save_dir)
+            [row] = train_glue(each, [(seed, rate)], FIT, data=prepared(task, each))
+            # Training, evaluation and, for a task's first run, its data.
+            row["wall_seconds"] = time.perf_counter() - start
             rows.append(row)
             append_result(results_path, row)
             scores = {split: round(100 * m["score"], 2) for split, m in row["dev"].items()}
             print(f"{task} lr={rate:g} seed={seed}: {scores}", flush=True)
     tables = [protocol.summarize(done, tasks) for _, done in found]
-    for (start, folder), table in zip(encoders, tables):
+    for (start, folder), table in zip(encoders, tables) if processes.writer else ():
         write_tables(table, folder, f"GLUE dev, {os.path.basename(os.path.normpath(start))}")
     return tables[0]

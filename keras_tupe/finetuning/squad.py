@@ -6,38 +6,71 @@ import json
 import os
 import time
 
-import keras
 import numpy as np
 
 from keras_tupe.data import squad
-from keras_tupe.finetuning.batches import batches, resolve_loader
-from keras_tupe.finetuning.glue import (GRID_MEMBERS, check_protocol, fit_task, grid_settings,
-                                        task_tokenizer)
-from keras_tupe.finetuning.loading import FINETUNING_RECORD, encoder_config, load_backbone
+from keras_tupe.finetuning.batches import batches
+from keras_tupe.finetuning.engines import FIT, Grid
+from keras_tupe.finetuning.glue import check_protocol, grid_settings, task_tokenizer
+from keras_tupe.finetuning.loading import FINETUNING_RECORD, load_backbone
 from keras_tupe.finetuning.summary import append_result, read_results
 from keras_tupe.data.order import epoch_rows
-from keras_tupe.grid import (GridTrainer, Schedule, check_backend, check_grid_memory,
-                             check_members, merged_members)
+from keras_tupe.grid import check_backend, check_members, merged_members
 from keras_tupe.metrics import squad_evaluate
 from keras_tupe.models import TupeSpanQA, TupeSpanQAPreprocessor
 from keras_tupe.models.preset_folders import refuse_existing_folder, write_preset_folder
 from keras_tupe.models.span_windows import postprocess
 from keras_tupe.models.tupe_span_qa_preprocessor import check_question_room
 from keras_tupe_base.output_lock import output_lock
-from keras_tupe_base.progress import Heartbeat
 from keras_tupe_base.settings import SquadConfig
 from keras_tupe_base.staging import write_json, write_text
 
 
 @dataclasses.dataclass(frozen=True)
 class SquadData:
-    """A SQuAD run's windows: what every run of one config trains and is scored on."""
+    """A SQuAD run's windows: what every run of one config trains and is scored on, by
+    either engine (`keras_tupe.finetuning.engines` says what an engine reads)."""
 
     preprocessor: TupeSpanQAPreprocessor
     train_features: object  # `SquadFeatures`
     eval_features: object
     eval_articles: list
     label: str  # where the questions came from, for the record
+    epochs: int = 1
+    task = "squad"
+
+    @property
+    def source(self):
+        train = self.train_features
+        return train.inputs, {"start_positions": train.start_positions,
+                              "end_positions": train.end_positions}
+
+    @property
+    def evaluated(self):
+        return {"eval": self.eval_features.inputs}
+
+    @property
+    def train_length(self):
+        return self.preprocessor.sequence_length
+
+    @staticmethod
+    def head(backbone):
+        """The span-QA model of `backbone` (for `check_grid_memory`'s count)."""
+        return TupeSpanQA(backbone)
+
+    def orders(self, seeds, batch_size):
+        """Each seed's batch order, `(rows, weights)`, each `(steps, len(seeds), batch)`:
+        the permutation of each epoch `fit_batches` takes on Grain, its smaller last batch
+        filled with copies that weigh 0 (`epoch_rows`)."""
+        orders = [epoch_rows(len(self.train_features), batch_size, seed, self.epochs)
+                  for seed in seeds]
+        return tuple(np.stack(parts, axis=1) for parts in zip(*orders))
+
+    def fit_batches(self, seed, batch_size, loader):
+        """A run's batches for `fit`: `(dataset, steps_per_epoch)`, a new permutation an
+        epoch, the last batch smaller."""
+        return batches(*self.source, batch_size, shuffle=True, seed=seed, epochs=self.epochs,
+                       loader=loader)
 
 
 def squad_data(config, tokenizer):
@@ -72,7 +105,8 @@ def squad_data(config, tokenizer):
     eval_features = preprocessor.featurize_articles(eval_articles, training=False)
     if not len(eval_features):
         raise ValueError(f"SQuAD {eval_source}: no question to evaluate on.")
-    return SquadData(preprocessor, train_features, eval_features, eval_articles, label)
+    return SquadData(preprocessor, train_features, eval_features, eval_articles, label,
+                     config.epochs)
 
 
 def encoder_and_windows(config):
@@ -84,49 +118,22 @@ def encoder_and_windows(config):
                                                        config.lowercase))
 
 
-def finetune_squad(config):
-    """Fine-tunes a span-QA head; returns official EM/F1 on the evaluation questions.
+def finetune_squad(config, data=None):
+    """Fine-tunes a span-QA head with Keras's `fit`; returns official EM/F1 on the
+    evaluation questions (`train_squad` with the `FIT` engine and the one member
+    `(config.seed, config.learning_rate)`).
 
     The task owns its data path: `TupeSpanQA` with a `TupeSpanQAPreprocessor` on the
     encoder's tokenizer, whose `featurize_articles` windows the raw questions and
     contexts (each token's characters from tensorflow-text, or in pure Python where it
     is absent: `keras_tupe.models.wordpiece_offsets`); `fit` and `predict` take the
     windows in batches on tf.data, or on Grain where TensorFlow is absent
-    (`config.data_loader`). So it runs on a JAX machine without TensorFlow.
+    (`config.data_loader`). So it runs on a JAX machine without TensorFlow. `data`
+    (`squad_data`'s for this config) skips windowing again. With `config.out`, the result
+    and the predictions are written there.
     """
-    # Before the encoder, the data and the windowing: a mistake in the settings alone.
-    check_question_room(config.seq_len, config.max_query_length, ("seq_len", "max_query_length"))
-    loader = resolve_loader(config.data_loader)
-    if config.save_dir:  # refused before any training
-        refuse_existing_folder(config.save_dir)
-    keras.utils.set_random_seed(config.seed)
-    backbone, data = encoder_and_windows(config)
-    train_features, eval_features = data.train_features, data.eval_features
-    eval_articles, label, preprocessor = data.eval_articles, data.label, data.preprocessor
-    talk = config.verbose == 0  # progress lines of our own instead of Keras's
-    labels = {"start_positions": train_features.start_positions,
-              "end_positions": train_features.end_positions}
-    train, steps_per_epoch = batches(train_features.inputs, labels, config.batch_size,
-                                     shuffle=True, seed=config.seed, epochs=config.epochs,
-                                     loader=loader)
-    model = TupeSpanQA(backbone, preprocessor=preprocessor)
-    train_seconds, epoch_seconds = fit_task(model, train, config, config.epochs,
-                                            steps_per_epoch, talk)
-    if talk:
-        print(f"Evaluating on {len(eval_features.token_ids):,} features ...", flush=True)
-    with Heartbeat("  evaluating") if talk else contextlib.nullcontext():
-        dataset, _ = batches(eval_features.inputs, batch_size=config.batch_size, loader=loader)
-        outputs = model.predict(dataset, verbose=0)
-    predictions = postprocess(eval_features, outputs["start_positions"],
-                              outputs["end_positions"], eval_articles)
-    result = {"data": label, **squad_evaluate(eval_articles, predictions),
-              "train_features": int(len(train_features.token_ids)),
-              "train_seconds": train_seconds, "epoch_seconds": epoch_seconds,
-              "eval_questions": len(predictions), "data_loader": loader}
-    if config.save_dir:
-        write_preset_folder(model, config.save_dir, FINETUNING_RECORD,
-                            {"task": "squad", "config": dataclasses.asdict(config),
-                             "result": result})
+    [(result, predictions)] = _train_squad(config, [(config.seed, config.learning_rate)], FIT,
+                                           data)
     if config.out:
         with output_lock(config.out, command="finetune_squad", flag="`out=`"):
             os.makedirs(config.out, exist_ok=True)
@@ -134,6 +141,60 @@ def finetune_squad(config):
                        {"config": dataclasses.asdict(config), "result": result})
             write_text(os.path.join(config.out, "squad_predictions.json"), json.dumps(predictions))
     return result
+
+
+def train_squad(config, members, engine=FIT, data=None):
+    """Fine-tunes `config.init` on SQuAD once for each member, a `(seed, learning_rate)`,
+    with `engine`; returns a result a member (EM/F1 on the evaluation questions, with its
+    `learning_rate` and `seed`).
+
+    The one way to train SQuAD, as `train_glue` for GLUE: `engine` is `FIT` (Keras's `fit`,
+    a member at a time, any backend) or a `Grid` (every member in one compiled program,
+    JAX). Either trains each member from `config.init` (or its `Grid.inits` entry) on the
+    same windows (`data`, `squad_data`'s, cut here unless given), in its seed's batch
+    order, with its seed's initialization and dropout; a grid's smaller last batch is a
+    full one whose copies weigh 0. A grid on an offline split needs `split_seed` (the
+    windows are cut once for every member). `config.learning_rate` and `config.seed` are
+    not used. With `config.save_dir` (`FIT`, one member), the model is kept there as a
+    preset folder with its preprocessor.
+    """
+    return [result for result, _ in _train_squad(config, members, engine, data)]
+
+
+def _train_squad(config, members, engine, data):
+    """`train_squad`'s results, each with its predictions `{question id: answer}`."""
+    engine.check(config, members)
+    if engine.name == "grid":
+        check_one_split(config.offline_split, config.split_seed)
+    # Before the encoder, the data and the windowing: a mistake in the settings alone.
+    check_question_room(config.seq_len, config.max_query_length, ("seq_len", "max_query_length"))
+    if config.save_dir:  # refused before any training
+        refuse_existing_folder(config.save_dir)
+    if data is None:
+        _, data = encoder_and_windows(config)
+
+    def build(seed, init=config.init):  # trained and evaluated on the windows
+        return TupeSpanQA(load_backbone(init))
+
+    trained = engine.train(config, build, data, members, talk=config.verbose == 0)
+    found = []
+    for (seed, rate), member in zip(members, trained, strict=True):
+        outputs = member.outputs["eval"]
+        predictions = postprocess(data.eval_features, outputs["start_positions"],
+                                  outputs["end_positions"], data.eval_articles)
+        result = {"learning_rate": rate, "seed": seed, "data": data.label,
+                  **squad_evaluate(data.eval_articles, predictions),
+                  "train_features": int(len(data.train_features.token_ids)),
+                  "train_seconds": member.seconds, **member.engine,
+                  "eval_questions": len(predictions), "data_loader": member.loader}
+        found.append((result, predictions))
+    if config.save_dir:
+        [member], [(result, _)] = trained, found
+        member.model.preprocessor = data.preprocessor  # saved with it, for raw questions
+        write_preset_folder(member.model, config.save_dir, FINETUNING_RECORD,
+                            {"task": "squad", "config": dataclasses.asdict(config),
+                             "result": result})
+    return found
 
 
 def check_one_split(offline_split, split_seed):
@@ -148,56 +209,17 @@ def check_one_split(offline_split, split_seed):
 def finetune_squad_grid(config, learning_rates, seeds, precision="float32",
                         steps_per_dispatch=100, inits=None, data=None):
     """Fine-tunes `config.init` on SQuAD at every `(learning_rates[i], seeds[i])` at once,
-    in one compiled program (`keras_tupe.grid.GridTrainer`, JAX); returns a result a
-    member, as `finetune_squad` returns for one run, with its `learning_rate` and `seed`.
+    in one compiled program; returns a result a member, as `finetune_squad` returns for
+    one run, with its `learning_rate` and `seed` (`train_squad` with the `Grid` engine).
     `inits` (one encoder a member, of one architecture and `config`'s vocabulary) trains
-    several encoders in the program, as `finetune_glue_grid`.
-
-    Each member is the run `finetune_squad` makes at its rate and seed on the Grain loader
-    (the same initialization, dropout seeds and batch order; its smaller last batch is the
-    grid's full one with the copies weighted 0): the windows are cut once for every
-    member, so an offline split is cut at `split_seed`, which must be set.
-    `config.learning_rate` and `config.seed` are not used. `data` (`squad_data`'s)
-    skips windowing again.
+    several encoders in the program, as `finetune_glue_grid`. Each member is the run
+    `finetune_squad` makes at its rate and seed on the Grain loader. `data`
+    (`squad_data`'s) skips windowing again.
     """
     check_backend()
     seeds, learning_rates, inits = merged_members(seeds, learning_rates, inits)
-    members = check_members(seeds, learning_rates)
-    check_one_split(config.offline_split, config.split_seed)
-    check_question_room(config.seq_len, config.max_query_length, ("seq_len", "max_query_length"))
-    if data is None:
-        _, data = encoder_and_windows(config)
-    train, evaluated = data.train_features, data.eval_features
-    orders = [epoch_rows(len(train), config.batch_size, seed, config.epochs)
-              for seed, _ in members]
-    rows, weights = (np.stack(parts, axis=1) for parts in zip(*orders))
-    steps = len(rows)
-    # `finetune_squad`'s model, without its preprocessor: the grid takes the windows.
-    check_grid_memory(encoder_config(config.init), len(members), config.batch_size,
-                      config.seq_len, precision, task=TupeSpanQA,
-                      members_are=GRID_MEMBERS + (" x encoders" if inits else ""))
-    trainer = GridTrainer(lambda seed, init=config.init: TupeSpanQA(load_backbone(init)),
-                          [seed for seed, _ in members], [rate for _, rate in members],
-                          Schedule(steps, int(config.warmup_ratio * steps), config.weight_decay),
-                          precision=precision, steps_per_dispatch=steps_per_dispatch,
-                          inits=inits)
-    source = (train.inputs, {"start_positions": train.start_positions,
-                             "end_positions": train.end_positions})
-    start = time.perf_counter()
-    trainer.fit(source, rows, weights)
-    seconds = time.perf_counter() - start
-    outputs = trainer.predict(evaluated.inputs, config.batch_size)
-    results = []
-    for k, (seed, rate) in enumerate(members):
-        predictions = postprocess(evaluated, outputs["start_positions"][k],
-                                  outputs["end_positions"][k], data.eval_articles)
-        results.append({"learning_rate": rate, "seed": seed, "data": data.label,
-                        **squad_evaluate(data.eval_articles, predictions),
-                        "train_features": int(len(train)), "train_seconds": seconds,
-                        "eval_questions": len(predictions), "grid_members": len(members),
-                        "grid_compiles": trainer.compiles, "precision": precision,
-                        "data_loader": "grid"})
-    return results
+    return train_squad(config, check_members(seeds, learning_rates),
+                       Grid(precision, steps_per_dispatch, inits), data)
 
 
 def run_squad_protocol(config, run, together=()):
@@ -244,12 +266,13 @@ def run_squad_protocol(config, run, together=()):
                 encoders, found)])
             return found[0][1]
         results_path, rows = found[0]
+        windows = _windows(run)
         for _, rate, seed in protocol.runs(rows, ["squad"]):
             number = protocol.run_number(rows, ["squad"])
             print(f"squad lr={rate:g} seed={seed}: fine-tuning ({number}) ...", flush=True)
             start = time.perf_counter()
             each = dataclasses.replace(run, learning_rate=rate, seed=seed)
-            result = finetune_squad(each)
+            result = finetune_squad(each, windows(each))
             row = _squad_row(rate, seed, each.epochs, result)
             row["wall_seconds"] = time.perf_counter() - start
             rows.append(row)
@@ -257,6 +280,22 @@ def run_squad_protocol(config, run, together=()):
             print(f"squad lr={rate:g} seed={seed}: EM {result['exact_match']:.2f}, "
                   f"F1 {result['f1']:.2f}", flush=True)
         return rows
+
+
+def _windows(run):
+    """`windows(config)`: the windows of `run`'s runs, cut at the first and kept for the
+    next ones; None (each run cuts its own) where they follow a run's seed (an offline
+    split without `split_seed`)."""
+    kept = []
+
+    def windows(config):
+        if run.offline_split and run.split_seed is None:
+            return None
+        if not kept:
+            kept.append(encoder_and_windows(config)[1])
+        return kept[0]
+
+    return windows
 
 
 def _squad_row(rate, seed, epochs, result):

@@ -119,13 +119,14 @@ def test_finetune_glue_says_which_run_it_starts_and_turns_progress_on(tmp_path, 
 
     seen = []
 
-    def fake_run(config, splits):
+    def fake_run(config, members, engine, data):  # a run: one member, the fit engine
         seen.append(config)
-        return {"task": config.task, "learning_rate": config.learning_rate, "seed": config.seed,
-                "dev": {"validation": {"accuracy": 0.5, "score": 0.5}}}
+        return [{"task": config.task, "learning_rate": config.learning_rate, "seed": config.seed,
+                 "dev": {"validation": {"accuracy": 0.5, "score": 0.5}}}]
 
     monkeypatch.setattr(protocol, "_preflight", lambda tasks, *args: {t: {} for t in tasks})
-    monkeypatch.setattr(protocol, "finetune_glue", fake_run)
+    monkeypatch.setattr(protocol, "glue_data", lambda config, splits: None)
+    monkeypatch.setattr(protocol, "train_glue", fake_run)
     out = tmp_path / "glue"
     assert finetune_glue.main(["--init", "run", "--tasks", "rte", "--out", str(out),
                                "--learning-rates", "1e-4", "--seeds", "0", "1"]) == 0

@@ -28,14 +28,15 @@ def test_repeated_tasks_rates_and_seeds_run_once_and_count_once(tmp_path, monkey
 
     runs = []
 
-    def fake_run(config, splits):
+    def fake_run(config, members, engine, data):  # a run: one member, the fit engine
         runs.append((config.task, config.learning_rate, config.seed))
-        return {"task": config.task, "learning_rate": config.learning_rate,
-                "seed": config.seed, "dev": {"validation": {"score": 0.5}}}
+        return [{"task": config.task, "learning_rate": config.learning_rate,
+                 "seed": config.seed, "dev": {"validation": {"score": 0.5}}}]
 
-    # The checks and the splits they load (each once): none here.
+    # The checks and the splits they load (each once), the task's inputs: none here.
     monkeypatch.setattr(protocol, "_preflight", lambda *args: {"sst2": {}})
-    monkeypatch.setattr(protocol, "finetune_glue", fake_run)
+    monkeypatch.setattr(protocol, "glue_data", lambda config, splits: None)
+    monkeypatch.setattr(protocol, "train_glue", fake_run)
     out = tmp_path / "glue"
     code, stdout, err = run_main(finetune_glue.main, [
         "--init", str(tmp_path / "run"), "--out", str(out), "--tasks", "sst2", "sst2",
@@ -125,13 +126,14 @@ def test_sigterm_before_the_first_finetuning_result_leaves_no_results_folder(
     from keras_tupe.finetuning import glue as protocol
     from keras_tupe_cli import finetune_glue
 
-    def terminated_while_finetuning(config, splits):
+    def terminated_while_finetuning(config, members, engine, data):
         assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None)
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(5)
 
     monkeypatch.setattr(protocol, "_preflight", lambda *args: {"sst2": {}})
-    monkeypatch.setattr(protocol, "finetune_glue", terminated_while_finetuning)
+    monkeypatch.setattr(protocol, "glue_data", lambda config, splits: None)
+    monkeypatch.setattr(protocol, "train_glue", terminated_while_finetuning)
     out = tmp_path / "glue" / "sst2"
     code, _, err = run_main(finetune_glue.main, [
         "--init", str(tmp_path / "run"), "--tasks", "sst2", "--out", str(out)], capsys)

@@ -68,7 +68,8 @@ def test_squad_protocol_appends_glue_form_rows_and_resumes(tmp_path, monkeypatch
 
     calls = []
 
-    def fake_finetune(config):
+    def fake_finetune(config, data):
+        assert data == "windows"  # cut once, for every run
         calls.append((config.learning_rate, config.seed, config.epochs))
         if len(calls) == 3:
             raise KeyboardInterrupt  # interrupted during the third run
@@ -77,6 +78,7 @@ def test_squad_protocol_appends_glue_form_rows_and_resumes(tmp_path, monkeypatch
                 "train_seconds": 1.0, "eval_questions": 3}
 
     monkeypatch.setattr(finetuning_squad, "finetune_squad", fake_finetune)
+    monkeypatch.setattr(finetuning_squad, "encoder_and_windows", lambda config: (None, "windows"))
     out = tmp_path / "squad"
     protocol = ProtocolConfig(tasks=["squad"], out=str(out), learning_rates=[1e-4, 2e-4],
                               seeds=[0, 1])

@@ -278,19 +278,22 @@ def protocol_of(out, **grid):
 
 
 def _fake_runs(monkeypatch, scores):
-    """`run_protocol` with `finetune_glue` replaced by a score of (rate, seed) from `scores`:
-    returns the list of runs it was asked for, in order."""
+    """`run_protocol` with each run (`train_glue`, one member) replaced by a score of
+    (rate, seed) from `scores`: returns the list of runs it was asked for, in order."""
     from keras_tupe.finetuning import glue as protocol
 
     calls = []
 
-    def finetune(config, splits):
-        calls.append((config.learning_rate, config.seed))
-        score = scores(config.learning_rate, config.seed)
-        return {"task": config.task, "learning_rate": config.learning_rate, "seed": config.seed,
-                "dev": {"validation": {"accuracy": score, "score": score}}}
+    def finetune(config, members, engine, data):
+        [(seed, rate)] = members
+        assert (config.learning_rate, config.seed) == (rate, seed) and engine is protocol.FIT
+        calls.append((rate, seed))
+        score = scores(rate, seed)
+        return [{"task": config.task, "learning_rate": rate, "seed": seed,
+                 "dev": {"validation": {"accuracy": score, "score": score}}}]
 
-    monkeypatch.setattr(protocol, "finetune_glue", finetune)
+    monkeypatch.setattr(protocol, "train_glue", finetune)
+    monkeypatch.setattr(protocol, "glue_data", lambda config, splits: None)
     monkeypatch.setattr(protocol, "_preflight", lambda tasks, *args: {t: {} for t in tasks})
     return calls
 

@@ -377,11 +377,11 @@ def squad_file(tmp_path_factory):
 @pytest.mark.jax
 def test_a_squad_grid_member_is_the_run_of_its_seed_and_rate(encoder, squad_file, monkeypatch):
     """Two members of other rates and seeds on SQuAD windows: each one's start and end
-    logits within 1e-4 of `finetune_squad`'s run at its rate and seed (on Grain: the
+    logits within 1e-4 of its run by `fit` at its rate and seed (on Grain: the
     batches a grid member gets) and its EM/F1 the same; one program for training, one for
     predicting. (`run_squad_protocol` with `grid` runs these grids in `Protocol.grid_rounds`,
     as GLUE's above; S6's rehearsal in test_stages.py runs it.)"""
-    from keras_tupe.finetuning import finetune_squad
+    from keras_tupe.finetuning import FIT, Grid, train_squad
     from keras_tupe.finetuning import squad as squad_runs
 
     seen = []  # each run's logits, in the order it is scored
@@ -396,10 +396,8 @@ def test_a_squad_grid_member_is_the_run_of_its_seed_and_rate(encoder, squad_file
                          max_query_length=16, offline_split=str(squad_file), eval_fraction=0.34,
                          split_seed=0, data_loader="grain")
     members = [(0, 1e-3), (1, 1e-4)]
-    runs = [finetune_squad(dataclasses.replace(config, seed=seed, learning_rate=rate))
-            for seed, rate in members]
-    grid = squad_runs.finetune_squad_grid(config, [rate for _, rate in members],
-                                          [seed for seed, _ in members])
+    runs = train_squad(config, members, FIT)  # the one function, the engine an argument
+    grid = train_squad(config, members, Grid())
     run_logits, grid_logits = seen[:2], seen[2:]
     assert len(grid_logits) == 2 and {found["grid_compiles"] for found in grid} == {2}
     for (seed, rate), run, found, expected, logits in zip(members, runs, grid, run_logits,

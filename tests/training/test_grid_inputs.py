@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from keras_tupe import grid
-from keras_tupe.finetuning import Protocol, glue, run_protocol
+from keras_tupe.finetuning import Protocol, engines, glue, run_protocol
 from keras_tupe.grid import (GridTrainer, Schedule, check_grid_memory, member_parameters,
                              merged_members)
 from keras_tupe.models import TupeBackbone, TupeMaskedLM, TupeSpanQA, TupeTextClassifier
@@ -78,8 +78,9 @@ def test_a_grid_too_large_is_refused_before_anything_loads(tmp_path, monkeypatch
     config = json.loads((encoder / "config.json").read_text())["config"]
     monkeypatch.setattr(grid, "device_memory", lambda: fits_three(config, 32, 128))
     monkeypatch.setattr(glue, "check_backend", lambda: None)  # the check needs no JAX
-    for loader in ("_preflight", "load_backbone", "GridTrainer"):
-        monkeypatch.setattr(glue, loader, refused)
+    for module, loader in ((glue, "_preflight"), (glue, "load_backbone"),
+                           (engines, "GridTrainer")):
+        monkeypatch.setattr(module, loader, refused)
     rates, seeds = [1e-5 * (1 + i) for i in range(8)], list(range(8))
     message = (r"A grid of K=64 members \(a learning rate and a seed each: `{}` x `{}`\) needs "
                r"about .* GiB .* at batch 32 x 128 tokens\); the device holds .* GiB. Use at "

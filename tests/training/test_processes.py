@@ -152,6 +152,105 @@ def test_the_two_processes_resume_after_a_kill_with_one_writer(runs):
     assert not (root / "two" / "backup").exists()  # removed once the preset was whole
 
 
+GRID = """
+import json, sys
+import jax
+index, count, port, shards, out, encoder, glue = sys.argv[1:]
+if int(count) > 1:
+    jax.distributed.initialize(f"127.0.0.1:{port}", int(count), int(index))
+import numpy as np
+from keras_tupe.grid import GridTrainer, Schedule
+from keras_tupe.pretraining import pretrain_grid
+from keras_tupe_base.settings import PretrainConfig
+from tests.training.test_grid import RATES, SEEDS, classification_data, classifier
+
+source, rows, weights, _ = classification_data(2)
+trainer = GridTrainer(classifier(2), SEEDS, RATES, Schedule(len(rows), 2), steps_per_dispatch=5)
+losses = trainer.fit(source, rows, weights)
+held = sorted({k for shard in trainer.state[0][0].addressable_shards
+               for k in range(*shard.index[0].indices(len(SEEDS)))})
+last = [[np.asarray(w).tolist() for w in trainer.member_model(k).trainable_weights[-2:]]
+        for k in range(len(SEEDS))]
+predicted = trainer.predict(source[0])
+config = PretrainConfig(preset="tupe_a_tiny", corpus=None, shards=shards, out=out, steps=4,
+                        batch_size=8, seq_len=32, eval_every=2, save_steps=[0, 2],
+                        backbone_overrides={"num_layers": 1})
+folders = pretrain_grid(config, seeds=[0, 1])
+from keras_tupe.finetuning import run_protocol
+from keras_tupe_base.settings import FinetuneConfig, ProtocolConfig
+table = run_protocol(
+    ProtocolConfig(tasks=["stsb"], out=out + "_glue", learning_rates=[1e-3, 1e-4], seeds=[0, 1],
+                   grid=True),
+    FinetuneConfig(task="stsb", init=encoder, epochs=1, batch_size=16, seq_len=32,
+                   max_train_examples=40, data_dir=glue, progress=False))
+print(json.dumps({"held": held, "losses": losses.tolist(), "last": last,
+                  "predicted": predicted.tolist(), "folders": folders, "table": table}))
+"""
+
+
+def test_a_grids_members_split_across_two_processes_train_as_on_one_device(shards, tmp_path):
+    """`GridTrainer` over the devices of 2 processes (1 each): members 0-1 held by process
+    0, 2-3 by process 1, and every process gets every member's losses, weights and
+    predictions, those of the same grid on one device; `pretrain_grid` of 2 seeds, one
+    a process, and `run_protocol`'s GLUE grid (STS-B, 2 rates x 2 seeds) leave the folders
+    and rows of one device's run, written by process 0 alone (a second writer would be
+    refused by the lock and stop both; a row written twice would show)."""
+    from keras_tupe.data import load_tokenizer
+    from keras_tupe.models import TupeBackbone, TupeTokenizer
+
+    encoder = tmp_path / "encoder"
+    size = load_tokenizer(str(shards / "vocab.txt")).vocabulary_size()
+    TupeBackbone.from_preset("tupe_a_tiny", vocabulary_size=size, num_layers=1).save_to_preset(
+        str(encoder))
+    TupeTokenizer(vocabulary=str(shards / "vocab.txt")).save_to_preset(str(encoder))
+    env = {**os.environ, "KERAS_BACKEND": "jax", "TF_CPP_MIN_LOG_LEVEL": "3",
+           "PYTHONPATH": os.pathsep.join([str(REPO / "tests" / "no_tensorflow"), str(REPO)])}
+
+    def run(index, count, port, out):
+        return subprocess.Popen([sys.executable, "-c", GRID, str(index), str(count), str(port),
+                                 str(shards / "train"), str(tmp_path / out), str(encoder),
+                                 str(DATA_DIR / "glue")], cwd=REPO, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    port = free_port()
+    finished = finish([run(0, 1, 0, "one"), run(0, 2, port, "two"), run(1, 2, port, "two")])
+    assert [status for status, _ in finished] == [0, 0, 0], finished
+    one, *two = [json.loads(output.splitlines()[-1]) for _, output in finished]
+    assert one["held"] == [0, 1, 2, 3] and [p["held"] for p in two] == [[0, 1], [2, 3]]
+    for found in two:  # every process holds every member's results
+        for key in ("losses", "predicted"):
+            np.testing.assert_allclose(found[key], one[key], atol=WEIGHT_ATOL, err_msg=key)
+        for got, want in zip(found["last"], one["last"], strict=True):
+            for g, w in zip(got, want, strict=True):
+                np.testing.assert_allclose(g, w, atol=WEIGHT_ATOL)
+    def grid_losses(folder):  # a grid's metrics.csv: the step's loss, no validation
+        rows = (tmp_path / folder / "metrics.csv").read_text().splitlines()[1:]
+        return [float(row.split(",")[1]) for row in rows]
+
+    for seed in ("seed_0", "seed_1"):
+        assert len(grid_losses(f"one/{seed}")) == 2
+        np.testing.assert_allclose(grid_losses(f"two/{seed}"), grid_losses(f"one/{seed}"),
+                                   rtol=LOSS_RTOL)
+        for got, want in zip(weights(tmp_path / "two" / seed), weights(tmp_path / "one" / seed),
+                             strict=True):
+            np.testing.assert_allclose(got, want, atol=WEIGHT_ATOL)
+        assert sorted(p.name for p in (tmp_path / "two" / seed).iterdir()) == sorted(
+            p.name for p in (tmp_path / "one" / seed).iterdir())
+
+    def glue_rows(out):  # (rate, seed): the dev score of each row, each row once
+        lines = (tmp_path / f"{out}_glue" / "results.jsonl").read_text().splitlines()
+        rows = [json.loads(line) for line in lines]
+        assert len(rows) == 4
+        return {(r["learning_rate"], r["seed"]): r["dev"]["validation"]["score"] for r in rows}
+
+    one_rows, two_rows = glue_rows("one"), glue_rows("two")
+    assert len(set(one_rows.values())) == 4  # four different runs, not one floor
+    for run_key, score in one_rows.items():
+        assert abs(two_rows[run_key] - score) <= 1e-4, (run_key, one_rows, two_rows)
+    for found in two:
+        assert found["table"][0]["best_learning_rate"] == one["table"][0]["best_learning_rate"]
+
+
 def test_the_parts_of_a_batch_are_the_whole_batch(shards):
     """Each process's rows, read and masked alone, are its rows of the one-process batch."""
     from keras_tupe.data.shards import MaskedLMShards
