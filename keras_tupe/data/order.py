@@ -18,6 +18,13 @@ def epoch_rows(count, batch_size, seed, epochs, shuffle=True):
     return np.stack(rows).astype(np.int32), np.stack(weights)
 
 
+def members_rows(count, batch_size, seeds, epochs):
+    """Each seed's `epoch_rows`, side by side: `(rows, weights)`, each `(steps, len(seeds),
+    batch_size)`, the batches of a grid whose members each take their seed's order."""
+    orders = [epoch_rows(count, batch_size, seed, epochs) for seed in seeds]
+    return tuple(np.stack(parts, axis=1) for parts in zip(*orders))
+
+
 def epoch_order(count, seed, epoch, shuffle=True):
     """The examples of one epoch in order: a fresh permutation from `(seed, epoch)`."""
     if not shuffle:

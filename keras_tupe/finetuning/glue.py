@@ -32,7 +32,7 @@ from keras_tupe.finetuning.loading import (
 )
 from keras_tupe.finetuning.protocol import Protocol
 from keras_tupe.finetuning.summary import append_result, read_results, write_tables
-from keras_tupe.data.order import epoch_rows
+from keras_tupe.data.order import members_rows
 from keras_tupe.grid import (GridTrainer, check_backend, check_grid_memory, check_members,
                              grid_processes, merged_members)
 from keras_tupe.metrics import glue_metrics, glue_score
@@ -106,9 +106,7 @@ class GlueData(NamedTuple):
         """Each seed's batch order, `(rows, weights)`, each `(steps, len(seeds), batch)`:
         a new permutation an epoch, the last batch filled with weight 0 (`epoch_rows`:
         the order the Grain loader gives a run of that seed)."""
-        count = len(self.source[1])
-        orders = [epoch_rows(count, batch_size, seed, self.epochs) for seed in seeds]
-        return tuple(np.stack(parts, axis=1) for parts in zip(*orders))
+        return members_rows(len(self.source[1]), batch_size, seeds, self.epochs)
 
     def fit_batches(self, seed, batch_size, loader):
         """A run's batches for `fit`: `(dataset, steps_per_epoch)`, the last batch filled

@@ -6,7 +6,6 @@ import json
 import os
 import time
 
-import numpy as np
 
 from keras_tupe.data import squad
 from keras_tupe.finetuning.batches import batches
@@ -14,7 +13,7 @@ from keras_tupe.finetuning.engines import FIT, Grid
 from keras_tupe.finetuning.glue import check_protocol, grid_settings, task_tokenizer
 from keras_tupe.finetuning.loading import FINETUNING_RECORD, load_backbone
 from keras_tupe.finetuning.summary import append_result, read_results
-from keras_tupe.data.order import epoch_rows
+from keras_tupe.data.order import members_rows
 from keras_tupe.grid import check_backend, check_members, merged_members
 from keras_tupe.metrics import squad_evaluate
 from keras_tupe.models import TupeSpanQA, TupeSpanQAPreprocessor
@@ -62,9 +61,7 @@ class SquadData:
         """Each seed's batch order, `(rows, weights)`, each `(steps, len(seeds), batch)`:
         the permutation of each epoch `fit_batches` takes on Grain, its smaller last batch
         filled with copies that weigh 0 (`epoch_rows`)."""
-        orders = [epoch_rows(len(self.train_features), batch_size, seed, self.epochs)
-                  for seed in seeds]
-        return tuple(np.stack(parts, axis=1) for parts in zip(*orders))
+        return members_rows(len(self.train_features), batch_size, seeds, self.epochs)
 
     def fit_batches(self, seed, batch_size, loader):
         """A run's batches for `fit`: `(dataset, steps_per_epoch)`, a new permutation an
