@@ -1,4 +1,5 @@
-"""Training across processes under JAX: `--strategy multiworker`'s process layout.
+"""Training across processes under JAX: the process layout of pre-training's `--strategy
+multiworker` and of fine-tuning's `--grid` (`keras-tupe-finetune-glue`).
 
 JAX's multi-controller runtime: every process runs the same program on its own devices and
 the processes' devices form one mesh, over which `keras.distribution.DataParallel` shards
@@ -120,7 +121,7 @@ def join(config):
             process_id=config.process_id, initialization_timeout=timeout + 60)
     except ValueError as error:  # no layout given and no cluster found
         raise LayoutError(
-            f"--strategy multiworker under JAX needs the process layout: --coordinator "
+            f"training across processes under JAX needs the process layout: --coordinator "
             "HOST:PORT, --num-processes N and --process-id I on every process, or a cluster "
             f"that JAX detects (SLURM, Open MPI, Cloud TPU). JAX: {error}") from None
     finally:

@@ -28,7 +28,8 @@ RESUME_FREE_FIELDS = ("overwrite", "verbose", "vocab",  # the vocab is checked b
                       "steps_per_execution",  # speed only: the same steps
                       # The process layout: every layout trains the same global batches.
                       "coordinator", "num_processes", "process_id", "coordinator_timeout")
-# The fields of `--strategy multiworker`'s process layout under JAX (`keras_tupe.processes`).
+# The fields of a process layout under JAX (`keras_tupe.processes`): `--strategy multiworker`'s
+# (pre-training) and `--grid`'s (fine-tuning).
 LAYOUT_FIELDS = ("coordinator", "num_processes", "process_id")
 
 
@@ -60,6 +61,23 @@ def setting(default=dataclasses.MISSING, help=None, *, factory=None, choices=Non
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
+
+
+# The flags of a process layout: (help, default, least value).
+LAYOUT_SETTINGS = {
+    "coordinator": ("HOST:PORT of process 0, which serves the coordination (every process the "
+                    "same)", None, None),
+    "num_processes": ("how many processes train together", None, 1),
+    "process_id": ("this process's index, 0 .. --num-processes - 1 (0 writes --out)", None, 0),
+    "coordinator_timeout": ("seconds to wait for every process to join", 300, 1),
+}
+
+
+def layout_setting(name, when):
+    """The field `name` of a process layout (`LAYOUT_SETTINGS`), its help led by `when`
+    (the setting that trains across processes)."""
+    text, default, minimum = LAYOUT_SETTINGS[name]
+    return setting(default, f"{when}: {text}", minimum=minimum)
 
 
 def check(config):
@@ -153,14 +171,10 @@ class PretrainConfig:
                             choices=STRATEGIES)
     # The process layout of `--strategy multiworker` under JAX (`keras_tupe.processes`); left
     # out, JAX's cluster detection (SLURM, Open MPI, Cloud TPU) finds it.
-    coordinator: str = setting(None, "JAX, --strategy multiworker: HOST:PORT of process 0, "
-                                     "which serves the coordination (every process the same)")
-    num_processes: int = setting(None, "JAX, --strategy multiworker: how many processes train "
-                                       "together", minimum=1)
-    process_id: int = setting(None, "JAX, --strategy multiworker: this process's index, 0 .. "
-                                    "--num-processes - 1 (0 writes --out)", minimum=0)
-    coordinator_timeout: int = setting(300, "JAX, --strategy multiworker: seconds to wait for "
-                                            "every process to join", minimum=1)
+    coordinator: str = layout_setting("coordinator", "JAX, --strategy multiworker")
+    num_processes: int = layout_setting("num_processes", "JAX, --strategy multiworker")
+    process_id: int = layout_setting("process_id", "JAX, --strategy multiworker")
+    coordinator_timeout: int = layout_setting("coordinator_timeout", "JAX, --strategy multiworker")
     precision: str = setting("float32", "Keras's dtype policy", choices=PRECISIONS)
     xla: bool = setting(True, switch="--no-xla", help="turn XLA off")
     # Steps one call of the compiled train function runs (Keras `fit`'s argument): fewer
@@ -202,7 +216,8 @@ class PretrainConfig:
                 "relative-only preset.")
         if not 0 <= self.warmup_ratio < 1:
             problems.append(f"--warmup-ratio must be in [0, 1). Received: {self.warmup_ratio}")
-        problems += self._layout_problems()
+        problems += layout_problems(self, "--strategy multiworker", self.strategy != "multiworker"
+                                    and f"the run has --strategy {self.strategy}")
         if not _counts(self.steps, self.eval_every, self.steps_per_execution):
             return problems
         if self.steps_per_execution > self.steps:
@@ -229,26 +244,28 @@ class PretrainConfig:
                             f"initialization, before the first step). Received: {bad_saves}")
         return problems
 
-    def _layout_problems(self):
-        """The process layout's conflicts: given only with `--strategy multiworker`, a
-        process id inside the count, a coordinator of the form HOST:PORT."""
-        given = [f"--{name.replace('_', '-')}" for name in LAYOUT_FIELDS
-                 if getattr(self, name) is not None]
-        if given and self.strategy != "multiworker":
-            return [f"{' '.join(given)} set the process layout of --strategy multiworker "
-                    f"(JAX); the run has --strategy {self.strategy}. Add --strategy "
-                    "multiworker, or leave them out."]
-        problems = []
-        count, index = self.num_processes, self.process_id
-        if _counts(count) and index is not None and _counts(index + 1) and index >= count:
-            problems.append(f"--process-id {index} is out of range for --num-processes "
-                            f"{count}: give each process one of 0 .. {count - 1}.")
-        host, _, port = (self.coordinator or "").rpartition(":")
-        if self.coordinator is not None and not (host and port.isdigit()
-                                                 and 0 < int(port) < 2**16):
-            problems.append(f"--coordinator must be HOST:PORT (process 0's address and a free "
-                            f"port, e.g. 10.0.0.1:1234). Received: {self.coordinator!r}")
-        return problems
+
+def layout_problems(config, switch, without):
+    """The conflicts of `config`'s process layout (`LAYOUT_FIELDS`), a line each: the layout
+    given without `switch`, the setting that trains across processes (`without`: what the
+    run does instead, or None when `switch` is on); a process id outside the count; a
+    coordinator not of the form HOST:PORT."""
+    given = [f"--{name.replace('_', '-')}" for name in LAYOUT_FIELDS
+             if getattr(config, name) is not None]
+    if given and without:
+        return [f"{' '.join(given)} set the process layout of {switch} (JAX); {without}. "
+                f"Add {switch}, or leave them out."]
+    problems = []
+    count, index = config.num_processes, config.process_id
+    if _counts(count) and index is not None and _counts(index + 1) and index >= count:
+        problems.append(f"--process-id {index} is out of range for --num-processes "
+                        f"{count}: give each process one of 0 .. {count - 1}.")
+    host, _, port = (config.coordinator or "").rpartition(":")
+    if config.coordinator is not None and not (host and port.isdigit()
+                                               and 0 < int(port) < 2**16):
+        problems.append(f"--coordinator must be HOST:PORT (process 0's address and a free "
+                        f"port, e.g. 10.0.0.1:1234). Received: {config.coordinator!r}")
+    return problems
 
 
 def _counts(*values):
@@ -362,6 +379,13 @@ class ProtocolConfig:
     steps_per_dispatch: int = setting(
         None, "with --grid: steps one call of the compiled program runs (default 100)",
         minimum=1)
+    # A grid's members across processes under JAX (`keras_tupe.processes.join`, then
+    # `keras_tupe.grid.GridTrainer` over every process's devices): given, the command joins
+    # them; what is left out JAX's cluster detection (SLURM, Open MPI) fills in.
+    coordinator: str = layout_setting("coordinator", "with --grid, JAX")
+    num_processes: int = layout_setting("num_processes", "with --grid, JAX")
+    process_id: int = layout_setting("process_id", "with --grid, JAX")
+    coordinator_timeout: int = layout_setting("coordinator_timeout", "with --grid, JAX")
 
     def problems(self):
         """The conflicts between settings, a line each."""
@@ -375,6 +399,8 @@ class ProtocolConfig:
         elif self.save_models:
             problems.append("--grid keeps no classifier: drop --save-models, or drop --grid to "
                             "keep them")
+        problems += layout_problems(self, "--grid", not self.grid
+                                    and "without it the runs train one at a time, in one process")
         try:
             check_selection(self.seeds, self.selection_seed, self.edge_learning_rates,
                             self.learning_rates)

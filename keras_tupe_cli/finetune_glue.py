@@ -12,6 +12,7 @@ learning rate and the best learning rate reported; `OUT/summary.md` and
 lacks) the data come from tensorflow-datasets (online).
 """
 
+import contextlib
 import dataclasses
 import os
 import sys
@@ -20,7 +21,7 @@ import sys
 from keras_tupe_base.checks import merge_repeats
 from keras_tupe_base.extras import keras_backend
 from keras_tupe_base.output_lock import output_lock
-from keras_tupe_base.settings import FinetuneConfig, ProtocolConfig
+from keras_tupe_base.settings import LAYOUT_FIELDS, FinetuneConfig, ProtocolConfig
 from keras_tupe_cli.common import (INIT_FLAGS, add_settings, command_parser, entry_point,
                                    setting_flags, settings_from)
 
@@ -63,8 +64,17 @@ def main(argv=None):
     if os.path.exists(out) and not os.path.isdir(out):  # else found after a first run (41 s)
         raise NotADirectoryError(f"--out {out} is a file; keras-tupe-finetune-glue writes a "
                                  "results folder there. Choose another --out.")
+    # A grid across processes (a process layout given): process 0 alone writes --out. The
+    # others, and a process whose id JAX's cluster detection gives, leave the lock to
+    # `run_protocol`, which takes it in process 0 once the processes joined.
+    across = any(getattr(protocol, name) is not None for name in LAYOUT_FIELDS)
     # Held before Keras is imported: a second protocol on --out is refused at once.
-    with output_lock(out):
+    with (output_lock(out) if not across or protocol.process_id == 0
+          else contextlib.nullcontext()):
+        if across:
+            from keras_tupe.processes import join
+
+            join(protocol)  # before any JAX computation
         from keras_tupe.finetuning import run_protocol
 
         # Progress lines (steps, metrics, time left, evaluation) unless Keras's (--verbose).

@@ -48,7 +48,7 @@ from keras_tupe_base import files, settings
 from keras_tupe_base.checks import merge_repeats
 from keras_tupe_base.folders import made_folder
 from keras_tupe_base.output_lock import output_lock
-from keras_tupe_base.settings import FinetuneConfig, ProtocolConfig
+from keras_tupe_base.settings import LAYOUT_FIELDS, FinetuneConfig, ProtocolConfig
 
 SHORT_TASKS = ("mnli", "qqp", "qnli")  # 5 epochs instead of 10
 
@@ -578,6 +578,14 @@ def check_protocol(config, run, run_class, together=()):
                     config.edge_learning_rates)
 
 
+def _protocol_settings(config, run, task_settings, together):
+    """What every process of a grid across processes must be given alike: the protocol's
+    settings but the process layout, the runs', each task's and the other encoders."""
+    layout = (*LAYOUT_FIELDS, "coordinator_timeout")
+    return {"protocol": {k: v for k, v in dataclasses.asdict(config).items() if k not in layout},
+            "run": dataclasses.asdict(run), "tasks": task_settings, "together": together}
+
+
 def run_protocol(config, run, task_settings=None, together=()):
     """The papers' grid over tasks x learning rates x seeds, resumable; returns the table.
 
@@ -602,9 +610,11 @@ def run_protocol(config, run, task_settings=None, together=()):
     then reads from its rows, the other seeds' rows at the chosen rate counted, the rest
     kept in `results.jsonl` but outside the table), then any edge rate the choice asks for,
     then that rate's other seeds. With `grid` across processes (after
-    `jax.distributed.initialize`), every process calls it alike: each grid's members are
-    spread over every process's devices (`GridTrainer`), every process's checks gathered
-    first, and process 0 alone writes `out`, which the others read (a shared file system).
+    `jax.distributed.initialize`, or `keras_tupe.processes.join(config)` of the config's
+    `coordinator`, `num_processes` and `process_id`), every process calls it alike: each
+    grid's members are spread over every process's devices (`GridTrainer`), every process's
+    checks and settings gathered first (all go on or all stop), and process 0 alone writes
+    `out`, which the others read (a shared file system).
 
     Example:
     >>> run_protocol(ProtocolConfig(tasks=["rte", "mrpc"], out="glue", seeds=[0, 1]),
@@ -640,7 +650,10 @@ def run_protocol(config, run, task_settings=None, together=()):
                     read_results(folder)[1])))
         except OSError as error:  # the lock held, a folder not made
             problem = error
-        processes.agree(problem)  # every process's, gathered: all go on or all stop
+        # Every process's, gathered: all go on or all stop (also on settings that differ).
+        processes.agree(problem, settings=_protocol_settings(config, run, task_settings,
+                                                             together),
+                        num_processes=config.num_processes)
         found = [read_results(folder) for _, folder in encoders]
         results_path, rows = found[0]
         prepared = _prepared(splits)

@@ -259,7 +259,8 @@ def test_every_setting_is_a_flag_of_its_type(case, monkeypatch):
             if name == "pretrain" and field.name == "steps_per_execution":
                 given += ["--eval-every", "18", "--steps", "18000"]  # 9 divides 18
             if field.name in ("coordinator", "num_processes", "process_id"):
-                given += ["--strategy", "multiworker"]  # the layout of multiworker alone
+                # The layout of pre-training's multiworker alone, of fine-tuning's grid alone.
+                given += ["--strategy", "multiworker"] if name == "pretrain" else ["--grid"]
             if field.name == "selection_seed":
                 given += ["--seeds", "9"]
             if field.name == "edge_learning_rates":

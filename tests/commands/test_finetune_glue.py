@@ -10,6 +10,8 @@ The inputs at the edges (issue 38) tested here (all failed on the code before):
   `test_init_on_an_unfinished_run_says_how_to_finish_or_use_a_checkpoint`
 - SIGTERM before fine-tuning's first result:
   `test_sigterm_before_the_first_finetuning_result_leaves_no_results_folder`
+- a process layout without `--grid`, a process id outside the count:
+  `test_a_wrong_process_layout_is_one_line_and_nothing_made`
 """
 
 import json
@@ -139,3 +141,26 @@ def test_sigterm_before_the_first_finetuning_result_leaves_no_results_folder(
         "--init", str(tmp_path / "run"), "--tasks", "sst2", "--out", str(out)], capsys)
     assert (code, err) == (143, "terminated\n")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--num-processes", "2", "--process-id", "0"],
+     "--num-processes --process-id set the process layout of --grid (JAX); without it the "
+     "runs train one at a time, in one process. Add --grid, or leave them out."),
+    (["--grid", "--num-processes", "2", "--process-id", "2"],
+     "--process-id 2 is out of range for --num-processes 2: give each process one of 0 .. 1."),
+    (["--grid", "--coordinator", "localhost"],
+     "--coordinator must be HOST:PORT (process 0's address and a free port, e.g. "
+     "10.0.0.1:1234). Received: 'localhost'"),
+])
+def test_a_wrong_process_layout_is_one_line_and_nothing_made(tmp_path, monkeypatch, capsys,
+                                                             flags, message):
+    """A grid's process layout (across processes, JAX) checked with the flags: one line, exit
+    2, no --out made: the flags are checked before the processes join."""
+    from keras_tupe_cli import finetune_glue
+
+    monkeypatch.setenv("KERAS_BACKEND", "jax")
+    out = tmp_path / "glue"
+    code, _, err = run_main(finetune_glue.main, [
+        "--init", str(tmp_path / "run"), "--tasks", "stsb", "--out", str(out), *flags], capsys)
+    assert (code, err.splitlines(), out.exists()) == (2, [f"error: {message}"], False)

@@ -210,7 +210,10 @@ def test_the_first_step_loss_is_the_one_of_the_old_route(vocabulary):
         keras.utils.set_random_seed(3)
         backbone = TupeBackbone.from_preset("tupe_r_tiny", vocabulary_size=size)
         model = TupeTextClassifier(backbone, num_classes=2, preprocessor=preprocessor)
-        model.compile(optimizer=keras.optimizers.SGD(0.1), jit_compile=False)
+        # Both routes compile alike on a backend: TensorFlow's graph without XLA, JAX's jit
+        # (without it JAX runs the step op by op: 80 s for this test on this CPU).
+        model.compile(optimizer=keras.optimizers.SGD(0.1),
+                      jit_compile=keras.backend.backend() == "jax")
         return model.fit(dataset, epochs=1, steps_per_epoch=1, verbose=0).history["loss"][0]
 
     for shuffle, loader in ((True, "tf.data"), (False, "grain")):
@@ -287,7 +290,8 @@ def test_glue_save_dir_is_refused_before_training_only_where_it_holds_files(tmp_
     kept.mkdir()
     (kept / "notes.txt").write_text("mine")
     common = dict(task="sst2", init=str(init), vocab=vocabulary, data_dir=str(tmp_path / "glue"),
-                  epochs=1, batch_size=2, seq_len=8, learning_rate=1e-3, progress=False)
+                  epochs=1, batch_size=2, seq_len=8, learning_rate=1e-3, progress=False,
+                  xla=False)  # what is saved where, not how the step compiles
     with monkeypatch.context() as patch, pytest.raises(
             FileExistsError, match="kept already exists and is not an empty folder"):
         patch.setattr(finetuning_glue, "load_backbone", lambda init: pytest.fail("read"))

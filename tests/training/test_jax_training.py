@@ -95,23 +95,25 @@ ONE_STEP = """
 import sys, numpy as np, keras
 from keras_tupe.models import TupeBackbone, TupeMaskedLM
 from keras_tupe.optimization import create_optimizer
-weights, batch, out = sys.argv[1:4]
+weights, batch, mode, *steps = sys.argv[1:]
 model = TupeMaskedLM(TupeBackbone.from_preset("tupe_r_tiny", dropout=0.0))
 data = dict(np.load(batch))
 x = {k: data[k] for k in ("token_ids", "padding_mask", "segment_ids", "mask_positions")}
 model(x)
-if sys.argv[4] == "save":
+if mode == "save":
     model.save_weights(weights)
-model.load_weights(weights)
-before = [keras.ops.convert_to_numpy(w) for w in model.weights]
-# Adam's first step is scale-free (m / sqrt(v)) unless the gradient is small next to
-# epsilon (1e-6): a clip norm of 1e-5 over ~100k weights makes the clipped step
-# depend on the clipping; weight decay 0.1 at rate 1e-2 moves every decayed weight.
-optimizer = create_optimizer(model, 1e-2, total_steps=10, warmup_steps=0,
-                             weight_decay=0.1, clip_norm=float(sys.argv[5]))
-model.compile(optimizer=optimizer)
-model.train_on_batch(x, data["y"], sample_weight=data["w"])
-np.savez(out, *[keras.ops.convert_to_numpy(w) - b for w, b in zip(model.weights, before)])
+for step in steps:  # OUT=CLIP_NORM: one step from the saved weights, a new optimizer
+    out, clip_norm = step.split("=")
+    model.load_weights(weights)
+    before = [keras.ops.convert_to_numpy(w) for w in model.weights]
+    # Adam's first step is scale-free (m / sqrt(v)) unless the gradient is small next to
+    # epsilon (1e-6): a clip norm of 1e-5 over ~100k weights makes the clipped step
+    # depend on the clipping; weight decay 0.1 at rate 1e-2 moves every decayed weight.
+    optimizer = create_optimizer(model, 1e-2, total_steps=10, warmup_steps=0,
+                                 weight_decay=0.1, clip_norm=float(clip_norm))
+    model.compile(optimizer=optimizer)
+    model.train_on_batch(x, data["y"], sample_weight=data["w"])
+    np.savez(out, *[keras.ops.convert_to_numpy(w) - b for w, b in zip(model.weights, before)])
 """
 
 
@@ -126,10 +128,11 @@ def test_one_step_is_the_same_on_tensorflow_and_jax(tmp_path):
     weights = tmp_path / "init.weights.h5"
     script = tmp_path / "one_step.py"
     script.write_text(ONE_STEP)
-    run([str(script), str(weights), str(batch), str(tmp_path / "tf.npz"), "save", "1e-5"],
+    run([str(script), str(weights), str(batch), "save", f"{tmp_path / 'tf.npz'}=1e-5"],
         "tensorflow")
-    run([str(script), str(weights), str(batch), str(tmp_path / "jax.npz"), "load", "1e-5"], "jax")
-    run([str(script), str(weights), str(batch), str(tmp_path / "loose.npz"), "load", "1e9"], "jax")
+    # JAX's clipped step, then (in the same process, from the same weights) its unclipped one.
+    run([str(script), str(weights), str(batch), "load", f"{tmp_path / 'jax.npz'}=1e-5",
+         f"{tmp_path / 'loose.npz'}=1e9"], "jax")
     # The steps (weights after minus before) of each variable.
     tf_step, jax_step = np.load(tmp_path / "tf.npz"), np.load(tmp_path / "jax.npz")
     unclipped = np.load(tmp_path / "loose.npz")

@@ -9,6 +9,7 @@ each process feeds its half of every batch.
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -154,10 +155,17 @@ def test_the_two_processes_resume_after_a_kill_with_one_writer(runs):
 
 GRID = """
 import json, sys
-import jax
 index, count, port, shards, out, encoder, glue = sys.argv[1:]
-if int(count) > 1:
-    jax.distributed.initialize(f"127.0.0.1:{port}", int(count), int(index))
+# The GLUE protocol's grid (STS-B, 2 rates x 2 seeds) by the command, which joins the
+# processes of its layout flags: JAX is distributed from there on.
+from keras_tupe_cli.finetune_glue import main
+layout = (["--coordinator", f"127.0.0.1:{port}", "--num-processes", count, "--process-id",
+           index] if int(count) > 1 else [])
+status = main(["--init", encoder, "--tasks", "stsb", "--out", out + "_glue", "--data-dir", glue,
+               "--learning-rates", "1e-3", "1e-4", "--seeds", "0", "1", "--grid", "--epochs",
+               "1", "--batch-size", "16", "--seq-len", "32", "--max-train-examples", "40",
+               *layout])
+assert status == 0, status
 import numpy as np
 from keras_tupe.grid import GridTrainer, Schedule
 from keras_tupe.pretraining import pretrain_grid
@@ -176,15 +184,8 @@ config = PretrainConfig(preset="tupe_a_tiny", corpus=None, shards=shards, out=ou
                         batch_size=8, seq_len=32, eval_every=2, save_steps=[0, 2],
                         backbone_overrides={"num_layers": 1})
 folders = pretrain_grid(config, seeds=[0, 1])
-from keras_tupe.finetuning import run_protocol
-from keras_tupe_base.settings import FinetuneConfig, ProtocolConfig
-table = run_protocol(
-    ProtocolConfig(tasks=["stsb"], out=out + "_glue", learning_rates=[1e-3, 1e-4], seeds=[0, 1],
-                   grid=True),
-    FinetuneConfig(task="stsb", init=encoder, epochs=1, batch_size=16, seq_len=32,
-                   max_train_examples=40, data_dir=glue, progress=False))
 print(json.dumps({"held": held, "losses": losses.tolist(), "last": last,
-                  "predicted": predicted.tolist(), "folders": folders, "table": table}))
+                  "predicted": predicted.tolist(), "folders": folders}))
 """
 
 
@@ -192,9 +193,10 @@ def test_a_grids_members_split_across_two_processes_train_as_on_one_device(shard
     """`GridTrainer` over the devices of 2 processes (1 each): members 0-1 held by process
     0, 2-3 by process 1, and every process gets every member's losses, weights and
     predictions, those of the same grid on one device; `pretrain_grid` of 2 seeds, one
-    a process, and `run_protocol`'s GLUE grid (STS-B, 2 rates x 2 seeds) leave the folders
-    and rows of one device's run, written by process 0 alone (a second writer would be
-    refused by the lock and stop both; a row written twice would show)."""
+    a process, and `keras-tupe-finetune-glue --grid` with the layout's flags (STS-B, 2
+    rates x 2 seeds) leave the folders and rows of one device's run, written by process 0
+    alone (a second writer would be refused by the lock and stop both; a row written twice
+    would show), and every process prints the table."""
     from keras_tupe.data import load_tokenizer
     from keras_tupe.models import TupeBackbone, TupeTokenizer
 
@@ -247,8 +249,10 @@ def test_a_grids_members_split_across_two_processes_train_as_on_one_device(shard
     assert len(set(one_rows.values())) == 4  # four different runs, not one floor
     for run_key, score in one_rows.items():
         assert abs(two_rows[run_key] - score) <= 1e-4, (run_key, one_rows, two_rows)
-    for found in two:
-        assert found["table"][0]["best_learning_rate"] == one["table"][0]["best_learning_rate"]
+    # Each process prints the table, "stsb: SCORE (lr RATE, 2 seeds)": the same rate chosen.
+    chosen = [re.findall(r"^stsb: [-\d.]+ \(lr (\S+), 2 seeds\)$", output, re.M)
+              for _, output in finished]
+    assert len(chosen[0]) == 1 and chosen[1] == chosen[2] == chosen[0], chosen
 
 
 def test_the_parts_of_a_batch_are_the_whole_batch(shards):
