@@ -80,10 +80,10 @@ class Processes:
                 f"--num-processes {told} does not match the coordinator's: {self.count} "
                 "processes joined it. Give every process the same --num-processes.")
         if (every[:, 2] != every[0, 2]).any():
+            differ = [int(i) for i in np.nonzero(every[:, 2] != every[0, 2])[0]]
             raise LayoutError(
-                f"process {self.index}'s settings differ from process 0's (processes "
-                f"{[int(i) for i in np.nonzero(every[:, 2] != every[0, 2])[0]]}): start every "
-                "process with the same command but --process-id.")
+                f"the settings of process(es) {' '.join(map(str, differ))} differ from process "
+                "0's: start every process with the same command but --process-id.")
         stopped = [int(i) for i in np.nonzero(every[:, 0] == 0)[0]]
         bad_counts = [int(i) for i in np.nonzero((every[:, 1] != 0)
                                                  & (every[:, 1] != self.count))[0]]

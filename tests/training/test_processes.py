@@ -279,6 +279,30 @@ def one_line(output):
     return lines[0]
 
 
+@pytest.mark.parametrize("index", [0, 1])
+def test_settings_that_differ_stop_every_process_naming_the_others(monkeypatch, index):
+    """`Processes.agree` over a gather faked for two processes whose settings differ (the
+    settings' digest): process 0 and process 1 each raise the same line, naming process 1;
+    the same settings pass."""
+    from jax.experimental import multihost_utils
+
+    from keras_tupe.processes import LayoutError, Processes
+
+    def gather(mine, differ=True):  # row i: process i's (no problem, count told, digest)
+        other = mine.copy()
+        other[2] += differ
+        return np.stack([mine, other] if index == 0 else [other, mine])
+
+    processes = Processes(index, 2)
+    monkeypatch.setattr(multihost_utils, "process_allgather", gather)
+    with pytest.raises(LayoutError) as raised:
+        processes.agree(None, settings={"seeds": [0, index]}, num_processes=2)
+    assert str(raised.value) == ("the settings of process(es) 1 differ from process 0's: start "
+                                 "every process with the same command but --process-id.")
+    monkeypatch.setattr(multihost_utils, "process_allgather", lambda mine: gather(mine, False))
+    processes.agree(None, settings={"seeds": [0, 1]}, num_processes=2)
+
+
 def test_process_counts_that_differ_stop_every_process_with_one_line(shards, tmp_path):
     out = tmp_path / "run"
     port, args = free_port(), pretrain_args(out, shards)
