@@ -6,7 +6,6 @@ import json
 import os
 import time
 
-
 from keras_tupe.data import squad
 from keras_tupe.finetuning.batches import batches
 from keras_tupe.finetuning.engines import FIT, Grid
