@@ -1,5 +1,6 @@
 """Training across processes under JAX: the process layout of pre-training's `--strategy
-multiworker` and of fine-tuning's `--grid` (`keras-tupe-finetune-glue`).
+multiworker` and of GLUE fine-tuning (`keras-tupe-finetune-glue`: each run data-parallel
+over every process's devices, or with `--grid` each grid's members spread over them).
 
 JAX's multi-controller runtime: every process runs the same program on its own devices and
 the processes' devices form one mesh, over which `keras.distribution.DataParallel` shards
@@ -94,6 +95,16 @@ class Processes:
 
 
 ONE_PROCESS = Processes()
+
+
+def current():
+    """This process's place among the processes JAX joined (`join`, or
+    `jax.distributed.initialize`): `ONE_PROCESS` when none were, or on another backend."""
+    if keras.backend.backend() != "jax":
+        return ONE_PROCESS
+    import jax
+
+    return Processes(jax.process_index(), jax.process_count())
 
 
 def join(config):

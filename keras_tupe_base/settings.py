@@ -29,7 +29,7 @@ RESUME_FREE_FIELDS = ("overwrite", "verbose", "vocab",  # the vocab is checked b
                       # The process layout: every layout trains the same global batches.
                       "coordinator", "num_processes", "process_id", "coordinator_timeout")
 # The fields of a process layout under JAX (`keras_tupe.processes`): `--strategy multiworker`'s
-# (pre-training) and `--grid`'s (fine-tuning).
+# (pre-training) and GLUE fine-tuning's.
 LAYOUT_FIELDS = ("coordinator", "num_processes", "process_id")
 
 
@@ -248,8 +248,8 @@ class PretrainConfig:
 def layout_problems(config, switch, without):
     """The conflicts of `config`'s process layout (`LAYOUT_FIELDS`), a line each: the layout
     given without `switch`, the setting that trains across processes (`without`: what the
-    run does instead, or None when `switch` is on); a process id outside the count; a
-    coordinator not of the form HOST:PORT."""
+    run does instead, or None when `switch` is on or there is none); a process id outside
+    the count; a coordinator not of the form HOST:PORT."""
     given = [f"--{name.replace('_', '-')}" for name in LAYOUT_FIELDS
              if getattr(config, name) is not None]
     if given and without:
@@ -379,13 +379,14 @@ class ProtocolConfig:
     steps_per_dispatch: int = setting(
         None, "with --grid: steps one call of the compiled program runs (default 100)",
         minimum=1)
-    # A grid's members across processes under JAX (`keras_tupe.processes.join`, then
-    # `keras_tupe.grid.GridTrainer` over every process's devices): given, the command joins
-    # them; what is left out JAX's cluster detection (SLURM, Open MPI) fills in.
-    coordinator: str = layout_setting("coordinator", "with --grid, JAX")
-    num_processes: int = layout_setting("num_processes", "with --grid, JAX")
-    process_id: int = layout_setting("process_id", "with --grid, JAX")
-    coordinator_timeout: int = layout_setting("coordinator_timeout", "with --grid, JAX")
+    # The runs across processes under JAX (`keras_tupe.processes.join`; then each run
+    # data-parallel over every process's devices, or with --grid a grid's members spread
+    # over them): given, the command joins them; what is left out JAX's cluster detection
+    # (SLURM, Open MPI) fills in.
+    coordinator: str = layout_setting("coordinator", "JAX")
+    num_processes: int = layout_setting("num_processes", "JAX")
+    process_id: int = layout_setting("process_id", "JAX")
+    coordinator_timeout: int = layout_setting("coordinator_timeout", "JAX")
 
     def problems(self):
         """The conflicts between settings, a line each."""
@@ -399,8 +400,7 @@ class ProtocolConfig:
         elif self.save_models:
             problems.append("--grid keeps no classifier: drop --save-models, or drop --grid to "
                             "keep them")
-        problems += layout_problems(self, "--grid", not self.grid
-                                    and "without it the runs train one at a time, in one process")
+        problems += layout_problems(self, None, None)
         try:
             check_selection(self.seeds, self.selection_seed, self.edge_learning_rates,
                             self.learning_rates)

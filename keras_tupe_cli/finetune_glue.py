@@ -9,7 +9,10 @@ decay, AdamW (weight decay 0.01). For each task the median over seeds is taken p
 learning rate and the best learning rate reported; `OUT/summary.md` and
 `OUT/summary.csv` hold the table with the average, `OUT/results.jsonl` every run
 (an interrupted protocol resumes from it). Without `--data-dir` (or for tasks it
-lacks) the data come from tensorflow-datasets (online).
+lacks) the data come from tensorflow-datasets (online). Under JAX, `--coordinator`,
+`--num-processes` and `--process-id` (or a cluster JAX detects) train across processes:
+each run data-parallel over every process's devices (`--batch-size` the global batch),
+or with `--grid` each grid's members spread over them; process 0 writes `--out`.
 """
 
 import contextlib
@@ -41,10 +44,14 @@ def parse_configs(argv=None):
     args = p.parse_args(argv)
     protocol = settings_from(args, ProtocolConfig, protocol_flags)
     run = settings_from(args, FinetuneConfig, run_flags, task=protocol.tasks[0])
-    if protocol.grid and keras_backend() != "jax":
+    layout = [f"--{name.replace('_', '-')}" for name in LAYOUT_FIELDS
+              if getattr(protocol, name) is not None]
+    if (protocol.grid or layout) and keras_backend() != "jax":
         where = ("KERAS_BACKEND is" if os.environ.get("KERAS_BACKEND") else
                  "KERAS_BACKEND is unset, so Keras takes keras.json's backend,")
-        raise ValueError(f"--grid trains on the JAX backend; {where} {keras_backend()}. "
+        what = ("--grid trains" if protocol.grid else
+                f"{' '.join(layout)} train across processes")
+        raise ValueError(f"{what} on the JAX backend; {where} {keras_backend()}. "
                          "Valid: KERAS_BACKEND=jax")
     if protocol.grid and run.pad_each_batch:
         raise ValueError("--grid trains one length: drop --pad-each-batch (--pad-to-longest "
@@ -64,7 +71,7 @@ def main(argv=None):
     if os.path.exists(out) and not os.path.isdir(out):  # else found after a first run (41 s)
         raise NotADirectoryError(f"--out {out} is a file; keras-tupe-finetune-glue writes a "
                                  "results folder there. Choose another --out.")
-    # A grid across processes (a process layout given): process 0 alone writes --out. The
+    # Across processes (a process layout given): process 0 alone writes --out. The
     # others, and a process whose id JAX's cluster detection gives, leave the lock to
     # `run_protocol`, which takes it in process 0 once the processes joined.
     across = any(getattr(protocol, name) is not None for name in LAYOUT_FIELDS)

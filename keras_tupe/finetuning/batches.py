@@ -62,7 +62,7 @@ def packed(preprocessor, x, chunk=1024):
 
 
 def batches(x, y=None, batch_size=32, shuffle=False, seed=0, fill_last_batch=False, epochs=1,
-            loader=None, trim_to_multiple_of=None):
+            loader=None, trim_to_multiple_of=None, part=(0, 1)):
     """`(x, y)` batches of `x` for a keras-hub task, on tf.data or Grain.
 
     Args:
@@ -86,6 +86,11 @@ def batches(x, y=None, batch_size=32, shuffle=False, seed=0, fill_last_batch=Fal
             `padding_mask`): cut each batch after its longest example, rounded up to
             a multiple of this, as `TupeTextClassifierPreprocessor(pad_to_multiple_of=)`
             cuts the batches it packs. Defaults to `None`: no cut.
+        part: `(index, count)`: of every batch (filled, then cut), only rows
+            `index * batch_size / count` up to `(index + 1) * batch_size / count`, the
+            rows process `index` of `count` feeds a run across processes
+            (`keras_tupe.processes`); needs `fill_last_batch` and `count` dividing
+            `batch_size`. Defaults to `(0, 1)`: every row.
 
     Returns:
         `(dataset, steps_per_epoch)`: a `tf.data.Dataset` or a `grain.MapDataset` of
@@ -103,19 +108,36 @@ def batches(x, y=None, batch_size=32, shuffle=False, seed=0, fill_last_batch=Fal
             raise ValueError("`trim_to_multiple_of` cuts packed inputs: `x` must be a dict "
                              f"holding `padding_mask`. Received: {type(x).__name__}"
                              + (f" with {sorted(x)}" if isinstance(x, dict) else ""))
+    rows = _part_rows(part, batch_size, fill_last_batch)
     if resolve_loader(loader) == "tf.data":
         dataset = _tf_batches(x, y, count, batch_size, shuffle, seed, fill_last_batch)
-        if trim_to_multiple_of is None:
-            return dataset, steps
         import tensorflow as tf  # optional: only the tf.data loader needs it
 
-        return dataset.map(
-            lambda x, *rest: (trim_packed(x, trim_to_multiple_of, tf), *rest)), steps
+        if trim_to_multiple_of is not None:
+            dataset = dataset.map(
+                lambda x, *rest: (trim_packed(x, trim_to_multiple_of, tf), *rest))
+        if rows is not None:
+            dataset = dataset.map(lambda *element: tuple(
+                tf.nest.map_structure(lambda tensor: tensor[rows], nest) for nest in element))
+        return dataset, steps
     import grain  # optional: only the grain loader needs it
 
     source = _Batches(x, y, count, batch_size, shuffle, seed, fill_last_batch, epochs,
-                      trim_to_multiple_of)
+                      trim_to_multiple_of, rows)
     return grain.MapDataset.source(source), steps
+
+
+def _part_rows(part, batch_size, fill_last_batch):
+    """The slice of each batch's rows that `part`, `(index, count)`, takes (None: all)."""
+    index, count = part
+    if count == 1:
+        return None
+    if not fill_last_batch or batch_size % count or not 0 <= index < count:
+        raise ValueError(f"part {part!r}: each of {count} processes feeds an equal share of "
+                         f"every batch, so the batch size ({batch_size}) must be a multiple "
+                         f"of {count} and the last batch filled (fill_last_batch=True).")
+    share = batch_size // count
+    return slice(index * share, (index + 1) * share)
 
 
 def _count(x):
@@ -173,7 +195,7 @@ class _Batches:
     """A Grain source: batch `i` is batch `i % per_epoch` of epoch `i // per_epoch`."""
 
     def __init__(self, x, y, count, batch_size, shuffle, seed, fill_last_batch, epochs,
-                 trim_to_multiple_of=None):
+                 trim_to_multiple_of=None, part_rows=None):
         self.x = _map(x, _array)
         self.y = None if y is None else _map(y, _array)
         self.count, self.batch_size, self.shuffle, self.seed = count, batch_size, shuffle, seed
@@ -181,6 +203,7 @@ class _Batches:
         self.per_epoch = -(-count // batch_size)
         self.epochs = epochs
         self.trim_to_multiple_of = trim_to_multiple_of
+        self.part_rows = part_rows
 
     def __len__(self):
         return self.per_epoch * self.epochs
@@ -201,7 +224,10 @@ class _Batches:
         y = None if self.y is None else _map(self.y, lambda leaf: leaf[rows])
         if y is None and sample_weight is not None:
             y = np.zeros(self.batch_size, np.float32)
-        return _element(x, y, sample_weight)
+        element = _element(x, y, sample_weight)
+        if self.part_rows is None:
+            return element
+        return tuple(_map(nest, lambda leaf: leaf[self.part_rows]) for nest in element)
 
 
 def _array(leaf):

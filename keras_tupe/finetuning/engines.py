@@ -2,7 +2,8 @@
 (`train_glue`, `train_squad`), not a second copy of it.
 
 - `FIT`: Keras's `model.fit`, a run at a time, on tf.data or Grain (`config.data_loader`);
-  any backend. The engine of one run.
+  any backend. The engine of one run. Under JAX, across the processes JAX joined
+  (`keras_tupe.processes`), each run is data-parallel over every process's devices.
 - `Grid(precision, steps_per_dispatch, inits)`: every run at once, in one compiled program
   (`keras_tupe.grid.GridTrainer`, JAX).
 
@@ -21,6 +22,7 @@ an engine reads of `data` (a task's `GlueData` or `SquadData`):
   task model of a backbone, for `check_grid_memory`'s parameter count).
 """
 
+import contextlib
 import dataclasses
 import time
 from contextlib import nullcontext
@@ -34,6 +36,7 @@ from keras_tupe.finetuning.loading import encoder_config
 from keras_tupe.grid import GridTrainer, Schedule, check_backend, check_grid_memory
 from keras_tupe.optimization import create_optimizer
 from keras_tupe.callbacks import StepProgress
+from keras_tupe.processes import current
 from keras_tupe_base.progress import Heartbeat
 
 # What a grid's K is the product of (`--learning-rates` x `--seeds` in a command's words).
@@ -55,7 +58,14 @@ class Trained(NamedTuple):
 
 class Fit:
     """Keras's `model.fit`, a member at a time, on `config.data_loader` (tf.data or Grain;
-    `resolve_loader`). Any backend."""
+    `resolve_loader`). Any backend.
+
+    Across processes (JAX, after `keras_tupe.processes.join`): every process calls it
+    alike; a member trains under `keras.distribution.DataParallel` over every process's
+    devices, each process feeding its rows of every global batch (`fit_batches`'s
+    `part`), so the run is the one-device run of the same global batch; then each
+    process evaluates its own copy of the trained weights (replicated: each holds them
+    whole)."""
 
     name = "fit"
 
@@ -66,19 +76,29 @@ class Fit:
         if config.save_dir and len(members) > 1:
             raise ValueError(f"save_dir keeps one run's model; received {len(members)} "
                              "members.")
+        check_global_batch(config.batch_size)
 
     def train(self, config, build, data, members, talk=False):
         """Each member trained by `fit_task` on `data.fit_batches`, then its outputs on
         each of `data.evaluated`; progress lines of our own when `talk`."""
-        loader = resolve_loader(config.data_loader)
+        loader, processes = resolve_loader(config.data_loader), current()
+        talk = talk and processes.writer  # one process talks
         trained = []
         for seed, rate in members:
-            run = dataclasses.replace(config, seed=seed, learning_rate=rate)
+            run = dataclasses.replace(config, seed=seed, learning_rate=rate,
+                                      verbose=config.verbose if processes.writer else 0)
             keras.utils.set_random_seed(seed)
-            model = build(seed)
-            train, steps_per_epoch = data.fit_batches(seed, run.batch_size, loader)
-            seconds, epoch_seconds = fit_task(model, train, run, data.epochs, steps_per_epoch,
-                                              talk)
+            with data_parallel(processes):
+                model = build(seed)
+                train, steps_per_epoch = data.fit_batches(seed, run.batch_size, loader,
+                                                          processes.part)
+                seconds, epoch_seconds = fit_task(model, train, run, data.epochs,
+                                                  steps_per_epoch, talk)
+            if processes.count > 1:  # this process's copy: no collective from here on
+                weights = model.get_weights()
+                keras.utils.set_random_seed(seed)
+                model = build(seed)
+                model.set_weights(weights)
             outputs = {split: _predict(model, x, run.batch_size, loader,
                                        f"{data.task} on {split}" if talk else None)
                        for split, x in data.evaluated.items()}
@@ -88,6 +108,36 @@ class Fit:
 
 
 FIT = Fit()
+
+
+def check_global_batch(batch_size):
+    """Across processes, refuses a batch size that their devices do not divide."""
+    processes = current()
+    if processes.count == 1:
+        return
+    devices = len(keras.distribution.list_devices())
+    if batch_size % devices:
+        raise ValueError(f"--batch-size {batch_size} (the global batch) must be a multiple of "
+                         f"the {devices} devices of the {processes.count} processes, so each "
+                         f"gets the same share: e.g. {max(devices, batch_size // devices * devices)}"
+                         ".")
+
+
+@contextlib.contextmanager
+def data_parallel(processes):
+    """Across processes, `keras.distribution.DataParallel` over every process's devices
+    meanwhile, each process feeding its own rows (no dataset sharding of Keras's);
+    otherwise nothing."""
+    if processes.count == 1:
+        yield
+        return
+    before = keras.distribution.distribution()
+    keras.distribution.set_distribution(keras.distribution.DataParallel(
+        devices=keras.distribution.list_devices(), auto_shard_dataset=False))
+    try:
+        yield
+    finally:
+        keras.distribution.set_distribution(before)
 
 
 def _predict(model, x, batch_size, loader, talk):

@@ -21,7 +21,8 @@ import numpy as np
 
 from keras_tupe.data import glue
 from keras_tupe.finetuning.batches import batches, packed, resolve_loader
-from keras_tupe.finetuning.engines import FIT, GRID_MEMBERS, Grid, build_preprocessor
+from keras_tupe.finetuning.engines import (FIT, GRID_MEMBERS, Grid, build_preprocessor,
+                                          check_global_batch)
 from keras_tupe.finetuning.loading import (
     check_tokenizer_size,
     default_vocabulary,
@@ -34,7 +35,7 @@ from keras_tupe.finetuning.protocol import Protocol
 from keras_tupe.finetuning.summary import append_result, read_results, write_tables
 from keras_tupe.data.order import members_rows
 from keras_tupe.grid import (GridTrainer, check_backend, check_grid_memory, check_members,
-                             grid_processes, merged_members)
+                             merged_members)
 from keras_tupe.metrics import glue_metrics, glue_score
 from keras_tupe.models import (
     TupeBackbone,
@@ -43,7 +44,7 @@ from keras_tupe.models import (
     TupeTokenizer,
 )
 from keras_tupe.models.preset_folders import refuse_existing_folder
-from keras_tupe.processes import ONE_PROCESS
+from keras_tupe.processes import current
 from keras_tupe_base import files, settings
 from keras_tupe_base.checks import merge_repeats
 from keras_tupe_base.folders import made_folder
@@ -108,11 +109,13 @@ class GlueData(NamedTuple):
         the order the Grain loader gives a run of that seed)."""
         return members_rows(len(self.source[1]), batch_size, seeds, self.epochs)
 
-    def fit_batches(self, seed, batch_size, loader):
+    def fit_batches(self, seed, batch_size, loader, part=(0, 1)):
         """A run's batches for `fit`: `(dataset, steps_per_epoch)`, the last batch filled
-        to the batch size (its copies weigh 0)."""
+        to the batch size (its copies weigh 0); `part`, `(index, count)`: process `index`'s
+        rows of each (`batches`)."""
         return batches(*self.source, batch_size, shuffle=True, seed=seed, fill_last_batch=True,
-                       epochs=self.epochs, loader=loader, trim_to_multiple_of=self.trim)
+                       epochs=self.epochs, loader=loader, trim_to_multiple_of=self.trim,
+                       part=part)
 
     def compiled(self):
         """The train lengths a `fit` run compiles its step for, at most."""
@@ -191,7 +194,7 @@ def train_glue(config, members, engine=FIT, splits=None, data=None):
                            talk=config.progress)
     results = dev_results(config.task, data.labels,
                           lambda split: [member.outputs[split] for member in trained])
-    if config.save_dir:
+    if config.save_dir and current().writer:  # across processes, process 0 writes
         [member], [result] = trained, results
         spec = glue.get_task(config.task)
         _use_preprocessor(member.model, TupeTextClassifierPreprocessor(
@@ -609,12 +612,14 @@ def run_protocol(config, run, task_settings=None, together=()):
     (`finetune_glue_grid`): first every rate x every seed (with a selection seed the choice
     then reads from its rows, the other seeds' rows at the chosen rate counted, the rest
     kept in `results.jsonl` but outside the table), then any edge rate the choice asks for,
-    then that rate's other seeds. With `grid` across processes (after
+    then that rate's other seeds. Across processes (JAX, after
     `jax.distributed.initialize`, or `keras_tupe.processes.join(config)` of the config's
-    `coordinator`, `num_processes` and `process_id`), every process calls it alike: each
-    grid's members are spread over every process's devices (`GridTrainer`), every process's
-    checks and settings gathered first (all go on or all stop), and process 0 alone writes
-    `out`, which the others read (a shared file system).
+    `coordinator`, `num_processes` and `process_id`), every process calls it alike: each run
+    trains data-parallel over every process's devices (`FIT`: the global batch `batch_size`,
+    which their devices must divide), or with `grid` each grid's members are spread over
+    them (`GridTrainer`); every process's checks and settings are gathered first (all go
+    on or all stop), and process 0 alone writes `out`, which the others read (a shared file
+    system).
 
     Example:
     >>> run_protocol(ProtocolConfig(tasks=["rte", "mrpc"], out="glue", seeds=[0, 1]),
@@ -636,8 +641,11 @@ def run_protocol(config, run, task_settings=None, together=()):
         _check_grids_fit(config, protocol, run, len(encoders), task_settings)
     # every input checked before anything is written
     splits = [_preflight(tasks, start, run, task_settings) for start, _ in encoders][0]
-    # A grid's members across processes (`GridTrainer`): process 0 alone writes.
-    processes = grid_processes() if config.grid else ONE_PROCESS
+    # Across processes (each run data-parallel, or a grid's members spread): process 0 alone
+    # writes, and talks.
+    processes = current()
+    for task in tasks if not config.grid else ():  # before anything is written
+        check_global_batch(task_run(run, task, task_settings).batch_size)
     # An interruption before the first finished run leaves no folder it made; after it,
     # results.jsonl stays, to resume from.
     with ExitStack() as folders:
@@ -654,6 +662,8 @@ def run_protocol(config, run, task_settings=None, together=()):
         processes.agree(problem, settings=_protocol_settings(config, run, task_settings,
                                                              together),
                         num_processes=config.num_processes)
+        if not processes.writer:  # its settings gathered as given; then silent
+            run = dataclasses.replace(run, progress=False, verbose=0)
         found = [read_results(folder) for _, folder in encoders]
         results_path, rows = found[0]
         prepared = _prepared(splits)
@@ -674,6 +684,8 @@ def run_protocol(config, run, task_settings=None, together=()):
             # Training, evaluation and, for a task's first run, its data.
             row["wall_seconds"] = time.perf_counter() - start
             rows.append(row)
+            if not processes.writer:
+                continue
             append_result(results_path, row)
             scores = {split: round(100 * m["score"], 2) for split, m in row["dev"].items()}
             print(f"{task} lr={rate:g} seed={seed}: {scores}", flush=True)

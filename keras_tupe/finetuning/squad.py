@@ -62,9 +62,12 @@ class SquadData:
         filled with copies that weigh 0 (`epoch_rows`)."""
         return members_rows(len(self.train_features), batch_size, seeds, self.epochs)
 
-    def fit_batches(self, seed, batch_size, loader):
+    def fit_batches(self, seed, batch_size, loader, part=(0, 1)):
         """A run's batches for `fit`: `(dataset, steps_per_epoch)`, a new permutation an
-        epoch, the last batch smaller."""
+        epoch, the last batch smaller; in one process only (`part` `(0, 1)`)."""
+        if part[1] != 1:
+            raise ValueError("A SQuAD run trains in one process; across processes, train its "
+                             "runs as a grid (ProtocolConfig(grid=True)).")
         return batches(*self.source, batch_size, shuffle=True, seed=seed, epochs=self.epochs,
                        loader=loader)
 

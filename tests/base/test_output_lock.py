@@ -50,6 +50,35 @@ def test_a_second_writer_is_refused_with_the_holders_pid_host_and_start(tmp_path
         first.wait()
 
 
+def test_a_lock_got_on_a_file_deleted_meanwhile_does_not_count(tmp_path, monkeypatch):
+    """The step between opening the lock file and locking it, made to happen by construction:
+    B has opened the file when its holder A lets go (deleting it) and C takes the new file;
+    B's lock on the deleted file must not count, so B tries again and is refused: B and C
+    never both hold the folder."""
+    from keras_tupe_base import output_lock as module
+
+    out = tmp_path / "run"
+    path = lock_path(out)
+    a = module._acquire(path, out, "--out")  # A holds
+    real, c = module._try_lock, []
+
+    def between(fd, mode):  # B's first lock attempt, after its open
+        if not c:
+            c.append(None)
+            os.unlink(path)  # A lets go as `output_lock` does: the file deleted, then closed
+            os.close(a)
+            c[0] = module._acquire(path, out, "--out")  # C: the new file
+            module._write_record(c[0], "writer-c")
+        return real(fd, mode)
+
+    monkeypatch.setattr(module, "_try_lock", between)
+    try:
+        with pytest.raises(OutputLockedError, match="writer-c"):
+            module._acquire(path, out, "--out")
+    finally:
+        os.close(c[0])
+
+
 def test_a_lock_left_by_a_killed_process_is_taken_over(tmp_path):
     out = tmp_path / "run"
     first = hold(out, 60)

@@ -143,23 +143,23 @@ def test_sigterm_before_the_first_finetuning_result_leaves_no_results_folder(
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--num-processes", "2", "--process-id", "0"],
-     "--num-processes --process-id set the process layout of --grid (JAX); without it the "
-     "runs train one at a time, in one process. Add --grid, or leave them out."),
-    (["--grid", "--num-processes", "2", "--process-id", "2"],
+@pytest.mark.parametrize("backend, flags, message", [
+    ("tensorflow", ["--num-processes", "2", "--process-id", "0"],
+     "--num-processes --process-id train across processes on the JAX backend; KERAS_BACKEND "
+     "is tensorflow. Valid: KERAS_BACKEND=jax"),
+    ("jax", ["--num-processes", "2", "--process-id", "2"],
      "--process-id 2 is out of range for --num-processes 2: give each process one of 0 .. 1."),
-    (["--grid", "--coordinator", "localhost"],
+    ("jax", ["--grid", "--coordinator", "localhost"],
      "--coordinator must be HOST:PORT (process 0's address and a free port, e.g. "
      "10.0.0.1:1234). Received: 'localhost'"),
 ])
 def test_a_wrong_process_layout_is_one_line_and_nothing_made(tmp_path, monkeypatch, capsys,
-                                                             flags, message):
-    """A grid's process layout (across processes, JAX) checked with the flags: one line, exit
+                                                             backend, flags, message):
+    """A process layout (runs across processes, JAX) checked with the flags: one line, exit
     2, no --out made: the flags are checked before the processes join."""
     from keras_tupe_cli import finetune_glue
 
-    monkeypatch.setenv("KERAS_BACKEND", "jax")
+    monkeypatch.setenv("KERAS_BACKEND", backend)
     out = tmp_path / "glue"
     code, _, err = run_main(finetune_glue.main, [
         "--init", str(tmp_path / "run"), "--tasks", "stsb", "--out", str(out), *flags], capsys)

@@ -482,6 +482,31 @@ def test_serving_export_rejects_bad_settings(sst2_vocab, sst2_classifier, tmp_pa
     assert not (tmp_path / "1").exists()
 
 
+def test_a_cased_serving_model_keeps_case_as_its_training_pipeline_did(tmp_path):
+    """The serving graph tokenizes as fine-tuning did: cased (`lowercase=False`) "Good" and
+    "good" are other ids, so other probabilities, each those of the Keras classifier on the
+    training pipeline's packing; lowercased, the two are one input. (In process: the graph
+    `export_classifier` saves, not saved.)"""
+    from keras_tupe.export.classifier import classifier_module
+    from keras_tupe.models import TupeTextClassifierPreprocessor
+
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]", "good", "Good",
+                                "film"]) + "\n")
+    keras.utils.set_random_seed(0)
+    backbone = TupeBackbone.from_preset("tupe_r_tiny", vocabulary_size=8)
+    classifier = TupeTextClassifier(backbone, num_classes=2, preprocessor=None)
+    texts = ["Good film", "good film"]
+    for lowercase in (False, True):
+        module, _ = classifier_module(classifier, str(vocab), seq_length=8, lowercase=lowercase)
+        served = module.predict(tf.constant(texts))["probabilities"].numpy()
+        packer = TupeTextClassifierPreprocessor(
+            TupeTokenizer(vocabulary=str(vocab), lowercase=lowercase), sequence_length=8)
+        trained = keras.ops.softmax(classifier.predict_on_batch(packer(texts)), axis=-1)
+        np.testing.assert_allclose(served, keras.ops.convert_to_numpy(trained), atol=1e-6)
+        assert (np.abs(served[0] - served[1]).max() > 1e-6) == (not lowercase), lowercase
+
+
 # Reuse: fine-tuning a reloaded encoder -------------------------------------------------
 
 def sst2_batches(vocab, count=128, seq_length=32, batch_size=32):

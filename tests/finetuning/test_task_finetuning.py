@@ -169,6 +169,38 @@ def test_trimming_needs_packed_inputs():
         batches(["a film", "another"], np.zeros(2), 2, loader="grain", trim_to_multiple_of=16)
 
 
+@pytest.mark.parametrize("loader", LOADERS)
+def test_each_process_part_of_every_batch_makes_up_the_whole_batch(loader):
+    """A run across processes (`fit_batches(part=)`): the 2 parts of every filled, cut batch
+    are its two halves, cut to the whole batch's longest example (the processes' shapes
+    agree), weights and labels included; a batch the processes do not divide is refused."""
+    rng = np.random.default_rng(0)
+    # 50 examples (the last batch of 16 filled), 3 long ones: the batches are cut unalike.
+    lengths = np.concatenate([[60, 61, 62], rng.integers(3, 30, size=47)])
+    mask = np.arange(64)[None] < lengths[:, None]
+    arrays = {"token_ids": np.where(mask, rng.integers(5, 99, (50, 64)), 0),
+              "padding_mask": mask, "segment_ids": (np.arange(64)[None] > lengths[:, None] // 2)
+              & mask}
+    labels = np.arange(50, dtype=np.float32)
+
+    def batches_of(part):
+        found, steps = batches(arrays, labels, 16, shuffle=True, seed=4, fill_last_batch=True,
+                               loader=loader, trim_to_multiple_of=16, part=part)
+        return list(found.as_numpy_iterator() if hasattr(found, "as_numpy_iterator") else
+                    [found[i] for i in range(steps)])
+
+    whole, halves = batches_of((0, 1)), list(zip(batches_of((0, 2)), batches_of((1, 2))))
+    assert len(whole) == len(halves) == 4 and len({x["token_ids"].shape[1] for x, *_ in whole}) > 1
+    for (x, y, weight), (first, second) in zip(whole, halves):
+        np.testing.assert_array_equal(np.concatenate([first[1], second[1]]), y)
+        np.testing.assert_array_equal(np.concatenate([first[2], second[2]]), weight)
+        for name in x:
+            np.testing.assert_array_equal(np.concatenate([first[0][name], second[0][name]]),
+                                          x[name], err_msg=name)
+    with pytest.raises(ValueError, match=r"the batch size \(16\) must be a multiple of 3"):
+        batches(arrays, labels, 16, fill_last_batch=True, loader=loader, part=(0, 3))
+
+
 def bpe_tokenizer():
     specials = ["<s>", "<pad>", "</s>", "<unk>", "<file>", "<email>", "<url>"]
     words = ["the", "cat", "sat", "on", "mat", "a", "dog", "ran", "."]

@@ -166,6 +166,11 @@ status = main(["--init", encoder, "--tasks", "stsb", "--out", out + "_glue", "--
                "1", "--batch-size", "16", "--seq-len", "32", "--max-train-examples", "40",
                *layout])
 assert status == 0, status
+# One run (fit): data-parallel over both processes' devices, each feeding half of each batch.
+status = main(["--init", encoder, "--tasks", "stsb", "--out", out + "_fit", "--data-dir", glue,
+               "--learning-rates", "1e-3", "--seeds", "0", "--epochs", "1", "--batch-size",
+               "16", "--seq-len", "32", "--max-train-examples", "40", *layout])
+assert status == 0, status
 import numpy as np
 from keras_tupe.grid import GridTrainer, Schedule
 from keras_tupe.pretraining import pretrain_grid
@@ -193,8 +198,9 @@ def test_a_grids_members_split_across_two_processes_train_as_on_one_device(shard
     """`GridTrainer` over the devices of 2 processes (1 each): members 0-1 held by process
     0, 2-3 by process 1, and every process gets every member's losses, weights and
     predictions, those of the same grid on one device; `pretrain_grid` of 2 seeds, one
-    a process, and `keras-tupe-finetune-glue --grid` with the layout's flags (STS-B, 2
-    rates x 2 seeds) leave the folders and rows of one device's run, written by process 0
+    a process, `keras-tupe-finetune-glue --grid` with the layout's flags (STS-B, 2 rates x
+    2 seeds) and the same command without `--grid` (one run, data-parallel over both
+    processes) leave the folders and rows of one device's runs, written by process 0
     alone (a second writer would be refused by the lock and stop both; a row written twice
     would show), and every process prints the table."""
     from keras_tupe.data import load_tokenizer
@@ -239,13 +245,13 @@ def test_a_grids_members_split_across_two_processes_train_as_on_one_device(shard
         assert sorted(p.name for p in (tmp_path / "two" / seed).iterdir()) == sorted(
             p.name for p in (tmp_path / "one" / seed).iterdir())
 
-    def glue_rows(out):  # (rate, seed): the dev score of each row, each row once
-        lines = (tmp_path / f"{out}_glue" / "results.jsonl").read_text().splitlines()
+    def glue_rows(out, count=4):  # (rate, seed): the dev score of each row, each row once
+        lines = (tmp_path / out / "results.jsonl").read_text().splitlines()
         rows = [json.loads(line) for line in lines]
-        assert len(rows) == 4
+        assert len(rows) == count
         return {(r["learning_rate"], r["seed"]): r["dev"]["validation"]["score"] for r in rows}
 
-    one_rows, two_rows = glue_rows("one"), glue_rows("two")
+    one_rows, two_rows = glue_rows("one_glue"), glue_rows("two_glue")
     assert len(set(one_rows.values())) == 4  # four different runs, not one floor
     for run_key, score in one_rows.items():
         assert abs(two_rows[run_key] - score) <= 1e-4, (run_key, one_rows, two_rows)
@@ -253,6 +259,10 @@ def test_a_grids_members_split_across_two_processes_train_as_on_one_device(shard
     chosen = [re.findall(r"^stsb: [-\d.]+ \(lr (\S+), 2 seeds\)$", output, re.M)
               for _, output in finished]
     assert len(chosen[0]) == 1 and chosen[1] == chosen[2] == chosen[0], chosen
+    # The one run across processes: the one-device run's score (each process's gradient
+    # of its half of every batch, all-reduced, is the whole batch's).
+    one_fit, two_fit = glue_rows("one_fit", 1), glue_rows("two_fit", 1)
+    assert abs(two_fit[(1e-3, 0)] - one_fit[(1e-3, 0)]) <= 1e-4, (one_fit, two_fit)
 
 
 def test_the_parts_of_a_batch_are_the_whole_batch(shards):
