@@ -292,6 +292,16 @@ def test_a_grid_refuses_members_of_different_architectures():
 
 
 @pytest.mark.jax
+def test_a_grid_refuses_no_devices_and_a_member_it_does_not_hold():
+    with pytest.raises(ValueError, match="^devices must name at least one device"):
+        GridTrainer(classifier(2), (0, 1), (1e-3, 1e-3), Schedule(10, 1), devices=[])
+    trainer = GridTrainer(classifier(2), (0, 1), (1e-3, 1e-3), Schedule(10, 1))
+    for index in (-1, 2):
+        with pytest.raises(IndexError, match=rf"^member {index} is not in this grid of 2 "):
+            trainer.member_model(index)
+
+
+@pytest.mark.jax
 def test_a_grid_too_large_for_the_device_is_refused_with_the_largest_that_fits():
     trainer = GridTrainer(classifier(2), (0, 1, 2), (1e-3,) * 3, Schedule(10, 1))
     need = trainer.check_memory(BATCH, LENGTH, limit_bytes=2**40)
