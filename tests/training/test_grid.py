@@ -390,7 +390,7 @@ def test_a_squad_grid_member_is_the_run_of_its_seed_and_rate(encoder, squad_file
     logits within 1e-4 of its run by `fit` at its rate and seed (on Grain: the
     batches a grid member gets) and its EM/F1 the same; one program for training, one for
     predicting. (`run_squad_protocol` with `grid` runs these grids in `Protocol.grid_rounds`,
-    as GLUE's above; S6's rehearsal in test_stages.py runs it.)"""
+    as GLUE's above: the next test.)"""
     from keras_tupe.finetuning import FIT, Grid, train_squad
     from keras_tupe.finetuning import squad as squad_runs
 
@@ -419,6 +419,36 @@ def test_a_squad_grid_member_is_the_run_of_its_seed_and_rate(encoder, squad_file
     # Two different runs: had the members' rates or seeds been swapped, the logits would
     # not have matched above.
     assert np.max(np.abs(run_logits[0] - run_logits[1])) > 1e-2
+
+
+@pytest.mark.jax
+def test_the_squad_protocol_through_a_grid_records_the_grids_runs(encoder, squad_file,
+                                                                  tmp_path, monkeypatch):
+    """`run_squad_protocol` with `grid`: its one round (1 rate x 2 seeds) is the grid
+    `train_squad(..., Grid())` trains, a row a member in `results.jsonl` as returned; run
+    again, it trains nothing and returns the same rows."""
+    import json
+
+    from keras_tupe.finetuning import Grid, run_squad_protocol, train_squad
+    from keras_tupe.finetuning import squad as squad_runs
+
+    config = SquadConfig(init=str(encoder), epochs=1, batch_size=8, seq_len=64, doc_stride=32,
+                         max_query_length=16, offline_split=str(squad_file), eval_fraction=0.34,
+                         split_seed=0, data_loader="grain")
+    protocol = ProtocolConfig(tasks=["squad"], out=str(tmp_path / "out"), learning_rates=[1e-3],
+                              seeds=[0, 1], grid=True)
+    rows = run_squad_protocol(protocol, config)
+    grid = train_squad(config, [(0, 1e-3), (1, 1e-3)], Grid())
+    assert [(r["seed"], r["learning_rate"], r["grid_members"]) for r in rows] == [
+        (0, 1e-3, 2), (1, 1e-3, 2)]
+    for row, found in zip(rows, grid, strict=True):
+        assert (row["dev"]["eval"]["exact_match"], row["dev"]["eval"]["f1"]) == (
+            found["exact_match"], found["f1"])
+    written = [json.loads(line) for line in
+               (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    assert [(r["seed"], r["dev"]) for r in written] == [(r["seed"], r["dev"]) for r in rows]
+    monkeypatch.setattr(squad_runs, "train_squad", None)  # a second grid would fail
+    assert run_squad_protocol(protocol, config) == written
 
 
 def test_a_squad_grid_on_an_offline_split_needs_its_split_seed(tmp_path):
