@@ -18,12 +18,13 @@ from keras_tupe_base.staging import staged, write_text
 
 WEIGHTS = "model.weights.h5"
 SEEDS = "seed_states.npz"
+METADATA = "training_metadata.json"  # Keras's name, and what commits a backup
 
 
 def backup_metadata(backup_dir):
     """The committed backup's `training_metadata.json` (`epoch`, `step`, `backup`, ...),
     or {} before the first."""
-    return read_json(os.path.join(backup_dir, "training_metadata.json"))  # Keras's name
+    return read_json(os.path.join(backup_dir, METADATA))
 
 
 class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
@@ -51,48 +52,10 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
                          delete_checkpoint=delete_checkpoint and writes)
         self.writes = writes
 
-    def _seed_states(self):
-        # `_flatten_layers`: Keras 3 has no public recursive walk over sublayers.
-        return [
-            generator.state
-            for layer in self.model._flatten_layers(include_self=True, recursive=True)
-            for generator in layer._seed_generators
-        ]
-
     def _save_model(self):
-        if not self.writes:
-            return
-        step = int(self.model.optimizer.iterations.numpy())
-        name = f"step_{step:09d}"
-        if backup_metadata(self.backup_dir).get("backup") == name:
-            return  # this very state is already committed
-        with writing_alone():
-            self._write(os.path.join(self.backup_dir, name), step)
-        self._commit({"epoch": self._current_epoch, "batch": self._last_batch_seen,
-                      "step": step, "backup": name})
-        self._remove_all_but(name)
-
-    def _write(self, folder, step):
-        variables = [*self.model.weights, *self.model.optimizer.variables]
-        with staged(folder, folder=True, needed=arrays_bytes(variables)) as partial:
-            write_weights(self.model, os.path.join(partial, WEIGHTS))
-            np.savez(os.path.join(partial, SEEDS), step=step, **{
-                f"state_{i}": keras.ops.convert_to_numpy(v)
-                for i, v in enumerate(self._seed_states())})
-
-    def _commit(self, metadata):
-        write_text(self._training_metadata_path, json.dumps(metadata))
-
-    def _remove_all_but(self, name):
-        """Removes older backups, and the files of Keras's own layout."""
-        keras_files = {os.path.basename(path) for path in (
-            self._weights_path, self._prev_weights_path, self._prev_training_metadata_path)}
-        for entry in os.listdir(self.backup_dir):
-            path = os.path.join(self.backup_dir, entry)
-            if entry.startswith("step_") and entry != name:
-                shutil.rmtree(path, ignore_errors=True)
-            elif entry in keras_files or entry == SEEDS:
-                os.remove(path)
+        if self.writes:
+            write_backup(self.model, self.backup_dir, self._current_epoch,
+                         self._last_batch_seen)
 
     def _load_model(self):
         metadata = backup_metadata(self.backup_dir)
@@ -100,32 +63,89 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
             return
         if "backup" not in metadata:  # Keras's own layout, written by an earlier version
             super()._load_model()
-            self._restore_seeds(os.path.join(self.backup_dir, SEEDS))
+            _restore_seeds(self.model, os.path.join(self.backup_dir, SEEDS))
             return
-        folder = os.path.join(self.backup_dir, metadata["backup"])
-        if not self.model.optimizer.built:
-            self.model.optimizer.build(self.model.trainable_variables)
-        self.model.load_weights(os.path.join(folder, WEIGHTS))
-        step = int(self.model.optimizer.iterations.numpy())
-        if step != metadata["step"]:
-            raise ValueError(f"The backup {folder} holds step {step}, but "
-                             f"{self._training_metadata_path} says {metadata['step']}.")
-        self._restore_seeds(os.path.join(folder, SEEDS))
+        restore_backup(self.model, self.backup_dir)
         self.model._initial_epoch = metadata["epoch"]
 
-    def _restore_seeds(self, path):
-        saved = np.load(path) if os.path.exists(path) else None
-        states = self._seed_states()
-        step = int(self.model.optimizer.iterations.numpy())
-        if saved is None or int(saved["step"]) != step or len(saved.files) - 1 != len(states):
-            found = (f"No dropout random state in {path}" if saved is None else
-                     f"The dropout random state in {path} belongs to step "
-                     f"{int(saved['step'])}, not to the restored step {step}")
-            warnings.warn(f"{found}; training resumes with other dropout masks than an "
-                          "uninterrupted run would draw.")
-            return
-        for i, variable in enumerate(states):
-            variable.assign(saved[f"state_{i}"])
+
+def write_backup(model, backup_dir, epoch, batch, keep_older=False):
+    """Commits `model`'s weights with its optimizer's state and its layers' dropout random
+    state as `backup_dir`'s backup of its optimizer step (`AtomicBackupAndRestore`'s, which
+    a grid writes for each member too): written staged into `step_<N>/`, committed by
+    replacing `training_metadata.json` (which names it, with `epoch` and `batch`), then the
+    older backups removed unless `keep_older` (`remove_backups_but`). Returns its name."""
+    step = int(model.optimizer.iterations.numpy())
+    name = f"step_{step:09d}"
+    if backup_metadata(backup_dir).get("backup") == name:
+        return name  # this very state is already committed
+    with writing_alone():
+        _write_backup_folder(model, os.path.join(backup_dir, name), step)
+    _commit_backup(backup_dir, {"epoch": epoch, "batch": batch, "step": step, "backup": name})
+    if not keep_older:
+        remove_backups_but(backup_dir, name)
+    return name
+
+
+def _write_backup_folder(model, folder, step):
+    variables = [*model.weights, *model.optimizer.variables]
+    with staged(folder, folder=True, needed=arrays_bytes(variables)) as partial:
+        write_weights(model, os.path.join(partial, WEIGHTS))
+        np.savez(os.path.join(partial, SEEDS), step=step, **{
+            f"state_{i}": keras.ops.convert_to_numpy(v) for i, v in enumerate(_seed_states(model))})
+
+
+def _commit_backup(backup_dir, metadata):
+    write_text(os.path.join(backup_dir, METADATA), json.dumps(metadata))
+
+
+def remove_backups_but(backup_dir, name):
+    """Removes `backup_dir`'s backups but `name`, and the files of Keras's own layout."""
+    keras_files = {"latest.weights.h5", "latest.weights.h5.bkp", f"{METADATA}.bkp", SEEDS}
+    for entry in os.listdir(backup_dir):
+        path = os.path.join(backup_dir, entry)
+        if entry.startswith("step_") and entry != name:
+            shutil.rmtree(path, ignore_errors=True)
+        elif entry in keras_files:
+            os.remove(path)
+
+
+def restore_backup(model, backup_dir, name=None):
+    """Loads `backup_dir`'s committed backup (or the one named `name`, e.g. `step_000000100`,
+    kept beside it) into `model`: weights, optimizer state and dropout random state.
+    Returns the step restored."""
+    name = name or backup_metadata(backup_dir)["backup"]
+    folder = os.path.join(backup_dir, name)
+    if not model.optimizer.built:
+        model.optimizer.build(model.trainable_variables)
+    model.load_weights(os.path.join(folder, WEIGHTS))
+    step = int(model.optimizer.iterations.numpy())
+    if name != f"step_{step:09d}":
+        raise ValueError(f"The backup {folder} holds step {step}, not the step its name says.")
+    _restore_seeds(model, os.path.join(folder, SEEDS))
+    return step
+
+
+def _seed_states(model):
+    # `_flatten_layers`: Keras 3 has no public recursive walk over sublayers.
+    return [generator.state
+            for layer in model._flatten_layers(include_self=True, recursive=True)
+            for generator in layer._seed_generators]
+
+
+def _restore_seeds(model, path):
+    saved = np.load(path) if os.path.exists(path) else None
+    states = _seed_states(model)
+    step = int(model.optimizer.iterations.numpy())
+    if saved is None or int(saved["step"]) != step or len(saved.files) - 1 != len(states):
+        found = (f"No dropout random state in {path}" if saved is None else
+                 f"The dropout random state in {path} belongs to step "
+                 f"{int(saved['step'])}, not to the restored step {step}")
+        warnings.warn(f"{found}; training resumes with other dropout masks than an "
+                      "uninterrupted run would draw.")
+        return
+    for i, variable in enumerate(states):
+        variable.assign(saved[f"state_{i}"])
 
 
 class StepLogger(keras.callbacks.Callback):
@@ -148,37 +168,46 @@ class StepLogger(keras.callbacks.Callback):
     def on_train_begin(self, logs=None):
         self._start = time.perf_counter()
         self._trimmed = False
-        if not os.path.exists(self.path):
-            write_text(self.path, ",".join(self.COLUMNS) + "\n")
 
     def on_epoch_begin(self, epoch, logs=None):
         if not self._trimmed:  # after every callback's on_train_begin: the restored step
             self._trimmed = True
-            restored = int(self.model.optimizer.iterations.numpy())
-            with open(self.path) as f:
-                header, *rows = f.read().splitlines()
-            kept = [row for row in rows if int(row.split(",")[0]) <= restored]
-            if len(kept) < len(rows):
-                write_text(self.path, "\n".join([header, *kept]) + "\n")
+            start_metrics(self.path, int(self.model.optimizer.iterations.numpy()))
         self._epoch_start = time.perf_counter()
 
     def on_epoch_end(self, epoch, logs=None):
-        logs = logs or {}
         seconds = time.perf_counter() - self._epoch_start
-        step = int(self.model.optimizer.iterations.numpy())
         learning_rate = self.model.optimizer.learning_rate
-        row = {
-            **logs,
-            "step": step,
+        append_metrics(self.path, {
+            **(logs or {}),
+            "step": int(self.model.optimizer.iterations.numpy()),
             "learning_rate": float(keras.ops.convert_to_numpy(learning_rate)),
             "tokens_per_second": self.tokens_per_step * self.steps_per_epoch / seconds,
             "elapsed_seconds": time.perf_counter() - self._start,
-        }
-        # The whole file again (a few kB), staged: a full disk leaves the old one whole.
-        with open(self.path) as f:
-            text = f.read()
-        write_text(self.path, text + ",".join(_csv_value(row.get(c)) for c in self.COLUMNS)
-                   + "\n")
+        })
+
+
+def start_metrics(path, step):
+    """A run's `metrics.csv` (`StepLogger.COLUMNS`) as training starts or resumes at `step`:
+    made with its header, or its rows after `step` dropped (logged, but not committed by
+    a backup)."""
+    if not os.path.exists(path):
+        write_text(path, ",".join(StepLogger.COLUMNS) + "\n")
+        return
+    with open(path) as f:
+        header, *rows = f.read().splitlines()
+    kept = [row for row in rows if int(row.split(",")[0]) <= step]
+    if len(kept) < len(rows):
+        write_text(path, "\n".join([header, *kept]) + "\n")
+
+
+def append_metrics(path, row):
+    """Appends `row` (a dict of `StepLogger.COLUMNS`, a missing one empty) to `path`."""
+    # The whole file again (a few kB), staged: a full disk leaves the old one whole.
+    with open(path) as f:
+        text = f.read()
+    write_text(path, text + ",".join(_csv_value(row.get(c)) for c in StepLogger.COLUMNS)
+               + "\n")
 
 
 def _csv_value(value):
@@ -222,17 +251,23 @@ class StepCheckpoint(keras.callbacks.Callback):
             self._save(step)
 
     def _save(self, step):
-        path = os.path.join(self.directory, checkpoint_name(step))
-        if os.path.exists(path):  # a resumed run keeps the first one
-            return
-        # The task's own preprocessor (training feeds packed batches, so it has none), so
-        # `MaskedLM.from_preset` attaches it; one saved beside only would not be.
-        preprocessor, self.model.preprocessor = self.model.preprocessor, self.preprocessor
-        try:
-            with writing_alone():
-                write_preset_folder(self.model, path, "keras_tupe_checkpoint", {"step": step})
-        finally:
-            self.model.preprocessor = preprocessor
+        write_checkpoint(self.model, self.directory, step, self.preprocessor)
+
+
+def write_checkpoint(model, directory, step, preprocessor=None):
+    """`model` as the preset folder `directory/step_NNNNNNN/` (`StepCheckpoint`'s), with
+    `preprocessor` as the task's; one that exists is kept (a resumed run's first)."""
+    path = os.path.join(directory, checkpoint_name(step))
+    if os.path.exists(path):
+        return
+    # The task's own preprocessor (training feeds packed batches, so it has none), so
+    # `MaskedLM.from_preset` attaches it; one saved beside only would not be.
+    preprocessor, model.preprocessor = model.preprocessor, preprocessor
+    try:
+        with writing_alone():
+            write_preset_folder(model, path, "keras_tupe_checkpoint", {"step": step})
+    finally:
+        model.preprocessor = preprocessor
 
 
 class StepProgress(keras.callbacks.Callback):

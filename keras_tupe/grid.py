@@ -29,7 +29,6 @@ import warnings
 import keras
 import numpy as np
 
-from keras_tupe.data.masking import MASK_ID, UNSELECTABLE_IDS, check_mask_rates
 from keras_tupe.data.shards import ShardSequences
 from keras_tupe.models import TupeBackbone
 from keras_tupe.optimization import LinearWarmupLinearDecay, adamw
@@ -288,7 +287,7 @@ class GridTrainer:
                                  sequence_length, self.precision, parameters=parameters,
                                  limit_bytes=limit_bytes, devices=len(self.devices))
 
-    def fit(self, source, rows, sample_weight=None, transform=None):
+    def fit(self, source, rows, sample_weight=None, transform=None, step_inputs=None):
         """Trains every member; returns the losses, `(steps, K)` (NumPy). A second `fit`
         goes on from the first: its steps follow (`steps_done`), so `fit(rows[:n])` then
         `fit(rows[n:])` is `fit(rows)`.
@@ -300,11 +299,15 @@ class GridTrainer:
             rows: int `(steps, K, batch)`: the examples of each member's batch at each step.
             sample_weight: float `(steps, K, batch)` or None (ones): each member's weight of
                 each row, for a source without weights of its own.
-            transform: None, or `transform(key, x, y) -> (x, y, sample_weight)` applied to
-                each gathered batch on the device with a key of the member and step (e.g.
-                masking token ids, `keras_tupe.data.device_masking`).
+            transform: None, or `transform(key, x, y, inputs) -> (x, y, sample_weight)`
+                applied to each gathered batch on the device, with a key of the member and
+                step and the member's `step_inputs` of that step (or None): e.g. a masked
+                LM's masks drawn by the data side (`given_masks`).
+            step_inputs: None, or a nest of arrays `(steps, K, ...)`: what `transform`
+                takes at each step for each member.
         """
-        steps, dispatches = self._dispatches(source, rows, sample_weight, transform)
+        steps, dispatches = self._dispatches(source, rows, sample_weight, transform,
+                                             step_inputs)
         losses = []
         for program, arguments in dispatches:
             self.state, chunk = program(self.state, *arguments)
@@ -312,17 +315,17 @@ class GridTrainer:
         self.steps_done += steps
         return _fetch(jnp.concatenate(losses))[:steps, :self.size]
 
-    def compile_fit(self, source, rows, sample_weight=None, transform=None):
+    def compile_fit(self, source, rows, sample_weight=None, transform=None, step_inputs=None):
         """Compiles the program `fit` runs on these arguments, without training: with JAX's
         persistent compilation cache set, another process's `fit` of the same shapes (other
         weights, rates, seeds, schedule) loads it instead of compiling it. Returns seconds."""
         start = time.perf_counter()
-        _, dispatches = self._dispatches(source, rows, sample_weight, transform)
+        _, dispatches = self._dispatches(source, rows, sample_weight, transform, step_inputs)
         program, arguments = next(dispatches)
         program.lower(self.state, *arguments).compile()
         return time.perf_counter() - start
 
-    def _dispatches(self, source, rows, sample_weight, transform):
+    def _dispatches(self, source, rows, sample_weight, transform, step_inputs=None):
         """`(steps, dispatches)`: the steps of `rows` and, lazily, each dispatch's
         `(program, arguments but the state)`."""
         rows = np.asarray(rows, np.int32)
@@ -340,6 +343,8 @@ class GridTrainer:
         length = -(-steps // count)
         last = np.minimum(np.arange(count * length), steps - 1)
         rows, sample_weight = rows[last], np.asarray(sample_weight, np.float32)[last]
+        step_inputs = keras.tree.map_structure(
+            lambda leaf: self._padded(np.asarray(leaf), axis=1)[last], step_inputs)
         everywhere = functools.partial(_place, sharding=self._everywhere)
         by_step = functools.partial(_place, sharding=self._by_step)
         source = everywhere(keras.tree.map_structure(np.asarray, source))
@@ -354,7 +359,8 @@ class GridTrainer:
         return steps, ((program, (source, metrics, keys, by_step(rows[start:start + length]),
                                   by_step(sample_weight[start:start + length]),
                                   everywhere(np.arange(first + start, first + start + length)),
-                                  end, schedule))
+                                  end, schedule, by_step(keras.tree.map_structure(
+                                      lambda leaf: leaf[start:start + length], step_inputs))))
                        for start in range(0, count * length, length))
 
     def _schedule_steps(self):
@@ -369,7 +375,7 @@ class GridTrainer:
                              f"this one changes {', '.join(changed)}, built into the "
                              "optimizer: build another grid.")
         steps = self.schedule.warmup_steps, self.schedule.total_steps
-        if self.steps_done and steps != self._trained_on:
+        if self._trained_on is not None and steps != self._trained_on:
             raise ValueError(f"This grid trained {self.steps_done} steps on a schedule of "
                              f"{self._trained_on[1]} steps ({self._trained_on[0]} warming up); "
                              "its schedule changes only before its first step: build another "
@@ -404,28 +410,31 @@ class GridTrainer:
                 optimizer_variables, grads, trainable)
             return (trainable, non_trainable, optimizer_variables, peak), loss
 
-        def member(state, source, metrics, key, rows, sample_weight, step, schedule_steps):
+        def member(state, source, metrics, key, rows, sample_weight, step, schedule_steps,
+                   step_input):
             x, y, *weights = keras.tree.map_structure(lambda leaf: leaf[rows], source)
             if weights:  # the source's own, e.g. a masked LM's slot weights
                 sample_weight = weights[0]
             if transform is not None:
                 x, y, mask_weight = transform(
-                    jax.random.fold_in(jax.random.wrap_key_data(key), step), x, y)
+                    jax.random.fold_in(jax.random.wrap_key_data(key), step), x, y, step_input)
                 sample_weight = sample_weight[:, None] * mask_weight
             return member_step(state, metrics, x, y, sample_weight, schedule_steps)
 
         def scanned(state, source, metrics, keys, rows, sample_weight, steps, end,
-                    schedule_steps):
+                    schedule_steps, step_inputs):
             def body(state, inputs):
-                rows, sample_weight, step = inputs
-                trained, loss = jax.vmap(member, in_axes=(0, None, None, 0, 0, 0, None, None))(
-                    state, source, metrics, keys, rows, sample_weight, step, schedule_steps)
+                rows, sample_weight, step, step_input = inputs
+                trained, loss = jax.vmap(
+                    member, in_axes=(0, None, None, 0, 0, 0, None, None, 0))(
+                    state, source, metrics, keys, rows, sample_weight, step, schedule_steps,
+                    step_input)
                 # A step past `end` (a last dispatch's surplus) keeps the state it found.
                 active = step < end
                 return (jax.tree.map(lambda new, old: jnp.where(active, new, old), trained,
                                      state), jnp.where(active, loss, 0.0))
 
-            return jax.lax.scan(body, state, (rows, sample_weight, steps))
+            return jax.lax.scan(body, state, (rows, sample_weight, steps, step_inputs))
 
         return scanned
 
@@ -479,73 +488,66 @@ class GridTrainer:
 
         return scanned
 
-    def member_model(self, index):
+    def member_model(self, index, optimizer=False):
         """The task model holding member `index`'s weights (the grid's one model: the next
-        call gives it another member's). Members across processes: every process calls it
-        (the member is copied from the device that holds it to every process's)."""
-        if not 0 <= index < self.size:
-            raise IndexError(f"member {index} is not in this grid of {self.size} members.")
-        trainable, non_trainable, _, _ = self.state
+        call gives it another member's); with `optimizer`, its optimizer (`model.optimizer`)
+        holds the member's optimizer state too (step count, moments), as after the member's
+        `fit`. Members across processes: every process calls it (the member is copied from
+        the device that holds it to every process's)."""
+        self._check_member(index)
+        trainable, non_trainable, optimizer_variables, _ = self.state
         if self._member_copy is None:  # one program: a member's weights onto every device
             self._member_copy = jax.jit(lambda values, index: [value[index] for value in values],
                                         out_shardings=self._everywhere)
-        for variables, values in ((self.model.trainable_variables, trainable),
-                                  (self.model.non_trainable_variables, non_trainable)):
+        pairs = [(self.model.trainable_variables, trainable),
+                 (self.model.non_trainable_variables, non_trainable)]
+        if optimizer:
+            pairs.append((self.optimizer.variables, optimizer_variables))
+        for variables, values in pairs:
             for variable, value in zip(variables, self._member_copy(values, np.int32(index))):
                 variable.assign(_fetch(value))
         return self.model
 
+    def load_member(self, index):
+        """The inverse of `member_model(index, optimizer=True)`: member `index` takes the
+        weights and optimizer state the grid's model (`member_model`'s) holds now, e.g. a
+        run's backup restored into it. Before a `fit` goes on, every member is at one step:
+        set `steps_done` to it."""
+        self._check_member(index)
+        trainable, non_trainable, optimizer_variables, peak = self.state
+        values = [[v.value for v in variables] for variables in (
+            self.model.trainable_variables, self.model.non_trainable_variables,
+            self.optimizer.variables)]
+        # The copies filling the last device are the first member's.
+        slots = [index, *(range(self.size, self._slots) if index == 0 else ())]
+        updated = [[stacked.at[np.asarray(slots)].set(jnp.asarray(value)[None])
+                    for stacked, value in zip(group, new)]
+                   for group, new in zip((trainable, non_trainable, optimizer_variables), values)]
+        self.state = _place((*updated, peak), self._by_member)
 
-def device_masking(vocabulary_size, num_slots, mask_rate=0.15, mask_token_rate=0.8,
-                   random_token_rate=0.1):
-    """A `transform` for `GridTrainer.fit` that masks token ids on the device (`jax.random`).
+    def _check_member(self, index):
+        if not 0 <= index < self.size:
+            raise IndexError(f"member {index} is not in this grid of {self.size} members.")
 
-    The rule of `keras_tupe.data.masking.mask_batch` (the tf.data pipeline's): of a row's
-    `n` tokens that are not [PAD], [CLS] or [SEP], exactly `min(num_slots, ceil(mask_rate
-    * n))` chosen uniformly, listed by position; each becomes [MASK] with
-    `mask_token_rate`, a uniform id of `[0, vocabulary_size)` with `random_token_rate`,
-    else stays; slots beyond them have position 0, label 0, weight 0. The draws are JAX's,
-    not NumPy's: the same rule, other masks. `x` is the token ids `(B, L)` (full packed
-    sequences, as shards hold them).
-    """
-    check_mask_rates(mask_rate, mask_token_rate, random_token_rate)
 
-    def transform(key, ids, _):
-        batch, length = ids.shape
-        unselectable = ids <= max(UNSELECTABLE_IDS)
-        wanted = jnp.ceil(jnp.sum(~unselectable, axis=1).astype(jnp.float32)
-                          * jnp.float32(mask_rate)).astype(jnp.int32)
-        count = jnp.minimum(wanted, num_slots)
-        select, draw, replace = jax.random.split(key, 3)
-        # The `count` smallest of uniform keys, the unselectable pushed past every other.
-        keys = jax.random.uniform(select, (batch, length)) + unselectable
-        width = min(num_slots, length)
-        _, chosen = jax.lax.top_k(-keys, width)
-        chosen = jnp.where(jnp.arange(width)[None, :] < count[:, None], chosen, length)
-        positions = jnp.sort(chosen, axis=1)  # by position, the unused slots last
-        positions = jnp.pad(positions, ((0, 0), (0, num_slots - width)), constant_values=length)
-        valid = positions < length
-        positions = jnp.where(valid, positions, 0)
-        labels = jnp.where(valid, jnp.take_along_axis(ids, positions, axis=1), 0)
-        u = jax.random.uniform(draw, (batch, num_slots))
-        random_ids = jax.random.randint(replace, (batch, num_slots), 0, vocabulary_size)
-        replacement = jnp.where(u < mask_token_rate, MASK_ID,
-                                jnp.where(u < mask_token_rate + random_token_rate, random_ids,
-                                          labels))
-        # An unused slot writes its position's own id back (position 0: [CLS]).
-        rows = jnp.arange(batch)[:, None]
-        token_ids = ids.at[rows, positions].set(
-            jnp.where(valid, replacement, ids[rows, positions]).astype(ids.dtype))
-        x = {"token_ids": token_ids, "padding_mask": jnp.ones_like(ids),
-             "segment_ids": jnp.zeros_like(ids), "mask_positions": positions.astype(jnp.int32)}
-        return x, labels.astype(jnp.int32), valid.astype(jnp.float32)
-
-    return transform
+def given_masks(key, ids, labels, masks):
+    """A `transform` for `GridTrainer.fit` that applies masks drawn by the data side
+    (`keras_tupe.data.shards.MaskedLMShards`, the masks `fit` trains on) to each gathered
+    batch of token ids `(B, L)` (full packed sequences, as shards hold them), on the device:
+    `masks` is `(positions, replacements, labels, weights)`, each `(B, P)`, a step's
+    `step_inputs` (`MaskedLMShards.masks`). A slot of weight 0 changes nothing."""
+    positions, replacements, labels, weights = masks
+    rows = jnp.arange(ids.shape[0])[:, None]
+    token_ids = ids.at[rows, positions].set(
+        jnp.where(weights > 0, replacements, ids[rows, positions]).astype(ids.dtype))
+    x = {"token_ids": token_ids, "padding_mask": jnp.ones_like(ids),
+         "segment_ids": jnp.zeros_like(ids), "mask_positions": positions.astype(jnp.int32)}
+    return x, labels.astype(jnp.int32), weights.astype(jnp.float32)
 
 
 def shard_source(directory):
     """Every sequence of a token-id shard folder (`keras-tupe-shard-corpus`), as the
-    `source` of a masked-LM grid: `(ids (N, L) int32, zeros (N,))`, for `device_masking`."""
+    `source` of a masked-LM grid: `(ids (N, L) int32, zeros (N,))`, for `given_masks`."""
     sequences = ShardSequences(directory)
     ids = sequences.gather(np.arange(len(sequences)))
     return ids, np.zeros(len(ids), np.int32)

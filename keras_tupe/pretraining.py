@@ -15,6 +15,7 @@ was kept. A finished run leaves `preset/` (the one artefact), `checkpoints/step_
 for `--save-steps`, `vocab.txt`, `metrics.csv`, `run_config.json` and `tensorboard/`.
 """
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import inspect
@@ -23,24 +24,26 @@ import os
 import shutil
 import sys
 import time
+from typing import NamedTuple
 
 import keras
 import numpy as np
 
 from keras_tupe import data
 from keras_tupe.callbacks import (AtomicBackupAndRestore, StepCheckpoint, StepLogger,
-                                  StepProgress, backup_metadata)
-from keras_tupe.data.order import epoch_rows
+                                  StepProgress, append_metrics, backup_metadata,
+                                  remove_backups_but, restore_backup, start_metrics,
+                                  write_backup, write_checkpoint)
 from keras_tupe.data.shards import MaskedLMShards
-from keras_tupe.grid import (GridTrainer, Schedule, check_backend, check_members, device_masking,
-                             check_grid_memory, grid_processes, merged_members, shard_source)
+from keras_tupe.grid import (GridTrainer, Schedule, check_backend, check_grid_memory,
+                             check_members, given_masks, grid_processes, merged_members,
+                             shard_source)
 from keras_tupe.layers.utils import INITIALIZATION
 from keras_tupe.models import (TupeBackbone, TupeMaskedLM, TupeMaskedLMPreprocessor,
                                TupeTokenizer)
 from keras_tupe.models.preset_folders import (RUN_CHECKPOINTS, RUN_PRESET, check_weights_file,
-                                              run_checkpoint, run_model, write_preset_folder)
-from keras_tupe.models.tupe_masked_lm_preprocessor import mask_selection_length
-from keras_tupe.optimization import create_optimizer
+                                              run_model, write_preset_folder)
+from keras_tupe.optimization import LinearWarmupLinearDecay, create_optimizer
 from keras_tupe.processes import ONE_PROCESS, writing_alone
 from keras_tupe.processes import join as processes_join
 from keras_tupe.provenance import versions
@@ -53,8 +56,7 @@ from keras_tupe_base.progress import Heartbeat
 from keras_tupe_base.settings import (GRID_PRECISIONS, LAYOUT_FIELDS, RESUME_FREE_FIELDS,
                                      STRATEGIES)
 from keras_tupe_base.shard_folders import MANIFEST, VOCABULARY, ShardError, read_manifest
-from keras_tupe_base.staging import (WriteError, copy_file, space_error, staged, write_json,
-                                write_text)
+from keras_tupe_base.staging import WriteError, copy_file, space_error, staged, write_json
 
 RUN_CONFIG = "run_config.json"
 PRESET_DIR = RUN_PRESET  # the run's preset folder; models.preset_folders.RUN_PRESET names it
@@ -283,14 +285,15 @@ def _shard_vocabulary(config, mode, run_vocab):
     return copy_file(shard_vocab, run_vocab)
 
 
-def _shard_inputs(config, consumed, part=(0, 1)):
+def _shard_inputs(config, consumed, part=(0, 1), threads=None):
     """Training and validation batches from shard folders (NumPy, no TensorFlow).
 
     The training stream starts at batch `consumed` directly: a resumed run seeks,
     it does not replay. Shuffling permutes all sequences each pass
     (`--shuffle-buffer 0`: corpus order). `part`: this process's rows of each batch.
+    `threads`: `MaskedLMShards`'s.
     """
-    rates = dict(_mask_rates(config), part=part)
+    rates = dict(_mask_rates(config), part=part, threads=threads)
     train = MaskedLMShards(config.shards, config.batch_size, seed=config.seed,
                            shuffle=bool(config.shuffle_buffer), start_batch=consumed, **rates)
     valid = None
@@ -324,20 +327,88 @@ def _what_was_kept(config, backup_dir):
             f"step {step} and finishes {where}.")
 
 
-def pretrain(config, until_step=None):
-    """Runs (or resumes) a pre-training run. Returns the Keras `History`.
+class Fit:
+    """Keras's `model.fit`, a run at a time (`pretrain`'s default engine): any backend, text
+    or shards, `config.strategy`'s devices and processes, resumable, with a validation
+    loss."""
 
-    `until_step` (a multiple of `eval_every`) stops the run after that step, with
-    its backup, checkpoints and metrics written but no final model: the learning
+    name = "fit"
+
+
+FIT = Fit()
+
+
+@dataclasses.dataclass(frozen=True)
+class Grid:
+    """Every run at once, in one compiled program (`keras_tupe.grid.GridTrainer`, JAX),
+    from token-id shards held in device memory; each run's batches and masks are the ones
+    `fit` trains it on (`MaskedLMShards`), so a member is the `fit` run of its seed and rate.
+    `steps_per_dispatch`: `GridTrainer`'s. `pretrainer`: None (built by `pretrain`), or
+    `grid_pretrainer(config, members)`'s grid, built (and compiled) ahead, not yet trained."""
+
+    steps_per_dispatch: int = 100
+    pretrainer: object = None
+    name = "grid"
+
+
+def pretrain(config, until_step=None, members=None, engine=FIT):
+    """Runs (or resumes) pre-training: one run, or several (`members`), by either engine.
+
+    Each run trains in blocks of `eval_every` steps; after each it logs `metrics.csv` (the
+    block's loss, the validation loss on `valid_shards`/`valid_corpus`, the learning rate)
+    and commits a backup of its weights, optimizer and dropout state, from which the same
+    call resumes after a kill. A finished run leaves `preset/`, its checkpoints at
+    `save_steps`, `vocab.txt`, `metrics.csv` and `run_config.json`.
+
+    `until_step` (a multiple of `eval_every`) stops the runs after that step, with
+    their backups, checkpoints and metrics written but no final model: the learning
     rate schedule is still the one of `config.steps`, and the same call without
-    `until_step` resumes it to the end, with the weights of a run never stopped.
-    For an intermediate checkpoint (`save_steps`) when the rest can wait.
+    `until_step` resumes them to the end, with the weights of runs never stopped.
+
+    Args:
+        config: a `PretrainConfig`.
+        until_step: int or None (the whole run).
+        members: None, the one run of `config` (its `seed` and `learning_rate`) in
+            `config.out`; or `(seed, learning_rate)` pairs, a run each in
+            `config.out/seed_<seed>` (`..._lr<rate>` when the rates differ): the run
+            `config` with that out, seed and rate makes.
+        engine: `FIT` (Keras's `fit`, a run at a time) or `Grid(...)` (every run at once,
+            in one program, JAX, from shards: the same runs). A grid's row in
+            `metrics.csv` leaves the training accuracy empty and gives `tokens_per_second`
+            of all its members.
+
+    Returns: the one run's Keras `History` (`FIT`, no `members`), else the run folders.
 
     Under JAX with `strategy="multiworker"`, every process of the layout calls it with the
     same config but the layout (`keras_tupe.processes`): each checks, then feeds its rows of
     each batch; process 0 alone writes `config.out` (on a file system every process reads:
-    each restores a resumed run's backup from it).
+    each restores a resumed run's backup from it). A grid's members across processes: every
+    process calls it alike after `jax.distributed.initialize`; process 0 writes.
     """
+    configs = [config] if members is None else member_configs(config, members)
+    if isinstance(engine, Grid):
+        return _pretrain_grid(config, configs, until_step, engine)
+    if not isinstance(engine, Fit):
+        raise TypeError(f"engine must be keras_tupe.pretraining.FIT or a Grid; received "
+                        f"{engine!r}.")
+    histories = [_pretrain_fit(run, until_step) for run in configs]
+    return histories[0] if members is None else [run.out for run in configs]
+
+
+def member_configs(config, members):
+    """The run `config` makes of each `(seed, learning_rate)` of `members`: its seed and
+    rate, its `out` `config.out/seed_<seed>` (`..._lr<rate>` when the rates differ)."""
+    seeds, rates, _ = merged_members(*zip(*members)) if members else ([], [], None)
+    members = check_members(seeds, rates)
+    one_rate = len({rate for _, rate in members}) == 1
+    return [dataclasses.replace(
+        config, seed=seed, learning_rate=rate,
+        out=os.path.join(config.out, f"seed_{seed}" + ("" if one_rate else f"_lr{rate:g}")))
+        for seed, rate in members]
+
+
+def _pretrain_fit(config, until_step):
+    """The `FIT` engine's run of `config` in `config.out`; its `History`."""
     strategy = make_strategy(config)  # joins the processes, before any file or lock
     # tf.distribute's workers each write their own `out`: one process each, here.
     processes = getattr(strategy, "processes", ONE_PROCESS)
@@ -559,23 +630,44 @@ def _save_final(model, vocab_path, config, backup_dir):
     shutil.rmtree(backup_dir, ignore_errors=True)
 
 
+class GridPretrainer(NamedTuple):
+    """A grid built to pre-train (`grid_pretrainer`): the `GridTrainer`, its `source` (the
+    shards' token ids, held on the device) and each member's `MaskedLMShards` (`streams`),
+    which draws the member's batches and masks as `fit` does."""
+
+    trainer: GridTrainer
+    source: tuple
+    streams: list
+
+    def inputs(self, start, end):
+        """Steps `start` to `end` of every member: `(rows, masks)`, the sequences `(S, K,
+        B)` and the masks `(S, K, B, P)` each (`MaskedLMShards.masks`)."""
+        found = [[stream.masks(step) for stream in self.streams] for step in range(start, end)]
+        rows = np.asarray([[member[0] for member in step] for step in found], np.int32)
+        masks = tuple(np.asarray([[member[1][part] for member in step] for step in found])
+                      for part in range(4))
+        return rows, masks
+
+    def fit(self, inputs):
+        """Trains every member on `inputs` (`self.inputs(...)`'s, the steps that follow);
+        returns the losses `(S, K)`."""
+        rows, masks = inputs
+        return self.trainer.fit(self.source, rows, transform=given_masks, step_inputs=masks)
+
+    def compile(self, steps):
+        """Compiles the program a `fit` of `steps` steps runs (`GridTrainer.compile_fit`),
+        without training. Returns seconds."""
+        rows, masks = self.inputs(0, steps)
+        return self.trainer.compile_fit(self.source, rows, transform=given_masks,
+                                        step_inputs=masks)
+
+
 def grid_pretrainer(config, members, steps_per_dispatch=100):
-    """What `pretrain_grid` trains with, `(trainer, source, rows, masking)`: the
-    `GridTrainer` of `members` (`(seed, rate)`s), the shards as its source, each member's
-    rows for `config.steps` steps and the masking transform; checked first. Public so
-    that a grid can be built, timed or compiled ahead (`GridTrainer.compile_fit`) before
-    it trains: `pretrain_grid(..., pretrainer=...)` then trains it."""
-    check_backend()
-    if config.precision not in GRID_PRECISIONS:
-        raise PretrainError(f"A grid pre-trains in {' or '.join(GRID_PRECISIONS)}; received "
-                            f"precision={config.precision!r}.")
-    manifest = _shard_manifest(config)
-    if manifest is None:
-        raise PretrainError("A grid pre-trains from token-id shards: pass shards (a folder of "
-                            "keras-tupe-shard-corpus), not corpus.")
-    _check_grid_steps(config)
-    ids, labels = shard_source(config.shards)
-    rows = _grid_rows(config, members, len(ids))
+    """The `GridPretrainer` the `Grid` engine trains `members` (`(seed, rate)`s) with,
+    checked first. Public so that a grid can be built, timed or compiled ahead
+    (`GridPretrainer.compile`) before it trains: `Grid(pretrainer=...)` then trains it
+    (its config may differ in `steps` and `save_steps`)."""
+    manifest = _check_grid(config)
     vocabulary_size = manifest["vocabulary_size"]
 
     def build(seed):
@@ -593,25 +685,27 @@ def grid_pretrainer(config, members, steps_per_dispatch=100):
         build, [seed for seed, _ in members], [rate for _, rate in members],
         _grid_schedule(config), precision=config.precision,
         steps_per_dispatch=steps_per_dispatch)
-    masking = device_masking(vocabulary_size,
-                             mask_selection_length(config.seq_len, config.mask_rate),
-                             **_mask_rates(config))
-    return trainer, (ids, labels), rows, masking
+    streams = [_shard_inputs(dataclasses.replace(config, seed=seed, valid_shards=None), 0,
+                             threads=0)[0] for seed, _ in members]
+    return GridPretrainer(trainer, shard_source(config.shards), streams)
 
 
-def _check_grid_steps(config):
+def _check_grid(config):
+    """The grid engine's own checks of `config`; the shards' manifest."""
+    check_backend()
+    if config.precision not in GRID_PRECISIONS:
+        raise PretrainError(f"A grid pre-trains in {' or '.join(GRID_PRECISIONS)}; received "
+                            f"precision={config.precision!r}.")
+    manifest = _shard_manifest(config)
+    if manifest is None:
+        raise PretrainError("A grid pre-trains from token-id shards: pass shards (a folder of "
+                            "keras-tupe-shard-corpus), not corpus.")
     bad = [step for step in config.save_steps if not 0 <= step < config.steps]
     if config.steps % config.eval_every or bad:
         raise PretrainError(f"eval_every ({config.eval_every}) must divide steps "
                             f"({config.steps}) and each save step lie inside the run; received "
                             f"save_steps {config.save_steps}.")
-
-
-def _grid_rows(config, members, count):
-    """Each member's rows for `config.steps` steps, `(steps, K, batch)`: its own order."""
-    epochs = -(-config.steps * config.batch_size // count)
-    return np.stack([epoch_rows(count, config.batch_size, seed, epochs)[0][:config.steps]
-                     for seed, _ in members], axis=1)
+    return manifest
 
 
 def _grid_schedule(config):
@@ -619,102 +713,146 @@ def _grid_schedule(config):
                     config.clip_norm, config.adam_beta1, config.adam_beta2, config.adam_epsilon)
 
 
-def pretrain_grid(config, seeds, learning_rates=None, steps_per_dispatch=100, pretrainer=None):
-    """Pre-trains `config.preset` at each of `seeds` at once, in one compiled program
-    (`keras_tupe.grid.GridTrainer`, JAX): `config.shards` held in device memory, each
-    member's batches masked on the device (`device_masking`, the 80/10/10 rule), each in
-    its own order. `learning_rates`: one a seed (default `config.learning_rate` for all).
+def pretrain_grid(config, seeds, learning_rates=None, steps_per_dispatch=100, pretrainer=None,
+                  until_step=None):
+    """`pretrain(config, until_step, members, Grid(steps_per_dispatch, pretrainer))` of
+    `seeds` (at `learning_rates`, one a seed; default `config.learning_rate` for all): the
+    seeds' runs at once, in one program (JAX). Returns their folders."""
+    rates = learning_rates or [config.learning_rate] * len(seeds)
+    return pretrain(config, until_step, list(zip(seeds, rates)),
+                    Grid(steps_per_dispatch, pretrainer))
 
-    Member `i` leaves the run folder `config.out/seed_<seed>` (`..._lr<rate>` when the
-    rates differ) as `pretrain` leaves one: `vocab.txt`, `metrics.csv` (the mean loss of
-    each `eval_every` steps), `preset/` (`write_preset`) and a checkpoint at each of
-    `config.save_steps` (`checkpoints/step_NNNNNNN/`; step 0: the initialization, before
-    any training), which fine-tuning takes as `--init`. No resume and no validation: a
-    run folder that exists is refused, and one this call made goes if it fails. Returns
-    the folders.
 
-    Members across processes (`GridTrainer`'s devices after `jax.distributed.initialize`):
-    every process calls it with the same arguments, and process 0 alone writes the folders
-    (each process's checks gathered first: all train or all stop, `keras_tupe.processes`).
-
-    `pretrainer`: None (built here), or what `grid_pretrainer` returned for these members
-    and a config that differs from `config` in `steps` and `save_steps` alone, not yet
-    trained: a grid built (and compiled: `GridTrainer.compile_fit`) while its length was
-    still being chosen, e.g. from a pace measured meanwhile. It trains `config.steps` on
-    `config`'s schedule (the steps are inputs of the compiled program, which stays).
-    """
-    seeds, learning_rates, _ = merged_members(
-        seeds, learning_rates or [config.learning_rate] * len(seeds))
-    members = check_members(seeds, learning_rates)
-    one_rate = len({rate for _, rate in members}) == 1
-    folders = [os.path.join(config.out, f"seed_{seed}" + ("" if one_rate else f"_lr{rate:g}"))
-               for seed, rate in members]
+def _pretrain_grid(config, configs, until_step, engine):
+    """The `Grid` engine's runs of `configs` (`member_configs`'s): checked, their folders
+    locked and made or resumed, trained; the folders."""
     processes = grid_processes()
     problem = None
-    if processes.writer:
-        taken = [folder for folder in folders if os.path.exists(folder)]
-        if taken:
-            problem = PretrainError(f"{', '.join(taken)} exist: a grid starts its runs anew; "
-                                    "choose another out, or move them away.")
-    processes.agree(problem)
-    if pretrainer is None:
-        pretrainer = grid_pretrainer(config, members, steps_per_dispatch)
-    trainer, source, _, masking = pretrainer
+    try:
+        _check(config, until_step, NoStrategy())
+        _check_grid(config)
+    except (PretrainError, ValueError) as error:
+        problem = error
+    processes.agree(problem, settings=config.resume_key())
+    with contextlib.ExitStack() as made:
+        modes, problem = [None] * len(configs), None
+        if processes.writer:  # one writer of every run folder, from the first check on
+            try:
+                for run in configs:
+                    made.enter_context(output_lock(run.out, flag="`out`"))
+                modes = [prepare_run_dir(run) for run in configs]
+            except (PretrainError, OSError) as error:
+                problem = error
+        processes.agree(problem)
+        backups = [os.path.join(run.out, "backup") for run in configs]
+        if processes.writer:  # a folder made here goes again if it fails before a backup
+            for run, backup in zip(configs, backups):
+                made.enter_context(made_folder(
+                    run.out, keep=lambda backup=backup: _backed_up_epoch(backup) > 0))
+        vocabularies = [_set_up(run, mode, NoStrategy(), processes)
+                        for run, mode in zip(configs, modes)]
+        _train_grid(config, configs, until_step, engine, backups, vocabularies, processes)
+    return [run.out for run in configs]
+
+
+def _train_grid(config, configs, until_step, engine, backups, vocabularies, processes):
+    """The grid's blocks from the runs' common backup on; then, at the end, the presets."""
+    members = [(run.seed, run.learning_rate) for run in configs]
+    pretrainer = engine.pretrainer or grid_pretrainer(config, members, engine.steps_per_dispatch)
+    trainer = pretrainer.trainer
     if trainer.members != members or trainer.steps_done:
         raise PretrainError(f"pretrainer must be a grid of the members {members} that has not "
                             f"trained; received one of {trainer.members} that trained "
                             f"{trainer.steps_done} steps.")
-    _check_grid_steps(config)
     trainer.schedule = _grid_schedule(config)  # the built one's, or another length's
-    rows = _grid_rows(config, members, len(source[0]))
-    # One writer of `out` (process 0); a failure removes the member folders this call made.
-    with contextlib.ExitStack() as made:
-        problem, vocabularies = None, [None] * len(folders)
-        if processes.writer:
-            try:
-                made.enter_context(output_lock(config.out, command="pretrain_grid",
-                                               flag="`out`"))
-                vocabularies = [copy_file(os.path.join(config.shards, VOCABULARY),
-                                          os.path.join(made.enter_context(made_folder(folder)),
-                                                       "vocab.txt")) for folder in folders]
-            except OSError as error:  # the lock held, a folder not made (WriteError)
-                problem = error
-        processes.agree(problem)
-        start, done, losses = time.perf_counter(), 0, []
-        for end in sorted({*config.save_steps, config.steps}):
-            if end > done:  # step 0 saves the initialization, before any step
-                losses.append(trainer.fit(source, rows[done:end], transform=masking))
-            done = end
-            if end < config.steps:  # as `StepCheckpoint` writes them: fine-tuning's --init
-                for index, (folder, vocab_path) in enumerate(zip(folders, vocabularies)):
-                    model = trainer.member_model(index)  # every process: a collective
-                    if processes.writer:
-                        _write_checkpoint(model, vocab_path, config,
-                                          run_checkpoint(folder, end), end)
-        seconds = time.perf_counter() - start
-        losses = np.concatenate(losses)
-        tokens_per_second = len(members) * config.steps * config.batch_size * config.seq_len / seconds
-        for index, ((seed, rate), folder) in enumerate(zip(members, folders)):
-            model = trainer.member_model(index)
-            if not processes.writer:
+    done = _restore_grid(trainer, backups)
+    last, every, writer = until_step or config.steps, config.eval_every, processes.writer
+    valid = [_shard_inputs(run, 0, threads=0)[1] for run in configs]
+    metrics = [os.path.join(run.out, "metrics.csv") for run in configs]
+    if writer:
+        for path in metrics:
+            start_metrics(path, done)
+    if done == 0 and 0 in config.save_steps:  # the initialization, before any step
+        _grid_checkpoints(trainer, configs, vocabularies, 0, writer)
+    ends = sorted({*range(done + every, last + 1, every),
+                   *(step for step in config.save_steps if done < step < last)})
+    if config.verbose and writer and done:
+        print(f"Resuming the grid's {len(configs)} runs after step {done}.", flush=True)
+    started = block_started = time.perf_counter()
+    losses = []
+    # The next steps' masks are drawn on the host while the device trains these.
+    with concurrent.futures.ThreadPoolExecutor(1) as ahead:
+        pending = ahead.submit(pretrainer.inputs, done, ends[0]) if ends else None
+        for index, end in enumerate(ends):
+            inputs = pending.result()
+            if index + 1 < len(ends):
+                pending = ahead.submit(pretrainer.inputs, end, ends[index + 1])
+            losses.append(pretrainer.fit(inputs))
+            if end in config.save_steps:
+                _grid_checkpoints(trainer, configs, vocabularies, end, writer)
+            if end % every:
                 continue
-            blocks = losses[:, index].reshape(-1, config.eval_every).mean(axis=1)
-            write_text(os.path.join(folder, "metrics.csv"), ",".join(StepLogger.COLUMNS) + "\n"
-                       + "".join(f"{(block + 1) * config.eval_every},{loss:.6g},,,,,"
-                                 f"{tokens_per_second:.6g},{seconds:.6g}\n"
-                                 for block, loss in enumerate(blocks)))
-            write_preset(model, vocabularies[index],
-                         dataclasses.replace(config, out=folder, seed=seed, learning_rate=rate),
-                         run_model(folder))
-    return folders
+            seconds, block = time.perf_counter() - block_started, np.concatenate(losses)
+            _grid_block_end(trainer, configs, valid, metrics, backups, end, {
+                "tokens_per_second": len(configs) * every * config.batch_size * config.seq_len
+                / seconds, "elapsed_seconds": time.perf_counter() - started}, block, writer)
+            if config.verbose and writer:
+                print(f"step {end}/{config.steps}: loss "
+                      + " ".join(f"{loss:.4g}" for loss in block.mean(axis=0))
+                      + f" (seeds {[seed for seed, _ in members]}, "
+                      f"{every / seconds:.2f} steps/s)", flush=True)
+            block_started, losses = time.perf_counter(), []
+    if until_step not in (None, config.steps):
+        return  # stopped early, resumable
+    for index, (run, vocabulary, backup) in enumerate(zip(configs, vocabularies, backups)):
+        model = trainer.member_model(index)  # every process: a collective
+        if writer:
+            with writing_alone():
+                _save_final(model, vocabulary, run, backup)
 
 
-def _write_checkpoint(model, vocab_path, config, path, step):
-    model.preprocessor = _preprocessor(vocab_path, config)
-    try:
-        write_preset_folder(model, path, "keras_tupe_checkpoint", {"step": step})
-    finally:
-        model.preprocessor = None
+def _restore_grid(trainer, backups):
+    """Every member restored from its run's backup of the latest step all of them hold
+    (a kill while they were written leaves some a block ahead, the older one kept); 0
+    where one has none. Returns that step."""
+    done = min(backup_metadata(backup).get("step", 0) for backup in backups)
+    if done:
+        for index, backup in enumerate(backups):
+            restore_backup(trainer.model, backup, f"step_{done:09d}")
+            trainer.load_member(index)
+        trainer.steps_done = done
+    return done
+
+
+def _grid_checkpoints(trainer, configs, vocabularies, step, writer):
+    for index, (run, vocabulary) in enumerate(zip(configs, vocabularies)):
+        model = trainer.member_model(index)  # every process: a collective
+        if writer:
+            write_checkpoint(model, os.path.join(run.out, RUN_CHECKPOINTS), step,
+                             _preprocessor(vocabulary, run))
+
+
+def _grid_block_end(trainer, configs, valid, metrics, backups, step, pace, losses, writer):
+    """What `fit`'s callbacks do at a block's end, for each member: its validation loss,
+    its row of `metrics.csv`, its backup; the older backups go once every member's is
+    committed."""
+    warmup = int(configs[0].warmup_ratio * configs[0].steps)
+    names = []
+    for index, run in enumerate(configs):
+        model = trainer.member_model(index, optimizer=True)  # every process: a collective
+        logs = {"loss": float(losses[:, index].mean())}
+        if valid[index] is not None:
+            # Keras's own, as `fit`'s validation (keras-hub's converts a `PyDataset`).
+            found = keras.Model.evaluate(model, valid[index], verbose=0, return_dict=True)
+            logs.update({f"val_{name}": float(value) for name, value in found.items()})
+        if writer:
+            rate = LinearWarmupLinearDecay(run.learning_rate, warmup, run.steps)(step)
+            append_metrics(metrics[index], {**logs, **pace, "step": step,
+                                            "learning_rate": float(rate)})
+            names.append(write_backup(model, backups[index], step // run.eval_every,
+                                      run.eval_every - 1, keep_older=True))
+    for backup, name in zip(backups, names):
+        remove_backups_but(backup, name)
 
 
 def console_command(name):

@@ -311,6 +311,20 @@ class MaskedLMShards(keras.utils.PyDataset):
             return x, y, weights
         return {key: value[self.rows] for key, value in x.items()}, y[self.rows], weights[self.rows]
 
+    def masks(self, index):
+        """Batch `index` as a grid trains it from the shards held whole on its device
+        (`keras_tupe.grid.given_masks`): the indices of its sequences, `(B,)`, and its
+        masks, `(positions, replacements, labels, weights)`, each `(B, P)`: the token id
+        each slot writes at its position, the ids it hides, and the slots' weights. Applied
+        to those sequences, they give `batch(index)` (the whole batch: no `part`)."""
+        if self.rows != slice(0, self.batch_size):
+            raise ValueError("masks gives the whole batch: build it without a part.")
+        x, labels, weights = self.batch(index)
+        positions = x["mask_positions"]
+        replacements = np.take_along_axis(x["token_ids"], positions, axis=1)
+        return (self.sequence_indices(self.start_batch + index),
+                (positions, replacements, labels, weights))
+
     def __getitem__(self, index):
         if not self.threads:
             return self.batch(index)

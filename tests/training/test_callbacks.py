@@ -58,29 +58,23 @@ class KilledAt(AtomicBackupAndRestore):
         super().__init__(backup_dir)
         self.point = point
 
-    def _second(self):
-        return int(self.model.optimizer.iterations.numpy()) == 2 * STEPS_PER_EPOCH
+    def _save_model(self):
+        if int(self.model.optimizer.iterations.numpy()) != 2 * STEPS_PER_EPOCH:
+            return super()._save_model()
 
-    def _write(self, folder, step):
-        if self._second() and self.point == "after the weights":
-            def write_then_die(model, path):
-                write_weights(model, path)
-                raise Killed
-            with mock.patch("keras_tupe.callbacks.write_weights", write_then_die):
-                return super()._write(folder, step)
-        if self._second() and self.point == "before the backup":
+        def die(*args):
             raise Killed
-        super()._write(folder, step)
 
-    def _commit(self, metadata):
-        if self._second() and self.point == "before the commit":
+        def write_then_die(model, path):
+            write_weights(model, path)
             raise Killed
-        super()._commit(metadata)
 
-    def _remove_all_but(self, name):
-        if self._second() and self.point == "after the commit":
-            raise Killed
-        super()._remove_all_but(name)
+        where, how = {"after the weights": ("write_weights", write_then_die),
+                      "before the backup": ("_write_backup_folder", die),
+                      "before the commit": ("_commit_backup", die),
+                      "after the commit": ("remove_backups_but", die)}[self.point]
+        with mock.patch(f"keras_tupe.callbacks.{where}", how):
+            super()._save_model()
 
 
 @pytest.mark.parametrize("point, resumed_epochs", [
@@ -119,15 +113,12 @@ def test_without_the_dropout_state_the_resumed_run_differs(tmp_path):
     straight = _model()
     _fit(straight, tmp_path / "straight", AtomicBackupAndRestore(str(tmp_path / "a")))
 
-    class WithoutSeeds(KilledAt):
-        def _seed_states(self):
-            return []
-
     backup = tmp_path / "b"
-    with pytest.raises(Killed):
-        _fit(_model(), tmp_path / "killed", WithoutSeeds(str(backup), "after the commit"))
-    resumed = _model()
-    _fit(resumed, tmp_path / "killed", WithoutSeeds(str(backup), None))
+    with mock.patch("keras_tupe.callbacks._seed_states", lambda model: []):
+        with pytest.raises(Killed):
+            _fit(_model(), tmp_path / "killed", KilledAt(str(backup), "after the commit"))
+        resumed = _model()
+        _fit(resumed, tmp_path / "killed", AtomicBackupAndRestore(str(backup)))
     assert int(resumed.optimizer.iterations.numpy()) == STEPS_PER_EPOCH * EPOCHS
     assert not all(np.allclose(got.numpy(), want.numpy(), rtol=1e-6, atol=1e-7)
                    for got, want in zip(resumed.weights, straight.weights))
