@@ -214,9 +214,10 @@ def run_pretrain(config, command, only=None, verbose=2, until_step=None, record_
 def run_grid(config, seeds, command, record_only=False, pretrainer=None):
     """Pre-trains one variant's seeds (`Variant`s of one group) as one program
     (`pretrain_grid`), unless they are finished; then writes each run's `run_config.json`
-    (as `pretrain` writes it) and its record. A grid does not resume: the folders of an
-    unfinished one (a stopped window) are started anew. `pretrainer`: the grid built
-    ahead (`pretrain_grid`'s), or None."""
+    (as `pretrain` writes it) and its record. A study's grid keeps no backups (each block
+    would write every seed's weights and optimizer state, time a window's budget does not
+    hold): the folders of an unfinished one (a stopped window) are started anew.
+    `pretrainer`: the grid built ahead (`pretrain_grid`'s), or None."""
     from keras_tupe.layers.utils import INITIALIZATION
     from keras_tupe.pretraining import pretrain_grid
 
@@ -230,7 +231,7 @@ def run_grid(config, seeds, command, record_only=False, pretrainer=None):
         base = study_config.pretrain_config(config, seeds[0])
         pretrain_grid(grid_config(config, seeds), [v.seed for v in seeds],
                       steps_per_dispatch=config["grid"].get("steps_per_dispatch", 100),
-                      pretrainer=pretrainer)
+                      pretrainer=pretrainer, backups=False)
         for v in seeds:
             records.write_json(os.path.join(v.run_dir, records.RUN_RECORD), {
                 "config": dataclasses.replace(base, out=v.run_dir, seed=v.seed).resume_key(),
@@ -246,9 +247,10 @@ def run_grid(config, seeds, command, record_only=False, pretrainer=None):
 
 def grid_config(config, seeds):
     """The `PretrainConfig` a grid of one variant's seeds trains (`pretrain_grid`'s): the
-    first seed's, its `out` the variant's folder (the seeds' folders go in it)."""
+    first seed's, its `out` the variant's folder (the seeds' folders go in it), without a
+    validation loss (a window's budget is calibrated on training steps alone)."""
     return dataclasses.replace(study_config.pretrain_config(config, seeds[0]),
-                               out=os.path.dirname(seeds[0].run_dir))
+                               out=os.path.dirname(seeds[0].run_dir), valid_shards=None)
 
 
 def write_record(config, variant):

@@ -343,8 +343,9 @@ class GridTrainer:
         length = -(-steps // count)
         last = np.minimum(np.arange(count * length), steps - 1)
         rows, sample_weight = rows[last], np.asarray(sample_weight, np.float32)[last]
-        step_inputs = keras.tree.map_structure(
-            lambda leaf: self._padded(np.asarray(leaf), axis=1)[last], step_inputs)
+        if step_inputs is not None:
+            step_inputs = keras.tree.map_structure(
+                lambda leaf: self._padded(np.asarray(leaf), axis=1)[last], step_inputs)
         everywhere = functools.partial(_place, sharding=self._everywhere)
         by_step = functools.partial(_place, sharding=self._by_step)
         source = everywhere(keras.tree.map_structure(np.asarray, source))
@@ -359,8 +360,9 @@ class GridTrainer:
         return steps, ((program, (source, metrics, keys, by_step(rows[start:start + length]),
                                   by_step(sample_weight[start:start + length]),
                                   everywhere(np.arange(first + start, first + start + length)),
-                                  end, schedule, by_step(keras.tree.map_structure(
-                                      lambda leaf: leaf[start:start + length], step_inputs))))
+                                  end, schedule, step_inputs and by_step(
+                                      keras.tree.map_structure(
+                                          lambda leaf: leaf[start:start + length], step_inputs))))
                        for start in range(0, count * length, length))
 
     def _schedule_steps(self):
@@ -375,7 +377,8 @@ class GridTrainer:
                              f"this one changes {', '.join(changed)}, built into the "
                              "optimizer: build another grid.")
         steps = self.schedule.warmup_steps, self.schedule.total_steps
-        if self._trained_on is not None and steps != self._trained_on:
+        # (A grid restored from backups, `steps_done` set, has not trained on any yet.)
+        if self.steps_done and self._trained_on not in (None, steps):
             raise ValueError(f"This grid trained {self.steps_done} steps on a schedule of "
                              f"{self._trained_on[1]} steps ({self._trained_on[0]} warming up); "
                              "its schedule changes only before its first step: build another "
@@ -537,7 +540,7 @@ def given_masks(key, ids, labels, masks):
     `masks` is `(positions, replacements, labels, weights)`, each `(B, P)`, a step's
     `step_inputs` (`MaskedLMShards.masks`). A slot of weight 0 changes nothing."""
     positions, replacements, labels, weights = masks
-    rows = jnp.arange(ids.shape[0])[:, None]
+    ids, rows = jnp.asarray(ids), jnp.arange(ids.shape[0])[:, None]
     token_ids = ids.at[rows, positions].set(
         jnp.where(weights > 0, replacements, ids[rows, positions]).astype(ids.dtype))
     x = {"token_ids": token_ids, "padding_mask": jnp.ones_like(ids),

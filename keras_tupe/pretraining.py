@@ -344,10 +344,14 @@ class Grid:
     from token-id shards held in device memory; each run's batches and masks are the ones
     `fit` trains it on (`MaskedLMShards`), so a member is the `fit` run of its seed and rate.
     `steps_per_dispatch`: `GridTrainer`'s. `pretrainer`: None (built by `pretrain`), or
-    `grid_pretrainer(config, members)`'s grid, built (and compiled) ahead, not yet trained."""
+    `grid_pretrainer(config, members)`'s grid, built (and compiled) ahead, not yet trained.
+    `backups`: True, each block ends with every member's backup (weights and optimizer
+    state, 3x its weights); False: none, for short runs where a killed grid starts again
+    (no `until_step` then)."""
 
     steps_per_dispatch: int = 100
     pretrainer: object = None
+    backups: bool = True
     name = "grid"
 
 
@@ -714,13 +718,13 @@ def _grid_schedule(config):
 
 
 def pretrain_grid(config, seeds, learning_rates=None, steps_per_dispatch=100, pretrainer=None,
-                  until_step=None):
-    """`pretrain(config, until_step, members, Grid(steps_per_dispatch, pretrainer))` of
-    `seeds` (at `learning_rates`, one a seed; default `config.learning_rate` for all): the
-    seeds' runs at once, in one program (JAX). Returns their folders."""
+                  until_step=None, backups=True):
+    """`pretrain(config, until_step, members, Grid(steps_per_dispatch, pretrainer, backups))`
+    of `seeds` (at `learning_rates`, one a seed; default `config.learning_rate` for all):
+    the seeds' runs at once, in one program (JAX). Returns their folders."""
     rates = learning_rates or [config.learning_rate] * len(seeds)
     return pretrain(config, until_step, list(zip(seeds, rates)),
-                    Grid(steps_per_dispatch, pretrainer))
+                    Grid(steps_per_dispatch, pretrainer, backups))
 
 
 def _pretrain_grid(config, configs, until_step, engine):
@@ -733,6 +737,9 @@ def _pretrain_grid(config, configs, until_step, engine):
         _check_grid(config)
     except (PretrainError, ValueError) as error:
         problem = error
+    if until_step is not None and not engine.backups and problem is None:
+        problem = PretrainError("until_step stops a grid to resume it later, from its backups: "
+                                "leave until_step out, or keep Grid's backups.")
     processes.agree(problem, settings=config.resume_key())
     with contextlib.ExitStack() as made:
         modes, problem = [None] * len(configs), None
@@ -793,7 +800,7 @@ def _train_grid(config, configs, until_step, engine, backups, vocabularies, proc
             if end % every:
                 continue
             seconds, block = time.perf_counter() - block_started, np.concatenate(losses)
-            _grid_block_end(trainer, configs, valid, metrics, backups, end, {
+            _grid_block_end(trainer, configs, valid, metrics, engine.backups and backups, end, {
                 "tokens_per_second": len(configs) * every * config.batch_size * config.seq_len
                 / seconds, "elapsed_seconds": time.perf_counter() - started}, block, writer)
             if config.verbose and writer:
@@ -834,12 +841,12 @@ def _grid_checkpoints(trainer, configs, vocabularies, step, writer):
 
 def _grid_block_end(trainer, configs, valid, metrics, backups, step, pace, losses, writer):
     """What `fit`'s callbacks do at a block's end, for each member: its validation loss,
-    its row of `metrics.csv`, its backup; the older backups go once every member's is
-    committed."""
+    its row of `metrics.csv`, its backup (none where `backups` is empty); the older
+    backups go once every member's is committed."""
     warmup = int(configs[0].warmup_ratio * configs[0].steps)
     names = []
     for index, run in enumerate(configs):
-        model = trainer.member_model(index, optimizer=True)  # every process: a collective
+        model = trainer.member_model(index, optimizer=bool(backups))  # every process
         logs = {"loss": float(losses[:, index].mean())}
         if valid[index] is not None:
             # Keras's own, as `fit`'s validation (keras-hub's converts a `PyDataset`).
@@ -849,8 +856,9 @@ def _grid_block_end(trainer, configs, valid, metrics, backups, step, pace, losse
             rate = LinearWarmupLinearDecay(run.learning_rate, warmup, run.steps)(step)
             append_metrics(metrics[index], {**logs, **pace, "step": step,
                                             "learning_rate": float(rate)})
-            names.append(write_backup(model, backups[index], step // run.eval_every,
-                                      run.eval_every - 1, keep_older=True))
+            if backups:
+                names.append(write_backup(model, backups[index], step // run.eval_every,
+                                          run.eval_every - 1, keep_older=True))
     for backup, name in zip(backups, names):
         remove_backups_but(backup, name)
 

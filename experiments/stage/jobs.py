@@ -56,7 +56,7 @@ def finetune_together(config, names, command, tasks=None):
 def pretrain_planned(config, group, work, command):
     """A planned window's grid of one variant (`group`: its seeds as one program), started
     beside the calibration: it loads the shards, builds the grid and compiles its program
-    while the card is timed (`grid_pretrainer`, `GridTrainer.compile_fit`), waits for the
+    while the card is timed (`grid_pretrainer`, `GridPretrainer.compile`), waits for the
     plan (`WORK/logs/plan.json`), then trains that grid for the plan's steps (the prepared
     config as the calibration rewrote it: `run_grid`'s `pretrainer`), or nothing where the
     plan says so."""
@@ -67,8 +67,7 @@ def pretrain_planned(config, group, work, command):
     ensure_vocabulary(config, command=command)
     aim, dispatch = grid_config(config, seeds), config["grid"].get("steps_per_dispatch", 100)
     built = grid_pretrainer(aim, [(v.seed, aim.learning_rate) for v in seeds], dispatch)
-    trainer, source, rows, masking = built
-    trainer.compile_fit(source, rows[:dispatch], transform=masking)  # the program it trains
+    built.compile(dispatch)  # the program it trains
     # Its log says when the grid was ready, and when the plan came.
     print(f"{group}: built and compiled in {time.time() - started:.0f} s; waiting for the "
           "plan", flush=True)

@@ -509,73 +509,73 @@ def test_glue_grid_builds_the_grid_run_protocol_runs(encoder, tmp_path, monkeypa
     assert found["run"][:2] == (8, (4, 8, 8))  # 2 encoders x 2 rates x 2 seeds; 30 rows
 
 
-@pytest.mark.jax
-def test_device_masking_keeps_the_rule_of_mask_batch():
-    """On 2,000 rows: each masks exactly min(slots, ceil(15% of its selectable tokens)),
-    never [PAD]/[CLS]/[SEP], listed by position, labels the original ids; [MASK] / random /
-    kept near 80/10/10; another key, other masks; the same key, the same."""
-    import jax
+def write_shards(folder, sequences, seed):
+    """A shard folder of `sequences` random sequences of LENGTH ([CLS] first, some padding:
+    tokens a mask may not take), the vocabulary beside it; its path."""
+    from keras_tupe.data.shards import write_shard_folder
 
-    from keras_tupe.data.masking import MASK_ID
-    from keras_tupe.grid import device_masking
-
-    rng = np.random.default_rng(0)
-    ids = rng.integers(5, 1000, (2000, 40)).astype(np.int32)
-    ids[:, 0], ids[:, 20] = 1, 2  # [CLS], a [SEP]
-    ids[:1000, 30:] = 0  # padding
-    transform = jax.jit(device_masking(1000, num_slots=5))
-    x, labels, weights = map(jax.tree.map, [np.asarray] * 3,
-                             transform(jax.random.PRNGKey(3), ids, None))
-    selectable = (ids > 2).sum(axis=1)
-    assert np.array_equal(weights.sum(axis=1), np.minimum(5, np.ceil(selectable * 0.15)))
-    positions = x["mask_positions"]
-    used = weights > 0
-    assert np.all(ids[np.arange(2000)[:, None], positions][used] > 2)
-    assert np.array_equal(labels[used], ids[np.arange(2000)[:, None], positions][used])
-    assert np.all(np.diff(np.where(used, positions, 10**6), axis=1) > 0)
-    assert np.all(positions[~used] == 0) and np.all(labels[~used] == 0)
-    replaced = x["token_ids"][np.arange(2000)[:, None], positions][used]
-    masked = np.mean(replaced == MASK_ID)
-    kept = np.mean(replaced == labels[used])
-    assert abs(masked - 0.8) < 0.03 and 0.08 < kept < 0.13, (masked, kept)
-    # Only the chosen positions change.
-    outside = np.ones_like(ids, bool)
-    outside[np.arange(2000)[:, None].repeat(5, 1)[used], positions[used]] = False
-    assert np.array_equal(x["token_ids"][outside], ids[outside])
-    again = transform(jax.random.PRNGKey(3), ids, None)[0]["mask_positions"]
-    other = transform(jax.random.PRNGKey(4), ids, None)[0]["mask_positions"]
-    assert np.array_equal(np.asarray(again), positions)
-    assert not np.array_equal(np.asarray(other), positions)
+    vocabulary = folder / "vocab.txt"
+    vocabulary.write_text("\n".join(["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"]
+                                    + [f"w{i}" for i in range(VOCABULARY - 5)]) + "\n")
+    ids = np.random.default_rng(seed).integers(5, VOCABULARY, (sequences, LENGTH)).astype(np.int32)
+    ids[:, 0], ids[::3, -2:] = 1, 0
+    write_shard_folder(str(folder / f"shards_{seed}"), [ids], str(vocabulary), True, LENGTH, 10)
+    return str(folder / f"shards_{seed}")
 
 
 @pytest.mark.jax
-def test_a_masked_lm_grid_masks_each_members_batches_on_the_device():
-    """Two members from one token-id source, masked in the program: each member's losses
-    are its own (other masks, other order), and finite. A grid trained in two `fit` calls
-    (as `pretrain_grid` does around a checkpoint) is the grid trained in one: the second
-    call's steps go on from the first's (their masks are new ones, not the first call's
-    again), in one program of 2-step dispatches whose surplus step changes nothing."""
-    from keras_tupe.grid import device_masking
+def test_the_masks_of_the_data_side_applied_on_the_device_give_fits_batches(tmp_path):
+    """`MaskedLMShards.masks` (a batch's sequences and masks), applied by `given_masks` to
+    those sequences as a grid holds them, give `MaskedLMShards.batch`, the batch `fit`
+    trains on: every input, label and weight. A stream of a part is refused."""
+    from keras_tupe.data.shards import MaskedLMShards
+    from keras_tupe.grid import given_masks, shard_source
 
-    ids = inputs()["token_ids"]
-    ids[ids == 0] = 7
-    rows = np.stack([epoch_rows(EXAMPLES, BATCH, seed, 1)[0] for seed in (0, 1)], axis=1)
-    source, masking = (ids, np.zeros(EXAMPLES, np.int32)), device_masking(VOCABULARY, num_slots=3)
-    trainer = GridTrainer(masked_lm, (0, 1), (1e-3, 1e-3), Schedule(len(rows), 1))
-    losses = trainer.fit(source, rows, transform=masking)
-    assert losses.shape == (len(rows), 2) and np.all(np.isfinite(losses))
+    shards = write_shards(tmp_path, 20, 0)
+    ids, _ = shard_source(shards)
+    stream = MaskedLMShards(shards, BATCH, seed=3, threads=0)
+    for index in (0, 7):  # 7: a batch across two passes
+        rows, masks = stream.masks(index)
+        x, y, w = given_masks(None, ids[rows], None, tuple(map(np.asarray, masks)))
+        want_x, want_y, want_w = stream.batch(index)
+        assert int(want_w.sum()) > 0
+        for name in want_x:
+            assert np.array_equal(np.asarray(x[name]), want_x[name]), name
+        assert np.array_equal(np.asarray(y), want_y) and np.array_equal(np.asarray(w), want_w)
+    with pytest.raises(ValueError, match="without a part"):
+        MaskedLMShards(shards, BATCH, part=(0, 2)).masks(0)
+
+
+@pytest.mark.jax
+def test_a_masked_lm_grid_trained_in_two_fits_is_the_grid_trained_in_one(tmp_path):
+    """Two members from one token-id source, each on its own stream's batches and masks
+    (`GridPretrainer`): their losses differ and are finite; a grid trained in two `fit`
+    calls (as `pretrain`'s blocks) is the grid trained in one, in one program of 2-step
+    dispatches whose surplus step changes nothing."""
+    from keras_tupe.data.shards import MaskedLMShards
+    from keras_tupe.grid import shard_source
+    from keras_tupe.pretraining import GridPretrainer
+
+    shards = write_shards(tmp_path, 20, 0)
+    streams = [MaskedLMShards(shards, BATCH, seed=seed, threads=0) for seed in (0, 1)]
+
+    def pretrainer(steps_per_dispatch):
+        trainer = GridTrainer(masked_lm, (0, 1), (1e-3, 1e-3), Schedule(5, 1),
+                              steps_per_dispatch=steps_per_dispatch)
+        return GridPretrainer(trainer, shard_source(shards), streams)
+
+    whole = pretrainer(100)
+    losses = whole.fit(whole.inputs(0, 5))
+    assert losses.shape == (5, 2) and np.all(np.isfinite(losses))
     assert not np.allclose(losses[:, 0], losses[:, 1])
-
-    split = GridTrainer(masked_lm, (0, 1), (1e-3, 1e-3), Schedule(len(rows), 1),
-                        steps_per_dispatch=2)
-    parts = [split.fit(source, rows[:2], transform=masking),
-             split.fit(source, rows[2:], transform=masking)]  # 3 steps: 2 dispatches of 2
-    assert len(rows) == 5 and split.compiles == 1 and split.steps_done == 5
+    split = pretrainer(2)
+    parts = [split.fit(split.inputs(0, 2)), split.fit(split.inputs(2, 5))]  # 3: 2 of 2
+    assert split.trainer.compiles == 1 and split.trainer.steps_done == 5
     assert np.max(np.abs(np.concatenate(parts) - losses)) <= LOSS_TOLERANCE, (parts, losses)
     for k in range(2):
-        whole = [np.asarray(v.value) for v in trainer.member_model(k).trainable_variables]
+        weights = [np.asarray(v.value) for v in whole.trainer.member_model(k).trainable_variables]
         assert max(float(np.max(np.abs(a - np.asarray(b.value)))) for a, b in zip(
-            whole, split.member_model(k).trainable_variables)) <= WEIGHT_TOLERANCE
+            weights, split.trainer.member_model(k).trainable_variables)) <= WEIGHT_TOLERANCE
 
 
 @pytest.mark.jax
@@ -622,57 +622,60 @@ def test_the_glue_commands_grid_flags_are_checked_before_keras(flags, message, c
 
 
 @pytest.mark.jax
-def test_pretrain_grid_leaves_a_run_folder_a_seed(tmp_path):
-    """Two seeds of one variant pre-trained as one program from token-id shards: each seed's
-    folder holds its vocabulary, its loss every `eval_every` steps, a preset folder that
-    keras-hub loads, each with its own weights, its initialization (step 0) and its
-    checkpoint halfway, for the config's steps, the grid built and compiled ahead for
-    another length (`grid_pretrainer`, the aim's 8 steps: `pretrainer`) and no folder made
-    until it trains; a second call on them is refused, and so is a grid built for other
-    members."""
+def test_each_pretraining_run_of_a_grid_is_its_fit_run_stopped_and_resumed(tmp_path):
+    """`pretrain` of two members (two seeds at two rates) by either engine: the grid's runs,
+    stopped after the first block (`until_step`) and resumed by the same call, are the `fit`
+    runs: each block's loss, validation loss and accuracy and learning rate in
+    `metrics.csv`, the checkpoints (step 0, the initialization, and step 2) and the final
+    presets, which keras-hub loads. The grid was built and compiled ahead for another
+    length (`grid_pretrainer`, the aim's 8 steps) and trains in that one program; a grid
+    of other members is refused, and so is `until_step` without backups; a second call
+    on the finished runs is refused."""
+    import csv
+
     import keras_hub
 
-    from keras_tupe.data.shards import write_shard_folder
-    from keras_tupe.pretraining import PretrainError, grid_pretrainer, pretrain_grid
+    from keras_tupe.pretraining import Grid, PretrainError, grid_pretrainer, pretrain
     from keras_tupe_base.settings import PretrainConfig
 
-    vocabulary = tmp_path / "vocab.txt"
-    vocabulary.write_text("\n".join(["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"]
-                                    + [f"w{i}" for i in range(VOCABULARY - 5)]) + "\n")
-    ids = np.random.default_rng(0).integers(5, VOCABULARY, (24, 16)).astype(np.int32)
-    ids[:, 0] = 1
-    write_shard_folder(str(tmp_path / "shards"), [ids], str(vocabulary), True, 16, 10)
-    aim = PretrainConfig(preset="tupe_a_tiny", corpus=None, shards=str(tmp_path / "shards"),
-                         out=str(tmp_path / "runs"), steps=8, batch_size=4, seq_len=16,
-                         eval_every=2, save_steps=[0, 4], backbone_overrides={"num_layers": 1})
-    config = dataclasses.replace(aim, steps=4, save_steps=[0, 2])
-    # 2-step dispatches: the program compiled ahead is the one the 2-step segments run.
-    members = [(0, aim.learning_rate), (1, aim.learning_rate)]
-    trainer, source, rows, masking = built = grid_pretrainer(aim, members, 2)
-    trainer.compile_fit(source, rows[:2], transform=masking)
-    assert not os.path.exists(aim.out) and trainer.compiles == 1
+    config = PretrainConfig(
+        preset="tupe_a_tiny", corpus=None, shards=write_shards(tmp_path, 24, 0),
+        valid_shards=write_shards(tmp_path, 8, 1), valid_batches=2, out=str(tmp_path / "grid"),
+        steps=4, batch_size=BATCH, seq_len=LENGTH, eval_every=2, save_steps=[0, 2],
+        warmup_ratio=0.25, backbone_overrides={"num_layers": 1}, verbose=0)
+    members = [(0, 1e-3), (1, 3e-3)]
+    aim = dataclasses.replace(config, steps=8, save_steps=[0, 4])
+    built = grid_pretrainer(aim, members, 2)
+    built.compile(2)  # the program its blocks of 2 steps run
+    assert not os.path.exists(config.out) and built.trainer.compiles == 1
     with pytest.raises(PretrainError, match="must be a grid of the members"):
-        pretrain_grid(config, seeds=[0], pretrainer=built)
-    folders = pretrain_grid(config, seeds=[0, 1], pretrainer=built)
-    assert trainer.compiles == 1  # one program, the one compiled ahead, for 4 steps
-    assert [Path(f).name for f in folders] == ["seed_0", "seed_1"]
-    weights = []
-    for folder in map(Path, folders):
-        assert (folder / "vocab.txt").read_text() == vocabulary.read_text()
-        lines = (folder / "metrics.csv").read_text().splitlines()
-        assert lines[0].startswith("step,loss") and [line.split(",")[0] for line in lines[1:]] == [
-            "2", "4"]
-        assert all(float(line.split(",")[1]) > 0 for line in lines[1:])
-        backbone = keras_hub.models.Backbone.from_preset(str(folder / "preset"))
-        weights.append(backbone.get_layer("token_embedding").get_weights()[0])
-        halfway = keras_hub.models.Backbone.from_preset(
-            str(folder / "checkpoints" / "step_0000002"))
-        assert not np.allclose(halfway.get_layer("token_embedding").get_weights()[0],
-                               weights[-1])
-        start = keras_hub.models.Backbone.from_preset(
-            str(folder / "checkpoints" / "step_0000000"))  # the initialization: untrained
-        assert not np.allclose(start.get_layer("token_embedding").get_weights()[0],
-                               halfway.get_layer("token_embedding").get_weights()[0])
-    assert not np.allclose(weights[0], weights[1])
-    with pytest.raises(PretrainError, match="seed_0.*exist"):
-        pretrain_grid(config, seeds=[0])
+        pretrain(config, 2, members[:1], Grid(2, built))
+    with pytest.raises(PretrainError, match="until_step stops a grid"):
+        pretrain(config, 2, members, Grid(2, backups=False))
+    stopped = pretrain(config, 2, members, Grid(2, built))
+    assert built.trainer.compiles == 1  # the program compiled ahead, for another length
+    assert [Path(folder).name for folder in stopped] == ["seed_0_lr0.001", "seed_1_lr0.003"]
+    assert all((Path(folder) / "backup").is_dir() and not (Path(folder) / "preset").exists()
+               for folder in stopped)
+    keras.backend.clear_session()
+    grid = pretrain(config, members=members, engine=Grid(2))  # resumes after step 2
+    fit = pretrain(dataclasses.replace(config, out=str(tmp_path / "fit")), members=members)
+
+    def rows(folder):
+        with open(Path(folder) / "metrics.csv") as f:
+            return [[float(row[name]) for name in ("step", "loss", "val_loss", "val_accuracy",
+                                                   "learning_rate")] for row in csv.DictReader(f)]
+
+    def weights(path):
+        return keras_hub.models.Backbone.from_preset(str(path)).get_weights()
+
+    for ours, theirs in zip(grid, fit):
+        assert np.array(rows(ours)).shape == (2, 5)
+        np.testing.assert_allclose(rows(ours), rows(theirs), rtol=1e-5, atol=1e-6)
+        assert not (Path(ours) / "backup").exists()
+        for path in ("preset", "checkpoints/step_0000000", "checkpoints/step_0000002"):
+            assert max(float(np.max(np.abs(a - b))) for a, b in zip(
+                weights(Path(ours) / path), weights(Path(theirs) / path))) <= WEIGHT_TOLERANCE
+    assert rows(grid[0])[1][1] != rows(grid[1])[1][1]  # each member its own run
+    with pytest.raises(PretrainError, match="holds a finished run"):
+        pretrain(config, members=members, engine=Grid(2))

@@ -285,16 +285,17 @@ def test_a_planned_grid_is_built_and_compiled_before_the_plan_then_trains_its_st
         **raw["settings"], "steps": 20, "save_steps": [0, 6]}})  # as the calibration plans
     dispatch, events, plans = pretrain["grid"]["steps_per_dispatch"], [], []
 
-    class Trainer:
-        def compile_fit(self, source, rows, transform=None):
-            events.append(("compiled", len(rows)))
+    class Pretrainer:
+        def compile(self, steps):
+            events.append(("compiled", steps))
 
     def build(config, members, steps_per_dispatch):
         events.append(("built", config.steps, [seed for seed, _ in members]))
-        return Trainer(), "source", list(range(config.steps)), "masking"
+        return Pretrainer()
 
-    def grid(config, seeds, steps_per_dispatch, pretrainer):
-        events.append(("trained", config.steps, type(pretrainer[0]).__name__))
+    def grid(config, seeds, steps_per_dispatch, pretrainer, backups):
+        assert not backups
+        events.append(("trained", config.steps, type(pretrainer).__name__))
         for seed in seeds:
             os.makedirs(os.path.join(config.out, f"seed_{seed}"))
             open(os.path.join(config.out, f"seed_{seed}", "vocab.txt"), "w").write("[PAD]\n")
@@ -305,7 +306,7 @@ def test_a_planned_grid_is_built_and_compiled_before_the_plan_then_trains_its_st
     plans.append({"plan": {"run": True, "steps": 20}})
     jobs.pretrain_planned(pretrain, "tupe_a", work, "test")
     assert events == [("built", pretrain["settings"]["steps"], [0, 1]),
-                      ("compiled", dispatch), ("plan",), ("trained", 20, "Trainer")]
+                      ("compiled", dispatch), ("plan",), ("trained", 20, "Pretrainer")]
     for v in (v for v in variants(pretrain) if v.group == "tupe_a"):
         pinned = records.read_json(os.path.join(v.run_dir, records.RUN_RECORD))
         assert pinned["config"]["steps"] == 20 and pinned["config"]["save_steps"] == [0, 6]
