@@ -1,10 +1,13 @@
-"""Masked-LM pre-training with `model.fit`: the library behind `training.pretrain`.
+"""Masked-LM pre-training: the library behind `training.pretrain`.
 
 `pretrain(config)` checks every setting before any training, trains or reuses the
 WordPiece vocabulary, builds the model under the chosen strategy and precision, and
 fits with checkpoints, TensorBoard, a CSV of losses by step and a progress line.
 Input is text (`--corpus`, the tf.data pipeline of `keras_tupe.data`) or token-id
 shards (`--shards`, `keras_tupe.data.shards`: NumPy only, for JAX without TensorFlow).
+`pretrain(config, members=..., engine=...)` trains several runs, one by one with `fit`
+(`FIT`) or at once in one compiled program (`Grid`, JAX, from shards): the same runs,
+the same folders.
 
 Resume: training runs in blocks ("epochs") of `eval_every` steps; after each,
 `AtomicBackupAndRestore` commits weights, optimizer, dropout state and epoch as one
