@@ -360,7 +360,7 @@ class GridTrainer:
         return steps, ((program, (source, metrics, keys, by_step(rows[start:start + length]),
                                   by_step(sample_weight[start:start + length]),
                                   everywhere(np.arange(first + start, first + start + length)),
-                                  end, schedule, step_inputs and by_step(
+                                  end, schedule, None if step_inputs is None else by_step(
                                       keras.tree.map_structure(
                                           lambda leaf: leaf[start:start + length], step_inputs))))
                        for start in range(0, count * length, length))

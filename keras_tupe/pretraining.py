@@ -444,16 +444,23 @@ def _pretrain(config, until_step, strategy, processes):
     backup_dir = os.path.join(config.out, "backup")
     keep = lambda: _backed_up_epoch(backup_dir) > 0  # noqa: E731
     with made_folder(config.out, keep=keep) if processes.writer else contextlib.nullcontext():
-        try:
+        with _kept_on_a_full_disk(config, backup_dir):
             return _train(config, mode, strategy, manifest, until_step, backup_dir, processes)
-        except (OSError, RuntimeError) as error:
-            found = space_error(error)
-            if not found:
-                raise
-            if not isinstance(error, WriteError):
-                error = WriteError(getattr(error, "filename", None) or config.out, found[1],
-                                   found[0])
-            raise error.with_note(_what_was_kept(config, backup_dir)) from None
+
+
+@contextlib.contextmanager
+def _kept_on_a_full_disk(config, backup_dir):
+    """A full disk meanwhile raises a `WriteError` naming the file, with what was kept."""
+    try:
+        yield
+    except (OSError, RuntimeError) as error:
+        found = space_error(error)
+        if not found:
+            raise
+        if not isinstance(error, WriteError):
+            error = WriteError(getattr(error, "filename", None) or config.out, found[1],
+                               found[0])
+        raise error.with_note(_what_was_kept(config, backup_dir)) from None
 
 
 def _check(config, until_step, strategy):
@@ -761,7 +768,8 @@ def _pretrain_grid(config, configs, until_step, engine):
                     run.out, keep=lambda backup=backup: _backed_up_epoch(backup) > 0))
         vocabularies = [_set_up(run, mode, NoStrategy(), processes)
                         for run, mode in zip(configs, modes)]
-        _train_grid(config, configs, until_step, engine, backups, vocabularies, processes)
+        with _kept_on_a_full_disk(configs[0], backups[0]):  # every member at that step
+            _train_grid(config, configs, until_step, engine, backups, vocabularies, processes)
     return [run.out for run in configs]
 
 
