@@ -155,6 +155,10 @@ class GridTrainer:
             every process builds the grid with the same arguments and calls `fit`,
             `predict` and `member_model` in the same order (each is a program over every
             process's devices), and each gets every member's results.
+        accuracy: bool. Also sum each member's weighted correct predictions (the argmax of
+            the task's class logits against the labels) and weights a step, as the
+            weighted accuracy `fit` logs for a keras-hub classifier or masked LM:
+            `accuracy_sums` after each `fit`, `(steps, K, 2)`. Defaults to False.
         memory_for: None, or `(batch_size, sequence_length)`: the grid's memory is then
             checked (`check_grid_memory`) once its first member is built, before the
             others: a K too large is refused with one member in memory, not K. Without
@@ -170,8 +174,10 @@ class GridTrainer:
     """
 
     def __init__(self, build, seeds, learning_rates, schedule, precision="float32",
-                 steps_per_dispatch=100, inits=None, memory_for=None, devices=None):
+                 steps_per_dispatch=100, inits=None, memory_for=None, devices=None,
+                 accuracy=False):
         check_backend()
+        self.accuracy, self.accuracy_sums = accuracy, None
         self._memory_for = memory_for
         self.members = check_members(seeds, learning_rates)
         self.devices = list(jax.devices() if devices is None else devices)
@@ -308,12 +314,16 @@ class GridTrainer:
         """
         steps, dispatches = self._dispatches(source, rows, sample_weight, transform,
                                              step_inputs)
-        losses = []
+        chunks = []
         for program, arguments in dispatches:
             self.state, chunk = program(self.state, *arguments)
-            losses.append(chunk)
+            chunks.append(chunk)
         self.steps_done += steps
-        return _fetch(jnp.concatenate(losses))[:steps, :self.size]
+        losses, *sums = [_fetch(jnp.concatenate(part))[:steps, :self.size]
+                         for part in zip(*chunks)]
+        if self.accuracy:
+            self.accuracy_sums = np.stack(sums, axis=-1)
+        return losses
 
     def compile_fit(self, source, rows, sample_weight=None, transform=None, step_inputs=None):
         """Compiles the program `fit` runs on these arguments, without training: with JAX's
@@ -406,12 +416,17 @@ class GridTrainer:
             optimizer_variables[self._rate_index] = peak * decay.fraction(
                 optimizer_variables[self._step_index], schedule_steps)
             grad_fn = jax.value_and_grad(model.compute_loss_and_updates, has_aux=True)
-            (_, (loss, _, non_trainable, _)), grads = grad_fn(
+            (_, (loss, y_pred, non_trainable, _)), grads = grad_fn(
                 trainable, non_trainable, metrics, x, y, sample_weight, training=True,
                 optimizer_variables=optimizer_variables)
             trainable, optimizer_variables = optimizer.stateless_apply(
                 optimizer_variables, grads, trainable)
-            return (trainable, non_trainable, optimizer_variables, peak), loss
+            found = (loss,)
+            if self.accuracy:  # summed as Keras's weighted accuracy sums them
+                weight = jnp.broadcast_to(sample_weight, y.shape).astype(jnp.float32)
+                hit = (jnp.argmax(y_pred, axis=-1) == y).astype(jnp.float32)
+                found += (jnp.sum(weight * hit), jnp.sum(weight))
+            return (trainable, non_trainable, optimizer_variables, peak), found
 
         def member(state, source, metrics, key, rows, sample_weight, step, schedule_steps,
                    step_input):
@@ -428,14 +443,15 @@ class GridTrainer:
                     schedule_steps, step_inputs):
             def body(state, inputs):
                 rows, sample_weight, step, step_input = inputs
-                trained, loss = jax.vmap(
+                trained, found = jax.vmap(
                     member, in_axes=(0, None, None, 0, 0, 0, None, None, 0))(
                     state, source, metrics, keys, rows, sample_weight, step, schedule_steps,
                     step_input)
                 # A step past `end` (a last dispatch's surplus) keeps the state it found.
                 active = step < end
                 return (jax.tree.map(lambda new, old: jnp.where(active, new, old), trained,
-                                     state), jnp.where(active, loss, 0.0))
+                                     state),
+                        tuple(jnp.where(active, value, 0.0) for value in found))
 
             return jax.lax.scan(body, state, (rows, sample_weight, steps, step_inputs))
 

@@ -381,8 +381,7 @@ def pretrain(config, until_step=None, members=None, engine=FIT):
             `config` with that out, seed and rate makes.
         engine: `FIT` (Keras's `fit`, a run at a time) or `Grid(...)` (every run at once,
             in one program, JAX, from shards: the same runs). A grid's row in
-            `metrics.csv` leaves the training accuracy empty and gives `tokens_per_second`
-            of all its members.
+            `metrics.csv` gives `tokens_per_second` of all its members.
 
     Returns: the one run's Keras `History` (`FIT`, no `members`), else the run folders.
 
@@ -698,7 +697,7 @@ def grid_pretrainer(config, members, steps_per_dispatch=100):
     trainer = GridTrainer(
         build, [seed for seed, _ in members], [rate for _, rate in members],
         _grid_schedule(config), precision=config.precision,
-        steps_per_dispatch=steps_per_dispatch)
+        steps_per_dispatch=steps_per_dispatch, accuracy=True)
     streams = [_shard_inputs(dataclasses.replace(config, seed=seed, valid_shards=None), 0,
                              threads=0)[0] for seed, _ in members]
     return GridPretrainer(trainer, shard_source(config.shards), streams)
@@ -805,7 +804,8 @@ def _train_grid(config, configs, until_step, engine, backups, vocabularies, proc
             inputs = pending.result()
             if index + 1 < len(ends):
                 pending = ahead.submit(pretrainer.inputs, end, ends[index + 1])
-            losses.append(pretrainer.fit(inputs))
+            losses.append(np.concatenate([pretrainer.fit(inputs)[..., None],
+                                          trainer.accuracy_sums], axis=-1))
             if end in config.save_steps:
                 _grid_checkpoints(trainer, configs, vocabularies, end, writer)
             if end % every:
@@ -816,7 +816,7 @@ def _train_grid(config, configs, until_step, engine, backups, vocabularies, proc
                 / seconds, "elapsed_seconds": time.perf_counter() - started}, block, writer)
             if config.verbose and writer:
                 print(f"step {end}/{config.steps}: loss "
-                      + " ".join(f"{loss:.4g}" for loss in block.mean(axis=0))
+                      + " ".join(f"{loss:.4g}" for loss in block[..., 0].mean(axis=0))
                       + f" (seeds {[seed for seed, _ in members]}, "
                       f"{every / seconds:.2f} steps/s)", flush=True)
             block_started, losses = time.perf_counter(), []
@@ -858,7 +858,8 @@ def _grid_block_end(trainer, configs, valid, metrics, backups, step, pace, losse
     names = []
     for index, run in enumerate(configs):
         model = trainer.member_model(index, optimizer=bool(backups))  # every process
-        logs = {"loss": float(losses[:, index].mean())}
+        loss, correct, weights = losses[:, index].T  # a step's loss, hits and weights
+        logs = {"loss": float(loss.mean()), "accuracy": float(correct.sum() / weights.sum())}
         if valid[index] is not None:
             # Keras's own, as `fit`'s validation (keras-hub's converts a `PyDataset`).
             found = keras.Model.evaluate(model, valid[index], verbose=0, return_dict=True)

@@ -517,7 +517,9 @@ def write_shards(folder, sequences, seed):
     vocabulary = folder / "vocab.txt"
     vocabulary.write_text("\n".join(["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"]
                                     + [f"w{i}" for i in range(VOCABULARY - 5)]) + "\n")
-    ids = np.random.default_rng(seed).integers(5, VOCABULARY, (sequences, LENGTH)).astype(np.int32)
+    # Few frequent words: a model trained a few steps predicts some (a non-zero accuracy).
+    rng = np.random.default_rng(seed)
+    ids = np.minimum(4 + rng.geometric(0.4, (sequences, LENGTH)), VOCABULARY - 1).astype(np.int32)
     ids[:, 0], ids[::3, -2:] = 1, 0
     write_shard_folder(str(folder / f"shards_{seed}"), [ids], str(vocabulary), True, LENGTH, 10)
     return str(folder / f"shards_{seed}")
@@ -624,14 +626,17 @@ def test_the_glue_commands_grid_flags_are_checked_before_keras(flags, message, c
 @pytest.mark.jax
 def test_each_pretraining_run_of_a_grid_is_its_fit_run_stopped_and_resumed(tmp_path):
     """`pretrain` of two members (two seeds at two rates) by either engine: the grid's runs,
-    stopped after the first block (`until_step`) and resumed by the same call, are the `fit`
-    runs: each block's loss, validation loss and accuracy and learning rate in
+    stopped after the first block (`until_step`; one member's backup then a block ahead, as
+    a kill between backups leaves it) and resumed by the same call, are the `fit`
+    runs: each block's loss and accuracy, validation loss and accuracy and learning rate in
     `metrics.csv`, the checkpoints (step 0, the initialization, and step 2) and the final
     presets, which keras-hub loads. The grid was built and compiled ahead for another
     length (`grid_pretrainer`, the aim's 8 steps) and trains in that one program; a grid
     of other members is refused, and so is `until_step` without backups; a second call
     on the finished runs is refused."""
     import csv
+    import json
+    import shutil
 
     import keras_hub
 
@@ -657,25 +662,33 @@ def test_each_pretraining_run_of_a_grid_is_its_fit_run_stopped_and_resumed(tmp_p
     assert [Path(folder).name for folder in stopped] == ["seed_0_lr0.001", "seed_1_lr0.003"]
     assert all((Path(folder) / "backup").is_dir() and not (Path(folder) / "preset").exists()
                for folder in stopped)
+    # As a kill between two members' backups leaves it: seed 0's committed a block ahead
+    # (a copy named for step 4), its step 2 kept; the grid resumes from step 2, which both hold.
+    ahead = Path(stopped[0]) / "backup"
+    shutil.copytree(ahead / "step_000000002", ahead / "step_000000004")
+    (ahead / "training_metadata.json").write_text(json.dumps(
+        {"epoch": 2, "batch": 1, "step": 4, "backup": "step_000000004"}))
     keras.backend.clear_session()
     grid = pretrain(config, members=members, engine=Grid(2))  # resumes after step 2
     fit = pretrain(dataclasses.replace(config, out=str(tmp_path / "fit")), members=members)
 
     def rows(folder):
         with open(Path(folder) / "metrics.csv") as f:
-            return [[float(row[name]) for name in ("step", "loss", "val_loss", "val_accuracy",
-                                                   "learning_rate")] for row in csv.DictReader(f)]
+            return [[float(row[name]) for name in ("step", "loss", "accuracy", "val_loss",
+                                                   "val_accuracy", "learning_rate")]
+                    for row in csv.DictReader(f)]
 
     def weights(path):
         return keras_hub.models.Backbone.from_preset(str(path)).get_weights()
 
     for ours, theirs in zip(grid, fit):
-        assert np.array(rows(ours)).shape == (2, 5)
+        assert np.array(rows(ours)).shape == (2, 6)
         np.testing.assert_allclose(rows(ours), rows(theirs), rtol=1e-5, atol=1e-6)
         assert not (Path(ours) / "backup").exists()
         for path in ("preset", "checkpoints/step_0000000", "checkpoints/step_0000002"):
             assert max(float(np.max(np.abs(a - b))) for a, b in zip(
                 weights(Path(ours) / path), weights(Path(theirs) / path))) <= WEIGHT_TOLERANCE
     assert rows(grid[0])[1][1] != rows(grid[1])[1][1]  # each member its own run
+    assert max(row[2] for folder in grid for row in rows(folder)) > 0  # accuracy compared
     with pytest.raises(PretrainError, match="holds a finished run"):
         pretrain(config, members=members, engine=Grid(2))
