@@ -811,9 +811,10 @@ def _train_grid(config, configs, until_step, engine, backups, vocabularies, proc
             if end % every:
                 continue
             seconds, block = time.perf_counter() - block_started, np.concatenate(losses)
-            _grid_block_end(trainer, configs, valid, metrics, engine.backups and backups, end, {
-                "tokens_per_second": len(configs) * every * config.batch_size * config.seq_len
-                / seconds, "elapsed_seconds": time.perf_counter() - started}, block, writer)
+            pace = {"tokens_per_second": len(configs) * every * config.batch_size
+                    * config.seq_len / seconds, "elapsed_seconds": time.perf_counter() - started}
+            _grid_block_end(trainer, configs, valid, metrics, backups if engine.backups else [],
+                            end, pace, block, writer)
             if config.verbose and writer:
                 print(f"step {end}/{config.steps}: loss "
                       + " ".join(f"{loss:.4g}" for loss in block[..., 0].mean(axis=0))
