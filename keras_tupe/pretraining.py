@@ -858,9 +858,10 @@ def _grid_block_end(trainer, configs, valid, metrics, backups, step, pace, losse
     warmup = int(configs[0].warmup_ratio * configs[0].steps)
     names = []
     for index, run in enumerate(configs):
-        model = trainer.member_model(index, optimizer=bool(backups))  # every process
         loss, correct, weights = losses[:, index].T  # a step's loss, hits and weights
         logs = {"loss": float(loss.mean()), "accuracy": float(correct.sum() / weights.sum())}
+        if valid[index] is not None or backups:  # the member's weights, copied off the grid
+            model = trainer.member_model(index, optimizer=bool(backups))  # every process
         if valid[index] is not None:
             # Keras's own, as `fit`'s validation (keras-hub's converts a `PyDataset`).
             found = keras.Model.evaluate(model, valid[index], verbose=0, return_dict=True)
