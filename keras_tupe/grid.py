@@ -319,6 +319,7 @@ class GridTrainer:
             self.state, chunk = program(self.state, *arguments)
             chunks.append(chunk)
         self.steps_done += steps
+        self._trained_on = self.schedule.warmup_steps, self.schedule.total_steps
         losses, *sums = [_fetch(jnp.concatenate(part))[:steps, :self.size]
                          for part in zip(*chunks)]
         if self.accuracy:
@@ -387,13 +388,12 @@ class GridTrainer:
                              f"this one changes {', '.join(changed)}, built into the "
                              "optimizer: build another grid.")
         steps = self.schedule.warmup_steps, self.schedule.total_steps
-        # (A grid restored from backups, `steps_done` set, has not trained on any yet.)
+        # (A grid restored from backups, `steps_done` set, has not trained in this process.)
         if self.steps_done and self._trained_on not in (None, steps):
             raise ValueError(f"This grid trained {self.steps_done} steps on a schedule of "
                              f"{self._trained_on[1]} steps ({self._trained_on[0]} warming up); "
                              "its schedule changes only before its first step: build another "
                              "grid.")
-        self._trained_on = steps
         return steps
 
     def _program(self, kind, length, transform):

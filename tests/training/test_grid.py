@@ -669,8 +669,11 @@ def test_each_pretraining_run_of_a_grid_is_its_fit_run_stopped_and_resumed(tmp_p
     (ahead / "training_metadata.json").write_text(json.dumps(
         {"epoch": 2, "batch": 1, "step": 4, "backup": "step_000000004"}))
     keras.backend.clear_session()
-    # Resumes after step 2 (and writes no backup of its own: both ways at once).
-    grid = pretrain(config, members=members, engine=Grid(2, backups=False))
+    # Resumes after step 2, a grid compiled ahead again (and writes no backup of its own).
+    again = grid_pretrainer(aim, members, 2)
+    again.compile(2)
+    grid = pretrain(config, members=members, engine=Grid(2, again, backups=False))
+    assert again.trainer.compiles == 1
     fit = pretrain(dataclasses.replace(config, out=str(tmp_path / "fit")), members=members)
 
     def rows(folder):
