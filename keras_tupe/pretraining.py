@@ -709,6 +709,9 @@ def _check_grid(config):
     if config.precision not in GRID_PRECISIONS:
         raise PretrainError(f"A grid pre-trains in {' or '.join(GRID_PRECISIONS)}; received "
                             f"precision={config.precision!r}.")
+    if config.strategy != "default":
+        raise PretrainError(f"A grid spreads its members over every device itself; received "
+                            f"strategy={config.strategy!r}. Valid: 'default'.")
     manifest = _shard_manifest(config)
     if manifest is None:
         raise PretrainError("A grid pre-trains from token-id shards: pass shards (a folder of "

@@ -632,8 +632,8 @@ def test_each_pretraining_run_of_a_grid_is_its_fit_run_stopped_and_resumed(tmp_p
     `metrics.csv`, the checkpoints (step 0, the initialization, and step 2) and the final
     presets, which keras-hub loads. The grid was built and compiled ahead for another
     length (`grid_pretrainer`, the aim's 8 steps) and trains in that one program; a grid
-    of other members is refused, and so is `until_step` without backups; a second call
-    on the finished runs is refused."""
+    of other members is refused, and so are `until_step` without backups and a strategy
+    (a grid places its members itself); a second call on the finished runs is refused."""
     import csv
     import json
     import shutil
@@ -657,6 +657,8 @@ def test_each_pretraining_run_of_a_grid_is_its_fit_run_stopped_and_resumed(tmp_p
         pretrain(config, 2, members[:1], Grid(2, built))
     with pytest.raises(PretrainError, match="until_step stops a grid"):
         pretrain(config, 2, members, Grid(2, backups=False))
+    with pytest.raises(PretrainError, match="strategy='mirrored'. Valid: 'default'"):
+        pretrain(dataclasses.replace(config, strategy="mirrored"), 2, members, Grid(2))
     stopped = pretrain(config, 2, members, Grid(2, built))
     assert built.trainer.compiles == 1  # the program compiled ahead, for another length
     assert [Path(folder).name for folder in stopped] == ["seed_0_lr0.001", "seed_1_lr0.003"]
