@@ -39,7 +39,7 @@ from keras_tupe.callbacks import (AtomicBackupAndRestore, StepCheckpoint, StepLo
                                   write_backup, write_checkpoint)
 from keras_tupe.data.shards import MaskedLMShards
 from keras_tupe.grid import (GridTrainer, Schedule, check_backend, check_grid_memory,
-                             check_members, given_masks, grid_processes, merged_members,
+                             given_masks, grid_processes, merged_members,
                              shard_source)
 from keras_tupe.layers.utils import INITIALIZATION
 from keras_tupe.models import (TupeBackbone, TupeMaskedLM, TupeMaskedLMPreprocessor,
@@ -296,15 +296,24 @@ def _shard_inputs(config, consumed, part=(0, 1), threads=None):
     (`--shuffle-buffer 0`: corpus order). `part`: this process's rows of each batch.
     `threads`: `MaskedLMShards`'s.
     """
-    rates = dict(_mask_rates(config), part=part, threads=threads)
-    train = MaskedLMShards(config.shards, config.batch_size, seed=config.seed,
-                           shuffle=bool(config.shuffle_buffer), start_batch=consumed, **rates)
-    valid = None
-    if config.valid_shards:
-        valid = MaskedLMShards(config.valid_shards, config.batch_size, seed=config.seed + 1,
-                               shuffle=False, repeat=False, max_batches=config.valid_batches,
-                               flag="--valid-shards", **rates)
-    return train, valid
+    return (_train_shards(config, consumed, part, threads),
+            _valid_shards(config, part, threads))
+
+
+def _train_shards(config, consumed, part=(0, 1), threads=None):
+    return MaskedLMShards(config.shards, config.batch_size, seed=config.seed,
+                          shuffle=bool(config.shuffle_buffer), start_batch=consumed, part=part,
+                          threads=threads, **_mask_rates(config))
+
+
+def _valid_shards(config, part=(0, 1), threads=None):
+    """The validation batches of `config.valid_shards` (its own seed), or None."""
+    if not config.valid_shards:
+        return None
+    return MaskedLMShards(config.valid_shards, config.batch_size, seed=config.seed + 1,
+                          shuffle=False, repeat=False, max_batches=config.valid_batches,
+                          flag="--valid-shards", part=part, threads=threads,
+                          **_mask_rates(config))
 
 
 def _mask_rates(config):
@@ -404,9 +413,10 @@ def pretrain(config, until_step=None, members=None, engine=FIT):
 def member_configs(config, members):
     """The run `config` makes of each `(seed, learning_rate)` of `members`: its seed and
     rate, its `out` `config.out/seed_<seed>` (`..._lr<rate>` when the rates differ)."""
-    seeds, rates, _ = merged_members(*zip(*members)) if members else ([], [], None)
-    members = check_members(seeds, rates)
-    one_rate = len({rate for _, rate in members}) == 1
+    seeds, rates, _ = merged_members([seed for seed, _ in members],
+                                     [rate for _, rate in members])  # checked, each once
+    members = list(zip(seeds, rates))
+    one_rate = len(set(rates)) == 1
     return [dataclasses.replace(
         config, seed=seed, learning_rate=rate,
         out=os.path.join(config.out, f"seed_{seed}" + ("" if one_rate else f"_lr{rate:g}")))
@@ -680,7 +690,7 @@ def grid_pretrainer(config, members, steps_per_dispatch=100):
     checked first. Public so that a grid can be built, timed or compiled ahead
     (`GridPretrainer.compile`) before it trains: `Grid(pretrainer=...)` then trains it
     (its config may differ in `steps` and `save_steps`)."""
-    manifest = _check_grid(config)
+    manifest = _check_grid(config, _shard_manifest(config))
     vocabulary_size = manifest["vocabulary_size"]
 
     def build(seed):
@@ -698,13 +708,14 @@ def grid_pretrainer(config, members, steps_per_dispatch=100):
         build, [seed for seed, _ in members], [rate for _, rate in members],
         _grid_schedule(config), precision=config.precision,
         steps_per_dispatch=steps_per_dispatch, accuracy=True)
-    streams = [_shard_inputs(dataclasses.replace(config, seed=seed, valid_shards=None), 0,
-                             threads=0)[0] for seed, _ in members]
+    streams = [_train_shards(dataclasses.replace(config, seed=seed), 0, threads=0)
+               for seed, _ in members]
     return GridPretrainer(trainer, shard_source(config.shards), streams)
 
 
-def _check_grid(config):
-    """The grid engine's own checks of `config`; the shards' manifest."""
+def _check_grid(config, manifest):
+    """The grid engine's own checks of `config` and its shards' `manifest` (None: no
+    shards); the manifest."""
     check_backend()
     if config.precision not in GRID_PRECISIONS:
         raise PretrainError(f"A grid pre-trains in {' or '.join(GRID_PRECISIONS)}; received "
@@ -712,7 +723,6 @@ def _check_grid(config):
     if config.strategy != "default":
         raise PretrainError(f"A grid spreads its members over every device itself; received "
                             f"strategy={config.strategy!r}. Valid: 'default'.")
-    manifest = _shard_manifest(config)
     if manifest is None:
         raise PretrainError("A grid pre-trains from token-id shards: pass shards (a folder of "
                             "keras-tupe-shard-corpus), not corpus.")
@@ -742,11 +752,11 @@ def pretrain_grid(config, seeds, learning_rates=None, steps_per_dispatch=100, pr
 def _pretrain_grid(config, configs, until_step, engine):
     """The `Grid` engine's runs of `configs` (`member_configs`'s): checked, their folders
     locked and made or resumed, trained; the folders."""
+    check_backend()  # before JAX is asked for the processes
     processes = grid_processes()
     problem = None
     try:
-        _check(config, until_step, NoStrategy())
-        _check_grid(config)
+        _check_grid(config, _check(config, until_step, NoStrategy()))
     except (PretrainError, ValueError) as error:
         problem = error
     if until_step is not None and not engine.backups and problem is None:
@@ -770,7 +780,8 @@ def _pretrain_grid(config, configs, until_step, engine):
                     run.out, keep=lambda backup=backup: _backed_up_epoch(backup) > 0))
         vocabularies = [_set_up(run, mode, NoStrategy(), processes)
                         for run, mode in zip(configs, modes)]
-        with _kept_on_a_full_disk(configs[0], backups[0]):  # every member at that step
+        # (The first member's backup named: every member resumes from the same step.)
+        with _kept_on_a_full_disk(configs[0], backups[0]):
             _train_grid(config, configs, until_step, engine, backups, vocabularies, processes)
     return [run.out for run in configs]
 
@@ -787,7 +798,7 @@ def _train_grid(config, configs, until_step, engine, backups, vocabularies, proc
     trainer.schedule = _grid_schedule(config)  # the built one's, or another length's
     done = _restore_grid(trainer, backups)
     last, every, writer = until_step or config.steps, config.eval_every, processes.writer
-    valid = [_shard_inputs(run, 0, threads=0)[1] for run in configs]
+    valid = [_valid_shards(run, threads=0) for run in configs]
     metrics = [os.path.join(run.out, "metrics.csv") for run in configs]
     if writer:
         for path in metrics:

@@ -317,11 +317,20 @@ def test_members_need_one_rate_a_seed():
     assert check_members((0, 1), (1, 2e-3)) == [(0, 1.0), (1, 2e-3)]
 
 
-def test_a_grid_on_another_backend_is_refused_in_one_line_naming_jax(monkeypatch):
+def test_a_grid_on_another_backend_is_refused_in_one_line_naming_jax(monkeypatch, tmp_path):
+    """The grid trainer, and pre-training's grid engine before it asks JAX for anything."""
+    from keras_tupe.pretraining import Grid, pretrain
+    from keras_tupe_base.settings import PretrainConfig
+
     monkeypatch.setattr(keras.backend, "backend", lambda: "tensorflow")
-    with pytest.raises(ValueError, match="JAX backend; this process runs Keras on tensorflow. "
-                                         "Set KERAS_BACKEND=jax"):
+    refusal = "JAX backend; this process runs Keras on tensorflow. Set KERAS_BACKEND=jax"
+    with pytest.raises(ValueError, match=refusal):
         GridTrainer(classifier(2), (0,), (1e-3,), Schedule(10, 1))
+    config = PretrainConfig(preset="tupe_a_tiny", corpus=None, shards=str(tmp_path),
+                            out=str(tmp_path / "runs"))
+    with pytest.raises(ValueError, match=refusal):
+        pretrain(config, members=[(0, 1e-3)], engine=Grid())
+    assert not (tmp_path / "runs").exists()
 
 
 @pytest.fixture(scope="module")
